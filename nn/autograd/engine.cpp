@@ -1,0 +1,154 @@
+// The backward pass: a topological walk over the recorded nodes, newest first, so that leaf
+// gradients (and their hooks) become ready in roughly the reverse order of the forward pass.
+#include <atomic>
+#include <queue>
+#include <stdexcept>
+#include <unordered_map>
+
+#include "nn/autograd/variable.h"
+#include "nn/backend.h"
+
+namespace trainer {
+namespace {
+
+thread_local bool t_grad_mode = true;
+std::atomic<uint64_t> g_next_sequence_nr{0};
+
+// Sums b into an accumulated gradient without writing into tensors the graph may still read.
+Tensor accumulate(const Tensor& acc, const Tensor& g) {
+  if (!acc.defined()) return g;
+  return backend_for(acc).binary(BinaryOp::add, acc, g);
+}
+
+void check_grad_shape(const Tensor& grad, const Tensor& data, const std::string& op) {
+  if (grad.shape() != data.shape())
+    throw std::logic_error("autograd: backward of '" + op + "' returned a gradient of shape " +
+                           shape_str(grad.shape()) + " for an input of shape " + shape_str(data.shape()));
+}
+
+}  // namespace
+
+bool grad_mode_enabled() { return t_grad_mode; }
+NoGradGuard::NoGradGuard() : previous_(t_grad_mode) { t_grad_mode = false; }
+NoGradGuard::~NoGradGuard() { t_grad_mode = previous_; }
+
+Variable::Variable(Tensor data, bool requires_grad) : impl_(std::make_shared<VariableImpl>()) {
+  impl_->data = std::move(data);
+  impl_->requires_grad = requires_grad;
+}
+
+Variable make_variable(Tensor data, std::shared_ptr<Node> node) {
+  Variable v(std::move(data), node != nullptr);
+  v.impl_->grad_fn = std::move(node);
+  return v;
+}
+
+Variable record_op(const char* name, Tensor result, std::vector<Variable> inputs, BackwardFn backward) {
+  bool needs_grad = false;
+  if (t_grad_mode)
+    for (const Variable& in : inputs) needs_grad = needs_grad || in.requires_grad();
+  if (!needs_grad) return Variable(std::move(result), false);
+  auto node = std::make_shared<Node>();
+  node->name = name;
+  node->sequence_nr = g_next_sequence_nr++;
+  node->inputs = std::move(inputs);
+  node->backward = std::move(backward);
+  return make_variable(std::move(result), std::move(node));
+}
+
+void Variable::backward() {
+  if (numel() != 1)
+    throw std::invalid_argument("backward() without a gradient needs a one-element output, got shape " +
+                                shape_str(shape()));
+  backward(Tensor::ones(shape(), dtype(), device()));
+}
+
+void Variable::backward(const Tensor& grad_output) {
+  if (!requires_grad()) throw std::logic_error("backward() on a variable that does not require grad");
+  check_grad_shape(grad_output, data(), "backward seed");
+  NoGradGuard no_grad;  // the backward closures must not record new nodes
+
+  // Pass 1: count, for every node, how many consumers will send it a gradient, and for every
+  // leaf how many edges reach it (its hooks fire when the last one has arrived).
+  std::unordered_map<Node*, int> pending;
+  std::unordered_map<VariableImpl*, int> leaf_pending;
+  if (impl_->grad_fn) {
+    std::vector<Node*> stack{impl_->grad_fn.get()};
+    pending[impl_->grad_fn.get()] = 0;
+    while (!stack.empty()) {
+      Node* node = stack.back();
+      stack.pop_back();
+      for (const Variable& in : node->inputs) {
+        if (!in.requires_grad()) continue;
+        if (Node* child = in.grad_fn().get()) {
+          if (pending[child]++ == 0) stack.push_back(child);
+        } else {
+          ++leaf_pending[in.impl()];
+        }
+      }
+    }
+  }
+
+  auto deliver_to_leaf = [&](const Variable& leaf_const, const Tensor& g) {
+    Variable leaf = leaf_const;
+    check_grad_shape(g, leaf.data(), "leaf");
+    Tensor& acc = leaf.grad();
+    if (!acc.defined()) {
+      acc = g.clone();  // owned: the closure's tensor may alias others
+    } else {
+      backend_for(acc).axpy(acc, g, 1.0);
+    }
+    if (--leaf_pending[leaf.impl()] <= 0)
+      for (auto& hook : leaf.impl()->grad_ready_hooks) hook(leaf);
+  };
+
+  if (!impl_->grad_fn) {  // backward on a leaf itself
+    leaf_pending[impl_.get()] = 1;
+    deliver_to_leaf(*this, grad_output);
+    return;
+  }
+
+  auto newer_first = [](Node* a, Node* b) { return a->sequence_nr < b->sequence_nr; };
+  std::priority_queue<Node*, std::vector<Node*>, decltype(newer_first)> ready(newer_first);
+  std::unordered_map<Node*, Tensor> grads;
+  grads[impl_->grad_fn.get()] = grad_output;
+  ready.push(impl_->grad_fn.get());
+
+  while (!ready.empty()) {
+    Node* node = ready.top();
+    ready.pop();
+    Tensor grad = std::move(grads[node]);
+    grads.erase(node);
+    if (!node->backward)
+      throw std::logic_error("autograd: backward through '" + node->name +
+                             "' a second time; its saved tensors were already freed");
+    // A node that received no gradient passes none on, but still releases its inputs' counts so that
+    // every leaf below it is visited (and its hooks fire when it did get a gradient elsewhere).
+    std::vector<Tensor> input_grads =
+        grad.defined() ? node->backward(grad) : std::vector<Tensor>(node->inputs.size());
+    if (input_grads.size() != node->inputs.size())
+      throw std::logic_error("autograd: '" + node->name + "' returned the wrong number of gradients");
+    for (size_t i = 0; i < node->inputs.size(); ++i) {
+      const Variable& in = node->inputs[i];
+      if (!in.requires_grad()) continue;
+      Node* child = in.grad_fn().get();
+      const Tensor& g = input_grads[i];
+      if (g.defined()) {
+        check_grad_shape(g, in.data(), node->name);
+        if (child) grads[child] = accumulate(grads[child], g);
+        else deliver_to_leaf(in, g);
+      } else if (!child) {
+        if (--leaf_pending[in.impl()] <= 0 && in.grad().defined()) {
+          Variable leaf = in;
+          for (auto& hook : leaf.impl()->grad_ready_hooks) hook(leaf);
+        }
+      }
+      if (child && --pending[child] == 0) ready.push(child);
+    }
+    // Free saved tensors and inputs as soon as this node is done, like PyTorch without retain_graph.
+    node->backward = nullptr;
+    node->inputs.clear();
+  }
+}
+
+}  // namespace trainer

@@ -1,0 +1,143 @@
+#pragma once
+// The single dispatch point between autograd functions and device kernels. Every kernel an image
+// classifier needs is a virtual here; the CPU backend implements them in nn/cpu/<family>.cpp and the
+// CUDA backend in nn/cuda/<family>.cu. A new op is one virtual, one implementation per backend, one
+// autograd function in nn/functional/ and its test.
+//
+// Conventions: kernels return fresh tensors; inputs may have any strides unless a kernel says
+// "contiguous"; floating kernels accept f32 and f64 on the CPU (f64 exists for gradient checks).
+// NCHW is the logical shape of image tensors whatever their memory format.
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "nn/tensor.h"
+
+namespace trainer {
+
+class Generator;
+
+enum class BinaryOp : uint8_t { add, sub, mul, div };
+enum class UnaryOp : uint8_t { neg, relu, sigmoid, exp, log, sqrt, square, abs };
+
+struct Conv2dParams {
+  int stride_h = 1, stride_w = 1;
+  int pad_h = 0, pad_w = 0;
+  int dilation_h = 1, dilation_w = 1;
+  int groups = 1;
+};
+
+struct Pool2dParams {
+  int kernel_h = 2, kernel_w = 2;
+  int stride_h = 2, stride_w = 2;
+  int pad_h = 0, pad_w = 0;
+  bool ceil_mode = false;
+  bool count_include_pad = true;  // avg pool only, PyTorch's default
+};
+
+// Output spatial size of a convolution or pooling window (PyTorch's formula).
+int64_t conv_output_size(int64_t in, int kernel, int stride, int pad, int dilation);
+int64_t pool_output_size(int64_t in, int kernel, int stride, int pad, bool ceil_mode);
+
+struct SgdParams {
+  double lr = 0.1, momentum = 0.0, dampening = 0.0, weight_decay = 0.0;
+  bool nesterov = false;
+};
+
+struct AdamWParams {
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.01;
+  int64_t step = 1;  // 1-based step count for bias correction
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  // ---- memory: copy between any layouts/dtypes (and to/from host for device backends), fill.
+  virtual void copy(Tensor& dst, const Tensor& src) = 0;
+  virtual void fill(Tensor& dst, double value) = 0;
+
+  // ---- elementwise (nn/cpu/elementwise.cpp). Binary ops broadcast numpy-style.
+  virtual Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) = 0;
+  // a op s, or s op a when scalar_first (for s - a and s / a).
+  virtual Tensor binary_scalar(BinaryOp op, const Tensor& a, double s, bool scalar_first) = 0;
+  virtual Tensor unary(UnaryOp op, const Tensor& a) = 0;
+  // Gradient of unary op given the input x and the output y (either may be used).
+  virtual Tensor unary_backward(UnaryOp op, const Tensor& grad, const Tensor& x, const Tensor& y) = 0;
+  // dst += alpha * src, same shape; dst contiguous. Used to accumulate gradients.
+  virtual void axpy(Tensor& dst, const Tensor& src, double alpha) = 0;
+  // dst *= alpha in place.
+  virtual void scale(Tensor& dst, double alpha) = 0;
+
+  // ---- reductions (nn/cpu/reduce.cpp)
+  virtual Tensor sum(const Tensor& a, const std::vector<int>& dims, bool keepdim) = 0;
+  // Materialises a broadcast of a to shape (a's dims align to the right, size-1 dims repeat).
+  virtual Tensor broadcast_to(const Tensor& a, const Shape& shape) = 0;
+  // Whether every element is finite (the loss scaler's check).
+  virtual bool all_finite(const Tensor& a) = 0;
+
+  // ---- matmul (nn/cpu/matmul.cpp): op(a) @ op(b) for 2-D tensors.
+  virtual Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) = 0;
+
+  // ---- convolution (nn/cpu/conv.cpp). x [N, C, H, W], w [O, C/groups, KH, KW], bias [O] or undefined.
+  virtual Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p) = 0;
+  virtual Tensor conv2d_backward_input(const Tensor& grad_y, const Tensor& w, const Shape& x_shape,
+                                       const Conv2dParams& p) = 0;
+  virtual Tensor conv2d_backward_weight(const Tensor& grad_y, const Tensor& x, const Shape& w_shape,
+                                        const Conv2dParams& p) = 0;
+
+  // ---- pooling (nn/cpu/pool.cpp). max_pool2d returns {y, argmax indices as i64 into H*W}.
+  virtual std::pair<Tensor, Tensor> max_pool2d(const Tensor& x, const Pool2dParams& p) = 0;
+  virtual Tensor max_pool2d_backward(const Tensor& grad_y, const Tensor& indices, const Shape& x_shape) = 0;
+  virtual Tensor avg_pool2d(const Tensor& x, const Pool2dParams& p) = 0;
+  virtual Tensor avg_pool2d_backward(const Tensor& grad_y, const Shape& x_shape, const Pool2dParams& p) = 0;
+  // Mean over H and W: [N, C, H, W] -> [N, C].
+  virtual Tensor global_avg_pool(const Tensor& x) = 0;
+  virtual Tensor global_avg_pool_backward(const Tensor& grad_y, const Shape& x_shape) = 0;
+
+  // ---- batch norm (nn/cpu/batch_norm.cpp), split like PyTorch's SyncBatchNorm so that the
+  // per-channel statistics can be all-reduced between the pieces. x [N, C, H, W]; per-channel
+  // tensors are [C] in x's dtype.
+  // Per-channel mean and biased variance over N, H, W: {mean, var}.
+  virtual std::pair<Tensor, Tensor> bn_mean_var(const Tensor& x) = 0;
+  // y = (x - mean) * invstd * gamma + beta; gamma/beta may be undefined (affine=false).
+  virtual Tensor bn_apply(const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& gamma,
+                          const Tensor& beta) = 0;
+  // {sum over N,H,W of grad_y, sum of grad_y * (x - mean) * invstd}.
+  virtual std::pair<Tensor, Tensor> bn_backward_reduce(const Tensor& grad_y, const Tensor& x,
+                                                       const Tensor& mean, const Tensor& invstd) = 0;
+  // grad_x for training mode, given the (possibly all-reduced) sums and the total element count
+  // per channel; gamma may be undefined.
+  virtual Tensor bn_backward_input(const Tensor& grad_y, const Tensor& x, const Tensor& mean,
+                                   const Tensor& invstd, const Tensor& gamma, const Tensor& sum_dy,
+                                   const Tensor& sum_dy_xhat, int64_t count) = 0;
+
+  // ---- loss (nn/cpu/loss.cpp). logits [N, K], targets i64 [N].
+  // Cross-entropy with label smoothing via a fused log-softmax; returns {per-sample loss [N],
+  // softmax probabilities [N, K]} (the probabilities are what the backward needs).
+  virtual std::pair<Tensor, Tensor> cross_entropy(const Tensor& logits, const Tensor& targets,
+                                                  double label_smoothing) = 0;
+  // d(sum_i w_i * loss_i)/d logits, with per-sample weights grad_loss [N].
+  virtual Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& probs, const Tensor& targets,
+                                        double label_smoothing) = 0;
+  // Per sample: 1 if the target is among the k largest logits, else 0. u8 [N].
+  virtual Tensor topk_correct(const Tensor& logits, const Tensor& targets, int k) = 0;
+  // Index of the largest logit per row, i64 [N].
+  virtual Tensor argmax(const Tensor& logits) = 0;
+
+  // ---- random (nn/cpu/random.cpp): mask of 0 or 1/(1-p), the dropout multiplier.
+  virtual Tensor dropout_mask(const Shape& shape, double p, DType dtype, Generator& gen) = 0;
+
+  // ---- optimizers (nn/cpu/optim.cpp), in place on contiguous tensors, PyTorch's update rules.
+  virtual void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, bool first_step,
+                        const SgdParams& p) = 0;
+  virtual void adamw_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
+                          const AdamWParams& p) = 0;
+};
+
+Backend& backend_for(Device device);
+inline Backend& backend_for(const Tensor& t) { return backend_for(t.device()); }
+Backend& cpu_backend();
+void register_backend(DeviceKind kind, Backend* backend);
+
+}  // namespace trainer

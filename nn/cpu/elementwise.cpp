@@ -1,0 +1,170 @@
+// Elementwise kernels: numpy-style broadcasting binary ops, scalar forms, unary ops and their
+// gradients, axpy and scale.
+#include <cmath>
+
+#include "nn/cpu/cpu_backend.h"
+#include "nn/cpu/strided.h"
+
+namespace trainer {
+namespace {
+
+Shape broadcast_shape(const Shape& a, const Shape& b) {
+  const size_t n = std::max(a.size(), b.size());
+  Shape out(n);
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t da = i < n - a.size() ? 1 : a[i - (n - a.size())];
+    const int64_t db = i < n - b.size() ? 1 : b[i - (n - b.size())];
+    if (da != db && da != 1 && db != 1)
+      throw std::invalid_argument("cannot broadcast " + shape_str(a) + " with " + shape_str(b));
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+// Strides that read `t` as if broadcast to `shape` (0 along broadcast dims).
+Shape broadcast_strides(const Tensor& t, const Shape& shape) {
+  const size_t n = shape.size(), k = t.shape().size();
+  Shape strides(n, 0);
+  for (size_t i = 0; i < k; ++i) {
+    const size_t o = n - k + i;
+    strides[o] = t.shape()[i] == 1 ? 0 : t.strides()[i];
+  }
+  return strides;
+}
+
+template <class T> T apply(BinaryOp op, T a, T b) {
+  switch (op) {
+    case BinaryOp::add: return a + b;
+    case BinaryOp::sub: return a - b;
+    case BinaryOp::mul: return a * b;
+    case BinaryOp::div: return a / b;
+  }
+  return T(0);
+}
+
+template <class T> T apply(UnaryOp op, T x) {
+  switch (op) {
+    case UnaryOp::neg: return -x;
+    case UnaryOp::relu: return x > T(0) ? x : T(0);
+    case UnaryOp::sigmoid: return T(1) / (T(1) + std::exp(-x));
+    case UnaryOp::exp: return std::exp(x);
+    case UnaryOp::log: return std::log(x);
+    case UnaryOp::sqrt: return std::sqrt(x);
+    case UnaryOp::square: return x * x;
+    case UnaryOp::abs: return std::abs(x);
+  }
+  return T(0);
+}
+
+// d op(x) / dx * g, using whichever of x and y = op(x) is cheaper.
+template <class T> T apply_backward(UnaryOp op, T g, T x, T y) {
+  switch (op) {
+    case UnaryOp::neg: return -g;
+    case UnaryOp::relu: return y > T(0) ? g : T(0);
+    case UnaryOp::sigmoid: return g * y * (T(1) - y);
+    case UnaryOp::exp: return g * y;
+    case UnaryOp::log: return g / x;
+    case UnaryOp::sqrt: return g / (T(2) * y);
+    case UnaryOp::square: return g * T(2) * x;
+    case UnaryOp::abs: return x > T(0) ? g : (x < T(0) ? -g : T(0));
+  }
+  return T(0);
+}
+
+void check_same_dtype(const Tensor& a, const Tensor& b, const char* op) {
+  if (a.dtype() != b.dtype())
+    throw std::invalid_argument(std::string(op) + ": dtype mismatch " + std::string(dtype_name(a.dtype())) +
+                                " vs " + std::string(dtype_name(b.dtype())));
+}
+
+}  // namespace
+
+Tensor CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b) {
+  check_same_dtype(a, b, "binary op");
+  const Shape shape = broadcast_shape(a.shape(), b.shape());
+  Tensor out = Tensor::empty(shape, a.dtype());
+  TRAINER_DISPATCH_FLOAT(a.dtype(), "binary op", [&] {
+    scalar_t* o = out.data<scalar_t>();
+    const scalar_t* pa = a.data<scalar_t>();
+    const scalar_t* pb = b.data<scalar_t>();
+    if (a.shape() == b.shape() && a.is_contiguous() && b.is_contiguous()) {
+      const int64_t n = out.numel();
+      switch (op) {  // the common cases, written so the compiler vectorises them
+        case BinaryOp::add: for (int64_t i = 0; i < n; ++i) o[i] = pa[i] + pb[i]; return;
+        case BinaryOp::mul: for (int64_t i = 0; i < n; ++i) o[i] = pa[i] * pb[i]; return;
+        default: for (int64_t i = 0; i < n; ++i) o[i] = apply(op, pa[i], pb[i]); return;
+      }
+    }
+    int64_t i = 0;
+    cpu::for_each_index<2>(shape, {broadcast_strides(a, shape), broadcast_strides(b, shape)},
+                           [&](int64_t oa, int64_t ob) { o[i++] = apply(op, pa[oa], pb[ob]); });
+  });
+  return out;
+}
+
+Tensor CpuBackend::binary_scalar(BinaryOp op, const Tensor& a, double s, bool scalar_first) {
+  Tensor src = a.contiguous();
+  Tensor out = Tensor::empty(a.shape(), a.dtype());
+  TRAINER_DISPATCH_FLOAT(a.dtype(), "scalar op", [&] {
+    const scalar_t* p = src.data<scalar_t>();
+    scalar_t* o = out.data<scalar_t>();
+    const scalar_t v = static_cast<scalar_t>(s);
+    for (int64_t i = 0; i < out.numel(); ++i) o[i] = scalar_first ? apply(op, v, p[i]) : apply(op, p[i], v);
+  });
+  return out;
+}
+
+Tensor CpuBackend::unary(UnaryOp op, const Tensor& a) {
+  Tensor src = a.contiguous();
+  Tensor out = Tensor::empty(a.shape(), a.dtype());
+  TRAINER_DISPATCH_FLOAT(a.dtype(), "unary op", [&] {
+    const scalar_t* p = src.data<scalar_t>();
+    scalar_t* o = out.data<scalar_t>();
+    if (op == UnaryOp::relu) {
+      for (int64_t i = 0; i < out.numel(); ++i) o[i] = p[i] > scalar_t(0) ? p[i] : scalar_t(0);
+      return;
+    }
+    for (int64_t i = 0; i < out.numel(); ++i) o[i] = apply(op, p[i]);
+  });
+  return out;
+}
+
+Tensor CpuBackend::unary_backward(UnaryOp op, const Tensor& grad, const Tensor& x, const Tensor& y) {
+  Tensor g = grad.contiguous();
+  Tensor xs = x.defined() ? x.contiguous() : Tensor();
+  Tensor ys = y.defined() ? y.contiguous() : Tensor();
+  Tensor out = Tensor::empty(grad.shape(), grad.dtype());
+  TRAINER_DISPATCH_FLOAT(grad.dtype(), "unary backward", [&] {
+    const scalar_t* pg = g.data<scalar_t>();
+    const scalar_t* px = xs.defined() ? xs.data<scalar_t>() : nullptr;
+    const scalar_t* py = ys.defined() ? ys.data<scalar_t>() : nullptr;
+    scalar_t* o = out.data<scalar_t>();
+    for (int64_t i = 0; i < out.numel(); ++i)
+      o[i] = apply_backward(op, pg[i], px ? px[i] : scalar_t(0), py ? py[i] : scalar_t(0));
+  });
+  return out;
+}
+
+void CpuBackend::axpy(Tensor& dst, const Tensor& src, double alpha) {
+  check_same_dtype(dst, src, "axpy");
+  if (dst.shape() != src.shape()) throw std::invalid_argument("axpy: shape mismatch");
+  if (!dst.is_contiguous()) throw std::invalid_argument("axpy: destination must be contiguous");
+  Tensor s = src.contiguous();
+  TRAINER_DISPATCH_FLOAT(dst.dtype(), "axpy", [&] {
+    scalar_t* d = dst.data<scalar_t>();
+    const scalar_t* p = s.data<scalar_t>();
+    const scalar_t a = static_cast<scalar_t>(alpha);
+    for (int64_t i = 0; i < dst.numel(); ++i) d[i] += a * p[i];
+  });
+}
+
+void CpuBackend::scale(Tensor& dst, double alpha) {
+  if (!dst.is_contiguous()) throw std::invalid_argument("scale: destination must be contiguous");
+  TRAINER_DISPATCH_FLOAT(dst.dtype(), "scale", [&] {
+    scalar_t* d = dst.data<scalar_t>();
+    const scalar_t a = static_cast<scalar_t>(alpha);
+    for (int64_t i = 0; i < dst.numel(); ++i) d[i] *= a;
+  });
+}
+
+}  // namespace trainer

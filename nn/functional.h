@@ -1,0 +1,73 @@
+#pragma once
+// Differentiable ops on Variables. Each op computes its result through the device's Backend and
+// records one gradient closure (nn/autograd/variable.h). One op family per file in nn/functional/.
+#include <cstdint>
+#include <vector>
+
+#include "nn/autograd/variable.h"
+#include "nn/backend.h"
+
+namespace trainer {
+
+class Generator;
+
+namespace F {
+
+// ---- elementwise (nn/functional/elementwise.cpp); binary ops broadcast numpy-style
+Variable add(const Variable& a, const Variable& b);
+Variable sub(const Variable& a, const Variable& b);
+Variable mul(const Variable& a, const Variable& b);
+Variable div(const Variable& a, const Variable& b);
+Variable add(const Variable& a, double s);
+Variable sub(const Variable& a, double s);
+Variable rsub(double s, const Variable& a);  // s - a
+Variable mul(const Variable& a, double s);
+Variable div(const Variable& a, double s);
+Variable rdiv(double s, const Variable& a);  // s / a
+Variable neg(const Variable& a);
+Variable relu(const Variable& a);
+Variable sigmoid(const Variable& a);
+Variable exp(const Variable& a);
+Variable log(const Variable& a);
+Variable sqrt(const Variable& a);
+Variable square(const Variable& a);
+
+// ---- reductions (nn/functional/reduce.cpp); empty dims reduce over everything
+Variable sum(const Variable& a, const std::vector<int>& dims = {}, bool keepdim = false);
+Variable mean(const Variable& a, const std::vector<int>& dims = {}, bool keepdim = false);
+// Sums a broadcast gradient back down to `shape` (the adjoint of broadcasting).
+Tensor sum_to_shape(const Tensor& grad, const Shape& shape);
+
+// ---- shape (nn/functional/shape.cpp)
+Variable reshape(const Variable& a, const Shape& shape);
+Variable flatten(const Variable& a, int start_dim = 1);  // [N, ...] -> [N, prod(...)]
+Variable permute(const Variable& a, const std::vector<int>& order);
+Variable contiguous(const Variable& a, MemoryFormat format = MemoryFormat::contiguous);
+
+// ---- matmul (nn/functional/matmul.cpp)
+Variable matmul(const Variable& a, const Variable& b);  // [M, K] @ [K, N]
+// y = x @ weight^T + bias; x [N, in], weight [out, in], bias [out] or undefined.
+Variable linear(const Variable& x, const Variable& weight, const Variable& bias);
+
+// ---- convolution and pooling (nn/functional/conv.cpp, nn/functional/pool.cpp)
+Variable conv2d(const Variable& x, const Variable& weight, const Variable& bias, const Conv2dParams& p);
+Variable max_pool2d(const Variable& x, const Pool2dParams& p);
+Variable avg_pool2d(const Variable& x, const Pool2dParams& p);
+Variable global_avg_pool(const Variable& x);  // [N, C, H, W] -> [N, C]
+
+// ---- normalisation and regularisation (nn/functional/batch_norm.cpp, nn/functional/dropout.cpp)
+// Training mode normalises with batch statistics and updates running_mean/running_var in place
+// (momentum as PyTorch: running = (1 - m) * running + m * batch; unbiased variance); evaluation
+// mode uses the running statistics. weight/bias may be undefined.
+Variable batch_norm(const Variable& x, const Variable& weight, const Variable& bias, Tensor& running_mean,
+                    Tensor& running_var, bool training, double momentum, double eps);
+Variable dropout(const Variable& x, double p, bool training, Generator& gen);
+
+// ---- loss and metrics (nn/functional/loss.cpp). logits [N, K], targets i64 [N].
+// Mean cross-entropy with label smoothing (PyTorch's CrossEntropyLoss(label_smoothing=...)).
+Variable cross_entropy(const Variable& logits, const Tensor& targets, double label_smoothing = 0.0);
+// Number of samples whose target is among the top-k logits.
+int64_t topk_correct(const Tensor& logits, const Tensor& targets, int k);
+
+}  // namespace F
+}  // namespace trainer

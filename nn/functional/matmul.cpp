@@ -1,0 +1,35 @@
+#include "nn/functional.h"
+
+namespace trainer::F {
+
+Variable matmul(const Variable& a, const Variable& b) {
+  Backend& k = backend_for(a.data());
+  const Tensor ta = a.data(), tb = b.data();
+  return record_op("matmul", k.matmul(ta, tb, false, false), {a, b},
+                   [ta, tb](const Tensor& g) -> std::vector<Tensor> {
+                     Backend& k = backend_for(g);
+                     return {k.matmul(g, tb, false, true), k.matmul(ta, g, true, false)};  // g b^T, a^T g
+                   });
+}
+
+Variable linear(const Variable& x, const Variable& weight, const Variable& bias) {
+  if (x.dim() != 2) throw std::invalid_argument("linear: input must be [N, in], got " + shape_str(x.shape()));
+  if (weight.size(1) != x.size(1))
+    throw std::invalid_argument("linear: input has " + std::to_string(x.size(1)) + " features, weight expects " +
+                                std::to_string(weight.size(1)));
+  Backend& k = backend_for(x.data());
+  const Tensor tx = x.data(), tw = weight.data();
+  Tensor y = k.matmul(tx, tw, false, true);  // [N, out]
+  const bool has_bias = bias.defined();
+  if (has_bias) y = k.binary(BinaryOp::add, y, bias.data());
+  std::vector<Variable> inputs{x, weight};
+  if (has_bias) inputs.push_back(bias);
+  return record_op("linear", y, inputs, [tx, tw, has_bias](const Tensor& g) -> std::vector<Tensor> {
+    Backend& k = backend_for(g);
+    std::vector<Tensor> grads{k.matmul(g, tw, false, false), k.matmul(g, tx, true, false)};
+    if (has_bias) grads.push_back(k.sum(g, {0}, false));
+    return grads;
+  });
+}
+
+}  // namespace trainer::F

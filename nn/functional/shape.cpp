@@ -1,0 +1,30 @@
+#include "nn/functional.h"
+
+namespace trainer::F {
+
+Variable reshape(const Variable& a, const Shape& shape) {
+  const Shape in_shape = a.shape();
+  return record_op("reshape", a.data().reshape(shape), {a},
+                   [in_shape](const Tensor& g) -> std::vector<Tensor> { return {g.reshape(in_shape)}; });
+}
+
+Variable flatten(const Variable& a, int start_dim) {
+  Shape shape(a.shape().begin(), a.shape().begin() + start_dim);
+  shape.push_back(-1);
+  return reshape(a, shape);
+}
+
+Variable permute(const Variable& a, const std::vector<int>& order) {
+  std::vector<int> inverse(order.size());
+  for (size_t i = 0; i < order.size(); ++i) inverse[order[i] < 0 ? order[i] + order.size() : order[i]] = i;
+  return record_op("permute", a.data().permute(order), {a},
+                   [inverse](const Tensor& g) -> std::vector<Tensor> { return {g.permute(inverse)}; });
+}
+
+Variable contiguous(const Variable& a, MemoryFormat format) {
+  if (a.data().is_contiguous(format)) return a;
+  return record_op("contiguous", a.data().contiguous(format), {a},
+                   [](const Tensor& g) -> std::vector<Tensor> { return {g}; });
+}
+
+}  // namespace trainer::F

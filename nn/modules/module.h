@@ -1,0 +1,64 @@
+#pragma once
+// Base of all layers and models. Parameters and buffers are registered under names that, joined with
+// dots through the hierarchy, equal torchvision's state_dict keys ("layer1.0.conv1.weight",
+// "bn1.running_mean"), so weights travel to and from PyTorch unchanged.
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "nn/autograd/variable.h"
+
+namespace trainer {
+
+struct NamedParameter {
+  std::string name;
+  Variable param;
+};
+
+struct NamedBuffer {
+  std::string name;
+  Tensor* buffer;  // points into the owning module; valid while the module lives
+};
+
+class Module {
+ public:
+  virtual ~Module() = default;
+  virtual Variable forward(const Variable& x) = 0;
+  Variable operator()(const Variable& x) { return forward(x); }
+
+  // All parameters / buffers of this module and its children, in registration order.
+  std::vector<NamedParameter> named_parameters(const std::string& prefix = "") const;
+  std::vector<NamedBuffer> named_buffers(const std::string& prefix = "");
+  std::vector<Variable> parameters() const;
+  int64_t parameter_count() const;
+
+  void train(bool on = true);
+  void eval() { train(false); }
+  bool is_training() const { return training_; }
+  void zero_grad();
+  // Moves every parameter and buffer to `device` and casts floating ones to `dtype` in place.
+  void to(Device device);
+  void to(DType dtype);
+
+  const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& children() const { return children_; }
+
+ protected:
+  Variable& register_parameter(std::string name, Tensor value);
+  Tensor& register_buffer(std::string name, Tensor value);
+  template <class M> std::shared_ptr<M> register_module(std::string name, std::shared_ptr<M> module) {
+    children_.emplace_back(std::move(name), module);
+    return module;
+  }
+  virtual void on_train_mode_change() {}
+
+  bool training_ = true;
+
+ private:
+  // unique_ptr keeps addresses stable so NamedBuffer pointers and references stay valid.
+  std::vector<std::pair<std::string, std::unique_ptr<Variable>>> params_;
+  std::vector<std::pair<std::string, std::unique_ptr<Tensor>>> buffers_;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+};
+
+}  // namespace trainer
