@@ -72,7 +72,11 @@ void Variable::backward(const Tensor& grad_output) {
   // leaf how many edges reach it (its hooks fire when the last one has arrived).
   std::unordered_map<Node*, int> pending;
   std::unordered_map<VariableImpl*, int> leaf_pending;
+  // Nodes are owned by the variables they produced; inputs are released as nodes finish, so keep
+  // every node of this graph alive until the walk is over.
+  std::vector<std::shared_ptr<Node>> keep_alive;
   if (impl_->grad_fn) {
+    keep_alive.push_back(impl_->grad_fn);
     std::vector<Node*> stack{impl_->grad_fn.get()};
     pending[impl_->grad_fn.get()] = 0;
     while (!stack.empty()) {
@@ -81,7 +85,10 @@ void Variable::backward(const Tensor& grad_output) {
       for (const Variable& in : node->inputs) {
         if (!in.requires_grad()) continue;
         if (Node* child = in.grad_fn().get()) {
-          if (pending[child]++ == 0) stack.push_back(child);
+          if (pending[child]++ == 0) {
+            stack.push_back(child);
+            keep_alive.push_back(in.grad_fn());
+          }
         } else {
           ++leaf_pending[in.impl()];
         }

@@ -1,0 +1,137 @@
+#include <gtest/gtest.h>
+
+#include "gradcheck.h"
+#include "nn/functional.h"
+
+namespace trainer {
+namespace {
+
+using testing::random_tensor;
+
+TEST(Autograd, GradientsAccumulateAcrossBackwardCalls) {
+  Variable x(Tensor::from_vector<double>({1, 2, 3}, {3}), true);
+  F::sum(F::mul(x, x)).backward();
+  EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{2, 4, 6}));
+  F::sum(F::mul(x, 3.0)).backward();
+  EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{5, 7, 9}));
+  x.zero_grad();
+  EXPECT_FALSE(x.grad().defined());
+}
+
+TEST(Autograd, SharedSubexpressionGetsSummedGradient) {
+  Variable x(Tensor::from_vector<double>({2}, {1}), true);
+  Variable y = F::mul(x, 3.0);
+  Variable z = F::add(F::mul(y, y), y);  // 9x^2 + 3x -> 18x + 3
+  F::sum(z).backward();
+  EXPECT_DOUBLE_EQ(x.grad().item(), 39.0);
+}
+
+TEST(Autograd, NoGradRecordsNothing) {
+  Variable x(Tensor::ones({2}, DType::f64), true);
+  NoGradGuard guard;
+  Variable y = F::mul(x, 2.0);
+  EXPECT_FALSE(y.requires_grad());
+  EXPECT_TRUE(y.is_leaf());
+}
+
+TEST(Autograd, GradReadyHookFiresOncePerLeafAfterAllContributions) {
+  Variable w(Tensor::from_vector<double>({1, 2}, {2}), true);
+  Variable b(Tensor::from_vector<double>({5}, {1}), true);
+  std::vector<std::string> fired;
+  std::vector<double> seen;
+  w.add_grad_ready_hook([&](Variable& v) {
+    fired.push_back("w");
+    seen = v.grad().to_vector<double>();
+  });
+  b.add_grad_ready_hook([&](Variable&) { fired.push_back("b"); });
+  // w is used twice; its hook must fire only once, with the full gradient.
+  Variable y = F::add(F::mul(w, w), F::mul(w, b));
+  F::sum(y).backward();
+  EXPECT_EQ(std::count(fired.begin(), fired.end(), "w"), 1);
+  EXPECT_EQ(std::count(fired.begin(), fired.end(), "b"), 1);
+  EXPECT_EQ(seen, (std::vector<double>{2 * 1 + 5, 2 * 2 + 5}));
+}
+
+TEST(Autograd, GraphIsFreedAfterBackward) {
+  Variable x(Tensor::ones({2}, DType::f64), true);
+  Variable y = F::sum(F::mul(x, x));
+  y.backward();
+  EXPECT_THROW(y.backward(), std::logic_error);
+}
+
+TEST(Autograd, BackwardNeedsScalarOrSeed) {
+  Variable x(Tensor::ones({2}, DType::f64), true);
+  Variable y = F::mul(x, 2.0);
+  EXPECT_THROW(y.backward(), std::invalid_argument);
+  y.backward(Tensor::from_vector<double>({1, 10}, {2}));
+  EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{2, 20}));
+}
+
+// ---- finite-difference checks of the elementwise, reduction, shape and matmul ops
+
+Variable leaf(const Shape& s, Generator& g, double lo = -1, double hi = 1) {
+  return Variable(random_tensor(s, g, lo, hi), true);
+}
+
+TEST(Gradcheck, BinaryOpsWithBroadcasting) {
+  Generator g(1);
+  using Fn = Variable (*)(const Variable&, const Variable&);
+  for (Fn op : {static_cast<Fn>(F::add), static_cast<Fn>(F::sub), static_cast<Fn>(F::mul)}) {
+    EXPECT_GRADCHECK([op](auto& in) { return op(in[0], in[1]); }, {leaf({2, 3, 4}, g), leaf({3, 1}, g)});
+    EXPECT_GRADCHECK([op](auto& in) { return op(in[0], in[1]); }, {leaf({1, 4}, g), leaf({3, 1}, g)});
+  }
+  EXPECT_GRADCHECK([](auto& in) { return F::div(in[0], in[1]); }, {leaf({2, 3}, g), leaf({3}, g, 0.5, 2.0)});
+}
+
+TEST(Gradcheck, ScalarForms) {
+  Generator g(2);
+  EXPECT_GRADCHECK([](auto& in) { return F::add(in[0], 1.5); }, {leaf({5}, g)});
+  EXPECT_GRADCHECK([](auto& in) { return F::sub(in[0], 1.5); }, {leaf({5}, g)});
+  EXPECT_GRADCHECK([](auto& in) { return F::rsub(2.0, in[0]); }, {leaf({5}, g)});
+  EXPECT_GRADCHECK([](auto& in) { return F::mul(in[0], -3.0); }, {leaf({5}, g)});
+  EXPECT_GRADCHECK([](auto& in) { return F::div(in[0], 4.0); }, {leaf({5}, g)});
+  EXPECT_GRADCHECK([](auto& in) { return F::rdiv(2.0, in[0]); }, {leaf({5}, g, 0.5, 2.0)});
+}
+
+TEST(Gradcheck, UnaryOps) {
+  Generator g(3);
+  EXPECT_GRADCHECK([](auto& in) { return F::neg(in[0]); }, {leaf({4, 3}, g)});
+  EXPECT_GRADCHECK([](auto& in) { return F::sigmoid(in[0]); }, {leaf({4, 3}, g, -3, 3)});
+  EXPECT_GRADCHECK([](auto& in) { return F::exp(in[0]); }, {leaf({4, 3}, g)});
+  EXPECT_GRADCHECK([](auto& in) { return F::log(in[0]); }, {leaf({4, 3}, g, 0.5, 3)});
+  EXPECT_GRADCHECK([](auto& in) { return F::sqrt(in[0]); }, {leaf({4, 3}, g, 0.5, 3)});
+  EXPECT_GRADCHECK([](auto& in) { return F::square(in[0]); }, {leaf({4, 3}, g)});
+  // relu: keep inputs away from the kink where finite differences are undefined.
+  Tensor x = random_tensor({4, 3}, g, 0.1, 1.0);
+  double* p = x.data<double>();
+  for (int i = 0; i < 12; i += 2) p[i] = -p[i];
+  EXPECT_GRADCHECK([](auto& in) { return F::relu(in[0]); }, {Variable(x, true)});
+}
+
+TEST(Gradcheck, Reductions) {
+  Generator g(4);
+  EXPECT_GRADCHECK([](auto& in) { return F::sum(in[0]); }, {leaf({3, 4, 2}, g)});
+  EXPECT_GRADCHECK([](auto& in) { return F::sum(in[0], {0, 2}); }, {leaf({3, 4, 2}, g)});
+  EXPECT_GRADCHECK([](auto& in) { return F::mean(in[0], {1}, true); }, {leaf({3, 4, 2}, g)});
+  EXPECT_GRADCHECK([](auto& in) { return F::mean(in[0], {-1}); }, {leaf({3, 4, 2}, g)});
+}
+
+TEST(Gradcheck, ShapeOps) {
+  Generator g(5);
+  EXPECT_GRADCHECK([](auto& in) { return F::reshape(in[0], {4, -1}); }, {leaf({2, 3, 4}, g)});
+  EXPECT_GRADCHECK([](auto& in) { return F::flatten(in[0]); }, {leaf({2, 3, 2, 2}, g)});
+  EXPECT_GRADCHECK([](auto& in) { return F::mul(F::permute(in[0], {2, 0, 1}), 2.0); }, {leaf({2, 3, 4}, g)});
+  EXPECT_GRADCHECK([](auto& in) { return F::contiguous(in[0], MemoryFormat::channels_last); },
+                   {leaf({2, 3, 2, 2}, g)});
+}
+
+TEST(Gradcheck, MatmulAndLinear) {
+  Generator g(6);
+  EXPECT_GRADCHECK([](auto& in) { return F::matmul(in[0], in[1]); }, {leaf({3, 4}, g), leaf({4, 5}, g)});
+  EXPECT_GRADCHECK([](auto& in) { return F::linear(in[0], in[1], in[2]); },
+                   {leaf({3, 4}, g), leaf({5, 4}, g), leaf({5}, g)});
+  EXPECT_GRADCHECK([](auto& in) { return F::linear(in[0], in[1], Variable()); }, {leaf({3, 4}, g), leaf({2, 4}, g)});
+}
+
+}  // namespace
+}  // namespace trainer
