@@ -1,2 +1,55 @@
+// trainer: trains image classifiers from a TOML file. Dispatches to one subcommand per file.
 #include <cstdio>
-int main() { std::puts("trainer: under construction"); return 0; }
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "app/build_info.h"
+#include "app/cli.h"
+#include "app/commands.h"
+#include "app/config.h"
+
+namespace {
+
+const char* kUsage =
+    "usage: trainer <command> [options]\n\n"
+    "commands:\n"
+    "  train CONFIG [--set k=v ...] [--summary PATH]    train a model\n"
+    "  eval CONFIG --weights PATH [--summary PATH]      evaluate saved weights on the test split\n"
+    "  config CONFIG [--set k=v ...]                    print the resolved configuration\n"
+    "  version                                          print the build\n\n"
+    "`trainer <command> --help` describes a command. configs/reference.toml lists every config key.\n";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace trainer;
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+    std::fputs(kUsage, args.empty() ? stderr : stdout);
+    return args.empty() ? 2 : 0;
+  }
+  const std::string command = args[0];
+  args.erase(args.begin());
+  try {
+    if (command == "train") return train_command(args);
+    if (command == "eval") return eval_command(args);
+    if (command == "config") return config_command(args);
+    if (command == "version" || command == "--version") {
+      const BuildInfo b = build_info();
+      std::printf("trainer %s (%s, CUDA backend %s)\n", b.version.c_str(), b.compiler.c_str(), b.cuda ? "on" : "off");
+      return 0;
+    }
+    std::fprintf(stderr, "trainer: unknown command '%s'\n\n%s", command.c_str(), kUsage);
+    return 2;
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "trainer %s: %s\nSee `trainer %s --help`.\n", command.c_str(), e.what(), command.c_str());
+    return 2;
+  } catch (const ConfigError& e) {
+    std::fprintf(stderr, "trainer: config error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "trainer: error: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,47 @@
+#include "app/cli.h"
+
+#include <algorithm>
+
+namespace trainer {
+
+CommonArgs parse_common_args(const std::vector<std::string>& args, const std::vector<std::string>& allowed) {
+  CommonArgs out;
+  auto is_allowed = [&](const std::string& flag) {
+    return std::find(allowed.begin(), allowed.end(), flag) != allowed.end();
+  };
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string arg = args[i];
+    std::string value;
+    bool has_inline_value = false;
+    // --flag=value form; the split is at the first '=', so --set=a.b=c keeps "a.b=c" whole.
+    if (const size_t eq = arg.find('='); arg.rfind("--", 0) == 0 && eq != std::string::npos) {
+      value = arg.substr(eq + 1);
+      arg = arg.substr(0, eq);
+      has_inline_value = true;
+    }
+    auto take_value = [&]() -> std::string {
+      if (has_inline_value) return value;
+      if (i + 1 >= args.size()) throw UsageError(arg + " needs a value");
+      return args[++i];
+    };
+    if (arg == "--help" || arg == "-h") {
+      out.help = true;
+    } else if (arg == "--set") {
+      out.overrides.push_back(take_value());
+    } else if (arg == "--summary" && is_allowed(arg)) {
+      out.summary_path = take_value();
+    } else if (arg == "--weights" && is_allowed(arg)) {
+      out.weights_path = take_value();
+    } else if (arg.rfind("-", 0) == 0) {
+      throw UsageError("unknown option " + arg);
+    } else if (out.config_path.empty()) {
+      out.config_path = arg;
+    } else {
+      throw UsageError("unexpected argument '" + arg + "' (the config is already " + out.config_path + ")");
+    }
+  }
+  if (!out.help && out.config_path.empty()) throw UsageError("missing CONFIG (a TOML file, e.g. configs/fashion_mnist_cnn.toml)");
+  return out;
+}
+
+}  // namespace trainer

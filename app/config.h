@@ -1,0 +1,161 @@
+#pragma once
+// The typed training configuration: one struct per TOML section, every key with its default.
+// load_config() is the only way in: it parses the file, applies --set overrides, validates every key
+// and remembers where each value came from, so that any later error about a setting (a missing
+// dataset directory, say) can point at the line the user has to edit. configs/reference.toml documents
+// every key; keep it, the structs below and the schema in config_schema.h in step.
+#include <cstdint>
+#include <ctime>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace trainer {
+
+struct ModelConfig {
+  std::string name = "cnn";               // mlp | cnn | resnet18 | resnet34 | resnet50
+  std::string stem = "auto";              // auto | imagenet | cifar; auto = cifar for images <= 64 px
+  int num_classes = 0;                    // 0 = from the dataset
+  int in_channels = 0;                    // 0 = from the dataset
+  double dropout = 0.0;                   // [0, 1)
+  bool sync_bn = false;                   // all-reduce BatchNorm batch statistics across ranks
+  std::string bn_stats_sync = "average";  // average | none: running stats at checkpoint/eval time
+  bool operator==(const ModelConfig&) const = default;
+};
+
+struct DataConfig {
+  std::string dataset = "fashion_mnist";  // fashion_mnist | cifar10 | cifar100 | image_folder | synthetic
+  std::string root;                       // empty = the dataset's default directory
+  int batch_size = 128;                   // per rank
+  int eval_batch_size = 512;
+  int workers = -1;  // -1 = auto
+  int prefetch_batches = 4;
+  bool shuffle = true;
+  bool drop_last = true;
+  int random_crop_padding = 0;
+  bool hflip = false;
+  std::vector<double> normalize_mean;  // empty = dataset default
+  std::vector<double> normalize_std;   // same length as normalize_mean
+  int image_size = 0;                  // 0 = native
+  int synthetic_samples = 50000;
+  int synthetic_image_size = 32;
+  int synthetic_classes = 10;
+  bool operator==(const DataConfig&) const = default;
+};
+
+struct TrainConfig {
+  int epochs = 4;
+  int max_steps = 0;               // 0 = no limit
+  std::string device = "auto";     // auto | cpu | cuda
+  std::string precision = "fp32";  // fp32 | tf32 | bf16 | fp16
+  std::int64_t seed = 0;
+  int grad_accum_steps = 1;
+  double label_smoothing = 0.0;
+  int log_every_steps = 50;
+  int eval_every_epochs = 1;  // 0 = only at the end
+  std::string run_dir;        // empty = default_run_dir()
+  bool operator==(const TrainConfig&) const = default;
+};
+
+struct OptimConfig {
+  std::string name = "sgd";  // sgd | adamw
+  double lr = 0.1;
+  double momentum = 0.9;
+  bool nesterov = false;
+  double weight_decay = 5e-4;
+  bool no_decay_bn_bias = true;  // no weight decay on BatchNorm parameters and biases
+  std::vector<double> betas = {0.9, 0.999};
+  double eps = 1e-8;
+  double clip_grad_norm = 0.0;      // 0 = off
+  std::string lr_scaling = "none";  // none | linear
+  int base_batch_size = 128;        // linear scaling: lr * global_batch / base_batch_size
+  bool operator==(const OptimConfig&) const = default;
+};
+
+struct ScheduleConfig {
+  std::string name = "cosine";  // constant | step | multistep | cosine | onecycle
+  double warmup_epochs = 0.0;
+  double warmup_start_factor = 0.1;
+  int step_epochs = 30;
+  std::vector<int> milestones;  // epochs, strictly increasing
+  double gamma = 0.1;
+  double min_lr_factor = 0.0;
+  bool operator==(const ScheduleConfig&) const = default;
+};
+
+struct DistConfig {
+  std::string backend = "auto";  // auto | nccl | gloo
+  int timeout_seconds = 300;
+  int zero_stage = 0;  // 0..2
+  bool operator==(const DistConfig&) const = default;
+};
+
+struct CheckpointConfig {
+  std::string dir;  // empty = <run_dir>/checkpoints
+  int every_steps = 0;
+  int every_epochs = 1;
+  int keep_last = 3;
+  bool save_final = true;
+  bool operator==(const CheckpointConfig&) const = default;
+};
+
+struct MetricsConfig {
+  int port = 0;            // 0 = off; rank r serves on port + LOCAL_RANK
+  std::string host_label;  // empty = hostname
+  bool operator==(const MetricsConfig&) const = default;
+};
+
+struct Config {
+  ModelConfig model;
+  DataConfig data;
+  TrainConfig train;
+  OptimConfig optim;
+  ScheduleConfig schedule;
+  DistConfig dist;
+  CheckpointConfig checkpoint;
+  MetricsConfig metrics;
+
+  // Provenance, filled by load_config. Not part of the settings, so operator== ignores it.
+  std::string source_path;  // the config file as given on the command line
+  // dotted key -> where its value came from: "configs/x.toml:7:10", "--set train.epochs=3" or
+  // "(default)". Every schema key has an entry after load_config.
+  std::map<std::string, std::string> origin;
+
+  // Equal settings, wherever they came from.
+  bool operator==(const Config& other) const;
+};
+
+// Every configuration error: the message starts with where the offending value was written
+// ("file:line:column: ", "--set key=value: ") and names the dotted key.
+class ConfigError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Parses `path`, applies `overrides` ("section.key=value", later ones win) and validates. The value
+// of an override is parsed as TOML; one that does not parse (or any value of a string key that is not
+// a quoted string) is taken verbatim as a string, so `optim.name=adamw` works. Throws ConfigError
+// listing every problem found, one per line. An empty `path` means no file: defaults plus overrides.
+Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+
+// An error about `dotted_key` that points at where its value came from, for checks made after
+// loading (e.g. "configs/x.toml:5:8: data.root: directory '/nope' does not exist").
+ConfigError config_error_at(const Config& config, const std::string& dotted_key, const std::string& message);
+
+// The resolved configuration as TOML: every section and key in schema order. load_config() of the
+// result gives back an equal Config; it is what checkpoints store.
+std::string config_to_toml(const Config& config);
+
+// A human table, one line per key: "section.key  value  [source]", source being the file position,
+// "default" or "--set". Printed by rank 0 at start-up and by `trainer config`.
+std::string config_table(const Config& config);
+
+// Every dotted key of the schema, in schema order.
+std::vector<std::string> config_keys();
+
+// The run directory used when train.run_dir is empty: "runs/<config file stem>-<YYYYmmdd-HHMMSS>"
+// (local time). Decide it once, on rank 0, and share it: ranks start at different seconds.
+std::string default_run_dir(const Config& config, std::time_t now);
+
+}  // namespace trainer

@@ -1,0 +1,35 @@
+#include "app/evaluate.h"
+
+#include "data/distributed_sampler.h"
+#include "data/loader.h"
+#include "data/normalize.h"
+#include "nn/functional.h"
+
+namespace trainer {
+
+EvalMetrics evaluate(Experiment& e, const Dataset& dataset, int rank) {
+  const Config& c = e.config;
+  EvalShard shard(dataset.size(), e.world_size, rank);
+  LoaderOptions lo;
+  lo.batch_size = c.data.eval_batch_size;
+  lo.drop_last = false;  // every sample exactly once
+  lo.num_workers = c.data.workers < 0 ? 1 : c.data.workers;
+  lo.queue_depth = c.data.prefetch_batches;
+  std::shared_ptr<const Dataset> ds(std::shared_ptr<const Dataset>{}, &dataset);  // non-owning
+  DataLoader loader(ds, shard.indices(), lo);
+
+  const bool was_training = e.model->is_training();
+  e.model->eval();
+  NoGradGuard no_grad;
+  EvalMetrics metrics(dataset.num_classes());
+  while (auto batch = loader.next()) {
+    Tensor x = to_float_normalized(batch->images, e.normalization.mean, e.normalization.std);
+    Variable logits = (*e.model)(Variable(x));
+    auto [loss, probs] = backend_for(logits.data()).cross_entropy(logits.data(), batch->labels, 0.0);
+    metrics.add_batch(logits.data(), batch->labels, loss);
+  }
+  e.model->train(was_training);
+  return metrics;
+}
+
+}  // namespace trainer

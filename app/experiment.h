@@ -1,0 +1,32 @@
+#pragma once
+// Everything a run is made of, built from a resolved Config: datasets, model, optimizer and LR
+// schedule. `trainer train` and `trainer eval` share this so they build identical models.
+#include <memory>
+
+#include "app/config.h"
+#include "app/datasets.h"
+#include "nn/modules/module.h"
+#include "nn/optim/lr_schedule.h"
+#include "nn/optim/optimizer.h"
+#include "nn/random.h"
+
+namespace trainer {
+
+struct Experiment {
+  Config config;
+  Datasets data;
+  Normalization normalization;
+  std::shared_ptr<Generator> dropout_generator;
+  std::shared_ptr<Module> model;
+  std::unique_ptr<Optimizer> optimizer;
+  std::unique_ptr<LrSchedule> schedule;
+  int world_size = 1;
+  int64_t steps_per_epoch = 0;  // optimizer steps per epoch on this rank
+  int64_t total_steps = 0;      // optimizer steps of the whole run (max_steps applied)
+  double base_lr = 0.0;         // after linear scaling
+};
+
+// with_optimizer=false skips the optimizer and schedule (evaluation).
+Experiment build_experiment(const Config& config, bool with_optimizer);
+
+}  // namespace trainer

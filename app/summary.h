@@ -1,0 +1,25 @@
+#pragma once
+// The JSON written by --summary at the end of a run, for scripts and benchmarks.
+#include <string>
+
+namespace trainer {
+
+struct RunSummary {
+  int epochs = 0;
+  int64_t steps = 0;
+  int world_size = 1;
+  double train_seconds = 0.0;  // training steps only, without evaluation
+  double samples_per_second = 0.0;
+  double final_test_accuracy = 0.0;
+  double best_test_accuracy = 0.0;
+  double final_test_top5 = 0.0;
+  double final_test_loss = 0.0;
+  double final_train_loss = 0.0;
+  std::string run_dir;
+  std::string weights;
+};
+
+std::string summary_json(const RunSummary& s);
+void write_summary(const std::string& path, const RunSummary& s);
+
+}  // namespace trainer
