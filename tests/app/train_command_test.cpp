@@ -1,0 +1,163 @@
+// End-to-end tests of `trainer train` / `eval` / `config`: the binary is run as a user would run it.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <zlib.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct RunResult {
+  int exit_code;
+  std::string output;  // stdout and stderr together
+};
+
+RunResult run_trainer(const std::string& args) {
+  const char* bin = std::getenv("TRAINER_BIN");
+  const std::string cmd = std::string(bin ? bin : TRAINER_BINARY_DIR "/trainer") + " " + args + " 2>&1";
+  FILE* pipe = popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof buf, pipe)) out.append(buf, n);
+  const int status = pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+std::string read_file(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+class TrainCommand : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("trainer_e2e_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // A small synthetic run that takes a second or two.
+  std::string write_config(const std::string& extra = "") {
+    const fs::path path = dir_ / "small.toml";
+    std::ofstream(path) << "[model]\nname = \"cnn\"\nin_channels = 1\n"
+                           "[data]\ndataset = \"synthetic\"\nsynthetic_samples = 256\nsynthetic_image_size = 12\n"
+                           "batch_size = 32\nrandom_crop_padding = 2\nhflip = true\n"
+                           "[train]\nepochs = 2\nlog_every_steps = 4\n"
+                           "[optim]\nlr = 0.05\n"
+                        << extra;
+    return path.string();
+  }
+  std::string run_dir(const std::string& name) { return (dir_ / name).string(); }
+
+  fs::path dir_;
+};
+
+TEST_F(TrainCommand, TrainsAndWritesRunDirectoryAndSummary) {
+  const std::string summary = (dir_ / "summary.json").string();
+  RunResult r = run_trainer("train " + write_config() + " --set train.run_dir=" + run_dir("a") + " --summary " + summary);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* f : {"config.toml", "train.log", "train_steps.csv", "summary.json", "checkpoints/final.safetensors"})
+    EXPECT_TRUE(fs::exists(dir_ / "a" / f)) << f;
+  const std::string json = read_file(summary);
+  for (const char* key : {"\"epochs\": 2", "\"steps\": 16", "\"world_size\": 1", "\"train_seconds\"",
+                          "\"samples_per_second\"", "\"final_test_accuracy\"", "\"best_test_accuracy\"",
+                          "\"final_train_loss\""})
+    EXPECT_NE(json.find(key), std::string::npos) << key << " in " << json;
+  // The weights load back for evaluation.
+  RunResult e = run_trainer("eval " + write_config() + " --weights " + run_dir("a") + "/checkpoints/final.safetensors");
+  EXPECT_EQ(e.exit_code, 0) << e.output;
+  EXPECT_NE(e.output.find("top1"), std::string::npos);
+}
+
+TEST_F(TrainCommand, SameSeedGivesBitIdenticalLossesWhateverTheWorkerCount) {
+  ASSERT_EQ(run_trainer("train " + write_config() + " --set train.run_dir=" + run_dir("w0") + " --set data.workers=0").exit_code, 0);
+  ASSERT_EQ(run_trainer("train " + write_config() + " --set train.run_dir=" + run_dir("w0b") + " --set data.workers=0").exit_code, 0);
+  ASSERT_EQ(run_trainer("train " + write_config() + " --set train.run_dir=" + run_dir("w3") + " --set data.workers=3").exit_code, 0);
+  const std::string a = read_file(dir_ / "w0/train_steps.csv");
+  EXPECT_GT(std::count(a.begin(), a.end(), '\n'), 16);
+  EXPECT_EQ(a, read_file(dir_ / "w0b/train_steps.csv"));
+  EXPECT_EQ(a, read_file(dir_ / "w3/train_steps.csv"));
+  ASSERT_EQ(run_trainer("train " + write_config() + " --set train.run_dir=" + run_dir("s1") + " --set train.seed=1").exit_code, 0);
+  EXPECT_NE(a, read_file(dir_ / "s1/train_steps.csv"));
+}
+
+TEST_F(TrainCommand, MaxStepsBoundsTheRun) {
+  RunResult r = run_trainer("train " + write_config() + " --set train.run_dir=" + run_dir("m") + " --set train.max_steps=3");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string csv = read_file(dir_ / "m/train_steps.csv");
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 4);  // header + 3 steps
+}
+
+TEST_F(TrainCommand, MissingDatasetDirectoryNamesTheKeyAndWhereItWasSet) {
+  const fs::path cfg = dir_ / "fm.toml";
+  std::ofstream(cfg) << "[data]\ndataset = \"fashion_mnist\"\nroot = \"/nonexistent/fmnist\"\n";
+  RunResult r = run_trainer("train " + cfg.string() + " --set train.run_dir=" + run_dir("x"));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find(cfg.string() + ":3:8: data.root"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("/nonexistent/fmnist"), std::string::npos) << r.output;
+  RunResult s = run_trainer("train " + cfg.string() + " --set data.root=/also/missing");
+  EXPECT_EQ(s.exit_code, 1);
+  EXPECT_NE(s.output.find("--set data.root=/also/missing"), std::string::npos) << s.output;
+}
+
+TEST_F(TrainCommand, TruncatedIdxFileStopsWithFileAndProblem) {
+  const fs::path root = dir_ / "fmnist";
+  fs::create_directories(root);
+  // Valid headers, but the image payload is cut short.
+  auto write_be32 = [](std::ofstream& o, uint32_t v) {
+    const unsigned char b[4] = {static_cast<unsigned char>(v >> 24), static_cast<unsigned char>(v >> 16),
+                                static_cast<unsigned char>(v >> 8), static_cast<unsigned char>(v)};
+    o.write(reinterpret_cast<const char*>(b), 4);
+  };
+  for (const std::string split : {"train", "t10k"}) {
+    std::ofstream img(root / (split + "-images-idx3-ubyte"), std::ios::binary);
+    write_be32(img, 0x803);
+    write_be32(img, 100);
+    write_be32(img, 28);
+    write_be32(img, 28);
+    img << std::string(500, '\0');
+    std::ofstream lab(root / (split + "-labels-idx1-ubyte"), std::ios::binary);
+    write_be32(lab, 0x801);
+    write_be32(lab, 100);
+    lab << std::string(100, '\1');
+  }
+  RunResult r = run_trainer("train " + write_config() + " --set data.dataset=fashion_mnist --set data.root=" + root.string());
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("train-images-idx3-ubyte"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("truncated"), std::string::npos) << r.output;
+}
+
+TEST_F(TrainCommand, UsageAndConfigErrorsExitNonZeroWithAMessage) {
+  RunResult bad_set = run_trainer("train " + write_config() + " --set train.epochs=many");
+  EXPECT_EQ(bad_set.exit_code, 1);
+  EXPECT_NE(bad_set.output.find("--set train.epochs=many: train.epochs"), std::string::npos) << bad_set.output;
+  RunResult no_config = run_trainer("train");
+  EXPECT_EQ(no_config.exit_code, 2);
+  EXPECT_NE(no_config.output.find("missing CONFIG"), std::string::npos);
+  RunResult cpu_bf16 = run_trainer("train " + write_config() + " --set train.precision=bf16");
+  EXPECT_EQ(cpu_bf16.exit_code, 1);
+  EXPECT_NE(cpu_bf16.output.find("train.precision"), std::string::npos) << cpu_bf16.output;
+  RunResult help = run_trainer("train --help");
+  EXPECT_EQ(help.exit_code, 0);
+  EXPECT_NE(help.output.find("usage: trainer train"), std::string::npos);
+}
+
+TEST_F(TrainCommand, ConfigCommandPrintsResolvedKeysWithSources) {
+  RunResult r = run_trainer("config " + write_config() + " --set optim.lr=0.2");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("optim.lr"), std::string::npos);
+  EXPECT_NE(r.output.find("0.2           [--set]"), std::string::npos) << r.output;
+}
+
+}  // namespace
