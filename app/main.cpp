@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "app/blas_kernels.h"
 #include "app/build_info.h"
 #include "app/cli.h"
 #include "app/commands.h"
@@ -24,6 +25,7 @@ const char* kUsage =
 
 int main(int argc, char** argv) {
   using namespace trainer;
+  select_fast_blas_kernels(argv);
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
     std::fputs(kUsage, args.empty() ? stderr : stdout);

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "app/blas_kernels.h"
 #include "nn/functional.h"
 #include "nn/models/registry.h"
 #include "nn/optim/sgd.h"
@@ -58,6 +59,7 @@ double run(const Point& p) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  trainer::select_fast_blas_kernels(argv);
   std::vector<Point> points;
   Point custom{"", 64, 28, 1, 20};
   for (int i = 1; i + 1 < argc; i += 2) {

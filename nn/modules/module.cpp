@@ -32,6 +32,27 @@ std::vector<NamedBuffer> Module::named_buffers(const std::string& prefix) {
   return out;
 }
 
+std::vector<NamedTensor> Module::state_dict(const std::string& prefix) {
+  std::vector<NamedTensor> out;
+  for (auto& [name, p] : params_) out.push_back({prefix + name, &p->data(), false});
+  for (auto& [name, b] : buffers_) out.push_back({prefix + name, b.get(), true});
+  for (auto& [name, child] : children_) {
+    auto sub = child->state_dict(prefix + name + ".");
+    out.insert(out.end(), sub.begin(), sub.end());
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, Module*>> Module::named_modules(const std::string& prefix) {
+  std::vector<std::pair<std::string, Module*>> out;
+  out.emplace_back(prefix.empty() ? prefix : prefix.substr(0, prefix.size() - 1), this);
+  for (auto& [name, child] : children_) {
+    auto sub = child->named_modules(prefix + name + ".");
+    out.insert(out.end(), sub.begin(), sub.end());
+  }
+  return out;
+}
+
 std::vector<Variable> Module::parameters() const {
   std::vector<Variable> out;
   for (auto& np : named_parameters()) out.push_back(np.param);

@@ -21,6 +21,13 @@ struct NamedBuffer {
   Tensor* buffer;  // points into the owning module; valid while the module lives
 };
 
+// One entry of a state dict: a parameter's data or a buffer.
+struct NamedTensor {
+  std::string name;
+  Tensor* tensor;  // points into the owning module; valid while the module lives
+  bool is_buffer;
+};
+
 class Module {
  public:
   virtual ~Module() = default;
@@ -32,6 +39,15 @@ class Module {
   std::vector<NamedBuffer> named_buffers(const std::string& prefix = "");
   std::vector<Variable> parameters() const;
   int64_t parameter_count() const;
+  // Parameters and buffers in PyTorch's state_dict order (each module's parameters, then its buffers,
+  // then its children), so keys and order equal torchvision's.
+  std::vector<NamedTensor> state_dict(const std::string& prefix = "");
+  // This module (named `prefix` with its trailing dot removed, "" at the root) and every module below
+  // it, in pre-order.
+  std::vector<std::pair<std::string, Module*>> named_modules(const std::string& prefix = "");
+  // Called on every module after its tensors were overwritten from a checkpoint (load_module), so a
+  // module can drop values it derived from them.
+  virtual void on_state_loaded() {}
 
   void train(bool on = true);
   void eval() { train(false); }

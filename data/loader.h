@@ -1,0 +1,92 @@
+#pragma once
+// Turns a dataset and one epoch's indices (from DistributedSampler or EvalShard) into uint8 batches,
+// in order, optionally on worker threads that load ahead of the training loop.
+//
+// Batches are bit-identical for a given (seed, epoch) whatever the number of workers: each sample's
+// augmentations draw from a Generator seeded by (seed, epoch, dataset index), never from a shared
+// stream. Seeding by dataset index (not position) also makes a sample's augmentation independent of
+// the world size and of resuming mid-epoch, so N ranks see exactly what one rank would.
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <variant>
+#include <vector>
+
+#include "data/dataset.h"
+#include "data/transforms.h"
+#include "nn/tensor.h"
+
+namespace trainer {
+
+struct Batch {
+  Tensor images;                 // u8 [B, H, W, C], contiguous
+  Tensor labels;                 // i64 [B]
+  std::vector<int64_t> indices;  // dataset indices of the B samples
+  int64_t batch_index = 0;       // position in the epoch, counting from 0
+};
+
+struct LoaderOptions {
+  int64_t batch_size = 64;
+  bool drop_last = false;  // skip a last partial batch
+  TransformConfig transforms;
+  uint64_t seed = 0;
+  int64_t epoch = 0;
+  int num_workers = 0;  // 0 loads each batch inside next(), on the calling thread
+  // Most batches loaded or being loaded ahead of the consumer; 0 means 2 per worker. Never below
+  // num_workers, so no worker idles for want of a slot.
+  int queue_depth = 0;
+  int64_t first_batch = 0;  // resuming mid-epoch: start at this batch, skipping the ones before it
+};
+
+class DataLoader {
+ public:
+  // dataset is shared with the worker threads, so the loader holds a reference to it. Throws
+  // std::invalid_argument on a non-positive batch size or negative worker count.
+  DataLoader(std::shared_ptr<const Dataset> dataset, std::vector<int64_t> indices, LoaderOptions options);
+  // Stops the workers and joins them, also mid-epoch: a worker finishes at most the sample it is on.
+  ~DataLoader();
+  DataLoader(const DataLoader&) = delete;
+  DataLoader& operator=(const DataLoader&) = delete;
+
+  // The next batch in order, or nullopt at the end of the epoch. Rethrows, here on the consumer's
+  // thread, an exception a worker hit while loading this batch (a corrupt file, say); after that the
+  // loader is finished and every call rethrows it. Call from one thread at a time.
+  std::optional<Batch> next();
+
+  int64_t num_batches() const { return num_batches_; }  // in the whole epoch, including skipped ones
+  const LoaderOptions& options() const { return options_; }
+
+ private:
+  using Result = std::variant<Batch, std::exception_ptr>;
+
+  // Returns nullopt when the loader is stopping.
+  std::optional<Batch> load_batch(int64_t batch_index, std::vector<uint8_t>& scratch) const;
+  void worker_loop();
+  void stop_workers();
+
+  std::shared_ptr<const Dataset> dataset_;
+  std::vector<int64_t> indices_;
+  LoaderOptions options_;
+  ImageSize image_size_;
+  int64_t num_batches_ = 0;
+  int64_t queue_depth_ = 0;
+
+  std::mutex mutex_;
+  std::condition_variable slot_free_;    // workers wait for room ahead of the consumer
+  std::condition_variable batch_ready_;  // the consumer waits for the next batch in order
+  int64_t next_to_claim_ = 0;            // the next batch a worker will start
+  int64_t next_to_yield_ = 0;            // the next batch next() returns
+  std::map<int64_t, Result> finished_;   // batches loaded (or failed) but not yet returned
+  std::exception_ptr failure_;           // once set, next() rethrows it forever
+  std::atomic<bool> stopping_{false};
+  std::vector<std::uint8_t> scratch_;  // for loading without workers
+  std::vector<std::thread> workers_;
+};
+
+}  // namespace trainer

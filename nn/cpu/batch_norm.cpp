@@ -1,0 +1,256 @@
+// Batch-norm kernels, split like PyTorch's SyncBatchNorm (statistics, apply, backward reduce,
+// backward input) so a data-parallel layer can all-reduce the per-channel sums between the pieces.
+//
+// Layouts: a channels-last [N, C, H, W] input is walked in place as [N*H*W, C]; anything else is made
+// contiguous and walked as [N, C, inner] with inner = prod(dims after C) (so [N, C] inputs work too).
+// Both are the index (outer * C + c) * inner + i, with inner = 1 for channels-last. Outputs share x's
+// layout. Per-channel sums are accumulated in double.
+#include <array>
+#include <cmath>
+#include <utility>
+#include <vector>
+
+#include "nn/cpu/cpu_backend.h"
+
+namespace trainer {
+namespace {
+
+struct ChannelLayout {
+  MemoryFormat format = MemoryFormat::contiguous;
+  int64_t outer = 0;     // N, or N*H*W for channels-last
+  int64_t channels = 0;  // C
+  int64_t inner = 1;     // prod(dims after C), or 1 for channels-last
+  int64_t per_channel() const { return outer * inner; }
+};
+
+ChannelLayout channel_layout(const Tensor& x, const char* op) {
+  if (x.dim() < 2)
+    throw std::invalid_argument(std::string(op) + ": input must be [N, C, ...], got shape " +
+                                shape_str(x.shape()));
+  ChannelLayout l;
+  l.channels = x.size(1);
+  if (x.suggest_memory_format() == MemoryFormat::channels_last) {
+    l.format = MemoryFormat::channels_last;
+    l.outer = x.size(0) * x.size(2) * x.size(3);
+    l.inner = 1;
+  } else {
+    l.outer = x.size(0);
+    l.inner = 1;
+    for (int d = 2; d < x.dim(); ++d) l.inner *= x.size(d);
+  }
+  return l;
+}
+
+// out = (x - m[c]) * a[c] + b[c], plus g * s[c] when HasG, for every element in layout `l`. The loops
+// are written per layout with restrict pointers so the compiler vectorises them: along a channel's
+// contiguous run for [N, C, inner], across channels for channels-last.
+template <bool HasG, class T>
+void channel_affine(const ChannelLayout& l, const T* x, const T* g, T* out, const T* m, const T* a,
+                    const T* b, const T* s) {
+  const int64_t C = l.channels;
+  if (l.inner == 1) {
+    for (int64_t o = 0; o < l.outer; ++o) {
+      const T* __restrict xr = x + o * C;
+      T* __restrict yr = out + o * C;
+      if constexpr (HasG) {
+        const T* __restrict gr = g + o * C;
+        for (int64_t c = 0; c < C; ++c) yr[c] = (xr[c] - m[c]) * a[c] + b[c] + gr[c] * s[c];
+      } else {
+        for (int64_t c = 0; c < C; ++c) yr[c] = (xr[c] - m[c]) * a[c] + b[c];
+      }
+    }
+    return;
+  }
+  const int64_t n = l.inner;
+  for (int64_t o = 0; o < l.outer; ++o)
+    for (int64_t c = 0; c < C; ++c) {
+      const int64_t base = (o * C + c) * n;
+      const T* __restrict xs = x + base;
+      T* __restrict ys = out + base;
+      const T mc = m[c], ac = a[c], bc = b[c];
+      if constexpr (HasG) {
+        const T* __restrict gs = g + base;
+        const T sc = s[c];
+        for (int64_t i = 0; i < n; ++i) ys[i] = (xs[i] - mc) * ac + bc + gs[i] * sc;
+      } else {
+        for (int64_t i = 0; i < n; ++i) ys[i] = (xs[i] - mc) * ac + bc;
+      }
+    }
+}
+
+// Per-channel sums in double of fn(index, c), which returns std::array<double, K> so that one pass
+// over memory feeds K sums. Along a channel's run four partial sums break the add dependency chain;
+// across channels (channels-last) each channel's accumulator is independent already.
+template <size_t K, class Fn>
+std::array<std::vector<double>, K> channel_sums(const ChannelLayout& l, Fn&& fn) {
+  static_assert(K == 1 || K == 2);
+  const int64_t C = l.channels;
+  std::array<std::vector<double>, K> acc;
+  for (auto& v : acc) v.assign(static_cast<size_t>(C), 0.0);
+  if (l.inner == 1) {
+    double* __restrict a0 = acc[0].data();
+    double* __restrict a1 = acc[K - 1].data();
+    for (int64_t o = 0; o < l.outer; ++o)
+      for (int64_t c = 0; c < C; ++c) {
+        const std::array<double, K> v = fn(o * C + c, c);
+        a0[c] += v[0];
+        if constexpr (K == 2) a1[c] += v[1];
+      }
+    return acc;
+  }
+  const int64_t n = l.inner;
+  for (int64_t o = 0; o < l.outer; ++o)
+    for (int64_t c = 0; c < C; ++c) {
+      const int64_t base = (o * C + c) * n;
+      std::array<std::array<double, K>, 4> part{};
+      int64_t i = 0;
+      for (; i + 4 <= n; i += 4)
+        for (int u = 0; u < 4; ++u) {
+          const std::array<double, K> v = fn(base + i + u, c);
+          for (size_t k = 0; k < K; ++k) part[u][k] += v[k];
+        }
+      for (; i < n; ++i) {
+        const std::array<double, K> v = fn(base + i, c);
+        for (size_t k = 0; k < K; ++k) part[0][k] += v[k];
+      }
+      for (size_t k = 0; k < K; ++k) acc[k][c] += (part[0][k] + part[1][k]) + (part[2][k] + part[3][k]);
+    }
+  return acc;
+}
+
+// x (or a tensor of x's shape) in the layout chosen for x.
+Tensor in_layout(const Tensor& t, const ChannelLayout& l) { return t.contiguous(l.format); }
+
+void check_same(const Tensor& a, const Tensor& x, const char* op, const char* name) {
+  if (a.shape() != x.shape())
+    throw std::invalid_argument(std::string(op) + ": " + name + " has shape " + shape_str(a.shape()) +
+                                ", input has " + shape_str(x.shape()));
+  if (a.dtype() != x.dtype())
+    throw std::invalid_argument(std::string(op) + ": " + name + " is " + std::string(dtype_name(a.dtype())) +
+                                ", input is " + std::string(dtype_name(x.dtype())));
+}
+
+// A [C] per-channel tensor as host doubles; `fallback` fills it when the tensor is undefined and
+// optional (gamma = 1, beta = 0).
+std::vector<double> channel_values(const Tensor& t, int64_t C, const char* op, const char* name,
+                                   bool optional, double fallback = 0.0) {
+  if (!t.defined()) {
+    if (!optional) throw std::invalid_argument(std::string(op) + ": " + name + " is undefined");
+    return std::vector<double>(static_cast<size_t>(C), fallback);
+  }
+  if (t.dim() != 1 || t.size(0) != C)
+    throw std::invalid_argument(std::string(op) + ": " + name + " must have shape [" + std::to_string(C) +
+                                "], got " + shape_str(t.shape()));
+  return t.to_vector<double>();
+}
+
+Tensor channel_tensor(const std::vector<double>& values, DType dtype) {
+  return Tensor::from_vector(values, {static_cast<int64_t>(values.size())}).to(dtype);
+}
+
+}  // namespace
+
+std::pair<Tensor, Tensor> CpuBackend::bn_mean_var(const Tensor& x_in) {
+  const ChannelLayout l = channel_layout(x_in, "bn_mean_var");
+  if (l.per_channel() == 0)
+    throw std::invalid_argument("bn_mean_var: no values per channel in input of shape " +
+                                shape_str(x_in.shape()));
+  const Tensor x = in_layout(x_in, l);
+  const double n = static_cast<double>(l.per_channel());
+  std::vector<double> mean, var;
+  TRAINER_DISPATCH_FLOAT(x.dtype(), "bn_mean_var", [&] {
+    const scalar_t* px = x.data<scalar_t>();
+    mean = channel_sums<1>(l, [&](int64_t i, int64_t) { return std::array<double, 1>{double(px[i])}; })[0];
+    for (double& m : mean) m /= n;
+    // Two passes: the sum of squared deviations does not cancel catastrophically when |mean| >> std.
+    var = channel_sums<1>(l, [&](int64_t i, int64_t c) {
+      const double d = double(px[i]) - mean[c];
+      return std::array<double, 1>{d * d};
+    })[0];
+    for (double& v : var) v /= n;
+  });
+  return {channel_tensor(mean, x.dtype()), channel_tensor(var, x.dtype())};
+}
+
+Tensor CpuBackend::bn_apply(const Tensor& x_in, const Tensor& mean_t, const Tensor& invstd_t,
+                            const Tensor& gamma_t, const Tensor& beta_t) {
+  const ChannelLayout l = channel_layout(x_in, "bn_apply");
+  const int64_t C = l.channels;
+  const std::vector<double> mean = channel_values(mean_t, C, "bn_apply", "mean", false);
+  const std::vector<double> invstd = channel_values(invstd_t, C, "bn_apply", "invstd", false);
+  const std::vector<double> gamma = channel_values(gamma_t, C, "bn_apply", "weight", true, 1.0);
+  const std::vector<double> beta = channel_values(beta_t, C, "bn_apply", "bias", true, 0.0);
+  const Tensor x = in_layout(x_in, l);
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), Device::cpu(), l.format);
+  TRAINER_DISPATCH_FLOAT(x.dtype(), "bn_apply", [&] {
+    std::vector<scalar_t> m(C), a(C), b(C);
+    for (int64_t c = 0; c < C; ++c) {
+      m[c] = static_cast<scalar_t>(mean[c]);
+      a[c] = static_cast<scalar_t>(invstd[c] * gamma[c]);
+      b[c] = static_cast<scalar_t>(beta[c]);
+    }
+    // (x - mean) * a + b rather than x * a + (b - mean * a): no cancellation when |mean| >> std.
+    channel_affine<false>(l, x.data<scalar_t>(), static_cast<const scalar_t*>(nullptr), y.data<scalar_t>(),
+                          m.data(), a.data(), b.data(), static_cast<const scalar_t*>(nullptr));
+  });
+  return y;
+}
+
+std::pair<Tensor, Tensor> CpuBackend::bn_backward_reduce(const Tensor& grad_y_in, const Tensor& x_in,
+                                                         const Tensor& mean_t, const Tensor& invstd_t) {
+  const ChannelLayout l = channel_layout(x_in, "bn_backward_reduce");
+  check_same(grad_y_in, x_in, "bn_backward_reduce", "grad_y");
+  const int64_t C = l.channels;
+  const std::vector<double> mean = channel_values(mean_t, C, "bn_backward_reduce", "mean", false);
+  const std::vector<double> invstd = channel_values(invstd_t, C, "bn_backward_reduce", "invstd", false);
+  const Tensor x = in_layout(x_in, l), g = in_layout(grad_y_in, l);
+  std::vector<double> sum_dy, sum_dy_xhat;
+  TRAINER_DISPATCH_FLOAT(x.dtype(), "bn_backward_reduce", [&] {
+    const scalar_t* px = x.data<scalar_t>();
+    const scalar_t* pg = g.data<scalar_t>();
+    auto sums = channel_sums<2>(l, [&](int64_t i, int64_t c) {
+      const double dy = pg[i];
+      return std::array<double, 2>{dy, dy * (double(px[i]) - mean[c])};
+    });
+    sum_dy = std::move(sums[0]);
+    sum_dy_xhat = std::move(sums[1]);
+  });
+  for (int64_t c = 0; c < C; ++c) sum_dy_xhat[c] *= invstd[c];
+  return {channel_tensor(sum_dy, x.dtype()), channel_tensor(sum_dy_xhat, x.dtype())};
+}
+
+Tensor CpuBackend::bn_backward_input(const Tensor& grad_y_in, const Tensor& x_in, const Tensor& mean_t,
+                                     const Tensor& invstd_t, const Tensor& gamma_t, const Tensor& sum_dy_t,
+                                     const Tensor& sum_dy_xhat_t, int64_t count) {
+  const ChannelLayout l = channel_layout(x_in, "bn_backward_input");
+  check_same(grad_y_in, x_in, "bn_backward_input", "grad_y");
+  if (count <= 0)
+    throw std::invalid_argument("bn_backward_input: count must be positive, got " + std::to_string(count));
+  const int64_t C = l.channels;
+  const std::vector<double> mean = channel_values(mean_t, C, "bn_backward_input", "mean", false);
+  const std::vector<double> invstd = channel_values(invstd_t, C, "bn_backward_input", "invstd", false);
+  const std::vector<double> gamma = channel_values(gamma_t, C, "bn_backward_input", "weight", true, 1.0);
+  const std::vector<double> sum_dy = channel_values(sum_dy_t, C, "bn_backward_input", "sum_dy", false);
+  const std::vector<double> sum_dy_xhat =
+      channel_values(sum_dy_xhat_t, C, "bn_backward_input", "sum_dy_xhat", false);
+  const Tensor x = in_layout(x_in, l), g = in_layout(grad_y_in, l);
+  Tensor gx = Tensor::empty(x.shape(), x.dtype(), Device::cpu(), l.format);
+  TRAINER_DISPATCH_FLOAT(x.dtype(), "bn_backward_input", [&] {
+    // grad_x = (dy - mean(dy) - xhat * mean(dy * xhat)) * invstd * gamma with xhat = (x - mean) * invstd,
+    // rearranged as (x - mean) * a + b + dy * s for the shared per-channel affine loop.
+    std::vector<scalar_t> m(C), a(C), b(C), s(C);
+    const double n = static_cast<double>(count);
+    for (int64_t c = 0; c < C; ++c) {
+      const double scale = invstd[c] * gamma[c];
+      m[c] = static_cast<scalar_t>(mean[c]);
+      a[c] = static_cast<scalar_t>(-sum_dy_xhat[c] / n * invstd[c] * scale);
+      b[c] = static_cast<scalar_t>(-sum_dy[c] / n * scale);
+      s[c] = static_cast<scalar_t>(scale);
+    }
+    channel_affine<true>(l, x.data<scalar_t>(), g.data<scalar_t>(), gx.data<scalar_t>(), m.data(), a.data(),
+                         b.data(), s.data());
+  });
+  return gx;
+}
+
+}  // namespace trainer

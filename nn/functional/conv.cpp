@@ -1,0 +1,30 @@
+#include "nn/functional.h"
+
+namespace trainer::F {
+
+Variable conv2d(const Variable& x, const Variable& weight, const Variable& bias, const Conv2dParams& p) {
+  Backend& k = backend_for(x.data());
+  const bool has_bias = bias.defined();
+  Tensor y = k.conv2d(x.data(), weight.data(), has_bias ? bias.data() : Tensor(), p);  // [N, O, OH, OW]
+  std::vector<Variable> inputs{x, weight};
+  if (has_bias) inputs.push_back(bias);
+  // grad_x needs only the weight and grad_w only the input: keep neither when its gradient is not wanted
+  // (the first layer's input never needs one).
+  const bool need_dx = x.requires_grad(), need_dw = weight.requires_grad();
+  const bool need_db = has_bias && bias.requires_grad();
+  const Tensor saved_w = need_dx ? weight.data() : Tensor();
+  const Tensor saved_x = need_dw ? x.data() : Tensor();
+  const Shape x_shape = x.shape(), w_shape = weight.shape();
+  return record_op(
+      "conv2d", y, std::move(inputs),
+      [saved_x, saved_w, x_shape, w_shape, p, has_bias, need_db](const Tensor& g) -> std::vector<Tensor> {
+        Backend& k = backend_for(g);
+        std::vector<Tensor> grads{
+            saved_w.defined() ? k.conv2d_backward_input(g, saved_w, x_shape, p) : Tensor(),
+            saved_x.defined() ? k.conv2d_backward_weight(g, saved_x, w_shape, p) : Tensor()};
+        if (has_bias) grads.push_back(need_db ? k.sum(g, {0, 2, 3}, false) : Tensor());
+        return grads;
+      });
+}
+
+}  // namespace trainer::F

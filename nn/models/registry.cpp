@@ -1,0 +1,55 @@
+#include "nn/models/registry.h"
+
+#include <map>
+#include <stdexcept>
+
+#include "nn/models/cnn.h"
+#include "nn/models/mlp.h"
+#include "nn/models/resnet.h"
+
+namespace trainer {
+namespace {
+
+const std::map<std::string, ModelFactory>& registry() {
+  static const std::map<std::string, ModelFactory> models = {
+      {"mlp", make_mlp},
+      {"cnn", make_cnn},
+      {"resnet18", [](const ModelOptions& o) { return make_resnet(ResNetDepth::resnet18, o); }},
+      {"resnet34", [](const ModelOptions& o) { return make_resnet(ResNetDepth::resnet34, o); }},
+      {"resnet50", [](const ModelOptions& o) { return make_resnet(ResNetDepth::resnet50, o); }},
+  };
+  return models;
+}
+
+std::string joined_names() {
+  std::string out;
+  for (const auto& name : model_names()) out += (out.empty() ? "" : ", ") + name;
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> model_names() {
+  std::vector<std::string> names;
+  for (const auto& [name, factory] : registry()) names.push_back(name);
+  return names;
+}
+
+std::shared_ptr<Module> create_model(const ModelOptions& options) {
+  const auto it = registry().find(options.name);
+  if (it == registry().end())
+    throw std::invalid_argument("unknown model '" + options.name + "'; known models: " + joined_names());
+  if (options.in_channels <= 0 || options.num_classes <= 0)
+    throw std::invalid_argument("model '" + options.name + "': in_channels (" +
+                                std::to_string(options.in_channels) + ") and num_classes (" +
+                                std::to_string(options.num_classes) + ") must be positive");
+  if (options.stem != "imagenet" && options.stem != "cifar")
+    throw std::invalid_argument("model '" + options.name + "': unknown stem '" + options.stem +
+                                "'; known stems: cifar, imagenet");
+  if (!(options.dropout >= 0.0 && options.dropout < 1.0))
+    throw std::invalid_argument("model '" + options.name + "': dropout must be in [0, 1), got " +
+                                std::to_string(options.dropout));
+  return it->second(options);
+}
+
+}  // namespace trainer

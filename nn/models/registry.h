@@ -1,0 +1,33 @@
+#pragma once
+// Models by name. A new model is one file pair that defines a factory plus one line in registry.cpp.
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "nn/modules/module.h"
+#include "nn/random.h"
+
+namespace trainer {
+
+struct ModelOptions {
+  std::string name = "resnet18";  // mlp | cnn | resnet18 | resnet34 | resnet50
+  std::string stem = "imagenet";  // ResNet only: imagenet (7x7/2 conv + max-pool) | cifar (3x3/1 conv)
+  int64_t in_channels = 3;
+  int64_t num_classes = 10;
+  int64_t image_size = 32;          // height = width; sizes the linear layers of mlp and cnn
+  double dropout = 0.0;             // cnn only: dropout before the last linear layer
+  uint64_t seed = 0;                // initial weights depend only on this
+  bool zero_init_residual = false;  // ResNet: last BN of each block starts at 0 (torchvision's option)
+  // Draws the dropout masks; when null the model makes its own, seeded from `seed`.
+  std::shared_ptr<Generator> dropout_generator;
+};
+
+using ModelFactory = std::function<std::shared_ptr<Module>(const ModelOptions&)>;
+
+// Builds the named model; throws std::invalid_argument for an unknown name or bad options.
+std::shared_ptr<Module> create_model(const ModelOptions& options);
+std::vector<std::string> model_names();
+
+}  // namespace trainer

@@ -1,0 +1,11 @@
+#include "nn/modules/basic.h"
+
+#include "nn/functional.h"
+
+namespace trainer {
+
+Variable ReLU::forward(const Variable& x) { return F::relu(x); }
+
+Variable Flatten::forward(const Variable& x) { return F::flatten(x, start_dim_); }
+
+}  // namespace trainer

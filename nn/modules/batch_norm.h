@@ -1,0 +1,43 @@
+#pragma once
+// Batch normalisation over N, H, W per channel, as torch.nn.BatchNorm2d: parameters weight/bias [C]
+// (affine), buffers running_mean/running_var [C] and num_batches_tracked (i64 scalar), so that
+// state dicts match torchvision's. Training mode normalises with batch statistics and updates the
+// running ones; evaluation mode uses the running statistics.
+#include <cstdint>
+
+#include "nn/modules/module.h"
+
+namespace trainer {
+
+class BatchNorm2d : public Module {
+ public:
+  explicit BatchNorm2d(int64_t num_features, double eps = 1e-5, double momentum = 0.1, bool affine = true);
+  Variable forward(const Variable& x) override;  // [N, C, H, W] -> same
+  void reset_parameters();                       // weight 1, bias 0
+  void reset_running_stats();                    // mean 0, var 1, count 0
+  void on_state_loaded() override { tracked_mirror_ = -1; }
+
+  int64_t num_features() const { return num_features_; }
+  double eps() const { return eps_; }
+  double momentum() const { return momentum_; }
+  Variable& weight() { return weight_; }  // undefined when !affine
+  Variable& bias() { return bias_; }
+  Tensor& running_mean() { return *running_mean_; }
+  Tensor& running_var() { return *running_var_; }
+  Tensor& num_batches_tracked() { return *num_batches_tracked_; }
+
+ private:
+  void count_batch();
+
+  int64_t num_features_;
+  double eps_, momentum_;
+  Variable weight_, bias_;
+  Tensor* running_mean_;  // buffers owned by Module; addresses are stable
+  Tensor* running_var_;
+  Tensor* num_batches_tracked_;
+  // Host copy of num_batches_tracked for device buffers, so counting costs no device sync
+  // (-1: not read yet).
+  int64_t tracked_mirror_ = -1;
+};
+
+}  // namespace trainer

@@ -1,0 +1,45 @@
+#include "nn/optim/adamw.h"
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "nn/backend.h"
+
+namespace trainer {
+namespace {
+
+const AdamWOptions& validated(const AdamWOptions& o) {
+  auto check = [](bool ok, const std::string& what, double value) {
+    if (!ok) throw std::invalid_argument("adamw: invalid " + what + " " + std::to_string(value));
+  };
+  check(std::isfinite(o.lr) && o.lr >= 0.0, "learning rate (must be >= 0)", o.lr);
+  check(o.beta1 >= 0.0 && o.beta1 < 1.0, "beta1 (must be in [0, 1))", o.beta1);
+  check(o.beta2 >= 0.0 && o.beta2 < 1.0, "beta2 (must be in [0, 1))", o.beta2);
+  check(std::isfinite(o.eps) && o.eps >= 0.0, "eps (must be >= 0)", o.eps);
+  check(std::isfinite(o.weight_decay) && o.weight_decay >= 0.0, "weight_decay (must be >= 0)",
+        o.weight_decay);
+  return o;
+}
+
+}  // namespace
+
+AdamW::AdamW(std::vector<NamedParameter> params, const AdamWOptions& options)
+    : Optimizer(
+          "adamw",
+          make_param_groups(std::move(params), validated(options).weight_decay, options.no_decay_bn_bias),
+          options.lr, {"exp_avg", "exp_avg_sq"}),
+      options_(options) {}
+
+void AdamW::update(Variable& param, const ParamGroup& group, ParamState& state) {
+  AdamWParams p;
+  p.lr = lr();
+  p.beta1 = options_.beta1;
+  p.beta2 = options_.beta2;
+  p.eps = options_.eps;
+  p.weight_decay = group.weight_decay;
+  p.step = state.steps;
+  backend_for(param.data()).adamw_step(param.data(), param.grad(), state.slots[0], state.slots[1], p);
+}
+
+}  // namespace trainer

@@ -1,0 +1,31 @@
+#pragma once
+// Adam with decoupled weight decay, torch.optim.AdamW's semantics (amsgrad off): the parameter
+// shrinks by lr * weight_decay before the bias-corrected Adam update. The bias correction uses each
+// parameter's own update count, as torch does.
+#include "nn/optim/optimizer.h"
+
+namespace trainer {
+
+struct AdamWOptions {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.01;
+  bool no_decay_bn_bias = false;  // weight decay 0 for 1-D parameters and biases (timm)
+};
+
+class AdamW final : public Optimizer {
+ public:
+  // Throws std::invalid_argument on invalid options (PyTorch's checks).
+  AdamW(std::vector<NamedParameter> params, const AdamWOptions& options);
+  const AdamWOptions& options() const { return options_; }
+
+ protected:
+  void update(Variable& param, const ParamGroup& group, ParamState& state) override;
+
+ private:
+  AdamWOptions options_;
+};
+
+}  // namespace trainer

@@ -1,0 +1,219 @@
+#include "nn/optim/optimizer.h"
+
+#include <cmath>
+#include <map>
+#include <set>
+#include <stdexcept>
+
+#include "nn/backend.h"
+
+namespace trainer {
+namespace {
+
+bool is_bias_name(const std::string& name) {
+  return name == "bias" || (name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0);
+}
+
+// Fresh storage with the parameter's shape, dtype, device and layout.
+Tensor empty_like(const Tensor& t) {
+  return Tensor::empty(t.shape(), t.dtype(), t.device(), t.suggest_memory_format());
+}
+
+std::string entry_name(const std::string& slot, const std::string& param) { return slot + "." + param; }
+
+}  // namespace
+
+std::vector<ParamGroup> make_param_groups(std::vector<NamedParameter> params, double weight_decay,
+                                          bool no_decay_bn_bias) {
+  if (!no_decay_bn_bias) return {ParamGroup{"default", std::move(params), weight_decay}};
+  ParamGroup decay{"decay", {}, weight_decay}, no_decay{"no_decay", {}, 0.0};
+  for (NamedParameter& p : params) {
+    const bool skip = p.param.defined() && (p.param.dim() <= 1 || is_bias_name(p.name));
+    (skip ? no_decay : decay).params.push_back(std::move(p));
+  }
+  std::vector<ParamGroup> groups;
+  if (!decay.params.empty()) groups.push_back(std::move(decay));
+  if (!no_decay.params.empty()) groups.push_back(std::move(no_decay));
+  return groups;
+}
+
+Optimizer::Optimizer(std::string name, std::vector<ParamGroup> groups, double lr,
+                     std::vector<std::string> slots)
+    : name_(std::move(name)), groups_(std::move(groups)), slots_(std::move(slots)) {
+  std::set<std::string> names;
+  std::set<const VariableImpl*> impls;
+  size_t count = 0;
+  for (const ParamGroup& group : groups_) {
+    for (const NamedParameter& p : group.params) {
+      if (!p.param.defined())
+        throw std::invalid_argument(name_ + ": parameter '" + p.name + "' is undefined");
+      if (!names.insert(p.name).second)
+        throw std::invalid_argument(name_ + ": parameter name '" + p.name + "' appears twice");
+      if (!impls.insert(p.param.impl()).second)
+        throw std::invalid_argument(name_ + ": parameter '" + p.name +
+                                    "' is the same variable as another one");
+    }
+    count += group.params.size();
+    states_.emplace_back(group.params.size());
+  }
+  if (count == 0) throw std::invalid_argument(name_ + ": got an empty parameter list");
+  set_lr(lr);
+}
+
+void Optimizer::set_lr(double lr) {
+  if (!std::isfinite(lr) || lr < 0.0)
+    throw std::invalid_argument(name() + ": invalid learning rate " + std::to_string(lr) + " (must be >= 0)");
+  lr_ = lr;
+}
+
+void Optimizer::step() {
+  ++step_count_;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    for (size_t i = 0; i < groups_[g].params.size(); ++i) {
+      NamedParameter& named = groups_[g].params[i];
+      Variable& param = named.param;
+      const Tensor& grad = param.grad();
+      if (!grad.defined()) continue;
+      if (grad.shape() != param.shape() || grad.device() != param.device())
+        throw std::invalid_argument(name() + ": gradient " + grad.str() + " of parameter '" + named.name +
+                                    "' does not match its data " + param.data().str());
+      ParamState& state = states_[g][i];
+      if (state.steps == 0) {
+        state.slots.resize(slots_.size());
+        for (Tensor& slot : state.slots) {
+          if (!slot.defined()) slot = empty_like(param.data());
+          slot.zero_();
+        }
+      }
+      ++state.steps;
+      update(param, groups_[g], state);
+    }
+  }
+}
+
+void Optimizer::zero_grad() {
+  for (ParamGroup& group : groups_)
+    for (NamedParameter& p : group.params) p.param.zero_grad();
+}
+
+std::vector<std::pair<std::string, Tensor>> Optimizer::state_tensors() const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  if (slots_.empty()) return out;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    for (size_t i = 0; i < groups_[g].params.size(); ++i) {
+      const NamedParameter& named = groups_[g].params[i];
+      const ParamState& state = states_[g][i];
+      for (size_t k = 0; k < slots_.size(); ++k) {
+        // A copy, so that a checkpoint written later (or asynchronously) sees this step's state.
+        Tensor t = k < state.slots.size() && state.slots[k].defined()
+                       ? state.slots[k].clone(state.slots[k].suggest_memory_format())
+                       : empty_like(named.param.data());
+        if (state.steps == 0) t.zero_();
+        out.emplace_back(entry_name(slots_[k], named.name), std::move(t));
+      }
+      out.emplace_back(entry_name("step", named.name),
+                       Tensor::scalar(static_cast<double>(state.steps), DType::i64));
+    }
+  }
+  return out;
+}
+
+void Optimizer::load_state(const std::vector<std::pair<std::string, Tensor>>& state, int64_t step_count) {
+  const std::string where = name() + " state: ";
+  if (step_count < 0)
+    throw std::invalid_argument(where + "negative step count " + std::to_string(step_count));
+  std::map<std::string, const Tensor*> given;
+  for (const auto& [key, tensor] : state) {
+    if (!given.emplace(key, &tensor).second)
+      throw std::invalid_argument(where + "duplicate entry '" + key + "'");
+    if (!tensor.defined()) throw std::invalid_argument(where + "entry '" + key + "' is an undefined tensor");
+  }
+  auto take = [&](const std::string& key) -> const Tensor& {
+    auto it = given.find(key);
+    if (it == given.end()) throw std::invalid_argument(where + "missing entry '" + key + "'");
+    const Tensor& t = *it->second;
+    given.erase(it);
+    return t;
+  };
+
+  // Validate everything before changing anything.
+  std::vector<std::vector<int64_t>> steps(groups_.size());
+  std::vector<std::vector<std::vector<const Tensor*>>> slots(groups_.size());
+  if (!slots_.empty()) {
+    for (size_t g = 0; g < groups_.size(); ++g) {
+      for (const NamedParameter& named : groups_[g].params) {
+        std::vector<const Tensor*> tensors;
+        for (const std::string& slot : slots_) {
+          const std::string key = entry_name(slot, named.name);
+          const Tensor& t = take(key);
+          if (t.shape() != named.param.shape())
+            throw std::invalid_argument(where + "entry '" + key + "' has shape " + shape_str(t.shape()) +
+                                        ", the parameter has " + shape_str(named.param.shape()));
+          tensors.push_back(&t);
+        }
+        const std::string key = entry_name("step", named.name);
+        const Tensor& t = take(key);
+        if (t.numel() != 1)
+          throw std::invalid_argument(where + "entry '" + key + "' must hold one value, has shape " +
+                                      shape_str(t.shape()));
+        const double value = t.item();
+        if (!(value >= 0.0) || value != std::floor(value))
+          throw std::invalid_argument(where + "entry '" + key + "' must be a non-negative integer, is " +
+                                      std::to_string(value));
+        steps[g].push_back(static_cast<int64_t>(value));
+        slots[g].push_back(std::move(tensors));
+      }
+    }
+  }
+  if (!given.empty()) {
+    std::string expected = slots_.empty() ? "none" : "";
+    for (size_t k = 0; k < slots_.size(); ++k) expected += slots_[k] + ".<param>, ";
+    if (!slots_.empty()) expected += "step.<param>";
+    throw std::invalid_argument(where + "unexpected entry '" + given.begin()->first + "' (" + name() +
+                                " expects: " + expected + ")");
+  }
+
+  for (size_t g = 0; g < groups_.size() && !slots_.empty(); ++g) {
+    for (size_t i = 0; i < groups_[g].params.size(); ++i) {
+      ParamState& st = states_[g][i];
+      st.slots.resize(slots_.size());
+      for (size_t k = 0; k < slots_.size(); ++k) {
+        if (!st.slots[k].defined()) st.slots[k] = empty_like(groups_[g].params[i].param.data());
+        st.slots[k].copy_(*slots[g][i][k]);
+      }
+      st.steps = steps[g][i];
+    }
+  }
+  step_count_ = step_count;
+}
+
+double clip_grad_norm(const std::vector<Variable>& params, double max_norm) {
+  if (!std::isfinite(max_norm) || max_norm < 0.0)
+    throw std::invalid_argument("clip_grad_norm: max_norm must be finite and >= 0, got " +
+                                std::to_string(max_norm));
+  std::vector<Variable> with_grad;
+  double sum_sq = 0.0;
+  for (const Variable& v : params) {
+    if (!v.defined()) throw std::invalid_argument("clip_grad_norm: undefined variable");
+    if (!v.grad().defined()) continue;
+    Backend& be = backend_for(v.grad());
+    sum_sq += be.sum(be.unary(UnaryOp::square, v.grad()), {}, false).item();
+    with_grad.push_back(v);
+  }
+  const double total_norm = std::sqrt(sum_sq);
+  const double coef = max_norm / (total_norm + 1e-6);
+  // As torch: clamp(coef, max=1); a NaN norm propagates into the gradients.
+  if (!(coef >= 1.0)) {
+    for (Variable& v : with_grad) {
+      Tensor& g = v.grad();
+      Backend& be = backend_for(g);
+      if (g.is_contiguous())
+        be.scale(g, coef);
+      else
+        g = be.binary_scalar(BinaryOp::mul, g, coef, false);
+    }
+  }
+  return total_norm;
+}
+
+}  // namespace trainer

@@ -1,0 +1,87 @@
+#pragma once
+// Base of the optimizers: parameter groups, the step loop over parameters whose gradient is defined,
+// the learning rate that schedules set every iteration, and the per-parameter state that checkpoints
+// save and restore. Subclasses (Sgd, AdamW) name their state slots and call one backend kernel per
+// parameter, on the parameter's device.
+//
+// Checkpoint state: for every parameter of an optimizer that keeps state, "<slot>.<param name>" for
+// each slot (zeros when the parameter has not been stepped yet) and "step.<param name>" (an i64
+// scalar: how many updates this parameter received; 0 means its state is not initialised, as a
+// missing entry in torch.optim's state dict).
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "nn/autograd/variable.h"
+#include "nn/modules/module.h"
+
+namespace trainer {
+
+struct ParamGroup {
+  std::string name;  // "default", or "decay" / "no_decay" with no_decay_bn_bias
+  std::vector<NamedParameter> params;
+  double weight_decay = 0.0;
+};
+
+// Splits parameters into one group with `weight_decay` and, when `no_decay_bn_bias` is set, a
+// "no_decay" group with weight decay 0 holding every parameter with at most one dimension or a name
+// ending in ".bias" (biases, BatchNorm weights and biases: timm's param_groups_weight_decay). Empty
+// groups are left out.
+std::vector<ParamGroup> make_param_groups(std::vector<NamedParameter> params, double weight_decay,
+                                          bool no_decay_bn_bias);
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  // Updates every parameter whose gradient is defined; the others (and their state) stay untouched.
+  void step();
+  // Drops every gradient (PyTorch's set_to_none=True).
+  void zero_grad();
+
+  void set_lr(double lr);  // all groups; schedules call it before every step
+  double lr() const { return lr_; }
+  // Number of step() calls so far (restored by load_state).
+  int64_t step_count() const { return step_count_; }
+  const std::vector<ParamGroup>& param_groups() const { return groups_; }
+  const std::string& name() const { return name_; }  // "sgd", "adamw"
+
+  // Names of the per-parameter state tensors ("momentum_buffer", "exp_avg", ...); empty when the
+  // optimizer keeps no state (SGD without momentum).
+  const std::vector<std::string>& state_slots() const { return slots_; }
+  // The state as named tensors, in parameter order; see the header comment for the names.
+  std::vector<std::pair<std::string, Tensor>> state_tensors() const;
+  // Restores what state_tensors() returned (tensors are copied into this optimizer's own storage on
+  // the parameters' devices and dtypes). Throws, changing nothing, on a missing, unexpected,
+  // duplicated or mis-shaped entry, naming it.
+  void load_state(const std::vector<std::pair<std::string, Tensor>>& state, int64_t step_count);
+
+ protected:
+  struct ParamState {
+    int64_t steps = 0;          // updates received; 0 = uninitialised
+    std::vector<Tensor> slots;  // one per state slot, allocated at the first update or on load
+  };
+
+  Optimizer(std::string name, std::vector<ParamGroup> groups, double lr, std::vector<std::string> slots);
+  // Applies one update to `param` (whose grad is defined and matches) from group `group`.
+  // state.steps has already been incremented and the slots allocated (zeros when state.steps == 1).
+  virtual void update(Variable& param, const ParamGroup& group, ParamState& state) = 0;
+
+ private:
+  std::string name_;
+  std::vector<ParamGroup> groups_;
+  std::vector<std::vector<ParamState>> states_;  // parallel to groups_[g].params
+  std::vector<std::string> slots_;
+  double lr_ = 0.0;
+  int64_t step_count_ = 0;
+};
+
+// Scales all defined gradients in place so that their joint L2 norm is at most max_norm and returns
+// the norm before clipping (torch.nn.utils.clip_grad_norm_: coefficient max_norm / (norm + 1e-6),
+// applied only when below 1). Variables without a gradient are skipped.
+double clip_grad_norm(const std::vector<Variable>& params, double max_norm);
+
+}  // namespace trainer

@@ -1,0 +1,54 @@
+#include "nn/optim/sgd.h"
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "nn/backend.h"
+
+namespace trainer {
+namespace {
+
+const SgdOptions& validated(const SgdOptions& o) {
+  auto check = [](bool ok, const std::string& what, double value) {
+    if (!ok) throw std::invalid_argument("sgd: invalid " + what + " " + std::to_string(value));
+  };
+  check(std::isfinite(o.lr) && o.lr >= 0.0, "learning rate (must be >= 0)", o.lr);
+  check(std::isfinite(o.momentum) && o.momentum >= 0.0, "momentum (must be >= 0)", o.momentum);
+  check(std::isfinite(o.dampening), "dampening", o.dampening);
+  check(std::isfinite(o.weight_decay) && o.weight_decay >= 0.0, "weight_decay (must be >= 0)",
+        o.weight_decay);
+  if (o.nesterov && (o.momentum <= 0.0 || o.dampening != 0.0))
+    throw std::invalid_argument(
+        "sgd: nesterov momentum requires momentum > 0 and dampening 0 (got momentum " +
+        std::to_string(o.momentum) + ", dampening " + std::to_string(o.dampening) + ")");
+  return o;
+}
+
+std::vector<std::string> sgd_slots(const SgdOptions& o) {
+  if (o.momentum == 0.0) return {};
+  return {"momentum_buffer"};
+}
+
+}  // namespace
+
+Sgd::Sgd(std::vector<NamedParameter> params, const SgdOptions& options)
+    : Optimizer(
+          "sgd",
+          make_param_groups(std::move(params), validated(options).weight_decay, options.no_decay_bn_bias),
+          options.lr, sgd_slots(options)),
+      options_(options) {}
+
+void Sgd::update(Variable& param, const ParamGroup& group, ParamState& state) {
+  SgdParams p;
+  p.lr = lr();
+  p.momentum = options_.momentum;
+  p.dampening = options_.dampening;
+  p.weight_decay = group.weight_decay;
+  p.nesterov = options_.nesterov;
+  Tensor no_buffer;
+  Tensor& buffer = state.slots.empty() ? no_buffer : state.slots[0];
+  backend_for(param.data()).sgd_step(param.data(), param.grad(), buffer, state.steps == 1, p);
+}
+
+}  // namespace trainer

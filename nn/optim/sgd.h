@@ -1,0 +1,30 @@
+#pragma once
+// Stochastic gradient descent with torch.optim.SGD's semantics: coupled weight decay (added to the
+// gradient), momentum with dampening (the buffer starts as the first gradient), optional Nesterov.
+#include "nn/optim/optimizer.h"
+
+namespace trainer {
+
+struct SgdOptions {
+  double lr = 0.1;
+  double momentum = 0.0;
+  double dampening = 0.0;
+  double weight_decay = 0.0;
+  bool nesterov = false;
+  bool no_decay_bn_bias = false;  // weight decay 0 for 1-D parameters and biases (timm)
+};
+
+class Sgd final : public Optimizer {
+ public:
+  // Throws std::invalid_argument on invalid options (PyTorch's checks).
+  Sgd(std::vector<NamedParameter> params, const SgdOptions& options);
+  const SgdOptions& options() const { return options_; }
+
+ protected:
+  void update(Variable& param, const ParamGroup& group, ParamState& state) override;
+
+ private:
+  SgdOptions options_;
+};
+
+}  // namespace trainer

@@ -1,0 +1,41 @@
+#pragma once
+// Reading and writing safetensors files (the Hugging Face format PyTorch users exchange weights in):
+//   8-byte little-endian header length N | N bytes of JSON header | data section
+// The header maps each tensor name to {"dtype", "shape", "data_offsets": [begin, end]} (offsets
+// relative to the data section; tensors packed back to back) plus an optional "__metadata__" object
+// of string to string. Supported dtypes: F32, F64, F16, BF16, I64, U8.
+//
+// Writes are atomic (temp file in the same directory, fsync, rename), so a crash never leaves a
+// half-written checkpoint under the final name. Reads are strict: anything malformed or inconsistent
+// throws std::runtime_error naming the file and, where one is involved, the tensor.
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "nn/modules/module.h"
+#include "nn/tensor.h"
+
+namespace trainer {
+
+using SafetensorsMetadata = std::map<std::string, std::string>;
+
+// Tensors are stored in the given order; device or non-contiguous tensors are copied to contiguous
+// host memory first. Names must be unique, non-empty and not "__metadata__".
+void save_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
+                      const SafetensorsMetadata& metadata = {});
+// All tensors of the file (host, contiguous) by name; the metadata too when `metadata` is given.
+std::map<std::string, Tensor> load_safetensors(const std::string& path,
+                                               SafetensorsMetadata* metadata = nullptr);
+
+// A module's parameters and buffers under their dotted state-dict names, in PyTorch's order.
+void save_module(const std::string& path, Module& module, const SafetensorsMetadata& metadata = {});
+// Loads a file written by save_module (or torchvision's state_dict saved with safetensors) into
+// `module`. Strict: every tensor of the module must be in the file with the same dtype and shape and
+// the file must hold nothing else; the module is left untouched when any check fails.
+void load_module(const std::string& path, Module& module);
+
+// Safetensors' dtype names ("F32", "BF16", ...).
+std::string safetensors_dtype_name(DType dtype);
+
+}  // namespace trainer

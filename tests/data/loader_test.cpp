@@ -1,0 +1,198 @@
+#include "data/loader.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "data/data_error.h"
+#include "data/distributed_sampler.h"
+#include "data/synthetic.h"
+
+namespace trainer {
+namespace {
+
+std::shared_ptr<const Dataset> synthetic(int64_t size) {
+  return std::make_shared<SyntheticDataset>(SyntheticConfig{size, 3, 8, 8, 10, 3});
+}
+
+std::vector<Batch> drain(DataLoader& loader) {
+  std::vector<Batch> batches;
+  while (std::optional<Batch> batch = loader.next()) batches.push_back(std::move(*batch));
+  return batches;
+}
+
+// A dataset whose reads are slow, or fail at one index, to exercise the threads.
+class TroubledDataset : public SyntheticDataset {
+ public:
+  TroubledDataset(int64_t size, std::chrono::microseconds read_delay, int64_t failing_index = -1)
+      : SyntheticDataset({size, 1, 4, 4, 10, 0}), read_delay_(read_delay), failing_index_(failing_index) {}
+  void read_into(int64_t index, uint8_t* hwc_out) const override {
+    if (index == failing_index_) throw DataError("/data/broken.gz: corrupt gzip stream: invalid block type");
+    std::this_thread::sleep_for(read_delay_);
+    SyntheticDataset::read_into(index, hwc_out);
+  }
+
+ private:
+  std::chrono::microseconds read_delay_;
+  int64_t failing_index_;
+};
+
+TEST(DataLoader, BatchesAreIdenticalWhateverTheWorkerCount) {
+  const auto dataset = synthetic(203);
+  DistributedSampler sampler(203, 2, 1, true, 17, false);
+  sampler.set_epoch(3);
+  LoaderOptions options;
+  options.batch_size = 16;
+  options.transforms = {4, true};
+  options.seed = 17;
+  options.epoch = 3;
+
+  std::vector<std::vector<Batch>> runs;
+  for (const int workers : {0, 1, 4}) {
+    options.num_workers = workers;
+    options.queue_depth = workers == 4 ? 1 : 0;  // a depth below the worker count must still work
+    DataLoader loader(dataset, sampler.indices(), options);
+    runs.push_back(drain(loader));
+  }
+  ASSERT_EQ(runs[0].size(), 7u);  // 102 samples in batches of 16
+  for (size_t run = 1; run < runs.size(); ++run) {
+    ASSERT_EQ(runs[run].size(), runs[0].size());
+    for (size_t b = 0; b < runs[0].size(); ++b) {
+      EXPECT_EQ(runs[run][b].batch_index, static_cast<int64_t>(b));
+      EXPECT_EQ(runs[run][b].indices, runs[0][b].indices);
+      EXPECT_EQ(runs[run][b].images.to_vector<uint8_t>(), runs[0][b].images.to_vector<uint8_t>());
+      EXPECT_EQ(runs[run][b].labels.to_vector<int64_t>(), runs[0][b].labels.to_vector<int64_t>());
+    }
+  }
+}
+
+TEST(DataLoader, BatchesHoldTheSamplesInOrder) {
+  const auto dataset = synthetic(10);
+  const std::vector<int64_t> indices = {9, 2, 2, 5, 0, 7, 1};
+  for (const bool drop_last : {false, true}) {
+    LoaderOptions options;
+    options.batch_size = 3;
+    options.drop_last = drop_last;
+    options.num_workers = 2;
+    DataLoader loader(dataset, indices, options);
+    EXPECT_EQ(loader.num_batches(), drop_last ? 2 : 3);
+    const std::vector<Batch> batches = drain(loader);
+    ASSERT_EQ(batches.size(), drop_last ? 2u : 3u);
+    EXPECT_EQ(batches[0].images.shape(), (Shape{3, 8, 8, 3}));
+    EXPECT_TRUE(batches[0].images.is_contiguous());
+    EXPECT_EQ(batches[0].labels.dtype(), DType::i64);
+    if (!drop_last) {
+      EXPECT_EQ(batches[2].indices, std::vector<int64_t>{1});
+    }
+    for (const Batch& batch : batches) {
+      const std::vector<uint8_t> pixels = batch.images.to_vector<uint8_t>();
+      const std::vector<int64_t> labels = batch.labels.to_vector<int64_t>();
+      for (size_t i = 0; i < batch.indices.size(); ++i) {
+        const Sample sample = dataset->get(batch.indices[i]);  // no transforms: the raw sample
+        EXPECT_EQ(labels[i], sample.label);
+        EXPECT_EQ(0, std::memcmp(pixels.data() + i * sample.pixels.size(), sample.pixels.data(),
+                                 sample.pixels.size()));
+      }
+    }
+  }
+}
+
+TEST(DataLoader, ResumingMidEpochGivesTheSameRemainingBatches) {
+  const auto dataset = synthetic(50);
+  LoaderOptions options;
+  options.batch_size = 8;
+  options.transforms = {2, true};
+  options.seed = 1;
+  std::vector<int64_t> indices(50);
+  for (int64_t i = 0; i < 50; ++i) indices[static_cast<size_t>(i)] = (i * 7) % 50;
+  DataLoader full(dataset, indices, options);
+  const std::vector<Batch> all = drain(full);
+  options.first_batch = 4;
+  options.num_workers = 2;
+  DataLoader resumed(dataset, indices, options);
+  const std::vector<Batch> rest = drain(resumed);
+  ASSERT_EQ(rest.size(), all.size() - 4);
+  for (size_t b = 0; b < rest.size(); ++b) {
+    EXPECT_EQ(rest[b].batch_index, all[b + 4].batch_index);
+    EXPECT_EQ(rest[b].images.to_vector<uint8_t>(), all[b + 4].images.to_vector<uint8_t>());
+  }
+}
+
+TEST(DataLoader, AugmentationChangesWithTheEpoch) {
+  const auto dataset = synthetic(8);
+  LoaderOptions options;
+  options.batch_size = 8;
+  options.transforms = {4, true};
+  const std::vector<int64_t> indices = {0, 1, 2, 3, 4, 5, 6, 7};
+  DataLoader epoch0(dataset, indices, options);
+  options.epoch = 1;
+  DataLoader epoch1(dataset, indices, options);
+  EXPECT_NE(epoch0.next()->images.to_vector<uint8_t>(), epoch1.next()->images.to_vector<uint8_t>());
+}
+
+TEST(DataLoader, DestroyingMidEpochReturnsPromptly) {
+  // 100000 samples at 200 us each take 20 s or more: stopping must not wait for them.
+  const auto dataset = std::make_shared<TroubledDataset>(100000, std::chrono::microseconds(200));
+  std::vector<int64_t> indices(100000);
+  for (int64_t i = 0; i < 100000; ++i) indices[static_cast<size_t>(i)] = i;
+  for (const bool consume_one : {true, false}) {
+    LoaderOptions options;
+    options.batch_size = 2000;
+    options.num_workers = 4;
+    options.queue_depth = 8;
+    const auto start = std::chrono::steady_clock::now();
+    {
+      DataLoader loader(dataset, indices, options);
+      if (consume_one) {
+        ASSERT_TRUE(loader.next().has_value());
+      }
+    }
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    // A batch is about 0.5 s of reads; stopping itself costs at most one sample per worker.
+    EXPECT_LT(seconds, consume_one ? 3.0 : 1.0);
+  }
+}
+
+TEST(DataLoader, WorkerExceptionSurfacesInNextAfterTheBatchesBeforeIt) {
+  const auto dataset = std::make_shared<TroubledDataset>(40, std::chrono::microseconds(0), 25);
+  std::vector<int64_t> indices(40);
+  for (int64_t i = 0; i < 40; ++i) indices[static_cast<size_t>(i)] = i;
+  for (const int workers : {0, 1, 4}) {
+    LoaderOptions options;
+    options.batch_size = 10;
+    options.num_workers = workers;
+    DataLoader loader(dataset, indices, options);
+    ASSERT_TRUE(loader.next().has_value());
+    ASSERT_TRUE(loader.next().has_value());
+    for (int attempt = 0; attempt < 2; ++attempt) {  // the loader stays failed
+      try {
+        loader.next();
+        ADD_FAILURE() << "expected the worker's DataError, workers " << workers;
+      } catch (const DataError& error) {
+        EXPECT_STREQ(error.what(), "/data/broken.gz: corrupt gzip stream: invalid block type");
+      }
+    }
+  }
+}
+
+TEST(DataLoader, RejectsBadOptions) {
+  LoaderOptions options;
+  options.batch_size = 0;
+  EXPECT_THROW(DataLoader(synthetic(4), {0, 1}, options), std::invalid_argument);
+  options.batch_size = 1;
+  options.num_workers = -1;
+  EXPECT_THROW(DataLoader(synthetic(4), {0, 1}, options), std::invalid_argument);
+}
+
+TEST(DataLoader, EmptyEpochYieldsNothing) {
+  LoaderOptions options;
+  options.num_workers = 2;
+  DataLoader loader(synthetic(4), {}, options);
+  EXPECT_EQ(loader.num_batches(), 0);
+  EXPECT_FALSE(loader.next().has_value());
+}
+
+}  // namespace
+}  // namespace trainer

@@ -1,0 +1,244 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "gradcheck.h"
+#include "nn/functional.h"
+
+namespace trainer {
+namespace {
+
+using testing::random_tensor;
+
+constexpr double kEps = 1e-5;
+
+// Reference batch norm over a contiguous [N, C, H, W] f64 tensor: y = (x - mean) / sqrt(var + eps) * w + b.
+std::vector<double> reference_bn(const Tensor& x, const std::vector<double>& mean,
+                                 const std::vector<double>& var, const std::vector<double>& w,
+                                 const std::vector<double>& b) {
+  const std::vector<double> v = x.to_vector<double>();
+  const int64_t C = x.size(1), inner = x.size(2) * x.size(3);
+  std::vector<double> y(v.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    const int64_t c = (static_cast<int64_t>(i) / inner) % C;
+    y[i] = (v[i] - mean[c]) / std::sqrt(var[c] + kEps) * w[c] + b[c];
+  }
+  return y;
+}
+
+// Per-channel {mean, biased var} of a [N, C, H, W] tensor, computed naively.
+std::pair<std::vector<double>, std::vector<double>> reference_stats(const Tensor& x) {
+  const std::vector<double> v = x.to_vector<double>();
+  const int64_t C = x.size(1), inner = x.size(2) * x.size(3);
+  const double n = static_cast<double>(x.numel() / C);
+  std::vector<double> mean(C, 0.0), var(C, 0.0);
+  for (size_t i = 0; i < v.size(); ++i) mean[(i / inner) % C] += v[i] / n;
+  for (size_t i = 0; i < v.size(); ++i) {
+    const double d = v[i] - mean[(i / inner) % C];
+    var[(i / inner) % C] += d * d / n;
+  }
+  return {mean, var};
+}
+
+void expect_near(const std::vector<double>& a, const std::vector<double>& b, double tol) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], tol) << "element " << i;
+}
+
+TEST(BatchNorm, TrainingForwardMatchesReference) {
+  Generator gen(1);
+  Tensor x = random_tensor({3, 2, 2, 3}, gen, -2.0, 3.0);
+  Tensor w = random_tensor({2}, gen), b = random_tensor({2}, gen);
+  Tensor rm = Tensor::zeros({2}, DType::f64), rv = Tensor::ones({2}, DType::f64);
+  Variable y = F::batch_norm(Variable(x), Variable(w), Variable(b), rm, rv, true, 0.1, kEps);
+  auto [mean, var] = reference_stats(x);
+  expect_near(y.data().to_vector<double>(),
+              reference_bn(x, mean, var, w.to_vector<double>(), b.to_vector<double>()), 1e-12);
+}
+
+TEST(BatchNorm, ChannelsLastKeepsLayoutAndValues) {
+  Generator gen(2);
+  Tensor x = random_tensor({2, 3, 2, 2}, gen).to(DType::f32);
+  Tensor x_cl = x.contiguous(MemoryFormat::channels_last);
+  ASSERT_FALSE(x_cl.is_contiguous());
+  Tensor w = random_tensor({3}, gen).to(DType::f32), b = random_tensor({3}, gen).to(DType::f32);
+  Backend& k = cpu_backend();
+  auto [m1, v1] = k.bn_mean_var(x);
+  auto [m2, v2] = k.bn_mean_var(x_cl);
+  expect_near(m1.to_vector<double>(), m2.to_vector<double>(), 1e-6);
+  expect_near(v1.to_vector<double>(), v2.to_vector<double>(), 1e-6);
+  Tensor invstd = k.binary_scalar(
+      BinaryOp::div, k.unary(UnaryOp::sqrt, k.binary_scalar(BinaryOp::add, v1, kEps, false)), 1.0, true);
+  Tensor y1 = k.bn_apply(x, m1, invstd, w, b);
+  Tensor y2 = k.bn_apply(x_cl, m1, invstd, w, b);
+  EXPECT_TRUE(y1.is_contiguous());
+  EXPECT_TRUE(y2.is_contiguous(MemoryFormat::channels_last));
+  expect_near(y1.to_vector<double>(), y2.to_vector<double>(), 1e-6);
+
+  Tensor g = random_tensor({2, 3, 2, 2}, gen).to(DType::f32);  // NCHW gradient for a channels-last input
+  auto [s1, t1] = k.bn_backward_reduce(g, x, m1, invstd);
+  auto [s2, t2] = k.bn_backward_reduce(g, x_cl, m1, invstd);
+  expect_near(s1.to_vector<double>(), s2.to_vector<double>(), 1e-5);
+  expect_near(t1.to_vector<double>(), t2.to_vector<double>(), 1e-5);
+  Tensor gx1 = k.bn_backward_input(g, x, m1, invstd, w, s1, t1, 8);
+  Tensor gx2 = k.bn_backward_input(g, x_cl, m1, invstd, w, s1, t1, 8);
+  EXPECT_TRUE(gx2.is_contiguous(MemoryFormat::channels_last));
+  expect_near(gx1.to_vector<double>(), gx2.to_vector<double>(), 1e-5);
+}
+
+TEST(BatchNorm, FloatStatisticsStayAccurateWithLargeMean) {
+  // 1000 + 0.25 * {0..7} per channel: var = 0.0625 * 5.25. One-pass float sums would lose it.
+  std::vector<float> v;
+  for (int c = 0; c < 2; ++c)
+    for (int i = 0; i < 8; ++i) v.push_back(1000.0f * (c + 1) + 0.25f * i);
+  Tensor x = Tensor::from_vector(v, {1, 2, 2, 4});
+  auto [mean, var] = cpu_backend().bn_mean_var(x);
+  expect_near(mean.to_vector<double>(), {1000.875, 2000.875}, 1e-6);
+  expect_near(var.to_vector<double>(), {0.328125, 0.328125}, 1e-6);
+}
+
+TEST(BatchNorm, GradcheckTrainingWithoutAffine) {
+  Generator gen(3);
+  Tensor rm = Tensor::zeros({2}, DType::f64), rv = Tensor::ones({2}, DType::f64);
+  Variable x(random_tensor({3, 2, 2, 2}, gen), true);
+  EXPECT_GRADCHECK(
+      [&](const std::vector<Variable>& in) {
+        return F::batch_norm(in[0], Variable(), Variable(), rm, rv, true, 0.1, kEps);
+      },
+      {x});
+}
+
+TEST(BatchNorm, GradcheckTrainingWithAffine) {
+  Generator gen(4);
+  Tensor rm = Tensor::zeros({3}, DType::f64), rv = Tensor::ones({3}, DType::f64);
+  Variable x(random_tensor({2, 3, 2, 2}, gen), true);
+  Variable w(random_tensor({3}, gen, 0.5, 1.5), true), b(random_tensor({3}, gen), true);
+  EXPECT_GRADCHECK(
+      [&](const std::vector<Variable>& in) {
+        return F::batch_norm(in[0], in[1], in[2], rm, rv, true, 0.1, kEps);
+      },
+      {x, w, b});
+}
+
+TEST(BatchNorm, GradcheckTrainingChannelsLast) {
+  Generator gen(5);
+  Tensor rm = Tensor::zeros({3}, DType::f64), rv = Tensor::ones({3}, DType::f64);
+  Variable x(random_tensor({2, 3, 2, 2}, gen), true);
+  Variable w(random_tensor({3}, gen, 0.5, 1.5), true), b(random_tensor({3}, gen), true);
+  auto f = [&](const std::vector<Variable>& in) {
+    Variable x_cl = F::contiguous(in[0], MemoryFormat::channels_last);
+    return F::batch_norm(x_cl, in[1], in[2], rm, rv, true, 0.1, kEps);
+  };
+  EXPECT_TRUE(f({x, w, b}).data().is_contiguous(MemoryFormat::channels_last));
+  EXPECT_GRADCHECK(f, {x, w, b});
+}
+
+TEST(BatchNorm, GradcheckTrainingTwoDimensionalInput) {
+  Generator gen(6);
+  Tensor rm = Tensor::zeros({3}, DType::f64), rv = Tensor::ones({3}, DType::f64);
+  Variable x(random_tensor({4, 3}, gen), true);
+  Variable w(random_tensor({3}, gen, 0.5, 1.5), true), b(random_tensor({3}, gen), true);
+  EXPECT_GRADCHECK(
+      [&](const std::vector<Variable>& in) {
+        return F::batch_norm(in[0], in[1], in[2], rm, rv, true, 0.1, kEps);
+      },
+      {x, w, b});
+}
+
+TEST(BatchNorm, GradcheckEval) {
+  Generator gen(7);
+  Tensor rm = random_tensor({3}, gen), rv = random_tensor({3}, gen, 0.5, 1.5);
+  Variable x(random_tensor({2, 3, 2, 2}, gen), true);
+  Variable w(random_tensor({3}, gen, 0.5, 1.5), true), b(random_tensor({3}, gen), true);
+  EXPECT_GRADCHECK(
+      [&](const std::vector<Variable>& in) {
+        return F::batch_norm(in[0], in[1], in[2], rm, rv, false, 0.1, kEps);
+      },
+      {x, w, b});
+  Variable x2(random_tensor({2, 3, 2, 2}, gen), true);
+  EXPECT_GRADCHECK(
+      [&](const std::vector<Variable>& in) {
+        return F::batch_norm(in[0], Variable(), Variable(), rm, rv, false, 0.1, kEps);
+      },
+      {x2});
+}
+
+TEST(BatchNorm, EvalUsesRunningStatsAndLeavesThemAlone) {
+  Generator gen(8);
+  Tensor x = random_tensor({2, 2, 1, 3}, gen);
+  Tensor rm = Tensor::from_vector<double>({0.5, -1.0}, {2}),
+         rv = Tensor::from_vector<double>({2.0, 0.25}, {2});
+  Variable y = F::batch_norm(Variable(x), Variable(), Variable(), rm, rv, false, 0.1, kEps);
+  expect_near(y.data().to_vector<double>(), reference_bn(x, {0.5, -1.0}, {2.0, 0.25}, {1, 1}, {0, 0}), 1e-12);
+  EXPECT_EQ(rm.to_vector<double>(), (std::vector<double>{0.5, -1.0}));
+  EXPECT_EQ(rv.to_vector<double>(), (std::vector<double>{2.0, 0.25}));
+}
+
+TEST(BatchNorm, RunningStatsAfterTwoTrainingSteps) {
+  // [N=2, C=2, H=1, W=2]: channel 0 holds {1, 2, 3, 4} (mean 2.5, unbiased var 5/3), channel 1
+  // {0, 0, 0, 4} (mean 1, unbiased var 4). Step 2 uses 2x + 1: means {6, 3}, unbiased vars {20/3, 16}.
+  const std::vector<float> v1{1, 2, 0, 0, 3, 4, 0, 4};
+  std::vector<float> v2;
+  for (float v : v1) v2.push_back(2 * v + 1);
+  for (MemoryFormat format : {MemoryFormat::contiguous, MemoryFormat::channels_last}) {
+    Tensor rm = Tensor::zeros({2}), rv = Tensor::ones({2});
+    for (const auto& v : {v1, v2}) {
+      Tensor x = Tensor::from_vector(v, {2, 2, 1, 2}).contiguous(format);
+      F::batch_norm(Variable(x), Variable(), Variable(), rm, rv, true, 0.1, kEps);
+    }
+    // mean: 0.9 * (0.1 * 2.5) + 0.1 * 6 = 0.825; 0.9 * (0.1 * 1) + 0.1 * 3 = 0.39
+    // var: 0.9 * (0.9 + 0.1 * 5/3) + 0.1 * 20/3 = 1.62666..; 0.9 * (0.9 + 0.1 * 4) + 0.1 * 16 = 2.77
+    expect_near(rm.to_vector<double>(), {0.825, 0.39}, 1e-6);
+    expect_near(rv.to_vector<double>(), {0.81 + 0.15 + 2.0 / 3.0, 2.77}, 1e-6);
+  }
+}
+
+TEST(BatchNorm, TrainingGradientIsOrthogonalToOnesAndXhat) {
+  // With batch statistics (and eps = 0), grad_x sums to zero per channel and is orthogonal to xhat.
+  Generator gen(9);
+  Tensor rm = Tensor::zeros({2}, DType::f64), rv = Tensor::ones({2}, DType::f64);
+  Variable x(random_tensor({4, 2, 3, 1}, gen), true);
+  Variable y = F::batch_norm(x, Variable(), Variable(), rm, rv, true, 0.1, 0.0);
+  y.backward(random_tensor(y.shape(), gen));
+  const std::vector<double> gx = x.grad().to_vector<double>(), yv = y.data().to_vector<double>();
+  double s[2] = {0, 0}, d[2] = {0, 0};
+  for (size_t i = 0; i < gx.size(); ++i) {
+    s[(i / 3) % 2] += gx[i];
+    d[(i / 3) % 2] += gx[i] * yv[i];
+  }
+  for (int c = 0; c < 2; ++c) {
+    EXPECT_NEAR(s[c], 0.0, 1e-10);
+    EXPECT_NEAR(d[c], 0.0, 1e-10);
+  }
+}
+
+TEST(BatchNorm, RejectsBadInputs) {
+  Tensor rm = Tensor::zeros({2}), rv = Tensor::ones({2});
+  Variable x(Tensor::ones({2, 2, 2, 2}));
+  EXPECT_THROW(F::batch_norm(x, Variable(Tensor::ones({3})), Variable(), rm, rv, true, 0.1, kEps),
+               std::invalid_argument);
+  Tensor bad_rm = Tensor::zeros({3});
+  EXPECT_THROW(F::batch_norm(x, Variable(), Variable(), bad_rm, rv, true, 0.1, kEps), std::invalid_argument);
+  Variable one_per_channel(Tensor::ones({1, 2, 1, 1}));
+  EXPECT_THROW(F::batch_norm(one_per_channel, Variable(), Variable(), rm, rv, true, 0.1, kEps),
+               std::invalid_argument);
+  EXPECT_THROW(F::batch_norm(Variable(Tensor::ones({4})), Variable(), Variable(), rm, rv, true, 0.1, kEps),
+               std::invalid_argument);
+  EXPECT_THROW(cpu_backend().bn_mean_var(Tensor::ones({2, 2}, DType::i64)), std::invalid_argument);
+  Tensor m = Tensor::zeros({2}), s = Tensor::ones({2});
+  EXPECT_THROW(cpu_backend().bn_backward_reduce(Tensor::ones({2, 2, 1, 2}), Tensor::ones({2, 2, 2, 2}), m, s),
+               std::invalid_argument);
+}
+
+TEST(BatchNorm, WithoutRunningStatsEvalUsesBatchStats) {
+  Generator gen(10);
+  Tensor x = random_tensor({3, 2, 1, 2}, gen);
+  Tensor none_m, none_v;
+  Variable y = F::batch_norm(Variable(x), Variable(), Variable(), none_m, none_v, false, 0.1, kEps);
+  auto [mean, var] = reference_stats(x);
+  expect_near(y.data().to_vector<double>(), reference_bn(x, mean, var, {1, 1}, {0, 0}), 1e-12);
+}
+
+}  // namespace
+}  // namespace trainer
