@@ -1,9 +1,11 @@
 #include "app/commands.h"
 
+#include <cstdlib>
 #include <iostream>
 
 #include "app/cli.h"
 #include "app/config.h"
+#include "app/device_setup.h"
 #include "app/evaluate.h"
 #include "app/experiment.h"
 #include "app/summary.h"
@@ -37,8 +39,9 @@ int eval_command(const Args& args) {
   }
   if (a.weights_path.empty()) throw UsageError("eval needs --weights PATH");
   const Config config = load_config(a.config_path, a.overrides);
-  check_device_settings(config);
-  Experiment e = build_experiment(config, false);
+  const char* local_rank = std::getenv("LOCAL_RANK");
+  const Device device = setup_device(config, local_rank ? std::atoi(local_rank) : 0);
+  Experiment e = build_experiment(config, device, false);
   load_module(a.weights_path, *e.model);
   EvalMetrics m = evaluate(e, *e.data.test);
   std::printf("eval %s on %s: %lld images, loss %.4f, top1 %.2f%%, top5 %.2f%%\n", a.weights_path.c_str(),

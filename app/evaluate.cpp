@@ -23,10 +23,11 @@ EvalMetrics evaluate(Experiment& e, const Dataset& dataset, int rank) {
   NoGradGuard no_grad;
   EvalMetrics metrics(dataset.num_classes());
   while (auto batch = loader.next()) {
-    Tensor x = to_float_normalized(batch->images, e.normalization.mean, e.normalization.std);
+    Tensor x = to_float_normalized(batch->images, e.normalization.mean, e.normalization.std).to(e.device);
+    const Tensor labels = batch->labels.to(e.device);
     Variable logits = (*e.model)(Variable(x));
-    auto [loss, probs] = backend_for(logits.data()).cross_entropy(logits.data(), batch->labels, 0.0);
-    metrics.add_batch(logits.data(), batch->labels, loss);
+    auto [loss, probs] = backend_for(logits.data()).cross_entropy(logits.data(), labels, 0.0);
+    metrics.add_batch(logits.data(), labels, loss);
   }
   e.model->train(was_training);
   return metrics;

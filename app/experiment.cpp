@@ -33,9 +33,10 @@ std::unique_ptr<Optimizer> make_optimizer(const Config& c, Module& model, double
 
 }  // namespace
 
-Experiment build_experiment(const Config& config, bool with_optimizer) {
+Experiment build_experiment(const Config& config, Device device, bool with_optimizer) {
   Experiment e;
   e.config = config;
+  e.device = device;
   e.data = open_datasets(config);
   const Dataset& train = *e.data.train;
   e.normalization = resolved_normalization(config, train);
@@ -64,6 +65,7 @@ Experiment build_experiment(const Config& config, bool with_optimizer) {
   } catch (const std::invalid_argument& err) {
     throw config_error_at(config, "model.name", err.what());
   }
+  e.model->to(device);
 
   // One rank until data parallelism lands; the sampler already shards by world size.
   DistributedSampler sampler(train.size(), e.world_size, 0, config.data.shuffle, 0, config.data.drop_last);

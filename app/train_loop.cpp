@@ -1,6 +1,7 @@
 #include "app/train_loop.h"
 
 #include <chrono>
+#include <cstdlib>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
@@ -8,6 +9,7 @@
 #include <fstream>
 #include <thread>
 
+#include "app/device_setup.h"
 #include "app/evaluate.h"
 #include "app/experiment.h"
 #include "app/summary.h"
@@ -39,6 +41,12 @@ std::string fmt(const char* format, auto... args) {
   return buf;
 }
 
+// LOCAL_RANK picks the GPU; the data-parallel layer validates it against the rest of the environment.
+int local_rank_from_env() {
+  const char* v = std::getenv("LOCAL_RANK");
+  return v ? std::atoi(v) : 0;
+}
+
 int default_workers() {
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   return static_cast<int>(std::max(1u, cores / 2));  // leave the other half to the math library
@@ -55,24 +63,9 @@ struct StepLog {
 
 }  // namespace
 
-void check_device_settings(const Config& config) {
-  const std::string& device = config.train.device;
-#ifndef TRAINER_WITH_CUDA
-  if (device == "cuda")
-    throw config_error_at(config, "train.device",
-                          "'cuda' but this trainer was built without the CUDA backend. HINT: install the CUDA "
-                          "toolkit in /usr/local/cuda and rebuild, or set train.device = \"cpu\"");
-#endif
-  const bool on_cpu = device == "cpu" || device == "auto";  // auto = cpu until the CUDA backend lands
-  if (on_cpu && config.train.precision != "fp32")
-    throw config_error_at(config, "train.precision",
-                          "'" + config.train.precision +
-                              "' is not supported on the CPU, which trains in fp32. HINT: set train.precision = "
-                              "\"fp32\" or train on a GPU");
-}
-
 int run_training(const Config& config, const TrainOptions& options) {
-  check_device_settings(config);
+  const Device device = setup_device(config, local_rank_from_env());
+  check_precision(config, device);
   const std::string run_dir =
       config.train.run_dir.empty() ? default_run_dir(config, std::time(nullptr)) : config.train.run_dir;
   const std::string ckpt_dir = config.checkpoint.dir.empty() ? run_dir + "/checkpoints" : config.checkpoint.dir;
@@ -86,14 +79,14 @@ int run_training(const Config& config, const TrainOptions& options) {
   log.line("trainer: resolved configuration (" + config.source_path + ")");
   log.line(config_table(config));
 
-  Experiment e = build_experiment(config, true);
+  Experiment e = build_experiment(config, device, true);
   const Dataset& train = *e.data.train;
   log.line("data:  " + train.fingerprint());
   log.line("test:  " + e.data.test->fingerprint());
   log.line(fmt("model: %s, %lld parameters; %lld steps/epoch, %lld steps, lr %.4g", config.model.name.c_str(),
                static_cast<long long>(e.model->parameter_count()), static_cast<long long>(e.steps_per_epoch),
                static_cast<long long>(e.total_steps), e.base_lr));
-  log.line("run directory: " + run_dir);
+  log.line("device: " + device.str() + ", run directory: " + run_dir);
 
   DistributedSampler sampler(train.size(), e.world_size, 0, config.data.shuffle,
                              static_cast<uint64_t>(config.train.seed), config.data.drop_last);
@@ -134,10 +127,11 @@ int run_training(const Config& config, const TrainOptions& options) {
       // ---- data
       std::optional<Batch> batch = loader.next();
       if (!batch) break;
-      Tensor images = to_float_normalized(batch->images, e.normalization.mean, e.normalization.std);
+      Tensor images = to_float_normalized(batch->images, e.normalization.mean, e.normalization.std).to(device);
+      const Tensor labels = batch->labels.to(device);
       // ---- forward
       Variable logits = (*e.model)(Variable(images));
-      Variable loss = F::cross_entropy(logits, batch->labels, config.train.label_smoothing);
+      Variable loss = F::cross_entropy(logits, labels, config.train.label_smoothing);
       const double loss_value = loss.item();
       if (!std::isfinite(loss_value))
         throw std::runtime_error(fmt("loss is %s at step %lld (epoch %d): training diverged. HINT: lower optim.lr "

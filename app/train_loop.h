@@ -14,7 +14,4 @@ struct TrainOptions {
 // std::runtime_error with a message for the user on anything that stops the run.
 int run_training(const Config& config, const TrainOptions& options);
 
-// Checks the device and precision settings against what this build and machine can do.
-void check_device_settings(const Config& config);
-
 }  // namespace trainer

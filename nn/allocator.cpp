@@ -1,5 +1,7 @@
 #include "nn/allocator.h"
 
+#include <malloc.h>
+
 #include <cstdlib>
 #include <new>
 #include <stdexcept>
@@ -9,6 +11,13 @@ namespace {
 
 class CpuAllocator final : public Allocator {
  public:
+  CpuAllocator() {
+    // Training allocates and frees the same large activation buffers every step. glibc would serve
+    // each from a fresh mmap and unmap it on free, so every step paid page faults for all of them
+    // (measured: more system than user time). Keep freed memory in the heap for reuse instead.
+    mallopt(M_MMAP_THRESHOLD, 1 << 30);
+    mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  }
   void* allocate(size_t nbytes) override {
     if (nbytes == 0) return nullptr;
     const size_t rounded = (nbytes + 63) / 64 * 64;

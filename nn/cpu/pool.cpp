@@ -58,9 +58,35 @@ void check_grad_shape(const char* op, const Tensor& grad_y, const Shape& expecte
                                 ", the pooling's output shape is " + shape_str(expected));
 }
 
+// The common 2x2 stride-2 unpadded window, without the general loop's bounds arithmetic.
+template <class T>
+void max_pool_2x2(const T* x, T* y, int64_t* idx, const PoolGeometry& g) {
+  const int64_t hw = g.h * g.w;
+  for (int64_t plane = 0; plane < g.planes; ++plane, x += hw)
+    for (int64_t oh = 0; oh < g.oh; ++oh)
+      for (int64_t ow = 0; ow < g.ow; ++ow, ++y, ++idx) {
+        const int64_t i0 = 2 * oh * g.w + 2 * ow;
+        const int64_t cand[4] = {i0, i0 + 1, i0 + g.w, i0 + g.w + 1};
+        int64_t best_i = cand[0];
+        T best = x[best_i];
+        for (int k = 1; k < 4; ++k) {
+          const T v = x[cand[k]];
+          if (v > best || v != v) {  // NaN wins, like PyTorch
+            best = v;
+            best_i = cand[k];
+          }
+        }
+        *y = best;
+        *idx = best_i;
+      }
+}
+
 template <class T>
 void max_pool_forward(const T* x, T* y, int64_t* idx, const PoolGeometry& g) {
   const Pool2dParams& p = g.p;
+  if (p.kernel_h == 2 && p.kernel_w == 2 && p.stride_h == 2 && p.stride_w == 2 && p.pad_h == 0 &&
+      p.pad_w == 0 && g.oh * 2 <= g.h && g.ow * 2 <= g.w)
+    return max_pool_2x2(x, y, idx, g);
   const int64_t hw = g.h * g.w;
   for (int64_t plane = 0; plane < g.planes; ++plane, x += hw) {
     for (int64_t oh = 0; oh < g.oh; ++oh) {

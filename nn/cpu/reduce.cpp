@@ -25,10 +25,25 @@ Tensor CpuBackend::sum(const Tensor& a, const std::vector<int>& dims_in, bool ke
     if (reduce[d]) out_strides[d] = 0;
   TRAINER_DISPATCH_FLOAT(a.dtype(), "sum", [&] {
     const scalar_t* p = a.data<scalar_t>();
-    if (out.numel() == 1 && a.is_contiguous()) {
-      double s = 0;
-      for (int64_t i = 0; i < a.numel(); ++i) s += p[i];
-      acc[0] = s;
+    // Fast path: a contiguous input whose kept dims form one block [k0, k1), e.g. the bias gradient
+    // of a convolution (reduce N, H, W of NCHW) or of a linear layer (reduce N), or a full sum.
+    int k0 = 0, k1 = nd;
+    while (k0 < nd && reduce[k0]) ++k0;
+    while (k1 > k0 && reduce[k1 - 1]) --k1;
+    bool block = a.is_contiguous();
+    for (int d = k0; d < k1 && block; ++d) block = !reduce[d];
+    if (block) {
+      int64_t outer = 1, mid = 1, inner = 1;
+      for (int d = 0; d < k0; ++d) outer *= a.shape()[d];
+      for (int d = k0; d < k1; ++d) mid *= a.shape()[d];
+      for (int d = k1; d < nd; ++d) inner *= a.shape()[d];
+      for (int64_t o = 0; o < outer; ++o)
+        for (int64_t m = 0; m < mid; ++m) {
+          const scalar_t* row = p + (o * mid + m) * inner;
+          double s = 0;
+          for (int64_t i = 0; i < inner; ++i) s += row[i];
+          acc[m] += s;
+        }
     } else {
       cpu::for_each_index<2>(a.shape(), {a.strides(), out_strides},
                              [&](int64_t ia, int64_t io) { acc[io] += p[ia]; });

@@ -1,0 +1,44 @@
+#include "app/device_setup.h"
+
+#ifdef TRAINER_WITH_CUDA
+#include "nn/cuda/cuda_backend.h"
+#endif
+
+namespace trainer {
+
+Device setup_device(const Config& config, int local_rank) {
+  const std::string& wanted = config.train.device;
+  if (wanted == "cpu") return Device::cpu();
+#ifdef TRAINER_WITH_CUDA
+  const int count = cuda_device_count();
+  if (wanted == "auto" && count == 0) return Device::cpu();
+  if (count == 0)
+    throw config_error_at(config, "train.device",
+                          "'cuda' but no GPU is visible. HINT: check nvidia-smi and CUDA_VISIBLE_DEVICES, or set "
+                          "train.device = \"cpu\"");
+  init_cuda_backend(local_rank);  // throws with a hint when local_rank >= count
+  return Device::cuda(local_rank);
+#else
+  if (wanted == "cuda")
+    throw config_error_at(config, "train.device",
+                          "'cuda' but this trainer was built without the CUDA backend. HINT: install the CUDA "
+                          "toolkit in /usr/local/cuda and rebuild, or set train.device = \"cpu\"");
+  (void)local_rank;
+  return Device::cpu();
+#endif
+}
+
+void check_precision(const Config& config, Device device) {
+  if (device.is_cpu() && config.train.precision != "fp32")
+    throw config_error_at(config, "train.precision",
+                          "'" + config.train.precision +
+                              "' is not supported on the CPU, which trains in fp32. HINT: set train.precision = "
+                              "\"fp32\" or train on a GPU");
+  if (device.is_cuda() && config.train.precision != "fp32")
+    throw config_error_at(config, "train.precision",
+                          "'" + config.train.precision +
+                              "' is not implemented yet (mixed precision is its own issue). HINT: set "
+                              "train.precision = \"fp32\"");
+}
+
+}  // namespace trainer
