@@ -30,6 +30,8 @@ CommonArgs parse_common_args(const std::vector<std::string>& args, const std::ve
       out.overrides.push_back(take_value());
     } else if (arg == "--summary" && is_allowed(arg)) {
       out.summary_path = take_value();
+    } else if (arg == "--resume" && is_allowed(arg)) {
+      out.resume = take_value();
     } else if (arg == "--weights" && is_allowed(arg)) {
       out.weights_path = take_value();
     } else if (arg.rfind("-", 0) == 0) {

@@ -18,6 +18,7 @@ struct CommonArgs {
   std::vector<std::string> overrides;
   std::string summary_path;
   std::string weights_path;
+  std::string resume;
   bool help = false;
 };
 

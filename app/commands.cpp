@@ -15,18 +15,20 @@
 namespace trainer {
 
 int train_command(const Args& args) {
-  const CommonArgs a = parse_common_args(args, {"--summary"});
+  const CommonArgs a = parse_common_args(args, {"--summary", "--resume"});
   if (a.help) {
-    std::cout << "usage: trainer train CONFIG [--set section.key=value ...] [--summary PATH]\n\n"
+    std::cout << "usage: trainer train CONFIG [--set section.key=value ...] [--summary PATH] [--resume auto|PATH]\n\n"
                  "Trains the model CONFIG describes. Writes the resolved config, the log (train.log), per-step\n"
                  "losses (train_steps.csv), summary.json and the final weights (checkpoints/final.safetensors)\n"
                  "into train.run_dir (default runs/<config name>-<time>).\n"
                  "  --set section.key=value  override a config key (repeatable), typed like the TOML file\n"
-                 "  --summary PATH           also write the run summary JSON to PATH\n";
+                 "  --summary PATH           also write the run summary JSON to PATH\n"
+                 "  --resume auto|PATH       continue from a checkpoint directory; auto = the newest one that\n"
+                 "                           verifies in the checkpoint dir (broken ones are skipped)\n";
     return 0;
   }
   const Config config = load_config(a.config_path, a.overrides);
-  return run_training(config, TrainOptions{a.summary_path});
+  return run_training(config, TrainOptions{a.summary_path, a.resume});
 }
 
 int eval_command(const Args& args) {

@@ -97,6 +97,9 @@ struct CheckpointConfig {
   int every_epochs = 1;
   int keep_last = 3;
   bool save_final = true;
+  int keep_best = 0;                     // also keep the N checkpoints with the best test top-1
+  bool on_signal = true;                 // SIGINT/SIGTERM write a checkpoint before exiting
+  bool allow_world_size_change = false;  // resume at another world size, remapped by samples seen
   bool operator==(const CheckpointConfig&) const = default;
 };
 

@@ -134,6 +134,9 @@ void visit_fields(C& c, Visit&& visit) {
   visit("checkpoint", "every_epochs", k.every_epochs, at_least(0));
   visit("checkpoint", "keep_last", k.keep_last, at_least(1));
   visit("checkpoint", "save_final", k.save_final, any());
+  visit("checkpoint", "keep_best", k.keep_best, at_least(0));
+  visit("checkpoint", "on_signal", k.on_signal, any());
+  visit("checkpoint", "allow_world_size_change", k.allow_world_size_change, any());
 
   visit("metrics", "port", c.metrics.port, closed(0, 65535));
   visit("metrics", "host_label", c.metrics.host_label, any());

@@ -1,6 +1,7 @@
 #include "app/train_loop.h"
 
 #include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <cmath>
 #include <cstdio>
@@ -9,10 +10,12 @@
 #include <fstream>
 #include <thread>
 
+#include "app/checkpoint.h"
 #include "app/device_setup.h"
 #include "app/evaluate.h"
 #include "app/experiment.h"
 #include "app/summary.h"
+#include "app/train_signals.h"
 #include "data/distributed_sampler.h"
 #include "data/loader.h"
 #include "data/normalize.h"
@@ -57,25 +60,67 @@ struct StepLog {
   std::ofstream csv;
   double window_loss = 0.0;
   int window_steps = 0;
-  double epoch_loss = 0.0;
-  int64_t epoch_steps = 0;
 };
+
+// The per-step CSV of a resumed run keeps the lines up to the checkpoint's step: the steps a crashed
+// run logged after its last checkpoint are done again, and must appear once.
+void truncate_step_csv(const std::string& path, int64_t last_step) {
+  std::ifstream in(path);
+  std::string line, kept;
+  if (std::getline(in, line)) kept = line + "\n";
+  while (std::getline(in, line))
+    if (std::atoll(line.c_str()) <= last_step) kept += line + "\n";
+  in.close();
+  std::ofstream(path, std::ios::trunc) << kept;
+}
+
+// The newest existing run directory of this config (runs/<config stem>-<time>), or "" when none.
+std::string latest_run_dir(const Config& config) {
+  const std::filesystem::path pattern = default_run_dir(config, 0);
+  const std::filesystem::path parent = pattern.parent_path().empty() ? "." : pattern.parent_path();
+  const std::string stem = pattern.filename().string();
+  const std::string prefix = stem.substr(0, stem.rfind('-', stem.rfind('-') - 1) + 1);  // "<stem>-"
+  std::string best;
+  if (!std::filesystem::is_directory(parent)) return best;
+  for (const auto& d : std::filesystem::directory_iterator(parent)) {
+    const std::string name = d.path().filename().string();
+    if (d.is_directory() && name.rfind(prefix, 0) == 0 && (best.empty() || d.path().string() > best))
+      best = d.path().string();
+  }
+  return best;
+}
+
+// Resolves --resume to a checkpoint directory, or nothing for a fresh start.
+std::optional<std::string> resolve_resume(const std::string& resume, const std::string& ckpt_dir, Log& log) {
+  if (resume.empty()) return std::nullopt;
+  if (resume != "auto") return resume;
+  std::vector<std::string> skipped;
+  auto found = find_latest_checkpoint(ckpt_dir, &skipped);
+  for (const std::string& why : skipped) log.error("warning: skipping broken checkpoint: " + why);
+  if (!found) {
+    log.line("resume auto: no checkpoint in " + ckpt_dir + ", starting from scratch");
+    return std::nullopt;
+  }
+  return found->path;
+}
 
 }  // namespace
 
 int run_training(const Config& config, const TrainOptions& options) {
+  install_stop_handlers();
   const Device device = setup_device(config, local_rank_from_env());
   check_precision(config, device);
-  const std::string run_dir =
-      config.train.run_dir.empty() ? default_run_dir(config, std::time(nullptr)) : config.train.run_dir;
+  // With --resume auto and no explicit run_dir, the run continues in the newest run directory of this
+  // config (where its checkpoints are); otherwise a fresh run gets a new timestamped directory.
+  std::string run_dir = config.train.run_dir;
+  if (run_dir.empty() && options.resume == "auto") run_dir = latest_run_dir(config);
+  if (run_dir.empty()) run_dir = default_run_dir(config, std::time(nullptr));
   const std::string ckpt_dir = config.checkpoint.dir.empty() ? run_dir + "/checkpoints" : config.checkpoint.dir;
   std::filesystem::create_directories(ckpt_dir);
   Log& log = Log::instance();
   log.open_file(run_dir + "/train.log");
-  {
-    std::ofstream resolved(run_dir + "/config.toml");
-    resolved << config_to_toml(config);
-  }
+  const std::string config_toml = config_to_toml(config);
+  std::ofstream(run_dir + "/config.toml") << config_toml;
   log.line("trainer: resolved configuration (" + config.source_path + ")");
   log.line(config_table(config));
 
@@ -88,23 +133,67 @@ int run_training(const Config& config, const TrainOptions& options) {
                static_cast<long long>(e.total_steps), e.base_lr));
   log.line("device: " + device.str() + ", run directory: " + run_dir);
 
-  DistributedSampler sampler(train.size(), e.world_size, 0, config.data.shuffle,
-                             static_cast<uint64_t>(config.train.seed), config.data.drop_last);
+  // ---- where to start: a fresh run, or exactly where a checkpoint left off
+  CheckpointManager checkpoints(ckpt_dir, config.checkpoint);
+  TrainingState st;
+  st.world_size = e.world_size;
+  st.batch_size = config.data.batch_size;
+  st.run_dir = run_dir;
+  const std::string csv_path = run_dir + "/train_steps.csv";
+  if (auto path = resolve_resume(options.resume, ckpt_dir, log)) {
+    st = load_checkpoint(*path, *e.model, *e.optimizer);
+    if (st.world_size != e.world_size) {
+      if (!config.checkpoint.allow_world_size_change)
+        throw config_error_at(config, "checkpoint.allow_world_size_change",
+                              fmt("the checkpoint was written by %d ranks, this run has %d. HINT: resume with "
+                                  "the same number of processes, or set checkpoint.allow_world_size_change = "
+                                  "true (the data order of the rest of the epoch then differs)",
+                                  st.world_size, e.world_size));
+      // Same position by samples seen within the epoch.
+      const int64_t epoch_samples = st.batch_in_epoch * st.batch_size * st.world_size;
+      st.batch_in_epoch = epoch_samples / (static_cast<int64_t>(config.data.batch_size) * e.world_size);
+      st.world_size = e.world_size;
+    }
+    if (!st.rng_states.empty()) e.dropout_generator->set_state(st.rng_states[0]);
+    truncate_step_csv(csv_path, st.step);
+    log.line(fmt("resumed from %s: step %lld, epoch %lld, batch %lld of the epoch", path->c_str(),
+                 static_cast<long long>(st.step), static_cast<long long>(st.epoch + 1),
+                 static_cast<long long>(st.batch_in_epoch)));
+  } else {
+    std::ofstream(csv_path, std::ios::trunc) << "step,epoch,loss,lr\n";
+  }
   StepLog steps;
-  steps.csv.open(run_dir + "/train_steps.csv");
-  steps.csv << "step,epoch,loss,lr\n";
+  steps.csv.open(csv_path, std::ios::app);
+
+  auto save_checkpoint = [&](bool final) {
+    st.rng_states = {e.dropout_generator->state()};
+    try {
+      const std::string path = checkpoints.save(*e.model, *e.optimizer, st, config_toml);
+      log.line("checkpoint: " + path);
+    } catch (const CheckpointError& err) {
+      // The previous checkpoints are intact; a periodic failure (full disk, say) must not kill hours
+      // of training, but the final one must not fail silently.
+      if (final) throw;
+      log.error(std::string("warning: ") + err.what() + "; earlier checkpoints are intact, training continues");
+    }
+  };
 
   const int accum = config.train.grad_accum_steps;
   const std::vector<Variable> params = e.model->parameters();
+  DistributedSampler sampler(train.size(), e.world_size, 0, config.data.shuffle,
+                             static_cast<uint64_t>(config.train.seed), config.data.drop_last);
   RunSummary summary;
   summary.world_size = e.world_size;
   summary.run_dir = run_dir;
-  int64_t step = 0;
-  int64_t samples = 0;
-  double train_seconds = 0.0;
-  bool done = false;
+  summary.best_test_accuracy = st.best_accuracy;
+  int stop_signal = 0;
+  bool done = st.step >= e.total_steps;
+  // Test hook: deliver SIGTERM to ourselves after this step, to exercise the signal path exactly.
+  const char* signal_at = std::getenv("TRAINER_TEST_SIGTERM_AT_STEP");
+  const int64_t sigterm_at_step = signal_at ? std::atoll(signal_at) : -1;
 
-  for (int epoch = 0; epoch < config.train.epochs && !done; ++epoch) {
+  for (; st.epoch < config.train.epochs && !done; ++st.epoch) {
+    const int epoch = static_cast<int>(st.epoch);
     sampler.set_epoch(epoch);
     LoaderOptions lo;
     lo.batch_size = config.data.batch_size;
@@ -115,12 +204,14 @@ int run_training(const Config& config, const TrainOptions& options) {
     lo.epoch = epoch;
     lo.num_workers = config.data.workers < 0 ? default_workers() : config.data.workers;
     lo.queue_depth = config.data.prefetch_batches;
+    lo.first_batch = st.batch_in_epoch;
     DataLoader loader(e.data.train, sampler.indices(), lo);
 
     e.model->train();
-    steps.epoch_loss = 0.0;
-    steps.epoch_steps = 0;
+    e.optimizer->zero_grad();  // micro-batches left over by the previous epoch must not leak into this one
     const auto epoch_start = Clock::now();
+    const double seconds_before_epoch = st.train_seconds;
+    const int64_t samples_before_epoch = st.samples_seen;
     int micro = 0;
     double accum_loss = 0.0;
     while (!done) {
@@ -136,71 +227,107 @@ int run_training(const Config& config, const TrainOptions& options) {
       if (!std::isfinite(loss_value))
         throw std::runtime_error(fmt("loss is %s at step %lld (epoch %d): training diverged. HINT: lower optim.lr "
                                      "(now %.4g), add warmup (schedule.warmup_epochs) or clipping "
-                                     "(optim.clip_grad_norm)",
-                                     std::isnan(loss_value) ? "NaN" : "infinite", static_cast<long long>(step + 1),
+                                     "(optim.clip_grad_norm); --resume auto restarts from the last checkpoint",
+                                     std::isnan(loss_value) ? "NaN" : "infinite", static_cast<long long>(st.step + 1),
                                      epoch + 1, e.optimizer->lr()));
       // ---- backward (the loss of each micro-batch counts 1/k, so k micro-batches equal one big one)
       (accum > 1 ? F::mul(loss, 1.0 / accum) : loss).backward();
       accum_loss += loss_value / accum;
-      samples += batch->labels.numel();
+      st.samples_seen += batch->labels.numel() * e.world_size;
+      ++st.batch_in_epoch;
       if (++micro % accum != 0) continue;
       // ---- optimizer
       if (config.optim.clip_grad_norm > 0) clip_grad_norm(params, config.optim.clip_grad_norm);
-      const double lr = e.base_lr * e.schedule->factor(step);
+      const double lr = e.base_lr * e.schedule->factor(st.step);
       e.optimizer->set_lr(lr);
       e.optimizer->step();
       e.optimizer->zero_grad();
-      ++step;
+      ++st.step;
       // ---- bookkeeping
-      steps.csv << step << ',' << epoch + 1 << ',' << fmt("%.9g", accum_loss) << ',' << fmt("%.9g", lr) << '\n';
+      steps.csv << st.step << ',' << epoch + 1 << ',' << fmt("%.9g", accum_loss) << ',' << fmt("%.9g", lr) << '\n';
       steps.window_loss += accum_loss;
       ++steps.window_steps;
-      steps.epoch_loss += accum_loss;
-      ++steps.epoch_steps;
+      st.epoch_loss_sum += accum_loss;
+      ++st.epoch_steps;
       accum_loss = 0.0;
-      const double elapsed = train_seconds + seconds_since(epoch_start);
-      const double rate = samples / std::max(elapsed, 1e-9);
-      const double eta = (e.total_steps - step) * elapsed / step;
+      st.train_seconds = seconds_before_epoch + seconds_since(epoch_start);
+      const double rate = (st.samples_seen - samples_before_epoch) / std::max(seconds_since(epoch_start), 1e-9);
+      const double eta = (e.total_steps - st.step) * (e.steps_per_epoch ? seconds_since(epoch_start) /
+                                                      std::max<int64_t>(1, micro / accum) : 0.0);
       const std::string status =
           fmt("epoch %d/%d step %lld/%lld loss %.4f lr %.4g img/s %.0f eta %s", epoch + 1, config.train.epochs,
-              static_cast<long long>(step), static_cast<long long>(e.total_steps),
+              static_cast<long long>(st.step), static_cast<long long>(e.total_steps),
               steps.window_loss / steps.window_steps, lr, rate, format_duration(eta).c_str());
       if (log.stdout_is_terminal()) log.transient(status);
-      if (step % config.train.log_every_steps == 0) {
+      if (st.step % config.train.log_every_steps == 0) {
         if (!log.stdout_is_terminal()) log.line(status);
         steps.window_loss = 0.0;
         steps.window_steps = 0;
       }
-      if (step >= e.total_steps) done = true;
+      if (st.step >= e.total_steps) done = true;
+      if (st.step == sigterm_at_step) std::raise(SIGTERM);
+      if ((stop_signal = stop_requested()) != 0) break;
+      if (!done && config.checkpoint.every_steps > 0 && st.step % config.checkpoint.every_steps == 0) {
+        steps.csv.flush();
+        st.accuracy = -1;
+        save_checkpoint(false);
+      }
+    }
+    st.train_seconds = seconds_before_epoch + seconds_since(epoch_start);
+    if (stop_signal) {
+      steps.csv.flush();
+      log.error(fmt("received signal %d at step %lld", stop_signal, static_cast<long long>(st.step)) +
+                (config.checkpoint.on_signal ? ": writing a checkpoint before exiting" : ": exiting"));
+      if (config.checkpoint.on_signal) save_checkpoint(true);
+      return 128 + stop_signal;
     }
     const double epoch_seconds = seconds_since(epoch_start);
-    train_seconds += epoch_seconds;
-    summary.final_train_loss = steps.epoch_steps ? steps.epoch_loss / steps.epoch_steps : 0.0;
+    summary.final_train_loss = st.epoch_steps ? st.epoch_loss_sum / st.epoch_steps : 0.0;
     summary.epochs = epoch + 1;
 
     const bool last = done || epoch + 1 == config.train.epochs;
     const int every = config.train.eval_every_epochs;
     std::string eval_part;
+    st.accuracy = -1;
     if (last || (every > 0 && (epoch + 1) % every == 0)) {
       const auto eval_start = Clock::now();
       EvalMetrics m = evaluate(e, *e.data.test);
       summary.final_test_accuracy = m.top1();
       summary.final_test_top5 = m.top5();
       summary.final_test_loss = m.mean_loss();
-      summary.best_test_accuracy = std::max(summary.best_test_accuracy, m.top1());
+      st.accuracy = m.top1();
+      st.best_accuracy = std::max(st.best_accuracy, m.top1());
+      summary.best_test_accuracy = st.best_accuracy;
       eval_part = fmt(" | test loss %.4f top1 %.2f%% top5 %.2f%% (%lld images, %.1fs)", m.mean_loss(),
                       100 * m.top1(), 100 * m.top5(), static_cast<long long>(m.count()), seconds_since(eval_start));
     }
     log.line(fmt("epoch %d/%d: train loss %.4f, %.1fs, %.0f img/s", epoch + 1, config.train.epochs,
                  summary.final_train_loss, epoch_seconds,
-                 steps.epoch_steps * config.data.batch_size * accum / std::max(epoch_seconds, 1e-9)) +
+                 (st.samples_seen - samples_before_epoch) / std::max(epoch_seconds, 1e-9)) +
              eval_part);
+    // The next epoch starts at its first batch with fresh loss sums.
+    const bool epoch_complete = !done || loader.next() == std::nullopt;
+    if (epoch_complete) {
+      st.batch_in_epoch = 0;
+      st.epoch_loss_sum = 0.0;
+      st.epoch_steps = 0;
+    }
+    const bool periodic = config.checkpoint.every_epochs > 0 && (epoch + 1) % config.checkpoint.every_epochs == 0;
+    if (!done && periodic) {
+      steps.csv.flush();
+      ++st.epoch;  // the checkpoint resumes at the next epoch
+      save_checkpoint(false);
+      --st.epoch;
+    }
+    if (!epoch_complete) break;  // max_steps ended the run inside this epoch
   }
 
-  summary.steps = step;
-  summary.train_seconds = train_seconds;
-  summary.samples_per_second = samples / std::max(train_seconds, 1e-9);
+  steps.csv.flush();
+  summary.steps = st.step;
+  summary.train_seconds = st.train_seconds;
+  summary.samples_per_second = st.samples_seen / std::max(st.train_seconds, 1e-9);
   if (config.checkpoint.save_final) {
+    save_checkpoint(true);
     summary.weights = ckpt_dir + "/final.safetensors";
     save_module(summary.weights, *e.model);
     log.line("weights: " + summary.weights);
@@ -208,8 +335,8 @@ int run_training(const Config& config, const TrainOptions& options) {
   write_summary(run_dir + "/summary.json", summary);
   if (!options.summary_path.empty()) write_summary(options.summary_path, summary);
   log.line(fmt("done: %lld steps in %s (%.0f img/s), final test accuracy %.2f%%, best %.2f%%",
-               static_cast<long long>(step), format_duration(train_seconds).c_str(), summary.samples_per_second,
-               100 * summary.final_test_accuracy, 100 * summary.best_test_accuracy));
+               static_cast<long long>(st.step), format_duration(st.train_seconds).c_str(),
+               summary.samples_per_second, 100 * summary.final_test_accuracy, 100 * summary.best_test_accuracy));
   log.close_file();
   return 0;
 }

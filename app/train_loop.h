@@ -8,10 +8,12 @@ namespace trainer {
 
 struct TrainOptions {
   std::string summary_path;  // --summary: JSON written at the end; empty = none
+  std::string resume;        // --resume: "" (fresh run), "auto" (newest good checkpoint, if any) or a path
 };
 
-// Trains as `config` says; returns the process exit code. Throws ConfigError / DataError /
-// std::runtime_error with a message for the user on anything that stops the run.
+// Trains as `config` says; returns the process exit code (0, or 128 + signal after a checkpoint on
+// SIGINT/SIGTERM). Throws ConfigError / DataError / CheckpointError / std::runtime_error with a
+// message for the user on anything that stops the run.
 int run_training(const Config& config, const TrainOptions& options);
 
 }  // namespace trainer

@@ -19,9 +19,11 @@ struct RunResult {
   std::string output;  // stdout and stderr together
 };
 
-RunResult run_trainer(const std::string& args) {
+// env: "NAME=value ..." prepended to the command; shell_prefix: e.g. "ulimit -f 64;".
+RunResult run_trainer(const std::string& args, const std::string& env = "", const std::string& shell_prefix = "") {
   const char* bin = std::getenv("TRAINER_BIN");
-  const std::string cmd = std::string(bin ? bin : TRAINER_BINARY_DIR "/trainer") + " " + args + " 2>&1";
+  const std::string cmd = "bash -c '" + shell_prefix + " " + env + " " +
+                          std::string(bin ? bin : TRAINER_BINARY_DIR "/trainer") + " " + args + "' 2>&1";
   FILE* pipe = popen(cmd.c_str(), "r");
   std::string out;
   char buf[4096];
@@ -148,9 +150,56 @@ TEST_F(TrainCommand, UsageAndConfigErrorsExitNonZeroWithAMessage) {
   RunResult cpu_bf16 = run_trainer("train " + write_config() + " --set train.precision=bf16");
   EXPECT_EQ(cpu_bf16.exit_code, 1);
   EXPECT_NE(cpu_bf16.output.find("train.precision"), std::string::npos) << cpu_bf16.output;
+  // No GPU in this environment (or no CUDA backend in this build): an error, never a silent CPU run.
+  RunResult cuda = run_trainer("train " + write_config() + " --set train.device=cuda");
+  EXPECT_EQ(cuda.exit_code, 1);
+  EXPECT_NE(cuda.output.find("train.device"), std::string::npos) << cuda.output;
+  EXPECT_NE(cuda.output.find("HINT"), std::string::npos) << cuda.output;
   RunResult help = run_trainer("train --help");
   EXPECT_EQ(help.exit_code, 0);
   EXPECT_NE(help.output.find("usage: trainer train"), std::string::npos);
+}
+
+// Snapshot + restore equals an uninterrupted run: SIGTERM mid-epoch writes a checkpoint, --resume auto
+// continues with exactly the remaining samples, and losses and final weights are bit-identical.
+TEST_F(TrainCommand, ResumeAfterSigtermIsBitExact) {
+  const std::string cfg = write_config("[checkpoint]\nevery_steps = 5\n");
+  ASSERT_EQ(run_trainer("train " + cfg + " --set train.run_dir=" + run_dir("full")).exit_code, 0);
+  RunResult killed = run_trainer("train " + cfg + " --set train.run_dir=" + run_dir("cut"), "TRAINER_TEST_SIGTERM_AT_STEP=11");
+  EXPECT_EQ(killed.exit_code, 128 + 15) << killed.output;
+  EXPECT_NE(killed.output.find("step-00000011"), std::string::npos) << killed.output;
+  RunResult resumed = run_trainer("train " + cfg + " --set train.run_dir=" + run_dir("cut") + " --resume auto");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resumed from"), std::string::npos) << resumed.output;
+  EXPECT_EQ(read_file(dir_ / "full/train_steps.csv"), read_file(dir_ / "cut/train_steps.csv"));
+  EXPECT_EQ(read_file(dir_ / "full/checkpoints/final.safetensors"), read_file(dir_ / "cut/checkpoints/final.safetensors"));
+}
+
+TEST_F(TrainCommand, ResumeAutoSkipsACorruptCheckpoint) {
+  const std::string cfg = write_config("[checkpoint]\nevery_steps = 4\nkeep_last = 5\n");
+  RunResult first = run_trainer("train " + cfg + " --set train.run_dir=" + run_dir("c"), "TRAINER_TEST_SIGTERM_AT_STEP=9");
+  ASSERT_EQ(first.exit_code, 143) << first.output;
+  {  // corrupt the newest checkpoint's weights
+    std::fstream f(dir_ / "c/checkpoints/step-00000009/model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-2, std::ios::end);
+    f.put('\x55');
+  }
+  RunResult resumed = run_trainer("train " + cfg + " --set train.run_dir=" + run_dir("c") + " --resume auto");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("skipping broken checkpoint"), std::string::npos) << resumed.output;
+  EXPECT_NE(resumed.output.find("step-00000008"), std::string::npos) << resumed.output;
+}
+
+// A full disk (here: a file-size limit) while writing a periodic checkpoint keeps the run going and
+// leaves no partial checkpoint; failing to write the final one is an error.
+TEST_F(TrainCommand, FullDiskDuringCheckpointIsReportedAndLosesNothing) {
+  const std::string cfg = write_config("[checkpoint]\nevery_steps = 4\n");
+  RunResult r = run_trainer("train " + cfg + " --set train.run_dir=" + run_dir("f"), "", "ulimit -f 64;");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("earlier checkpoints are intact, training continues"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("not written"), std::string::npos) << r.output;
+  for (const auto& d : fs::directory_iterator(dir_ / "f/checkpoints"))
+    EXPECT_EQ(d.path().filename().string().find(".tmp"), std::string::npos) << d.path();
 }
 
 TEST_F(TrainCommand, ConfigCommandPrintsResolvedKeysWithSources) {

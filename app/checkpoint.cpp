@@ -1,0 +1,271 @@
+#include "app/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <toml++/toml.h>
+
+#include "app/crc32c.h"
+#include "nn/safetensors.h"
+
+namespace trainer {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int kFormat = 1;
+const char* kFiles[] = {"model.safetensors", "optimizer.safetensors", "config.toml"};
+
+std::string step_name(int64_t step) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "step-%08lld", static_cast<long long>(step));
+  return buf;
+}
+
+void fsync_path(const std::string& path, bool directory) {
+  const int fd = ::open(path.c_str(), directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);
+  if (fd < 0) throw CheckpointError(path + ": cannot open to fsync");
+  const int rc = ::fsync(fd);
+  ::close(fd);
+  if (rc != 0) throw CheckpointError(path + ": fsync failed (disk full or I/O error?)");
+}
+
+uint32_t tensor_crc(const Tensor& t) {
+  const Tensor host = t.to(Device::cpu()).contiguous();
+  return crc32c(host.numel() ? host.raw_data() : nullptr, host.nbytes());
+}
+
+// Tensors with their CRC-32C in the safetensors metadata ("crc32c.<name>").
+void save_with_crcs(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors) {
+  SafetensorsMetadata meta;
+  for (const auto& [name, t] : tensors) meta["crc32c." + name] = crc32c_hex(tensor_crc(t));
+  save_safetensors(path, tensors, meta);
+}
+
+void check_tensor_crcs(const std::string& path) {
+  SafetensorsMetadata meta;
+  std::map<std::string, Tensor> tensors;
+  try {
+    tensors = load_safetensors(path, &meta);
+  } catch (const std::exception& e) {
+    throw CheckpointError(e.what());
+  }
+  for (const auto& [name, t] : tensors) {
+    auto it = meta.find("crc32c." + name);
+    if (it == meta.end()) throw CheckpointError(path + ": tensor '" + name + "' has no recorded CRC-32C");
+    if (it->second != crc32c_hex(tensor_crc(t)))
+      throw CheckpointError(path + ": tensor '" + name + "' is corrupt (CRC-32C mismatch)");
+  }
+}
+
+toml::table state_to_toml(const TrainingState& s) {
+  toml::array rngs;
+  for (const auto& r : s.rng_states) rngs.push_back(r);
+  return toml::table{{"step", s.step},
+                     {"epoch", s.epoch},
+                     {"batch_in_epoch", s.batch_in_epoch},
+                     {"samples_seen", s.samples_seen},
+                     {"world_size", s.world_size},
+                     {"batch_size", s.batch_size},
+                     {"train_seconds", s.train_seconds},
+                     {"best_accuracy", s.best_accuracy},
+                     {"accuracy", s.accuracy},
+                     {"epoch_loss_sum", s.epoch_loss_sum},
+                     {"epoch_steps", s.epoch_steps},
+                     {"rng_states", rngs},
+                     {"run_dir", s.run_dir}};
+}
+
+TrainingState state_from_toml(const toml::table& t, const std::string& where) {
+  auto need = [&](const char* key) -> const toml::node& {
+    const toml::node* n = t.get(key);
+    if (!n) throw CheckpointError(where + ": missing '" + key + "'");
+    return *n;
+  };
+  auto int_of = [&](const char* key) {
+    auto v = need(key).value<int64_t>();
+    if (!v) throw CheckpointError(where + ": '" + std::string(key) + "' is not an integer");
+    return *v;
+  };
+  auto float_of = [&](const char* key) {
+    auto v = need(key).value<double>();
+    if (!v) throw CheckpointError(where + ": '" + std::string(key) + "' is not a number");
+    return *v;
+  };
+  TrainingState s;
+  s.step = int_of("step");
+  s.epoch = int_of("epoch");
+  s.batch_in_epoch = int_of("batch_in_epoch");
+  s.samples_seen = int_of("samples_seen");
+  s.world_size = static_cast<int>(int_of("world_size"));
+  s.batch_size = int_of("batch_size");
+  s.train_seconds = float_of("train_seconds");
+  s.best_accuracy = float_of("best_accuracy");
+  s.accuracy = float_of("accuracy");
+  s.epoch_loss_sum = float_of("epoch_loss_sum");
+  s.epoch_steps = int_of("epoch_steps");
+  if (const toml::array* rngs = need("rng_states").as_array())
+    for (const auto& r : *rngs) s.rng_states.push_back(r.value_or(std::string()));
+  s.run_dir = need("run_dir").value_or(std::string());
+  return s;
+}
+
+}  // namespace
+
+CheckpointManager::CheckpointManager(std::string dir, const CheckpointConfig& config)
+    : dir_(std::move(dir)), config_(config) {}
+
+std::string CheckpointManager::save(Module& model, const Optimizer& optimizer, const TrainingState& state,
+                                    const std::string& config_toml) {
+  const std::string name = step_name(state.step);
+  const fs::path final_path = fs::path(dir_) / name;
+  const fs::path tmp = fs::path(dir_) / ("." + name + ".tmp");
+  try {
+    fs::create_directories(dir_);
+    fs::remove_all(tmp);
+    fs::create_directories(tmp);
+    std::vector<std::pair<std::string, Tensor>> weights;
+    for (const auto& e : model.state_dict()) weights.emplace_back(e.name, *e.tensor);
+    save_with_crcs((tmp / kFiles[0]).string(), weights);
+    save_with_crcs((tmp / kFiles[1]).string(), optimizer.state_tensors());
+    {
+      std::ofstream out(tmp / kFiles[2]);
+      out << config_toml;
+      out.flush();
+      if (!out) throw CheckpointError((tmp / kFiles[2]).string() + ": write failed (disk full?)");
+    }
+    toml::table manifest{{"format", kFormat}, {"optimizer", optimizer.name()},
+                         {"optimizer_steps", optimizer.step_count()}};
+    manifest.insert("state", state_to_toml(state));
+    toml::table files;
+    for (const char* f : kFiles) {
+      const std::string p = (tmp / f).string();
+      fsync_path(p, false);
+      files.insert(f, toml::table{{"bytes", static_cast<int64_t>(fs::file_size(p))},
+                                  {"crc32c", crc32c_hex(crc32c_file(p))}});
+    }
+    manifest.insert("files", std::move(files));
+    {
+      std::ofstream out(tmp / "checkpoint.toml");
+      out << manifest << '\n';
+      out.flush();
+      if (!out) throw CheckpointError((tmp / "checkpoint.toml").string() + ": write failed (disk full?)");
+    }
+    fsync_path((tmp / "checkpoint.toml").string(), false);
+    fsync_path(tmp.string(), true);
+    if (fs::exists(final_path)) fs::remove_all(final_path);  // same step saved again (e.g. final)
+    fs::rename(tmp, final_path);
+    fsync_path(dir_, true);
+  } catch (const std::exception& e) {
+    std::error_code ignored;
+    fs::remove_all(tmp, ignored);
+    throw CheckpointError("checkpoint " + final_path.string() + " not written: " + e.what());
+  }
+  prune();
+  return final_path.string();
+}
+
+void CheckpointManager::prune() {
+  struct Entry {
+    std::string path;
+    int64_t step;
+    double accuracy;
+  };
+  std::vector<Entry> entries;
+  for (const auto& d : fs::directory_iterator(dir_)) {
+    const std::string n = d.path().filename().string();
+    if (!d.is_directory() || n.rfind("step-", 0) != 0) continue;
+    double accuracy = -1;
+    try {
+      toml::table m = toml::parse_file((d.path() / "checkpoint.toml").string());
+      accuracy = m["state"]["accuracy"].value_or(-1.0);
+    } catch (...) {
+    }
+    entries.push_back({d.path().string(), std::stoll(n.substr(5)), accuracy});
+  }
+  std::vector<std::string> keep;
+  std::sort(entries.begin(), entries.end(), [](auto& a, auto& b) { return a.step > b.step; });
+  for (size_t i = 0; i < entries.size() && i < static_cast<size_t>(config_.keep_last); ++i) keep.push_back(entries[i].path);
+  std::vector<Entry> by_acc = entries;
+  std::stable_sort(by_acc.begin(), by_acc.end(), [](auto& a, auto& b) { return a.accuracy > b.accuracy; });
+  for (size_t i = 0; i < by_acc.size() && i < static_cast<size_t>(config_.keep_best); ++i)
+    if (by_acc[i].accuracy >= 0) keep.push_back(by_acc[i].path);
+  for (const Entry& e : entries)
+    if (std::find(keep.begin(), keep.end(), e.path) == keep.end()) fs::remove_all(e.path);
+}
+
+TrainingState verify_checkpoint(const std::string& path) {
+  const std::string manifest_path = (fs::path(path) / "checkpoint.toml").string();
+  if (!fs::exists(manifest_path)) throw CheckpointError(manifest_path + ": missing (incomplete checkpoint)");
+  toml::table manifest;
+  try {
+    manifest = toml::parse_file(manifest_path);
+  } catch (const toml::parse_error& e) {
+    throw CheckpointError(manifest_path + ": unreadable manifest: " + std::string(e.description()));
+  }
+  if (manifest["format"].value_or(0) != kFormat)
+    throw CheckpointError(manifest_path + ": unknown checkpoint format");
+  for (const char* f : kFiles) {
+    const std::string p = (fs::path(path) / f).string();
+    const toml::table* entry = manifest["files"][f].as_table();
+    if (!entry) throw CheckpointError(manifest_path + ": no entry for " + f);
+    if (!fs::exists(p)) throw CheckpointError(p + ": missing");
+    const int64_t bytes = (*entry)["bytes"].value_or(int64_t{-1});
+    if (static_cast<int64_t>(fs::file_size(p)) != bytes)
+      throw CheckpointError(p + ": " + std::to_string(fs::file_size(p)) + " bytes, the manifest says " +
+                            std::to_string(bytes) + " (truncated?)");
+    if (crc32c_hex(crc32c_file(p)) != (*entry)["crc32c"].value_or(std::string()))
+      throw CheckpointError(p + ": corrupt (CRC-32C mismatch)");
+  }
+  check_tensor_crcs((fs::path(path) / kFiles[0]).string());
+  check_tensor_crcs((fs::path(path) / kFiles[1]).string());
+  const toml::table* state = manifest["state"].as_table();
+  if (!state) throw CheckpointError(manifest_path + ": no [state] table");
+  return state_from_toml(*state, manifest_path);
+}
+
+std::optional<CheckpointInfo> find_latest_checkpoint(const std::string& dir, std::vector<std::string>* skipped) {
+  if (!fs::is_directory(dir)) return std::nullopt;
+  std::vector<std::string> candidates;
+  for (const auto& d : fs::directory_iterator(dir)) {
+    const std::string n = d.path().filename().string();
+    if (d.is_directory() && n.rfind("step-", 0) == 0) candidates.push_back(d.path().string());
+  }
+  std::sort(candidates.rbegin(), candidates.rend());  // zero-padded: newest first
+  for (const std::string& c : candidates) {
+    try {
+      return CheckpointInfo{c, verify_checkpoint(c)};
+    } catch (const CheckpointError& e) {
+      if (skipped) skipped->push_back(e.what());
+    }
+  }
+  return std::nullopt;
+}
+
+TrainingState load_checkpoint(const std::string& path, Module& model, Optimizer& optimizer) {
+  TrainingState state = verify_checkpoint(path);
+  const std::string manifest_path = (fs::path(path) / "checkpoint.toml").string();
+  toml::table manifest = toml::parse_file(manifest_path);
+  const std::string opt_name = manifest["optimizer"].value_or(std::string());
+  if (opt_name != optimizer.name())
+    throw CheckpointError(path + ": holds " + opt_name + " state but the config uses " + optimizer.name() +
+                          ". HINT: resume with the optimizer the checkpoint was trained with");
+  try {
+    load_module((fs::path(path) / kFiles[0]).string(), model);
+    std::vector<std::pair<std::string, Tensor>> opt_state;
+    for (auto& [name, t] : load_safetensors((fs::path(path) / kFiles[1]).string())) opt_state.emplace_back(name, t);
+    optimizer.load_state(opt_state, manifest["optimizer_steps"].value_or(int64_t{0}));
+  } catch (const CheckpointError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw CheckpointError(path + ": does not fit this model/optimizer: " + e.what());
+  }
+  return state;
+}
+
+}  // namespace trainer
