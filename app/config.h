@@ -41,6 +41,7 @@ struct DataConfig {
   int synthetic_samples = 50000;
   int synthetic_image_size = 32;
   int synthetic_classes = 10;
+  std::string bad_samples = "error";  // error | skip: what an unreadable image does
   bool operator==(const DataConfig&) const = default;
 };
 

@@ -89,6 +89,7 @@ void visit_fields(C& c, Visit&& visit) {
   visit("data", "synthetic_samples", d.synthetic_samples, at_least(1));
   visit("data", "synthetic_image_size", d.synthetic_image_size, at_least(1));
   visit("data", "synthetic_classes", d.synthetic_classes, at_least(2));
+  visit("data", "bad_samples", d.bad_samples, one_of({"error", "skip"}));
 
   auto& t = c.train;
   visit("train", "epochs", t.epochs, at_least(1));

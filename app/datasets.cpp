@@ -2,11 +2,90 @@
 
 #include <filesystem>
 
+#include "data/cifar.h"
 #include "data/data_error.h"
 #include "data/fashion_mnist.h"
+#include "data/image_folder.h"
 #include "data/synthetic.h"
+#include "metrics/log.h"
 
 namespace trainer {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// The datasets without a default location: data.root must name an existing directory.
+std::string required_root(const Config& config, const std::string& hint) {
+  const std::string& root = config.data.root;
+  if (root.empty())
+    throw config_error_at(config, "data.root",
+                          "dataset '" + config.data.dataset + "' needs data.root. HINT: " + hint);
+  if (!fs::is_directory(root))
+    throw config_error_at(config, "data.root",
+                          "dataset directory '" + root + "' does not exist. HINT: " + hint);
+  return root;
+}
+
+Datasets open_cifar(const Config& config, CifarVariant variant) {
+  const bool ten = variant == CifarVariant::cifar10;
+  const std::string root = required_root(
+      config, std::string("download the binary version (") +
+                  (ten ? "cifar-10-binary.tar.gz" : "cifar-100-binary.tar.gz") +
+                  ") from https://www.cs.toronto.edu/~kriz/cifar.html, extract it and set data.root to the " +
+                  (ten ? "cifar-10-batches-bin" : "cifar-100-binary") + " directory");
+  if (config.data.image_size != 0 && config.data.image_size != 32)
+    throw config_error_at(
+        config, "data.image_size",
+        "CIFAR images are 32x32 and are not resized. HINT: remove data.image_size or set it to 0");
+  try {
+    return {std::make_shared<Cifar>(variant, root, "train"), std::make_shared<Cifar>(variant, root, "test")};
+  } catch (const DataError& e) {
+    throw config_error_at(config, "data.root", e.what());
+  }
+}
+
+// <root>/train/<class>/ for training and <root>/val/<class>/ (or test/) for evaluation. A flat
+// <root>/<class>/ tree is refused rather than evaluated on its own training images.
+Datasets open_image_folder(const Config& config) {
+  const std::string layout_hint =
+      "an image folder is <root>/train/<class>/*.jpg and <root>/val/<class>/*.jpg "
+      "(JPEG or PNG)";
+  const fs::path root = required_root(config, "set data.root to a directory laid out as " + layout_hint);
+  const fs::path train_dir = root / "train";
+  fs::path eval_dir = root / "val";
+  if (!fs::is_directory(eval_dir) && fs::is_directory(root / "test")) eval_dir = root / "test";
+  for (const fs::path& dir : {train_dir, eval_dir}) {
+    if (!fs::is_directory(dir))
+      throw config_error_at(config, "data.root",
+                            "'" + root.string() + "' has no " + dir.filename().string() +
+                                "/ directory. HINT: " + layout_hint +
+                                "; a flat <root>/<class>/ tree has no held-out split: move some " +
+                                "images of each class to <root>/val/<class>/");
+  }
+  const int in_channels = config.model.in_channels;
+  if (in_channels != 0 && in_channels != 1 && in_channels != 3)
+    throw config_error_at(
+        config, "model.in_channels",
+        "image_folder decodes images to 1 (grey) or 3 (RGB) channels, not " + std::to_string(in_channels));
+  ImageFolderOptions options;
+  options.image_size = config.data.image_size > 0 ? config.data.image_size : 224;
+  options.channels = in_channels > 0 ? in_channels : 3;
+  options.warn = [](const std::string& message) { Log::instance().error(message); };
+  options.bad_samples = parse_bad_sample_policy(config.data.bad_samples);
+  try {
+    options.train = true;
+    auto train = std::make_shared<ImageFolder>(train_dir.string(), options);
+    options.train = false;
+    options.classes = train->class_names();  // the same labels, even if a class has no evaluation images
+    auto test = std::make_shared<ImageFolder>(eval_dir.string(), options);
+    return {train, test};
+  } catch (const DataError& e) {
+    throw config_error_at(config, "data.root", e.what());
+  }
+}
+
+}  // namespace
 
 Datasets open_datasets(const Config& config) {
   const DataConfig& d = config.data;
@@ -36,9 +115,12 @@ Datasets open_datasets(const Config& config) {
       throw config_error_at(config, "data.root", e.what());
     }
   }
+  if (d.dataset == "cifar10") return open_cifar(config, CifarVariant::cifar10);
+  if (d.dataset == "cifar100") return open_cifar(config, CifarVariant::cifar100);
+  if (d.dataset == "image_folder") return open_image_folder(config);
   throw config_error_at(config, "data.dataset",
-                        "dataset '" + d.dataset + "' is not available in this build yet (available: " +
-                            "fashion_mnist, synthetic)");
+                        "dataset '" + d.dataset + "' is not available (available: fashion_mnist, cifar10, " +
+                            "cifar100, image_folder, synthetic)");
 }
 
 Normalization resolved_normalization(const Config& config, const Dataset& dataset) {

@@ -1,5 +1,7 @@
 #include "app/evaluate.h"
 
+#include "app/train_loop.h"
+
 #include "data/distributed_sampler.h"
 #include "data/loader.h"
 #include "data/normalize.h"
@@ -13,7 +15,7 @@ EvalMetrics evaluate(Experiment& e, const Dataset& dataset, int rank) {
   LoaderOptions lo;
   lo.batch_size = c.data.eval_batch_size;
   lo.drop_last = false;  // every sample exactly once
-  lo.num_workers = c.data.workers < 0 ? 1 : c.data.workers;
+  lo.num_workers = c.data.workers < 0 ? default_loader_workers() : c.data.workers;
   lo.queue_depth = c.data.prefetch_batches;
   std::shared_ptr<const Dataset> ds(std::shared_ptr<const Dataset>{}, &dataset);  // non-owning
   DataLoader loader(ds, shard.indices(), lo);

@@ -50,10 +50,17 @@ int local_rank_from_env() {
   return v ? std::atoi(v) : 0;
 }
 
-int default_workers() {
+}  // namespace
+
+int default_loader_workers() {
+  // Cores are shared by the ranks of this node; each rank's loader gets its share, at least one.
+  const char* local_world = std::getenv("LOCAL_WORLD_SIZE");
+  const unsigned ranks = std::max(1, local_world ? std::atoi(local_world) : 1);
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  return static_cast<int>(std::max(1u, cores / 2));  // leave the other half to the math library
+  return static_cast<int>(std::max(1u, cores / ranks / 2));  // the other half is the math library's
 }
+
+namespace {
 
 // Train-step bookkeeping for the progress display and the per-step CSV.
 struct StepLog {
@@ -202,7 +209,7 @@ int run_training(const Config& config, const TrainOptions& options) {
     lo.transforms.horizontal_flip = config.data.hflip;
     lo.seed = static_cast<uint64_t>(config.train.seed);
     lo.epoch = epoch;
-    lo.num_workers = config.data.workers < 0 ? default_workers() : config.data.workers;
+    lo.num_workers = config.data.workers < 0 ? default_loader_workers() : config.data.workers;
     lo.queue_depth = config.data.prefetch_batches;
     lo.first_batch = st.batch_in_epoch;
     DataLoader loader(e.data.train, sampler.indices(), lo);

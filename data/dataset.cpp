@@ -13,6 +13,11 @@ Sample Dataset::get(int64_t index) const {
   return sample;
 }
 
+int64_t Dataset::read_augmented(int64_t index, uint8_t* hwc_out, Generator& /*gen*/) const {
+  read_into(index, hwc_out);
+  return label(index);
+}
+
 void Dataset::check_index(int64_t index) const {
   if (index < 0 || index >= size())
     throw std::out_of_range(name() + ": sample index " + std::to_string(index) + " outside [0, " +

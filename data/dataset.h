@@ -8,6 +8,8 @@
 
 namespace trainer {
 
+class Generator;  // nn/random.h
+
 // Per-channel statistics of the pixels scaled to [0, 1], for to_float_normalized().
 struct Normalization {
   std::vector<float> mean;
@@ -36,6 +38,15 @@ class Dataset {
   // the loader: no allocation. Throws std::out_of_range for an index outside [0, size()).
   virtual void read_into(int64_t index, uint8_t* hwc_out) const = 0;
   virtual int64_t label(int64_t index) const = 0;
+
+  // What the DataLoader reads: sample `index` as this dataset presents it for training or evaluation,
+  // drawing any randomness (a random resized crop, say) from gen, and the label of the pixels written.
+  // That label is label(index) except when a dataset replaces an unreadable sample by another (see
+  // BadSamplePolicy). The default, for datasets stored at their final size, is read_into + label.
+  virtual int64_t read_augmented(int64_t index, uint8_t* hwc_out, Generator& gen) const;
+  // Samples replaced by another so far because their file could not be read (bad_samples = "skip"),
+  // counted once per read: what trainer_bad_samples_total exports. Safe to call from any thread.
+  virtual int64_t skipped_samples() const { return 0; }
 
   // A one-line summary of what was loaded: name, size, shape, classes and a content hash. Ranks
   // compare fingerprints at start-up so that a rank reading other files (another version, a

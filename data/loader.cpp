@@ -48,6 +48,17 @@ void DataLoader::stop_workers() {
   workers_.clear();
 }
 
+Tensor DataLoader::allocate(const Shape& shape, DType dtype) const {
+  if (!options_.allocate_batch) return Tensor::empty(shape, dtype);
+  Tensor tensor = options_.allocate_batch(shape, dtype);
+  if (!tensor.defined() || tensor.shape() != shape || tensor.dtype() != dtype || !tensor.is_contiguous() ||
+      !tensor.device().is_cpu()) {
+    throw std::logic_error("DataLoader: allocate_batch must return a contiguous host tensor of shape " +
+                           shape_str(shape) + ", got " + (tensor.defined() ? tensor.str() : "none"));
+  }
+  return tensor;
+}
+
 std::optional<Batch> DataLoader::load_batch(int64_t batch_index, std::vector<uint8_t>& scratch) const {
   const int64_t begin = batch_index * options_.batch_size;
   const int64_t count = std::min<int64_t>(options_.batch_size, static_cast<int64_t>(indices_.size()) - begin);
@@ -55,22 +66,19 @@ std::optional<Batch> DataLoader::load_batch(int64_t batch_index, std::vector<uin
   Batch batch;
   batch.batch_index = batch_index;
   batch.indices.assign(indices_.begin() + begin, indices_.begin() + begin + count);
-  batch.images =
-      Tensor::empty({count, image_size_.height, image_size_.width, image_size_.channels}, DType::u8);
-  batch.labels = Tensor::empty({count}, DType::i64);
+  batch.images = allocate({count, image_size_.height, image_size_.width, image_size_.channels}, DType::u8);
+  batch.labels = allocate({count}, DType::i64);
   uint8_t* images = batch.images.data<uint8_t>();
   int64_t* labels = batch.labels.data<int64_t>();
   for (int64_t i = 0; i < count; ++i) {
     if (stopping_.load(std::memory_order_relaxed)) return std::nullopt;
     const int64_t index = batch.indices[static_cast<size_t>(i)];
     uint8_t* image = images + i * sample_bytes;
-    dataset_->read_into(index, image);
-    labels[i] = dataset_->label(index);
-    if (options_.transforms.enabled()) {
-      Generator gen(
-          mix_seed(options_.seed, static_cast<uint64_t>(options_.epoch), static_cast<uint64_t>(index)));
+    Generator gen(
+        mix_seed(options_.seed, static_cast<uint64_t>(options_.epoch), static_cast<uint64_t>(index)));
+    labels[i] = dataset_->read_augmented(index, image, gen);
+    if (options_.transforms.enabled())
       apply_transforms(options_.transforms, image, image_size_, gen, scratch);
-    }
   }
   return batch;
 }

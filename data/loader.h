@@ -3,13 +3,15 @@
 // in order, optionally on worker threads that load ahead of the training loop.
 //
 // Batches are bit-identical for a given (seed, epoch) whatever the number of workers: each sample's
-// augmentations draw from a Generator seeded by (seed, epoch, dataset index), never from a shared
-// stream. Seeding by dataset index (not position) also makes a sample's augmentation independent of
+// augmentations (the dataset's own in Dataset::read_augmented, a random resized crop say, then those of
+// LoaderOptions::transforms) draw from one Generator seeded by (seed, epoch, dataset index), never from
+// a shared stream. Seeding by dataset index (not position) also makes a sample's augmentation independent of
 // the world size and of resuming mid-epoch, so N ranks see exactly what one rank would.
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -31,6 +33,11 @@ struct Batch {
   int64_t batch_index = 0;       // position in the epoch, counting from 0
 };
 
+// Makes the tensor a batch is assembled in: u8 [B, H, W, C] for the images, i64 [B] for the labels,
+// contiguous and on the host. The hook for pinned (page-locked) host memory, which lets the copy to
+// the GPU run asynchronously: the CUDA backend passes a factory that takes it from a pinned allocator.
+using BatchAllocator = std::function<Tensor(const Shape& shape, DType dtype)>;
+
 struct LoaderOptions {
   int64_t batch_size = 64;
   bool drop_last = false;  // skip a last partial batch
@@ -41,7 +48,8 @@ struct LoaderOptions {
   // Most batches loaded or being loaded ahead of the consumer; 0 means 2 per worker. Never below
   // num_workers, so no worker idles for want of a slot.
   int queue_depth = 0;
-  int64_t first_batch = 0;  // resuming mid-epoch: start at this batch, skipping the ones before it
+  int64_t first_batch = 0;        // resuming mid-epoch: start at this batch, skipping the ones before it
+  BatchAllocator allocate_batch;  // empty = Tensor::empty on the host (pageable memory)
 };
 
 class DataLoader {
@@ -65,6 +73,7 @@ class DataLoader {
  private:
   using Result = std::variant<Batch, std::exception_ptr>;
 
+  Tensor allocate(const Shape& shape, DType dtype) const;
   // Returns nullopt when the loader is stopping.
   std::optional<Batch> load_batch(int64_t batch_index, std::vector<uint8_t>& scratch) const;
   void worker_loop();

@@ -11,6 +11,8 @@ packages=(
   zlib1g-dev                                           # gzip-compressed IDX datasets
   libgtest-dev                                         # tests
   dataset-fashion-mnist                                # the default training set
+  libturbojpeg0-dev libspng-dev                        # JPEG and PNG decoding (image_folder datasets)
+  libopencv-core-dev libopencv-imgproc-dev             # resizing; never libopencv-dev (Qt, VTK, MPI)
 )
 
 missing=()

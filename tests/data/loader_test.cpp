@@ -8,7 +8,9 @@
 
 #include "data/data_error.h"
 #include "data/distributed_sampler.h"
+#include "data/hash.h"
 #include "data/synthetic.h"
+#include "nn/random.h"
 
 namespace trainer {
 namespace {
@@ -184,6 +186,51 @@ TEST(DataLoader, RejectsBadOptions) {
   options.batch_size = 1;
   options.num_workers = -1;
   EXPECT_THROW(DataLoader(synthetic(4), {0, 1}, options), std::invalid_argument);
+}
+
+TEST(DataLoader, BatchesAreAllocatedThroughTheHook) {
+  int calls = 0;
+  LoaderOptions options;
+  options.batch_size = 4;
+  options.num_workers = 2;
+  options.allocate_batch = [&calls](const Shape& shape, DType dtype) {
+    ++calls;  // a pinned-memory allocator would go here
+    return Tensor::empty(shape, dtype);
+  };
+  DataLoader loader(synthetic(8), {0, 1, 2, 3, 4, 5, 6, 7}, options);
+  while (loader.next()) {
+  }
+  EXPECT_EQ(calls, 4);  // images and labels of 2 batches
+
+  options.allocate_batch = [](const Shape& shape, DType dtype) { return Tensor::empty({1}, dtype); };
+  DataLoader wrong(synthetic(8), {0, 1, 2, 3}, options);
+  EXPECT_THROW(wrong.next(), std::logic_error);
+}
+
+// A dataset that augments itself and reports another label for some samples, as a dataset replacing
+// unreadable files does: the loader must take both from read_augmented.
+class SelfAugmentingDataset : public SyntheticDataset {
+ public:
+  SelfAugmentingDataset() : SyntheticDataset({10, 1, 2, 2, 10, 0}) {}
+  int64_t read_augmented(int64_t index, uint8_t* hwc_out, Generator& gen) const override {
+    const uint8_t value = static_cast<uint8_t>(gen.below(256));
+    std::memset(hwc_out, value, 4);
+    return 100 + index;
+  }
+};
+
+TEST(DataLoader, SamplesComeFromReadAugmentedWithTheSampleGenerator) {
+  LoaderOptions options;
+  options.batch_size = 3;
+  options.seed = 5;
+  options.epoch = 2;
+  DataLoader loader(std::make_shared<SelfAugmentingDataset>(), {7, 3, 7}, options);
+  const Batch batch = *loader.next();
+  EXPECT_EQ(batch.labels.to_vector<int64_t>(), (std::vector<int64_t>{107, 103, 107}));
+  const std::vector<uint8_t> pixels = batch.images.to_vector<uint8_t>();
+  Generator expected(mix_seed(5, 2, 7));
+  EXPECT_EQ(pixels[0], expected.below(256));
+  EXPECT_EQ(pixels[0], pixels[8]);  // the same index, the same draw
 }
 
 TEST(DataLoader, EmptyEpochYieldsNothing) {

@@ -1,0 +1,326 @@
+#include "data/image_folder.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <system_error>
+#include <utility>
+
+#include "data/data_error.h"
+#include "data/hash.h"
+#include "data/image_codec.h"
+#include "nn/random.h"
+
+namespace trainer {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// Deeper than this is a symbolic-link loop, not a dataset (directory links are followed, as
+// torchvision's os.walk(followlinks=True) does).
+constexpr int kMaxDepth = 32;
+
+bool is_image_name(const std::string& name) {
+  std::string lower = name;
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  for (const char* extension : {".jpg", ".jpeg", ".png"}) {
+    const size_t n = std::strlen(extension);
+    if (lower.size() > n && lower.compare(lower.size() - n, n, extension) == 0) return true;
+  }
+  return false;
+}
+
+struct ListedFile {
+  std::string name;
+  uint64_t size = 0;
+};
+
+// One directory's image files, as one os.walk step gives them.
+struct ListedDirectory {
+  std::string relative;  // to the class directory; "" for the class directory itself
+  std::vector<ListedFile> files;
+};
+
+[[noreturn]] void fail_listing(const fs::path& path, const std::error_code& error) {
+  throw DataError(path.string() + ": cannot list: " + error.message());
+}
+
+void walk(const fs::path& class_dir, const std::string& relative, int depth,
+          std::vector<ListedDirectory>& out) {
+  const fs::path dir = relative.empty() ? class_dir : class_dir / relative;
+  if (depth > kMaxDepth) {
+    throw DataError(dir.string() + ": nested more than " + std::to_string(kMaxDepth) +
+                    " directories deep: a symbolic link loop?");
+  }
+  ListedDirectory listed{relative, {}};
+  std::vector<std::string> subdirectories;
+  std::error_code error;
+  fs::directory_iterator it(dir, error);
+  if (error) fail_listing(dir, error);
+  for (; it != fs::directory_iterator(); it.increment(error)) {
+    if (error) fail_listing(dir, error);
+    const std::string name = it->path().filename().string();
+    std::error_code ignored;
+    if (it->is_directory(ignored)) {
+      subdirectories.push_back(name);
+    } else if (is_image_name(name)) {
+      // Anything else with an image name is a sample, as in torchvision: one that cannot be read (a
+      // dangling link, say) is a bad sample at load time, not a silently different index list.
+      const uintmax_t size = it->file_size(ignored);
+      listed.files.push_back({name, ignored ? 0 : static_cast<uint64_t>(size)});
+    }
+  }
+  if (error) fail_listing(dir, error);
+  std::sort(listed.files.begin(), listed.files.end(),
+            [](const ListedFile& a, const ListedFile& b) { return a.name < b.name; });
+  out.push_back(std::move(listed));
+  for (const std::string& sub : subdirectories) {
+    walk(class_dir, relative.empty() ? sub : relative + "/" + sub, depth + 1, out);
+  }
+}
+
+// Reads the whole file into bytes. Returns what went wrong, or an empty string.
+std::string read_file(const std::string& path, std::vector<uint8_t>& bytes) {
+  std::FILE* file = std::fopen(path.c_str(), "rb");
+  if (!file) return "cannot open: " + std::error_code(errno, std::generic_category()).message();
+  struct stat info {};
+  std::string problem;
+  if (::fstat(::fileno(file), &info) != 0) {
+    problem = "cannot stat: " + std::error_code(errno, std::generic_category()).message();
+  } else if (!S_ISREG(info.st_mode)) {
+    problem = "not a regular file";
+  } else {
+    bytes.resize(static_cast<size_t>(info.st_size));
+    const size_t got = std::fread(bytes.data(), 1, bytes.size(), file);
+    if (got != bytes.size()) {
+      problem = std::ferror(file) ? "read error: " + std::error_code(errno, std::generic_category()).message()
+                                  : "read " + std::to_string(got) + " of " + std::to_string(bytes.size()) +
+                                        " bytes: the file shrank while being read";
+    }
+  }
+  std::fclose(file);
+  return problem;
+}
+
+// Maps a region of a height x width image onto the same image decoded at width2 x height2.
+CropBox scale_box(const CropBox& box, int64_t height, int64_t width, int64_t height2, int64_t width2) {
+  if (height2 == height && width2 == width) return box;
+  const double sy = static_cast<double>(height2) / static_cast<double>(height);
+  const double sx = static_cast<double>(width2) / static_cast<double>(width);
+  const auto edge = [](double value, int64_t lo, int64_t hi) {
+    return std::clamp<int64_t>(std::llround(value), lo, hi);
+  };
+  const int64_t top = edge(box.top * sy, 0, height2 - 1);
+  const int64_t bottom = edge((box.top + box.height) * sy, top + 1, height2);
+  const int64_t left = edge(box.left * sx, 0, width2 - 1);
+  const int64_t right = edge((box.left + box.width) * sx, left + 1, width2);
+  return {top, left, bottom - top, right - left};
+}
+
+// Above this many times the output's pixels, the evaluation resize is computed on the crop region only
+// (pathologically elongated images would otherwise need a huge intermediate image).
+constexpr int64_t kMaxEvalIntermediate = 64;
+
+}  // namespace
+
+ImageFolder::ImageFolder(const std::string& directory, ImageFolderOptions options)
+    : options_(std::move(options)), bad_(std::make_unique<BadSampleTracker>(options_.warn)) {
+  fs::path dir = fs::path(directory).lexically_normal();
+  if (dir.filename().empty()) dir = dir.parent_path();  // a trailing slash
+  directory_ = dir.string();
+  name_ = "image_folder/" + dir.filename().string();
+  if (options_.image_size < 1 || options_.image_size > 8192) {
+    throw DataError(name_ + ": image_size must lie in [1, 8192], got " + std::to_string(options_.image_size));
+  }
+  if (options_.channels != 1 && options_.channels != 3) {
+    throw DataError(name_ + ": images are decoded to 1 (grey) or 3 (RGB) channels, not " +
+                    std::to_string(options_.channels));
+  }
+  const RandomResizedCropConfig& crop = options_.crop;
+  if (!(crop.scale_min > 0 && crop.scale_min <= crop.scale_max && crop.ratio_min > 0 &&
+        crop.ratio_min <= crop.ratio_max)) {
+    throw DataError(name_ +
+                    ": random resized crop needs 0 < scale_min <= scale_max and 0 < ratio_min <= ratio_max");
+  }
+  std::error_code error;
+  if (!fs::is_directory(dir, error)) throw DataError(directory_ + ": no such directory");
+
+  // Classes: the sub-directories, sorted (torchvision's find_classes).
+  std::vector<std::string> found;
+  fs::directory_iterator it(dir, error);
+  if (error) fail_listing(dir, error);
+  for (; it != fs::directory_iterator(); it.increment(error)) {
+    if (error) fail_listing(dir, error);
+    std::error_code ignored;
+    if (it->is_directory(ignored)) found.push_back(it->path().filename().string());
+  }
+  if (error) fail_listing(dir, error);
+  std::sort(found.begin(), found.end());
+  if (found.empty()) {
+    throw DataError(directory_ + ": no class sub-directories. HINT: an image folder holds one directory of " +
+                    "images per class: " + directory_ + "/<class>/<image>.jpg");
+  }
+  classes_ = options_.classes.empty() ? found : options_.classes;
+
+  content_hash_ = kFnv1a64Offset;
+  path_offsets_.push_back(0);
+  for (const std::string& class_name : found) {
+    const auto position = std::find(classes_.begin(), classes_.end(), class_name);
+    if (position == classes_.end()) {
+      throw DataError((dir / class_name).string() + ": class directory '" + class_name +
+                      "' is not one of the " + std::to_string(classes_.size()) +
+                      " training classes, so it has no label. HINT: every class of this split must also "
+                      "be a directory of the training split");
+    }
+    const int32_t label = static_cast<int32_t>(position - classes_.begin());
+    std::vector<ListedDirectory> listed;
+    walk(dir / class_name, "", 0, listed);
+    // os.walk, sorted: directories in path order, files in name order within each.
+    std::sort(listed.begin(), listed.end(),
+              [](const ListedDirectory& a, const ListedDirectory& b) { return a.relative < b.relative; });
+    const size_t before = labels_.size();
+    for (const ListedDirectory& d : listed) {
+      for (const ListedFile& file : d.files) {
+        const std::string relative =
+            class_name + "/" + (d.relative.empty() ? "" : d.relative + "/") + file.name;
+        paths_ += relative;
+        path_offsets_.push_back(paths_.size());
+        labels_.push_back(label);
+        content_hash_ = fnv1a64(relative.data(), relative.size() + 1, content_hash_);  // with the '\0'
+        content_hash_ = fnv1a64(&file.size, sizeof(file.size), content_hash_);
+      }
+    }
+    if (labels_.size() == before) {
+      throw DataError((dir / class_name).string() +
+                      ": no .jpg, .jpeg or .png files in this class directory. HINT: add its images or " +
+                      "remove the directory");
+    }
+  }
+}
+
+ImageFolder::~ImageFolder() = default;
+
+Normalization ImageFolder::normalization() const {
+  if (options_.channels == 1) return {{0.4590f}, {0.2256f}};
+  return {{0.485f, 0.456f, 0.406f}, {0.229f, 0.224f, 0.225f}};
+}
+
+std::string ImageFolder::relative_path(int64_t index) const {
+  check_index(index);
+  const size_t i = static_cast<size_t>(index);
+  return paths_.substr(path_offsets_[i], path_offsets_[i + 1] - path_offsets_[i]);
+}
+
+std::string ImageFolder::path(int64_t index) const { return directory_ + "/" + relative_path(index); }
+
+int64_t ImageFolder::label(int64_t index) const {
+  check_index(index);
+  return labels_[static_cast<size_t>(index)];
+}
+
+std::string ImageFolder::try_load(int64_t index, uint8_t* hwc_out, Generator* gen) const {
+  // Per-thread buffers: their capacity is reused from sample to sample.
+  thread_local std::vector<uint8_t> file;
+  thread_local DecodedImage decoded;
+  thread_local std::vector<uint8_t> resized;
+  std::string problem = read_file(path(index), file);
+  if (!problem.empty()) return problem;
+  const int64_t size = options_.image_size, channels = options_.channels;
+  try {
+    const ImageInfo info = read_image_info(file.data(), file.size());
+    if (gen) {
+      // RandomResizedCrop: the region is drawn on the full-size image, as torchvision does; decoding at
+      // a smaller scale keeps the region at least size x size pixels.
+      const CropBox box = random_resized_crop_box(info.height, info.width, options_.crop, *gen);
+      const double min_scale = std::max(static_cast<double>(size) / static_cast<double>(box.width),
+                                        static_cast<double>(size) / static_cast<double>(box.height));
+      decode_image(file.data(), file.size(), channels, decoded, min_scale);
+      const CropBox scaled = scale_box(box, info.height, info.width, decoded.height, decoded.width);
+      resize_region(decoded.pixels.data(), decoded.height, decoded.width, channels, scaled, hwc_out, size,
+                    size);
+      return "";
+    }
+    // Resize(shorter side to size * 256 / 224), then CenterCrop(size).
+    int64_t resized_height = 0, resized_width = 0;
+    resized_shorter_side(info.height, info.width, eval_resize_size(size), resized_height, resized_width);
+    const double min_scale = std::max(static_cast<double>(resized_height) / static_cast<double>(info.height),
+                                      static_cast<double>(resized_width) / static_cast<double>(info.width));
+    decode_image(file.data(), file.size(), channels, decoded, min_scale);
+    const CropBox center = center_crop_box(resized_height, resized_width, size);
+    if (resized_height * resized_width > kMaxEvalIntermediate * size * size) {
+      const CropBox region = scale_box(center, resized_height, resized_width, decoded.height, decoded.width);
+      resize_region(decoded.pixels.data(), decoded.height, decoded.width, channels, region, hwc_out, size,
+                    size);
+      return "";
+    }
+    resized.resize(static_cast<size_t>(resized_height * resized_width * channels));
+    resize_region(decoded.pixels.data(), decoded.height, decoded.width, channels,
+                  {0, 0, decoded.height, decoded.width}, resized.data(), resized_height, resized_width);
+    const size_t row = static_cast<size_t>(size * channels);
+    for (int64_t y = 0; y < size; ++y) {
+      std::memcpy(hwc_out + y * size * channels,
+                  resized.data() + ((center.top + y) * resized_width + center.left) * channels, row);
+    }
+    return "";
+  } catch (const ImageDecodeError& e) {
+    return e.what();
+  }
+}
+
+void ImageFolder::read_into(int64_t index, uint8_t* hwc_out) const {
+  check_index(index);
+  const std::string problem = try_load(index, hwc_out, nullptr);
+  if (!problem.empty()) {
+    throw DataError(
+        path(index) + ": " + problem +
+        ". HINT: replace or delete the file, or set data.bad_samples = \"skip\" to train without it");
+  }
+}
+
+int64_t ImageFolder::read_augmented(int64_t index, uint8_t* hwc_out, Generator& gen) const {
+  check_index(index);
+  Generator* const draw = options_.train ? &gen : nullptr;
+  if (options_.bad_samples == BadSamplePolicy::error) {
+    const std::string problem = try_load(index, hwc_out, draw);
+    if (!problem.empty()) {
+      throw DataError(
+          path(index) + ": " + problem +
+          ". HINT: replace or delete the file, or set data.bad_samples = \"skip\" to train without it");
+    }
+    return labels_[static_cast<size_t>(index)];
+  }
+  // Skip: take the first good sample from index on. Every attempt draws from a copy of gen as it came
+  // in, so the pixels, the label and gen's state afterwards depend only on which files are bad, not on
+  // which thread happened to find that out first.
+  const int64_t n = size();
+  for (int64_t k = 0; k < n; ++k) {
+    const int64_t candidate = (index + k) % n;
+    if (bad_->known_bad(candidate)) continue;
+    std::string problem;
+    if (draw) {
+      Generator attempt = gen;
+      problem = try_load(candidate, hwc_out, &attempt);
+      if (problem.empty()) gen = attempt;
+    } else {
+      problem = try_load(candidate, hwc_out, nullptr);
+    }
+    if (problem.empty()) {
+      if (candidate != index) bad_->count_replacement();
+      return labels_[static_cast<size_t>(candidate)];
+    }
+    bad_->mark_bad(candidate,
+                   "warning: " + path(candidate) + ": " + problem +
+                       "; skipping it (data.bad_samples = \"skip\"): its sample is replaced by the "
+                       "next readable one");
+  }
+  throw DataError(directory_ + ": none of the " + std::to_string(n) +
+                  " images can be decoded, so bad_samples = \"skip\" has nothing to replace them with");
+}
+
+}  // namespace trainer

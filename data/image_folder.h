@@ -1,0 +1,88 @@
+#pragma once
+// torchvision's ImageFolder: a directory with one sub-directory of images per class,
+//   directory/<class>/**/*.{jpg,jpeg,png}   (extensions case-insensitive; other files are ignored)
+// Classes are the sub-directory names sorted (byte order), labelled 0, 1, ...; files are listed like
+// torchvision's os.walk (directories in path order, files sorted within each), so a sample's index
+// and label are those torchvision gives. Sub-directories of a class directory are searched too.
+//
+// Images come in any size; every sample leaves read_augmented() at image_size x image_size x
+// channels, so batches stack (see data/resized_crop.h): a RandomResizedCrop in training mode, a
+// Resize + CenterCrop in evaluation mode. JPEGs are decoded at a reduced DCT scale when the result is
+// shrunk anyway. Decoding happens on the loader's worker threads; only the file list is in memory.
+//
+// Files whose image cannot be decoded are handled by the BadSamplePolicy (data/bad_samples.h). The
+// fingerprint hashes the class list and every file's relative path and size, not the contents:
+// reading ImageNet's 140 GB at start-up would take minutes.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "data/bad_samples.h"
+#include "data/dataset.h"
+#include "data/resized_crop.h"
+
+namespace trainer {
+
+struct ImageFolderOptions {
+  int64_t image_size = 224;  // output height and width
+  int64_t channels = 3;      // 3 (RGB) or 1 (grey); images are converted to it
+  // true: RandomResizedCrop(image_size, crop) in read_augmented; false: Resize + CenterCrop.
+  bool train = false;
+  RandomResizedCropConfig crop;
+  BadSamplePolicy bad_samples = BadSamplePolicy::error;
+  BadSampleWarn warn;  // bad_samples = skip: one line per bad file; empty = stderr
+  // The class list, in label order. Empty: the sorted sub-directories. Give the training split's
+  // list to the evaluation split so that labels agree even when a class has no evaluation images; a
+  // sub-directory not in the list is then an error.
+  std::vector<std::string> classes;
+};
+
+class ImageFolder : public Dataset {
+ public:
+  // Lists the files (no decoding). Throws DataError naming the directory when it is missing, has no
+  // class sub-directories, when a class directory holds no images, or for a bad option.
+  explicit ImageFolder(const std::string& directory, ImageFolderOptions options = {});
+  ~ImageFolder() override;
+
+  std::string name() const override { return name_; }  // "image_folder/<directory name>"
+  int64_t size() const override { return static_cast<int64_t>(labels_.size()); }
+  int64_t num_classes() const override { return static_cast<int64_t>(classes_.size()); }
+  int64_t channels() const override { return options_.channels; }
+  int64_t height() const override { return options_.image_size; }
+  int64_t width() const override { return options_.image_size; }
+  const std::vector<std::string>& class_names() const override { return classes_; }
+  // ImageNet's statistics (RGB; their luma for grey), what models trained on such folders expect.
+  Normalization normalization() const override;
+  // The evaluation view (Resize + CenterCrop) whatever the mode, and strict: a bad file always throws
+  // DataError, whatever the policy.
+  void read_into(int64_t index, uint8_t* hwc_out) const override;
+  int64_t label(int64_t index) const override;
+  // The mode's view, drawing the random crop from gen in training mode; applies the bad-sample policy.
+  int64_t read_augmented(int64_t index, uint8_t* hwc_out, Generator& gen) const override;
+  int64_t skipped_samples() const override { return bad_->replacements(); }
+  std::string fingerprint() const override { return describe(content_hash_); }
+
+  const std::string& directory() const { return directory_; }
+  std::string relative_path(int64_t index) const;  // "<class>/<file>"
+  std::string path(int64_t index) const;           // directory/relative_path
+  const ImageFolderOptions& options() const { return options_; }
+  int64_t bad_files() const { return bad_->bad_files(); }  // distinct files found bad so far (skip mode)
+
+ private:
+  // Reads, decodes and transforms the file of `index` into hwc_out, drawing from gen when it is not
+  // null (training mode). Returns an empty string on success, else what is wrong with the file.
+  std::string try_load(int64_t index, uint8_t* hwc_out, Generator* gen) const;
+
+  std::string directory_;
+  std::string name_;
+  ImageFolderOptions options_;
+  std::vector<std::string> classes_;
+  std::string paths_;                   // relative paths, back to back
+  std::vector<uint64_t> path_offsets_;  // sample i's path is paths_[offsets[i], offsets[i + 1])
+  std::vector<int32_t> labels_;
+  uint64_t content_hash_ = 0;
+  std::unique_ptr<BadSampleTracker> bad_;
+};
+
+}  // namespace trainer

@@ -1,0 +1,151 @@
+// The config -> dataset factory (app/datasets.cpp) for the datasets of data/, and the shipped configs
+// that use them.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "app/config.h"
+#include "app/datasets.h"
+#include "data/cifar.h"
+#include "data/image_codec.h"
+#include "data/image_folder.h"
+#include "data/temp_dir.h"
+
+namespace trainer {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::TempDir;
+using testing::write_bytes;
+
+std::string error_of(const Config& config) {
+  try {
+    open_datasets(config);
+  } catch (const ConfigError& error) {
+    return error.what();
+  }
+  return "";
+}
+
+void write_cifar10(const fs::path& dir) {
+  fs::create_directories(dir);
+  for (const std::string name :
+       {"data_batch_1", "data_batch_2", "data_batch_3", "data_batch_4", "data_batch_5", "test_batch"}) {
+    std::vector<uint8_t> record(3073, 9);
+    write_bytes((dir / (name + ".bin")).string(), record);
+  }
+}
+
+void write_image(const fs::path& path) {
+  fs::create_directories(path.parent_path());
+  const std::vector<uint8_t> pixels(12 * 10 * 3, 128);
+  write_bytes(path.string(), encode_png(pixels.data(), 12, 10, 3));
+}
+
+TEST(DatasetFactory, ShippedConfigsLoad) {
+  const Config cifar = load_config(std::string(TRAINER_SOURCE_DIR) + "/configs/cifar10_resnet18.toml");
+  EXPECT_EQ(cifar.data.dataset, "cifar10");
+  EXPECT_EQ(cifar.model.name, "resnet18");
+  EXPECT_EQ(cifar.model.stem, "cifar");
+  EXPECT_EQ(cifar.data.batch_size, 128);
+  EXPECT_EQ(cifar.data.random_crop_padding, 4);
+  EXPECT_TRUE(cifar.data.hflip);
+  EXPECT_TRUE(cifar.optim.nesterov);
+  EXPECT_DOUBLE_EQ(cifar.optim.weight_decay, 5e-4);
+  EXPECT_DOUBLE_EQ(cifar.train.label_smoothing, 0.1);
+  EXPECT_EQ(cifar.train.epochs, 30);
+  EXPECT_EQ(cifar.schedule.name, "cosine");
+
+  const Config folder = load_config(std::string(TRAINER_SOURCE_DIR) + "/configs/imagefolder_resnet50.toml");
+  EXPECT_EQ(folder.data.dataset, "image_folder");
+  EXPECT_EQ(folder.model.name, "resnet50");
+  EXPECT_EQ(folder.model.stem, "imagenet");
+  EXPECT_EQ(folder.data.image_size, 224);
+  EXPECT_EQ(folder.data.batch_size, 64);
+  EXPECT_EQ(folder.optim.lr_scaling, "linear");
+  EXPECT_EQ(folder.optim.base_batch_size, 256);
+  EXPECT_DOUBLE_EQ(folder.schedule.warmup_epochs, 5.0);
+  EXPECT_EQ(folder.train.epochs, 90);
+}
+
+TEST(DatasetFactory, CifarNeedsAnExistingRoot) {
+  std::string error = error_of(load_config("", {"data.dataset=cifar10"}));
+  EXPECT_NE(error.find("data.root: dataset 'cifar10' needs data.root. HINT: download the binary version"),
+            std::string::npos)
+      << error;
+  error = error_of(load_config("", {"data.dataset=cifar100", "data.root=/nonexistent/cifar"}));
+  EXPECT_NE(
+      error.find("--set data.root=/nonexistent/cifar: data.root: dataset directory '/nonexistent/cifar' "
+                 "does not exist. HINT"),
+      std::string::npos)
+      << error;
+  EXPECT_NE(error.find("cifar-100-binary.tar.gz"), std::string::npos) << error;
+
+  TempDir dir;
+  write_cifar10(dir.path() / "cifar-10-batches-bin");
+  const Datasets datasets =
+      open_datasets(load_config("", {"data.dataset=cifar10", "data.root=" + dir.path().string()}));
+  EXPECT_EQ(datasets.train->size(), 5);
+  EXPECT_EQ(datasets.test->size(), 1);
+  EXPECT_EQ(datasets.train->label(0), 9);
+  // A file problem is reported against data.root too.
+  write_bytes((dir.path() / "cifar-10-batches-bin" / "test_batch.bin").string(), {1, 2, 3});
+  error = error_of(load_config("", {"data.dataset=cifar10", "data.root=" + dir.path().string()}));
+  EXPECT_NE(error.find("data.root: " + (dir.path() / "cifar-10-batches-bin" / "test_batch.bin").string() +
+                       ": 3 bytes"),
+            std::string::npos)
+      << error;
+  error = error_of(
+      load_config("", {"data.dataset=cifar10", "data.root=" + dir.path().string(), "data.image_size=64"}));
+  EXPECT_NE(error.find("data.image_size: CIFAR images are 32x32"), std::string::npos) << error;
+}
+
+TEST(DatasetFactory, ImageFolderUsesTrainAndValWithTheTrainingClasses) {
+  TempDir dir;
+  write_image(dir.path() / "train" / "b" / "1.png");
+  write_image(dir.path() / "train" / "a" / "1.png");
+  write_image(dir.path() / "train" / "a" / "2.png");
+  write_image(dir.path() / "val" / "b" / "1.png");  // class a has no validation image
+  const Datasets datasets =
+      open_datasets(load_config("", {"data.dataset=image_folder", "data.root=" + dir.path().string()}));
+  EXPECT_EQ(datasets.train->size(), 3);
+  EXPECT_EQ(datasets.train->height(), 224);  // image_size 0 = 224
+  EXPECT_EQ(datasets.test->size(), 1);
+  EXPECT_EQ(datasets.test->num_classes(), 2);
+  EXPECT_EQ(datasets.test->label(0), 1);
+  EXPECT_TRUE(dynamic_cast<const ImageFolder&>(*datasets.train).options().train);
+  EXPECT_FALSE(dynamic_cast<const ImageFolder&>(*datasets.test).options().train);
+
+  const Datasets small =
+      open_datasets(load_config("", {"data.dataset=image_folder", "data.root=" + dir.path().string(),
+                                     "data.image_size=64", "model.in_channels=1"}));
+  EXPECT_EQ(small.train->height(), 64);
+  EXPECT_EQ(small.train->channels(), 1);
+}
+
+TEST(DatasetFactory, ImageFolderLayoutErrorsPointAtDataRoot) {
+  std::string error = error_of(load_config("", {"data.dataset=image_folder"}));
+  EXPECT_NE(error.find("data.root: dataset 'image_folder' needs data.root. HINT"), std::string::npos)
+      << error;
+  TempDir dir;
+  write_image(dir.path() / "cats" / "1.png");  // flat: no train/ and val/
+  error = error_of(load_config("", {"data.dataset=image_folder", "data.root=" + dir.path().string()}));
+  EXPECT_NE(error.find("data.root: '" + dir.path().string() + "' has no train/ directory. HINT"),
+            std::string::npos)
+      << error;
+  write_image(dir.path() / "train" / "cats" / "1.png");
+  write_image(dir.path() / "test" / "dogs" / "1.png");  // test/ stands in for val/
+  error = error_of(load_config("", {"data.dataset=image_folder", "data.root=" + dir.path().string()}));
+  EXPECT_NE(error.find("class directory 'dogs' is not one of the 1 training classes"), std::string::npos)
+      << error;
+  error = error_of(load_config(
+      "", {"data.dataset=image_folder", "data.root=" + dir.path().string(), "model.in_channels=2"}));
+  EXPECT_NE(error.find("model.in_channels: image_folder decodes images to 1 (grey) or 3 (RGB) channels"),
+            std::string::npos)
+      << error;
+}
+
+}  // namespace
+}  // namespace trainer
