@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""PyTorch reference for bench/nn_bench.cpp: forward + backward + SGD images/s of the same models on
+the same inputs, so a trainer figure always comes with a PyTorch figure from the same machine.
+
+    python3 bench/torch_reference.py                 # cnn 28x28x1 and resnet18-cifar 32x32x3, batch 64
+    python3 bench/torch_reference.py --device cuda --batch 512 --model resnet18 --channels-last --dtype bf16
+"""
+import argparse
+import time
+
+import torch
+import torch.nn as nn
+import torchvision
+
+
+class Cnn(nn.Module):
+    """The trainer's `cnn` model (nn/models/cnn.cpp): same layers, same state_dict keys."""
+
+    def __init__(self, c=1, size=28, classes=10):
+        super().__init__()
+        self.conv1 = nn.Conv2d(c, 32, 3, padding=1)
+        self.bn1 = nn.BatchNorm2d(32)
+        self.conv2 = nn.Conv2d(32, 64, 3, padding=1)
+        self.bn2 = nn.BatchNorm2d(64)
+        self.pool = nn.MaxPool2d(2)
+        self.fc1 = nn.Linear(64 * (size // 4) ** 2, 128)
+        self.fc2 = nn.Linear(128, classes)
+
+    def forward(self, x):
+        x = self.pool(torch.relu(self.bn1(self.conv1(x))))
+        x = self.pool(torch.relu(self.bn2(self.conv2(x))))
+        return self.fc2(torch.relu(self.fc1(torch.flatten(x, 1))))
+
+
+def resnet(name, channels, classes, stem):
+    model = getattr(torchvision.models, name)(num_classes=classes)
+    if stem == "cifar":  # 3x3 stride-1 first conv, no max-pool: the trainer's "cifar" stem
+        model.conv1 = nn.Conv2d(channels, 64, 3, 1, 1, bias=False)
+        model.maxpool = nn.Identity()
+    elif channels != 3:
+        model.conv1 = nn.Conv2d(channels, 64, 7, 2, 3, bias=False)
+    return model
+
+
+def run(model_name, batch, image, channels, iters, device, dtype, channels_last, stem):
+    torch.manual_seed(1)
+    model = Cnn(channels, image) if model_name == "cnn" else resnet(model_name, channels, 10, stem)
+    model = model.to(device)
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
+    model = model.to(memory_format=fmt)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    x = torch.randn(batch, channels, image, image, device=device).to(memory_format=fmt)
+    y = torch.randint(0, 10, (batch,), device=device)
+    amp = dtype in ("bf16", "fp16")
+    amp_dtype = torch.bfloat16 if dtype == "bf16" else torch.float16
+    scaler = torch.cuda.amp.GradScaler(enabled=dtype == "fp16")
+
+    def step():
+        with torch.autocast(device_type=device, dtype=amp_dtype, enabled=amp):
+            loss = nn.functional.cross_entropy(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        opt.zero_grad(set_to_none=True)
+
+    for _ in range(3):
+        step()
+    if device == "cuda":
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        step()
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return batch * iters / (time.perf_counter() - t0)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--model")
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--image", type=int, default=28)
+    p.add_argument("--channels", type=int, default=1)
+    p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--dtype", default="fp32", choices=["fp32", "tf32", "bf16", "fp16"])
+    p.add_argument("--channels-last", action="store_true")
+    p.add_argument("--stem", default="cifar")
+    a = p.parse_args()
+    torch.backends.cuda.matmul.allow_tf32 = a.dtype == "tf32"
+    torch.backends.cudnn.allow_tf32 = a.dtype == "tf32"
+    points = [(a.model, a.batch, a.image, a.channels, a.iters)] if a.model else [
+        ("cnn", 64, 28, 1, 30), ("resnet18", 64, 32, 3, 3)]
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, device {a.device}")
+    print(f"{'model':10} {'batch':>6} {'input':>12} {'img/s':>10}")
+    for m, b, s, c, n in points:
+        ips = run(m, b, s, c, n, a.device, a.dtype, a.channels_last, a.stem)
+        print(f"{m:10} {b:6d} {s:5d}x{s}x{c} {ips:10.1f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,111 @@
+#pragma once
+// The CUDA backend: every Backend kernel on one GPU, on that device's compute stream. cuDNN for
+// convolutions, cuBLAS for matmul, own kernels (one op family per .cu file in nn/cuda/) for the rest.
+// Memory comes from the caching allocator (nn/cuda/caching_allocator.h). This header is plain C++ plus
+// the CUDA, cuBLAS and cuDNN headers, so .cu and .cpp files both include it.
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <cudnn.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "nn/backend.h"
+
+namespace trainer {
+
+// Per-process CUDA state for the one device this process uses.
+struct CudaContext {
+  int device = -1;
+  cudaStream_t stream = nullptr;  // the compute stream every kernel runs on
+  cublasHandle_t cublas = nullptr;
+  cudnnHandle_t cudnn = nullptr;
+  int sm_count = 1;  // multiprocessors, for sizing grid-stride launches
+};
+
+// The context; throws if init_cuda_backend() has not run.
+CudaContext& cuda_context();
+
+// Selects the GPU `device_index` (LOCAL_RANK), creates its stream and library handles and registers
+// the CUDA allocator and backend. Throws, with a HINT, when there is no such device.
+void init_cuda_backend(int device_index);
+// Number of visible CUDA devices (0 when there is no driver or no device; never throws).
+int cuda_device_count();
+// The compute stream, with the context's device made current on the calling thread (worker threads
+// start on device 0, so every entry point goes through this).
+cudaStream_t cuda_stream();
+// Waits for everything queued on the compute stream.
+void cuda_synchronize();
+// TF32 tensor-core math for f32 matmul and convolution (precision = "tf32"). Off by default: f32
+// results then match the CPU to ~1e-5 relative.
+void cuda_set_allow_tf32(bool allow);
+bool cuda_allow_tf32();
+
+// Throws std::runtime_error naming file:line, the call and the CUDA error, when `status` is an error.
+void cuda_check(cudaError_t status, const char* call, const char* file, int line);
+void cublas_check(cublasStatus_t status, const char* call, const char* file, int line);
+void cudnn_check(cudnnStatus_t status, const char* call, const char* file, int line);
+#define CUDA_CHECK(call) ::trainer::cuda_check((call), #call, __FILE__, __LINE__)
+#define CUBLAS_CHECK(call) ::trainer::cublas_check((call), #call, __FILE__, __LINE__)
+#define CUDNN_CHECK(call) ::trainer::cudnn_check((call), #call, __FILE__, __LINE__)
+// After a kernel launch: checks the launch, and in debug builds (TRAINER_CUDA_DEBUG) synchronises
+// so that an asynchronous fault is reported at the kernel that caused it.
+#define CUDA_CHECK_LAUNCH() ::trainer::cuda_check_launch(__FILE__, __LINE__)
+void cuda_check_launch(const char* file, int line);
+
+class CudaBackend final : public Backend {
+ public:
+  void copy(Tensor& dst, const Tensor& src) override;
+  void fill(Tensor& dst, double value) override;
+
+  Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) override;
+  Tensor binary_scalar(BinaryOp op, const Tensor& a, double s, bool scalar_first) override;
+  Tensor unary(UnaryOp op, const Tensor& a) override;
+  Tensor unary_backward(UnaryOp op, const Tensor& grad, const Tensor& x, const Tensor& y) override;
+  void axpy(Tensor& dst, const Tensor& src, double alpha) override;
+  void scale(Tensor& dst, double alpha) override;
+
+  Tensor sum(const Tensor& a, const std::vector<int>& dims, bool keepdim) override;
+  Tensor broadcast_to(const Tensor& a, const Shape& shape) override;
+  bool all_finite(const Tensor& a) override;
+
+  Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) override;
+
+  Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p) override;
+  Tensor conv2d_backward_input(const Tensor& grad_y, const Tensor& w, const Shape& x_shape,
+                               const Conv2dParams& p) override;
+  Tensor conv2d_backward_weight(const Tensor& grad_y, const Tensor& x, const Shape& w_shape,
+                                const Conv2dParams& p) override;
+
+  std::pair<Tensor, Tensor> max_pool2d(const Tensor& x, const Pool2dParams& p) override;
+  Tensor max_pool2d_backward(const Tensor& grad_y, const Tensor& indices, const Shape& x_shape) override;
+  Tensor avg_pool2d(const Tensor& x, const Pool2dParams& p) override;
+  Tensor avg_pool2d_backward(const Tensor& grad_y, const Shape& x_shape, const Pool2dParams& p) override;
+  Tensor global_avg_pool(const Tensor& x) override;
+  Tensor global_avg_pool_backward(const Tensor& grad_y, const Shape& x_shape) override;
+
+  std::pair<Tensor, Tensor> bn_mean_var(const Tensor& x) override;
+  Tensor bn_apply(const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& gamma,
+                  const Tensor& beta) override;
+  std::pair<Tensor, Tensor> bn_backward_reduce(const Tensor& grad_y, const Tensor& x, const Tensor& mean,
+                                               const Tensor& invstd) override;
+  Tensor bn_backward_input(const Tensor& grad_y, const Tensor& x, const Tensor& mean, const Tensor& invstd,
+                           const Tensor& gamma, const Tensor& sum_dy, const Tensor& sum_dy_xhat,
+                           int64_t count) override;
+
+  std::pair<Tensor, Tensor> cross_entropy(const Tensor& logits, const Tensor& targets,
+                                          double label_smoothing) override;
+  Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& probs, const Tensor& targets,
+                                double label_smoothing) override;
+  Tensor topk_correct(const Tensor& logits, const Tensor& targets, int k) override;
+  Tensor argmax(const Tensor& logits) override;
+
+  Tensor dropout_mask(const Shape& shape, double p, DType dtype, Generator& gen) override;
+
+  void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, bool first_step,
+                const SgdParams& p) override;
+  void adamw_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
+                  const AdamWParams& p) override;
+};
+
+}  // namespace trainer

@@ -1,0 +1,238 @@
+// Elementwise kernels: broadcasting binary ops, scalar forms, unary ops and their gradients, axpy and
+// scale. Half types compute in f32. Dense inputs keep their memory format (so channels-last
+// activations stay channels-last); broadcasting binary ops return contiguous tensors, as on the CPU.
+#include "nn/cuda/kernels.cuh"
+
+namespace trainer {
+namespace cuda {
+namespace {
+
+Shape broadcast_shape(const Shape& a, const Shape& b) {
+  const size_t n = std::max(a.size(), b.size());
+  Shape out(n);
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t da = i < n - a.size() ? 1 : a[i - (n - a.size())];
+    const int64_t db = i < n - b.size() ? 1 : b[i - (n - b.size())];
+    if (da != db && da != 1 && db != 1)
+      throw std::invalid_argument("cannot broadcast " + shape_str(a) + " with " + shape_str(b));
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+Shape broadcast_strides(const Tensor& t, const Shape& shape) {
+  const size_t n = shape.size(), k = t.shape().size();
+  Shape strides(n, 0);
+  for (size_t i = 0; i < k; ++i) strides[n - k + i] = t.shape()[i] == 1 ? 0 : t.strides()[i];
+  return strides;
+}
+
+MemoryFormat format_of(const Tensor& t) { return is_dense(t) ? dense_format(t) : MemoryFormat::contiguous; }
+
+template <class T>
+__device__ __forceinline__ T apply(BinaryOp op, T a, T b) {
+  switch (op) {
+    case BinaryOp::add:
+      return a + b;
+    case BinaryOp::sub:
+      return a - b;
+    case BinaryOp::mul:
+      return a * b;
+    case BinaryOp::div:
+      return a / b;
+  }
+  return T(0);
+}
+
+template <class T>
+__device__ __forceinline__ T apply(UnaryOp op, T x) {
+  switch (op) {
+    case UnaryOp::neg:
+      return -x;
+    case UnaryOp::relu:
+      return x > T(0) ? x : T(0);
+    case UnaryOp::sigmoid:
+      return T(1) / (T(1) + ::exp(-x));
+    case UnaryOp::exp:
+      return ::exp(x);
+    case UnaryOp::log:
+      return ::log(x);
+    case UnaryOp::sqrt:
+      return ::sqrt(x);
+    case UnaryOp::square:
+      return x * x;
+    case UnaryOp::abs:
+      return ::fabs(x);
+  }
+  return T(0);
+}
+
+template <class T>
+__device__ __forceinline__ T apply_backward(UnaryOp op, T g, T x, T y) {
+  switch (op) {
+    case UnaryOp::neg:
+      return -g;
+    case UnaryOp::relu:
+      return y > T(0) ? g : T(0);
+    case UnaryOp::sigmoid:
+      return g * y * (T(1) - y);
+    case UnaryOp::exp:
+      return g * y;
+    case UnaryOp::log:
+      return g / x;
+    case UnaryOp::sqrt:
+      return g / (T(2) * y);
+    case UnaryOp::square:
+      return g * T(2) * x;
+    case UnaryOp::abs:
+      return x > T(0) ? g : (x < T(0) ? -g : T(0));
+  }
+  return T(0);
+}
+
+}  // namespace
+
+void add_channel_bias(Tensor& y, const Tensor& bias_in) {
+  check_device(bias_in, "conv2d", "bias");
+  check_same_dtype(y, bias_in, "conv2d");
+  if (!is_dense(y) || y.dim() < 2)
+    throw std::invalid_argument("add_channel_bias: y must be dense [N, C, ...]");
+  const Tensor bias = bias_in.contiguous();
+  const int64_t C = y.size(1);
+  int64_t inner = 1;
+  if (dense_format(y) == MemoryFormat::contiguous)
+    for (int d = 2; d < y.dim(); ++d) inner *= y.size(d);
+  CUDA_DISPATCH_FLOAT(y.dtype(), "conv2d bias", [&] {
+    scalar_t* py = static_cast<scalar_t*>(y.raw_data());
+    const scalar_t* pb = static_cast<const scalar_t*>(bias.raw_data());
+    for_each(y.numel(), [=] __device__(int64_t i) {
+      py[i] = store<scalar_t>(to_acc(py[i]) + to_acc(pb[(i / inner) % C]));
+    });
+  });
+}
+
+}  // namespace cuda
+
+Tensor CudaBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b) {
+  using namespace cuda;
+  check_device(a, "binary op", "lhs");
+  check_device(b, "binary op", "rhs");
+  check_same_dtype(a, b, "binary op");
+  const Shape shape = broadcast_shape(a.shape(), b.shape());
+  const bool flat = a.shape() == b.shape() && same_layout(a, b) && is_dense(a);
+  Tensor out = empty(shape, a.dtype(), flat ? dense_format(a) : MemoryFormat::contiguous);
+  Shape sh = shape;
+  std::vector<Shape> st{out.strides(), broadcast_strides(a, shape), broadcast_strides(b, shape)};
+  coalesce(sh, st);
+  const Indexer io = make_indexer(sh, st[0], "binary op"), ia = make_indexer(sh, st[1], "binary op"),
+                ib = make_indexer(sh, st[2], "binary op");
+  CUDA_DISPATCH_FLOAT(a.dtype(), "binary op", [&] {
+    scalar_t* o = static_cast<scalar_t*>(out.raw_data());
+    const scalar_t* pa = static_cast<const scalar_t*>(a.raw_data());
+    const scalar_t* pb = static_cast<const scalar_t*>(b.raw_data());
+    if (flat)
+      for_each(out.numel(), [=] __device__(int64_t i) {
+        o[i] = store<scalar_t>(apply(op, to_acc(pa[i]), to_acc(pb[i])));
+      });
+    else
+      for_each(out.numel(), [=] __device__(int64_t i) {
+        o[offset_of(io, i)] =
+            store<scalar_t>(apply(op, to_acc(pa[offset_of(ia, i)]), to_acc(pb[offset_of(ib, i)])));
+      });
+  });
+  return out;
+}
+
+Tensor CudaBackend::binary_scalar(BinaryOp op, const Tensor& a_in, double s, bool scalar_first) {
+  using namespace cuda;
+  check_device(a_in, "scalar op", "input");
+  const Tensor a = a_in.contiguous(format_of(a_in));
+  Tensor out = empty(a.shape(), a.dtype(), format_of(a));
+  CUDA_DISPATCH_FLOAT(a.dtype(), "scalar op", [&] {
+    using acc = acc_t<scalar_t>;
+    const scalar_t* p = static_cast<const scalar_t*>(a.raw_data());
+    scalar_t* o = static_cast<scalar_t*>(out.raw_data());
+    const acc v = static_cast<acc>(s);
+    for_each(out.numel(), [=] __device__(int64_t i) {
+      const acc x = to_acc(p[i]);
+      o[i] = store<scalar_t>(scalar_first ? apply(op, v, x) : apply(op, x, v));
+    });
+  });
+  return out;
+}
+
+Tensor CudaBackend::unary(UnaryOp op, const Tensor& a_in) {
+  using namespace cuda;
+  check_device(a_in, "unary op", "input");
+  const Tensor a = a_in.contiguous(format_of(a_in));
+  Tensor out = empty(a.shape(), a.dtype(), format_of(a));
+  CUDA_DISPATCH_FLOAT(a.dtype(), "unary op", [&] {
+    const scalar_t* p = static_cast<const scalar_t*>(a.raw_data());
+    scalar_t* o = static_cast<scalar_t*>(out.raw_data());
+    for_each(out.numel(), [=] __device__(int64_t i) { o[i] = store<scalar_t>(apply(op, to_acc(p[i]))); });
+  });
+  return out;
+}
+
+Tensor CudaBackend::unary_backward(UnaryOp op, const Tensor& grad, const Tensor& x, const Tensor& y) {
+  using namespace cuda;
+  check_device(grad, "unary backward", "grad");
+  const MemoryFormat f = format_of(grad);
+  const Tensor g = grad.contiguous(f);
+  Tensor xs, ys;
+  if (x.defined()) {
+    check_device(x, "unary backward", "x");
+    check_same_dtype(grad, x, "unary backward");
+    xs = x.contiguous(f);
+  }
+  if (y.defined()) {
+    check_device(y, "unary backward", "y");
+    check_same_dtype(grad, y, "unary backward");
+    ys = y.contiguous(f);
+  }
+  Tensor out = empty(g.shape(), g.dtype(), f);
+  CUDA_DISPATCH_FLOAT(g.dtype(), "unary backward", [&] {
+    using acc = acc_t<scalar_t>;
+    const scalar_t* pg = static_cast<const scalar_t*>(g.raw_data());
+    const scalar_t* px = xs.defined() ? static_cast<const scalar_t*>(xs.raw_data()) : nullptr;
+    const scalar_t* py = ys.defined() ? static_cast<const scalar_t*>(ys.raw_data()) : nullptr;
+    scalar_t* o = static_cast<scalar_t*>(out.raw_data());
+    for_each(out.numel(), [=] __device__(int64_t i) {
+      o[i] = store<scalar_t>(
+          apply_backward(op, to_acc(pg[i]), px ? to_acc(px[i]) : acc(0), py ? to_acc(py[i]) : acc(0)));
+    });
+  });
+  return out;
+}
+
+void CudaBackend::axpy(Tensor& dst, const Tensor& src, double alpha) {
+  using namespace cuda;
+  check_device(dst, "axpy", "destination");
+  check_device(src, "axpy", "source");
+  check_same_dtype(dst, src, "axpy");
+  if (dst.shape() != src.shape()) throw std::invalid_argument("axpy: shape mismatch");
+  if (!is_dense(dst)) throw std::invalid_argument("axpy: destination must be contiguous");
+  const Tensor s = src.contiguous(dense_format(dst));
+  CUDA_DISPATCH_FLOAT(dst.dtype(), "axpy", [&] {
+    using acc = acc_t<scalar_t>;
+    scalar_t* d = static_cast<scalar_t*>(dst.raw_data());
+    const scalar_t* p = static_cast<const scalar_t*>(s.raw_data());
+    const acc a = static_cast<acc>(alpha);
+    for_each(dst.numel(),
+             [=] __device__(int64_t i) { d[i] = store<scalar_t>(to_acc(d[i]) + a * to_acc(p[i])); });
+  });
+}
+
+void CudaBackend::scale(Tensor& dst, double alpha) {
+  using namespace cuda;
+  check_device(dst, "scale", "destination");
+  if (!is_dense(dst)) throw std::invalid_argument("scale: destination must be contiguous");
+  CUDA_DISPATCH_FLOAT(dst.dtype(), "scale", [&] {
+    using acc = acc_t<scalar_t>;
+    scalar_t* d = static_cast<scalar_t*>(dst.raw_data());
+    const acc a = static_cast<acc>(alpha);
+    for_each(dst.numel(), [=] __device__(int64_t i) { d[i] = store<scalar_t>(to_acc(d[i]) * a); });
+  });
+}
+
+}  // namespace trainer

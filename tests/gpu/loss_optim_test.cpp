@@ -1,0 +1,139 @@
+// Loss and metrics, optimizer steps and dropout masks against the CPU backend.
+#include "tests/gpu/gpu_test_util.h"
+
+namespace trainer {
+namespace {
+
+using namespace gpu_test;
+
+Tensor random_targets(int64_t n, int64_t k, Generator& gen) {
+  std::vector<int64_t> t(static_cast<size_t>(n));
+  for (int64_t& v : t) v = static_cast<int64_t>(gen.below(static_cast<uint64_t>(k)));
+  return Tensor::from_vector(t, {n});
+}
+
+TEST(CudaLoss, CrossEntropyWithSmoothingAndBackward) {
+  REQUIRE_GPU();
+  Generator gen(40);
+  for (DType dtype : {DType::f32, DType::f64})
+    for (int64_t K : {1, 10, 1000})
+      for (double eps : {0.0, 0.1, 1.0}) {
+        const double tol = dtype == DType::f32 ? 1e-5 : 1e-13;
+        const int64_t N = 37;
+        const Tensor logits = random({N, K}, gen, dtype, -8.0, 8.0), targets = random_targets(N, K, gen);
+        const auto [loss, probs] = cpu().cross_entropy(logits, targets, eps);
+        // Host targets and device targets give the same result.
+        for (const Tensor& t : {targets, targets.to(gpu())}) {
+          const auto [loss_g, probs_g] = dev().cross_entropy(logits.to(gpu()), t, eps);
+          expect_close(loss, loss_g, tol, tol, "cross_entropy loss");
+          expect_close(probs, probs_g, tol, tol * 1e-2, "cross_entropy probs");
+        }
+        const Tensor w = random({N}, gen, dtype);
+        expect_close(cpu().cross_entropy_backward(w, probs, targets, eps),
+                     dev().cross_entropy_backward(w.to(gpu()), probs.to(gpu()), targets.to(gpu()), eps), tol,
+                     tol * 1e-2, "cross_entropy_backward");
+      }
+  // Strided logits, a NaN row, and a bad host target (an error, like the CPU).
+  const Tensor logits = random({12, 5}, gen);
+  const Tensor targets = random_targets(5, 12, gen);
+  const Tensor lt = logits.permute({1, 0});
+  expect_close(cpu().cross_entropy(lt, targets, 0.1).first,
+               dev().cross_entropy(logits.to(gpu()).permute({1, 0}), targets, 0.1).first, 1e-5, 1e-6,
+               "cross_entropy strided");
+  const Tensor nan_logits = random({4, 6}, gen);
+  Tensor nl = nan_logits.clone();
+  nl.slice(0, 2, 3).slice(1, 4, 5).fill_(std::nan(""));
+  const std::vector<double> l =
+      dev().cross_entropy(nl.to(gpu()), random_targets(4, 6, gen), 0.0).first.to_vector<double>();
+  EXPECT_TRUE(std::isnan(l[2]));
+  EXPECT_FALSE(std::isnan(l[1]));
+  EXPECT_THROW(
+      dev().cross_entropy(nl.to(gpu()), Tensor::from_vector(std::vector<int64_t>{0, 1, 6, 2}, {4}), 0.0),
+      std::invalid_argument);
+  // A bad device target is not checked (that would stall the stream): the loss is NaN.
+  const Tensor bad = Tensor::from_vector(std::vector<int64_t>{0, 1, 6, 2}, {4}).to(gpu());
+  EXPECT_TRUE(std::isnan(dev().cross_entropy(nan_logits.to(gpu()), bad, 0.0).first.to_vector<double>()[2]));
+}
+
+TEST(CudaLoss, TopkAndArgmaxWithTiesAndNaN) {
+  REQUIRE_GPU();
+  Generator gen(41);
+  for (DType dtype : {DType::f32, DType::f64}) {
+    // Rounded logits make ties common.
+    Tensor logits = random({200, 70}, gen, DType::f64, -3.0, 3.0);
+    std::vector<double> v = logits.to_vector<double>();
+    for (double& x : v) x = std::round(x);
+    v[5 * 70 + 3] = std::nan("");
+    v[9 * 70 + 0] = std::nan("");
+    v[9 * 70 + 50] = std::nan("");
+    logits = Tensor::from_vector(v, {200, 70}).to(dtype);
+    const Tensor targets = random_targets(200, 70, gen);
+    for (int k : {1, 3, 5})
+      expect_equal(cpu().topk_correct(logits, targets, k),
+                   dev().topk_correct(logits.to(gpu()), targets.to(gpu()), k), "topk_correct");
+    expect_equal(cpu().argmax(logits), dev().argmax(logits.to(gpu())), "argmax");
+    const Tensor wide = random({3, 5000}, gen, dtype);
+    expect_equal(cpu().argmax(wide), dev().argmax(wide.to(gpu())), "argmax wide");
+  }
+}
+
+TEST(CudaOptim, SgdStepVariants) {
+  REQUIRE_GPU();
+  Generator gen(42);
+  std::vector<SgdParams> variants(4);
+  variants[1].momentum = 0.9;
+  variants[2].momentum = 0.9, variants[2].nesterov = true, variants[2].weight_decay = 5e-4;
+  variants[3].momentum = 0.8, variants[3].dampening = 0.3, variants[3].weight_decay = 1e-2,
+  variants[3].lr = 0.05;
+  for (DType dtype : {DType::f32, DType::f64})
+    for (const SgdParams& p : variants) {
+      Tensor w = random({33, 17}, gen, dtype), buf = Tensor::zeros({33, 17}, dtype);
+      Tensor wg = w.to(gpu()), bufg = buf.to(gpu());
+      for (int step = 0; step < 4; ++step) {
+        const Tensor g = random({17, 33}, gen, dtype).permute({1, 0});  // a strided gradient
+        cpu().sgd_step(w, g, buf, step == 0, p);
+        dev().sgd_step(wg, g.to(gpu()), bufg, step == 0, p);
+      }
+      const double tol = dtype == DType::f32 ? 1e-6 : 1e-14;
+      expect_close(w, wg, tol, tol, "sgd param");
+      if (p.momentum != 0.0) expect_close(buf, bufg, tol, tol, "sgd momentum buffer");
+    }
+}
+
+TEST(CudaOptim, AdamWSteps) {
+  REQUIRE_GPU();
+  Generator gen(43);
+  for (DType dtype : {DType::f32, DType::f64})
+    for (double beta1 : {0.9, 0.3}) {
+      AdamWParams p;
+      p.lr = 1e-2, p.beta1 = beta1, p.weight_decay = 0.05;
+      Tensor w = random({4, 3, 3, 5}, gen, dtype), m = Tensor::zeros(w.shape(), dtype),
+             v = Tensor::zeros(w.shape(), dtype);
+      Tensor wg = w.to(gpu()), mg = m.to(gpu()), vg = v.to(gpu());
+      for (int64_t step = 1; step <= 5; ++step) {
+        p.step = step;
+        const Tensor g = random(w.shape(), gen, dtype);
+        cpu().adamw_step(w, g, m, v, p);
+        dev().adamw_step(wg, g.to(gpu()), mg, vg, p);
+      }
+      const double tol = dtype == DType::f32 ? 1e-5 : 1e-13;
+      expect_close(w, wg, tol, tol, "adamw param");
+      expect_close(m, mg, tol, tol, "adamw exp_avg");
+      expect_close(v, vg, tol, tol, "adamw exp_avg_sq");
+    }
+}
+
+TEST(CudaRandom, DropoutMaskEqualsTheCpuMask) {
+  REQUIRE_GPU();
+  for (DType dtype : {DType::f32, DType::f64, DType::bf16}) {
+    Generator a(7), b(7);
+    const Tensor expected = cpu().dropout_mask({13, 29}, 0.3, dtype, a);
+    const Tensor actual = dev().dropout_mask({13, 29}, 0.3, dtype, b);
+    EXPECT_TRUE(actual.device().is_cuda());
+    expect_equal(expected, actual, "dropout mask");
+    EXPECT_EQ(a.state(), b.state());
+  }
+}
+
+}  // namespace
+}  // namespace trainer

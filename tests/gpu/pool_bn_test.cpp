@@ -1,0 +1,158 @@
+// Pooling and batch norm against the CPU backend: padding, ceil_mode and count_include_pad, NCHW and
+// channels-last inputs, BN training statistics (including |mean| >> std), apply and both backward
+// kernels, in f32 and f64 (and f16/bf16 for BN against an f32 reference).
+#include "tests/gpu/gpu_test_util.h"
+
+namespace trainer {
+namespace {
+
+using namespace gpu_test;
+
+Pool2dParams pool(int k, int s, int pad = 0, bool ceil = false, bool include_pad = true) {
+  Pool2dParams p;
+  p.kernel_h = p.kernel_w = k;
+  p.stride_h = p.stride_w = s;
+  p.pad_h = p.pad_w = pad;
+  p.ceil_mode = ceil;
+  p.count_include_pad = include_pad;
+  return p;
+}
+
+const MemoryFormat kFormats[] = {MemoryFormat::contiguous, MemoryFormat::channels_last};
+
+TEST(CudaPool, MaxPoolAndBackward) {
+  REQUIRE_GPU();
+  Generator gen(30);
+  const std::vector<Pool2dParams> cases = {pool(2, 2), pool(3, 2, 1), pool(3, 2, 0, true), pool(2, 1),
+                                           pool(3, 3, 1, true)};
+  for (DType dtype : {DType::f32, DType::f64})
+    for (const Pool2dParams& p : cases)
+      for (MemoryFormat f : kFormats) {
+        const Tensor x = random({2, 5, 11, 10}, gen, dtype);
+        const auto [y, idx] = cpu().max_pool2d(x, p);
+        const auto [yg, idxg] = dev().max_pool2d(on_gpu(x, f), p);
+        EXPECT_TRUE(yg.is_contiguous(f));
+        expect_equal(y, yg, "max_pool2d");
+        expect_equal(idx, idxg, "max_pool2d indices");
+        const Tensor dy = random(y.shape(), gen, dtype);
+        const Tensor dx = dev().max_pool2d_backward(on_gpu(dy, f), idxg, x.shape());
+        expect_close(cpu().max_pool2d_backward(dy, idx, x.shape()), dx, 1e-6, 1e-7, "max_pool2d_backward");
+      }
+  // NaN wins the window (the last NaN, as on the CPU).
+  Tensor x = Tensor::zeros({1, 1, 2, 2});
+  x.slice(3, 1, 2).fill_(std::nan(""));
+  const auto [y, idx] = dev().max_pool2d(x.to(gpu()), pool(2, 2));
+  EXPECT_TRUE(std::isnan(y.item()));
+  EXPECT_EQ(idx.item(), cpu().max_pool2d(x, pool(2, 2)).second.item());
+  EXPECT_EQ(idx.item(), 3.0);
+}
+
+TEST(CudaPool, AvgPoolGlobalPoolAndBackward) {
+  REQUIRE_GPU();
+  Generator gen(31);
+  const std::vector<Pool2dParams> cases = {pool(2, 2), pool(3, 2, 1), pool(3, 2, 1, true, false),
+                                           pool(3, 2, 0, true), pool(4, 3, 2, true, true)};
+  for (DType dtype : {DType::f32, DType::f64}) {
+    const double tol = dtype == DType::f32 ? 1e-6 : 1e-14;
+    for (const Pool2dParams& p : cases)
+      for (MemoryFormat f : kFormats) {
+        const Tensor x = random({2, 3, 11, 10}, gen, dtype);
+        const Tensor y = cpu().avg_pool2d(x, p);
+        expect_close(y, dev().avg_pool2d(on_gpu(x, f), p), tol, tol, "avg_pool2d");
+        const Tensor dy = random(y.shape(), gen, dtype);
+        expect_close(cpu().avg_pool2d_backward(dy, x.shape(), p),
+                     dev().avg_pool2d_backward(on_gpu(dy, f), x.shape(), p), tol, tol, "avg_pool2d_backward");
+      }
+    for (MemoryFormat f : kFormats) {
+      const Tensor x = random({3, 7, 6, 5}, gen, dtype);
+      expect_close(cpu().global_avg_pool(x), dev().global_avg_pool(on_gpu(x, f)), tol, tol,
+                   "global_avg_pool");
+      const Tensor dy = random({3, 7}, gen, dtype);
+      expect_close(cpu().global_avg_pool_backward(dy, x.shape()),
+                   dev().global_avg_pool_backward(dy.to(gpu()), x.shape()), tol, tol,
+                   "global_avg_pool_backward");
+    }
+  }
+  // Half types against an f32 reference.
+  const Tensor h = random({2, 4, 8, 8}, gen, DType::bf16);
+  expect_close(cpu().avg_pool2d(as_f32(h), pool(2, 2)), dev().avg_pool2d(h.to(gpu()), pool(2, 2)), 1e-2, 1e-2,
+               "avg_pool2d bf16");
+}
+
+struct BnCase {
+  Shape shape;
+  MemoryFormat format;
+  double offset;  // added to every value: BN statistics must not cancel when |mean| >> std
+};
+
+TEST(CudaBatchNorm, TrainingStatisticsApplyAndBackward) {
+  REQUIRE_GPU();
+  Generator gen(32);
+  const std::vector<BnCase> cases = {{{8, 6, 7, 5}, MemoryFormat::contiguous, 0.0},
+                                     {{8, 6, 7, 5}, MemoryFormat::channels_last, 0.0},
+                                     {{64, 40}, MemoryFormat::contiguous, 0.0},
+                                     {{16, 3, 30, 30}, MemoryFormat::contiguous, 1000.0},
+                                     {{16, 70, 9, 9}, MemoryFormat::channels_last, 1000.0},
+                                     {{256, 32, 28, 28}, MemoryFormat::contiguous, 0.5}};
+  for (DType dtype : {DType::f32, DType::f64})
+    for (const BnCase& c : cases) {
+      const std::string what =
+          "bn " + shape_str(c.shape) + (c.format == MemoryFormat::channels_last ? " nhwc" : "");
+      const double tol = dtype == DType::f32 ? 2e-5 : 1e-11;
+      const int64_t C = c.shape[1];
+      Tensor x = random(c.shape, gen, DType::f64, c.offset - 1.0, c.offset + 1.0).to(dtype);
+      const Tensor xg = on_gpu(x, c.format);
+      const auto [mean, var] = cpu().bn_mean_var(x);
+      const auto [mean_g, var_g] = dev().bn_mean_var(xg);
+      EXPECT_EQ(mean_g.dtype(), dtype);
+      expect_close(mean, mean_g, tol, 1e-12, what + " mean");
+      expect_close(var, var_g, tol * 10, 1e-12, what + " var");
+
+      const Tensor invstd = cpu().binary_scalar(
+          BinaryOp::div, cpu().unary(UnaryOp::sqrt, cpu().binary_scalar(BinaryOp::add, var, 1e-5, false)),
+          1.0, true);
+      const Tensor gamma = random({C}, gen, dtype, 0.5, 1.5), beta = random({C}, gen, dtype);
+      for (bool affine : {true, false}) {
+        const Tensor gm = affine ? gamma : Tensor(), bt = affine ? beta : Tensor();
+        const Tensor y = cpu().bn_apply(x, mean, invstd, gm, bt);
+        const Tensor yg =
+            dev().bn_apply(xg, mean.to(gpu()), invstd.to(gpu()), affine ? gamma.to(gpu()) : Tensor(),
+                           affine ? beta.to(gpu()) : Tensor());
+        EXPECT_TRUE(yg.is_contiguous(c.format));
+        expect_close(y, yg, tol, tol, what + " apply");
+      }
+      const Tensor dy = random(c.shape, gen, dtype);
+      const Tensor dyg = on_gpu(dy, c.format);
+      const auto [sdy, sdyx] = cpu().bn_backward_reduce(dy, x, mean, invstd);
+      const auto [sdy_g, sdyx_g] = dev().bn_backward_reduce(dyg, xg, mean.to(gpu()), invstd.to(gpu()));
+      const double scale = std::sqrt(static_cast<double>(x.numel() / C));  // sums of ~N random terms
+      expect_close(sdy, sdy_g, tol, tol * scale, what + " sum_dy");
+      expect_close(sdyx, sdyx_g, tol, tol * scale * 10, what + " sum_dy_xhat");
+      const int64_t count = x.numel() / C;
+      const Tensor dx = cpu().bn_backward_input(dy, x, mean, invstd, gamma, sdy, sdyx, count);
+      const Tensor dxg = dev().bn_backward_input(dyg, xg, mean.to(gpu()), invstd.to(gpu()), gamma.to(gpu()),
+                                                 sdy.to(gpu()), sdyx.to(gpu()), count);
+      EXPECT_TRUE(dxg.is_contiguous(c.format));
+      expect_close(dx, dxg, tol * 10, tol * 10, what + " backward_input");
+    }
+}
+
+TEST(CudaBatchNorm, HalfTypesAgainstF32) {
+  REQUIRE_GPU();
+  Generator gen(33);
+  for (DType dtype : {DType::f16, DType::bf16}) {
+    const Tensor x = random({16, 8, 6, 6}, gen, dtype, -2.0, 3.0);
+    const Tensor xg = on_gpu(x, MemoryFormat::channels_last);
+    const auto [mean, var] = cpu().bn_mean_var(as_f32(x));
+    const auto [mean_g, var_g] = dev().bn_mean_var(xg);
+    expect_close(mean, mean_g, 1e-2, 1e-2, "bn half mean");
+    expect_close(var, var_g, 1e-2, 1e-2, "bn half var");
+    const Tensor invstd = Tensor::full({8}, 0.8), gamma = Tensor::full({8}, 1.5);
+    expect_close(cpu().bn_apply(as_f32(x), mean, invstd, gamma, Tensor()),
+                 dev().bn_apply(xg, mean.to(gpu()), invstd.to(gpu()), gamma.to(gpu()), Tensor()), 2e-2, 2e-2,
+                 "bn half apply");
+  }
+}
+
+}  // namespace
+}  // namespace trainer
