@@ -17,6 +17,7 @@ Device setup_device(const Config& config, int local_rank) {
                           "'cuda' but no GPU is visible. HINT: check nvidia-smi and CUDA_VISIBLE_DEVICES, or set "
                           "train.device = \"cpu\"");
   init_cuda_backend(local_rank);  // throws with a hint when local_rank >= count
+  cuda_set_allow_tf32(config.train.precision == "tf32");
   return Device::cuda(local_rank);
 #else
   if (wanted == "cuda")
@@ -34,7 +35,7 @@ void check_precision(const Config& config, Device device) {
                           "'" + config.train.precision +
                               "' is not supported on the CPU, which trains in fp32. HINT: set train.precision = "
                               "\"fp32\" or train on a GPU");
-  if (device.is_cuda() && config.train.precision != "fp32")
+  if (device.is_cuda() && config.train.precision != "fp32" && config.train.precision != "tf32")
     throw config_error_at(config, "train.precision",
                           "'" + config.train.precision +
                               "' is not implemented yet (mixed precision is its own issue). HINT: set "

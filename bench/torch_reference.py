@@ -6,6 +6,7 @@ the same inputs, so a trainer figure always comes with a PyTorch figure from the
     python3 bench/torch_reference.py --device cuda --batch 512 --model resnet18 --channels-last --dtype bf16
 """
 import argparse
+import contextlib
 import time
 
 import torch
@@ -56,7 +57,7 @@ def run(model_name, batch, image, channels, iters, device, dtype, channels_last,
     scaler = torch.cuda.amp.GradScaler(enabled=dtype == "fp16")
 
     def step():
-        with torch.autocast(device_type=device, dtype=amp_dtype, enabled=amp):
+        with torch.autocast(device_type=device, dtype=amp_dtype) if amp else contextlib.nullcontext():
             loss = nn.functional.cross_entropy(model(x), y)
         scaler.scale(loss).backward()
         scaler.step(opt)
@@ -67,12 +68,15 @@ def run(model_name, batch, image, channels, iters, device, dtype, channels_last,
         step()
     if device == "cuda":
         torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
     t0 = time.perf_counter()
     for _ in range(iters):
         step()
     if device == "cuda":
         torch.cuda.synchronize()
-    return batch * iters / (time.perf_counter() - t0)
+    ips = batch * iters / (time.perf_counter() - t0)
+    peak = torch.cuda.max_memory_allocated() / 2**20 if device == "cuda" else 0.0
+    return ips, peak
 
 
 def main():
@@ -92,10 +96,11 @@ def main():
     points = [(a.model, a.batch, a.image, a.channels, a.iters)] if a.model else [
         ("cnn", 64, 28, 1, 30), ("resnet18", 64, 32, 3, 3)]
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, device {a.device}")
-    print(f"{'model':10} {'batch':>6} {'input':>12} {'img/s':>10}")
+    print(f"{'model':10} {'batch':>6} {'input':>12} {'dtype':>5} {'layout':>6} {'img/s':>10} {'peak MiB':>9}")
     for m, b, s, c, n in points:
-        ips = run(m, b, s, c, n, a.device, a.dtype, a.channels_last, a.stem)
-        print(f"{m:10} {b:6d} {s:5d}x{s}x{c} {ips:10.1f}")
+        ips, peak = run(m, b, s, c, n, a.device, a.dtype, a.channels_last, a.stem)
+        layout = "cl" if a.channels_last else "nchw"
+        print(f"{m:10} {b:6d} {s:5d}x{s}x{c} {a.dtype:>5} {layout:>6} {ips:10.1f} {peak:9.0f}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,96 @@
+#pragma once
+// The Prometheus pull exporter: one per rank, on port metrics.port + LOCAL_RANK (so the ranks of one
+// host use consecutive ports: 9400, 9401, ...; configs/prometheus/prometheus.yml scrapes 9400-9407).
+// Port 0 disables it: no thread, no socket, and every update is a cheap no-op.
+//
+// Every series carries the labels rank, local_rank and host (never job or instance: Prometheus adds
+// those when it scrapes). Names and units follow Prometheus conventions (base units: seconds, bytes,
+// ratios in [0, 1]). exported_series_names() lists every series name a scrape returns, generated from
+// the same code that registers the metrics; the dashboard tests check the Grafana queries against it.
+// prometheus-cpp's Exposer adds three self-metrics of its own to each scrape (exposer_scrapes_total,
+// exposer_transferred_bytes_total, exposer_request_latencies) without these labels; they are not ours
+// and no dashboard uses them.
+//
+// Updates are thread-safe against the scraping thread; call them from the training thread.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "metrics/step_timer.h"
+
+namespace trainer {
+
+// Strings for trainer_build_info{version, cuda, cudnn, nccl}; an empty one is exported as "none".
+struct BuildInfo {
+  std::string version;
+  std::string cuda;
+  std::string cudnn;
+  std::string nccl;
+};
+
+struct ExporterOptions {
+  int port = 0;                          // metrics.port: the base port; 0 disables the exporter
+  int local_rank = 0;                    // LOCAL_RANK: the exporter listens on port + local_rank
+  int rank = 0;                          // RANK (global)
+  std::string host;                      // the host label; empty = gethostname()
+  std::string bind_address = "0.0.0.0";  // tests use 127.0.0.1
+  BuildInfo build;
+};
+
+// Device memory in bytes, for trainer_device_memory_bytes{kind="allocated|reserved|peak"}.
+struct DeviceMemory {
+  int64_t allocated = 0;
+  int64_t reserved = 0;
+  int64_t peak = 0;
+};
+
+class Exporter {
+ public:
+  // Starts serving /metrics when options.port > 0. Throws std::runtime_error with a HINT when the port
+  // is in use or cannot be bound (which port, which LOCAL_RANK, how to change metrics.port).
+  explicit Exporter(const ExporterOptions& options);
+  ~Exporter();
+  Exporter(const Exporter&) = delete;
+  Exporter& operator=(const Exporter&) = delete;
+
+  bool enabled() const { return state_ != nullptr; }
+  int port() const { return port_; }  // the port listened on; 0 when disabled
+  std::string url() const;            // "http://<bind address>:<port>/metrics"; empty when disabled
+
+  // One observation per phase (all of kAllPhases) in trainer_step_phase_seconds{phase}.
+  void observe_step(const StepTimes& t);
+  // Counters: call once per optimizer step (skipped ones included) with that step's samples on this rank.
+  void add_step(int64_t samples);
+  void add_skipped_steps(int64_t n = 1);  // steps skipped by the fp16 loss scaler (inf/nan gradients)
+  void add_bad_samples(int64_t n);        // samples the loader dropped as unreadable or corrupt
+  // The same from a running total (Dataset::skipped_samples()): adds what is new since the last call.
+  void set_bad_samples_total(int64_t total);
+  // Gauges.
+  void set_loss(double loss);
+  void set_learning_rate(double lr);
+  void set_loss_scale(double scale);
+  void set_samples_per_second(double rate);
+  void set_device_memory(const DeviceMemory& m);
+  void set_epoch(int64_t epoch);        // 1-based epoch being trained
+  void set_eval_accuracy(double top1);  // ratio in [0, 1]
+
+  // The metrics in the Prometheus text format, as a scrape would return them ("" when disabled).
+  std::string render() const;
+
+  // Every series name a scrape returns (histograms as _bucket, _sum and _count), sorted.
+  static std::vector<std::string> exported_series_names();
+  // The labels every series carries, and all label names any series may carry (including le).
+  static std::vector<std::string> common_label_names();
+  static std::vector<std::string> exported_label_names();
+  // The histogram's bucket upper bounds in seconds: exponential, 4 per decade, 100 us to 10 s.
+  static std::vector<double> step_phase_buckets();
+
+ private:
+  struct State;
+  std::shared_ptr<State> state_;
+  int port_ = 0;
+  std::string bind_address_;
+};
+
+}  // namespace trainer

@@ -1,0 +1,295 @@
+#include "metrics/exporter.h"
+
+#include <dirent.h>
+#include <gtest/gtest.h>
+#include <pthread.h>
+#include <sys/stat.h>
+
+#include <map>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+
+#include "metrics/http_client.h"
+
+namespace trainer {
+namespace {
+
+using testing::http_get;
+
+// One sample line of the Prometheus text format: name{label="value",...} value
+struct Sample {
+  std::string name;
+  std::map<std::string, std::string> labels;
+  double value = 0.0;
+};
+
+std::vector<Sample> parse_exposition(const std::string& text) {
+  std::vector<Sample> out;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    Sample s;
+    std::size_t i = line.find_first_of("{ ");
+    s.name = line.substr(0, i);
+    if (line[i] == '{') {
+      ++i;
+      while (line[i] != '}') {
+        const std::size_t eq = line.find('=', i);
+        const std::string key = line.substr(i, eq - i);
+        std::size_t j = eq + 2;  // after ="
+        std::string value;
+        while (line[j] != '"') {
+          if (line[j] == '\\') ++j;
+          value += line[j++];
+        }
+        s.labels[key] = value;
+        i = j + 1;
+        if (line[i] == ',') ++i;
+      }
+      ++i;
+    }
+    s.value = std::stod(line.substr(i + 1));
+    out.push_back(s);
+  }
+  return out;
+}
+
+// The value of the one sample with this name whose labels include `match`.
+double value_of(const std::vector<Sample>& samples, const std::string& name,
+                const std::map<std::string, std::string>& match = {}) {
+  const Sample* found = nullptr;
+  for (const Sample& s : samples) {
+    if (s.name != name) continue;
+    bool ok = true;
+    for (const auto& [k, v] : match) {
+      // le values are floats: prometheus-cpp prints 0.562 as 0.5620000000000001.
+      ok = ok && s.labels.count(k) &&
+           (k == "le" && v != "+Inf" && s.labels.at(k) != "+Inf" ? std::stod(s.labels.at(k)) == std::stod(v)
+                                                                 : s.labels.at(k) == v);
+    }
+    if (!ok) continue;
+    if (found) throw std::runtime_error("several samples match " + name);
+    found = &s;
+  }
+  if (!found) throw std::runtime_error("no sample " + name);
+  return found->value;
+}
+
+ExporterOptions test_options(int port, int local_rank = 0) {
+  ExporterOptions o;
+  o.port = port;
+  o.local_rank = local_rank;
+  o.rank = 5;
+  o.host = "node-a";
+  o.bind_address = "127.0.0.1";
+  o.build = {"0.1.0", "13.0", "9.10.2", ""};
+  return o;
+}
+
+int count_entries(const char* dir) {
+  int n = 0;
+  if (DIR* d = ::opendir(dir)) {
+    while (const dirent* e = ::readdir(d)) n += e->d_name[0] != '.';
+    ::closedir(d);
+  }
+  return n;
+}
+
+int count_sockets() {
+  int n = 0;
+  if (DIR* d = ::opendir("/proc/self/fd")) {
+    while (const dirent* e = ::readdir(d)) {
+      struct stat st {};
+      if (e->d_name[0] != '.' && ::stat((std::string("/proc/self/fd/") + e->d_name).c_str(), &st) == 0 &&
+          S_ISSOCK(st.st_mode))
+        ++n;
+    }
+    ::closedir(d);
+  }
+  return n;
+}
+
+TEST(Exporter, ServesMetricsWithNamesLabelsAndValues) {
+  // Base port one below a free port, LOCAL_RANK 1: the exporter listens on base + 1.
+  const int free = testing::free_port();
+  Exporter exporter(test_options(free - 1, /*local_rank=*/1));
+  ASSERT_TRUE(exporter.enabled());
+  EXPECT_EQ(exporter.port(), free);
+  EXPECT_EQ(exporter.url(), "http://127.0.0.1:" + std::to_string(free) + "/metrics");
+
+  StepTimes t;
+  t[Phase::data_wait] = 0.0005;
+  t[Phase::forward] = 0.004;
+  t[Phase::backward] = 0.008;
+  t[Phase::step] = 0.02;
+  t[Phase::other] = 0.0075;
+  exporter.observe_step(t);
+  t[Phase::forward] = 0.5;
+  exporter.observe_step(t);
+  exporter.add_step(32);
+  exporter.add_step(32);
+  exporter.add_skipped_steps();
+  exporter.add_bad_samples(1);
+  exporter.set_bad_samples_total(3);  // a running total: adds 2
+  exporter.set_bad_samples_total(2);  // never goes back
+  exporter.set_loss(0.25);
+  exporter.set_learning_rate(0.1);
+  exporter.set_loss_scale(65536);
+  exporter.set_samples_per_second(1234.5);
+  exporter.set_device_memory({1 << 20, 2 << 20, 3 << 20});
+  exporter.set_epoch(2);
+  exporter.set_eval_accuracy(0.9125);
+
+  const testing::HttpResponse r = http_get(exporter.port(), "/metrics");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_NE(r.body.find(exporter.render()), std::string::npos) << "the scrape holds what render() shows";
+  EXPECT_NE(r.body.find("# TYPE trainer_step_phase_seconds histogram"), std::string::npos);
+  EXPECT_NE(r.body.find("# TYPE trainer_samples_total counter"), std::string::npos);
+  EXPECT_NE(r.body.find("# TYPE trainer_loss gauge"), std::string::npos);
+  const std::vector<Sample> s = parse_exposition(r.body);
+
+  // prometheus-cpp's Exposer adds its own self-metrics (scrapes, bytes, latencies) without our labels;
+  // everything else is ours.
+  const std::set<std::string> library = {"exposer_transferred_bytes_total", "exposer_scrapes_total",
+                                         "exposer_request_latencies", "exposer_request_latencies_count",
+                                         "exposer_request_latencies_sum"};
+  std::vector<Sample> ours;
+  for (const Sample& x : s) {
+    if (library.count(x.name)) continue;
+    EXPECT_EQ(x.name.rfind("trainer_", 0), 0u) << x.name;
+    ours.push_back(x);
+  }
+  // Every series carries rank, local_rank and host, and never job or instance.
+  for (const Sample& x : ours) {
+    ASSERT_TRUE(x.labels.count("rank") && x.labels.count("local_rank") && x.labels.count("host")) << x.name;
+    EXPECT_EQ(x.labels.at("rank"), "5") << x.name;
+    EXPECT_EQ(x.labels.at("local_rank"), "1") << x.name;
+    EXPECT_EQ(x.labels.at("host"), "node-a") << x.name;
+    EXPECT_EQ(x.labels.count("job"), 0u) << x.name;
+    EXPECT_EQ(x.labels.count("instance"), 0u) << x.name;
+  }
+  // The names served are exactly the names the exporter declares (which the dashboard test uses).
+  std::set<std::string> served;
+  for (const Sample& x : ours) served.insert(x.name);
+  const std::vector<std::string> declared = Exporter::exported_series_names();
+  EXPECT_EQ(std::vector<std::string>(served.begin(), served.end()), declared);
+  std::set<std::string> labels;
+  for (const Sample& x : ours)
+    for (const auto& [k, v] : x.labels) labels.insert(k);
+  const std::vector<std::string> declared_labels = Exporter::exported_label_names();
+  EXPECT_EQ(std::vector<std::string>(labels.begin(), labels.end()), declared_labels);
+
+  // Histogram: one series per phase; forward saw 0.004 s and 0.5 s.
+  for (Phase p : kAllPhases)
+    EXPECT_EQ(value_of(s, "trainer_step_phase_seconds_count", {{"phase", std::string(phase_name(p))}}), 2)
+        << phase_name(p);
+  EXPECT_DOUBLE_EQ(value_of(s, "trainer_step_phase_seconds_sum", {{"phase", "forward"}}), 0.504);
+  EXPECT_EQ(value_of(s, "trainer_step_phase_seconds_bucket", {{"phase", "forward"}, {"le", "0.00316"}}), 0);
+  EXPECT_EQ(value_of(s, "trainer_step_phase_seconds_bucket", {{"phase", "forward"}, {"le", "0.00562"}}), 1);
+  EXPECT_EQ(value_of(s, "trainer_step_phase_seconds_bucket", {{"phase", "forward"}, {"le", "0.562"}}), 2);
+  EXPECT_EQ(value_of(s, "trainer_step_phase_seconds_bucket", {{"phase", "forward"}, {"le", "+Inf"}}), 2);
+  EXPECT_EQ(value_of(s, "trainer_step_phase_seconds_bucket", {{"phase", "data_wait"}, {"le", "0.0001"}}), 0);
+  EXPECT_EQ(value_of(s, "trainer_step_phase_seconds_bucket", {{"phase", "data_wait"}, {"le", "0.000562"}}),
+            2);
+  EXPECT_EQ(value_of(s, "trainer_step_phase_seconds_bucket", {{"phase", "step"}, {"le", "10"}}), 2);
+  EXPECT_DOUBLE_EQ(value_of(s, "trainer_step_phase_seconds_sum", {{"phase", "allreduce_total"}}), 0.0);
+
+  EXPECT_EQ(value_of(s, "trainer_samples_total"), 64);
+  EXPECT_EQ(value_of(s, "trainer_steps_total"), 2);
+  EXPECT_EQ(value_of(s, "trainer_skipped_steps_total"), 1);
+  EXPECT_EQ(value_of(s, "trainer_bad_samples_total"), 3);
+  EXPECT_EQ(value_of(s, "trainer_loss"), 0.25);
+  EXPECT_EQ(value_of(s, "trainer_learning_rate"), 0.1);
+  EXPECT_EQ(value_of(s, "trainer_loss_scale"), 65536);
+  EXPECT_EQ(value_of(s, "trainer_samples_per_second"), 1234.5);
+  EXPECT_EQ(value_of(s, "trainer_device_memory_bytes", {{"kind", "allocated"}}), 1 << 20);
+  EXPECT_EQ(value_of(s, "trainer_device_memory_bytes", {{"kind", "reserved"}}), 2 << 20);
+  EXPECT_EQ(value_of(s, "trainer_device_memory_bytes", {{"kind", "peak"}}), 3 << 20);
+  EXPECT_EQ(value_of(s, "trainer_epoch"), 2);
+  EXPECT_EQ(value_of(s, "trainer_eval_accuracy"), 0.9125);
+  EXPECT_EQ(value_of(s, "trainer_build_info",
+                     {{"version", "0.1.0"}, {"cuda", "13.0"}, {"cudnn", "9.10.2"}, {"nccl", "none"}}),
+            1);
+
+  // Wrong URLs and malformed requests get an error answer and leave the process alive (civetweb's error
+  // path used to overflow its worker stack here; see the top of metrics/exporter.cpp).
+  EXPECT_EQ(http_get(exporter.port(), "/nothing").status, 404);
+  EXPECT_EQ(http_get(exporter.port(), "/").status, 404);
+  EXPECT_EQ(testing::http_raw(exporter.port(), "GARBAGE\r\n\r\n").status, 400);
+  EXPECT_EQ(http_get(exporter.port(), "/metrics").status, 200);
+}
+
+TEST(Exporter, LibraryThreadsGetAtLeast1MiBOfStack) {
+  pthread_attr_t attr;
+  ASSERT_EQ(pthread_attr_init(&attr), 0);
+  ASSERT_EQ(pthread_attr_setstacksize(&attr, 100 * 1024), 0);  // what civetweb asks for
+  size_t size = 0;
+  pthread_attr_getstacksize(&attr, &size);
+  EXPECT_GE(size, size_t{1} << 20);
+  ASSERT_EQ(pthread_attr_setstacksize(&attr, size_t{16} << 20), 0);  // larger requests are kept
+  pthread_attr_getstacksize(&attr, &size);
+  EXPECT_EQ(size, size_t{16} << 20);
+  pthread_attr_destroy(&attr);
+}
+
+TEST(Exporter, BucketsAreExponentialFrom100usTo10s) {
+  const std::vector<double> b = Exporter::step_phase_buckets();
+  ASSERT_EQ(b.size(), 21u);
+  EXPECT_DOUBLE_EQ(b.front(), 1e-4);
+  EXPECT_DOUBLE_EQ(b.back(), 10.0);
+  EXPECT_DOUBLE_EQ(b[4], 1e-3);
+  for (std::size_t i = 1; i < b.size(); ++i) EXPECT_NEAR(b[i] / b[i - 1], 1.778, 0.01) << i;
+}
+
+TEST(Exporter, ReleasesThePortWhenDestroyed) {
+  const int port = testing::free_port();
+  { Exporter exporter(test_options(port)); }
+  testing::PortHolder holder(port);  // throws if the port were still held
+  EXPECT_EQ(holder.port(), port);
+  EXPECT_EQ(http_get(port, "/metrics", 1).status, 0);
+}
+
+TEST(Exporter, PortInUseIsAClearErrorWithAHint) {
+  testing::PortHolder busy;  // a listening socket on 127.0.0.1
+  try {
+    Exporter exporter(test_options(busy.port() - 2, /*local_rank=*/2));
+    FAIL() << "expected an error for port " << busy.port();
+  } catch (const std::runtime_error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("port " + std::to_string(busy.port()) + " is already in use"), std::string::npos) << m;
+    EXPECT_NE(m.find("metrics.port " + std::to_string(busy.port() - 2) + " + LOCAL_RANK 2"),
+              std::string::npos)
+        << m;
+    EXPECT_NE(m.find("HINT"), std::string::npos) << m;
+    EXPECT_NE(m.find("--set metrics.port="), std::string::npos) << m;
+    EXPECT_NE(m.find("metrics.port=0"), std::string::npos) << m;
+  }
+}
+
+TEST(Exporter, PortOutOfRangeIsAnError) {
+  EXPECT_THROW(Exporter(test_options(65535, 1)), std::runtime_error);
+  EXPECT_THROW(Exporter(test_options(-1)), std::runtime_error);
+}
+
+TEST(Exporter, PortZeroDisablesIt) {
+  const int threads_before = count_entries("/proc/self/task");
+  const int sockets_before = count_sockets();
+  Exporter exporter(test_options(0, /*local_rank=*/3));
+  EXPECT_FALSE(exporter.enabled());
+  EXPECT_EQ(exporter.port(), 0);
+  EXPECT_EQ(exporter.url(), "");
+  StepTimes t;
+  t[Phase::step] = 0.1;
+  exporter.observe_step(t);  // every update is a no-op
+  exporter.add_step(8);
+  exporter.set_loss(1.0);
+  exporter.set_device_memory({1, 2, 3});
+  EXPECT_EQ(exporter.render(), "");
+  EXPECT_EQ(count_entries("/proc/self/task"), threads_before) << "no thread";
+  EXPECT_EQ(count_sockets(), sockets_before) << "no socket";
+}
+
+}  // namespace
+}  // namespace trainer

@@ -1,0 +1,241 @@
+// Every dashboard query runs against a real Prometheus server that scrapes a live exporter: the
+// queries parse, the series exist under the names and labels the dashboard expects, and rate() windows
+// work with the histogram. Skipped when the `prometheus` binary is absent (scripts/install-deps.sh
+// installs Debian's package). Everything listens on 127.0.0.1; every wait is bounded.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "metrics/dashboard_util.h"
+#include "metrics/exporter.h"
+#include "metrics/http_client.h"
+
+extern char** environ;
+
+namespace trainer {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+
+std::string find_prometheus() {
+  for (const char* p : {"/usr/bin/prometheus", "/usr/local/bin/prometheus"})
+    if (::access(p, X_OK) == 0) return p;
+  return "";
+}
+
+// A throwaway Prometheus: temp config and storage, listening on a free port on 127.0.0.1.
+class PrometheusServer {
+ public:
+  PrometheusServer(const std::string& binary, int target_port) {
+    dir_ = fs::temp_directory_path() / ("trainer_metrics_prom_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_ / "data");
+    port_ = testing::free_port();
+    {
+      std::ofstream cfg(dir_ / "prometheus.yml");
+      cfg << "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n"
+             "scrape_configs:\n  - job_name: trainer\n    static_configs:\n      - targets: ['127.0.0.1:"
+          << target_port << "']\n";
+    }
+    const std::vector<std::string> args = {binary, "--config.file=" + (dir_ / "prometheus.yml").string(),
+                                           "--storage.tsdb.path=" + (dir_ / "data").string(),
+                                           "--web.listen-address=127.0.0.1:" + std::to_string(port_),
+                                           "--log.level=warn"};
+    std::vector<char*> argv;
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    const std::string log = (dir_ / "prometheus.log").string();
+    posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_adddup2(&actions, 1, 2);
+    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+    const int rc = posix_spawn(&pid_, binary.c_str(), &actions, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    if (rc != 0) pid_ = -1;
+  }
+  ~PrometheusServer() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGTERM);
+      const auto deadline = Clock::now() + std::chrono::seconds(10);
+      int status = 0;
+      while (::waitpid(pid_, &status, WNOHANG) == 0) {
+        if (Clock::now() > deadline) {
+          ::kill(pid_, SIGKILL);
+          ::waitpid(pid_, &status, 0);
+          break;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+    }
+    std::error_code ignored;
+    fs::remove_all(dir_, ignored);
+  }
+  PrometheusServer(const PrometheusServer&) = delete;
+  PrometheusServer& operator=(const PrometheusServer&) = delete;
+
+  bool started() const { return pid_ > 0; }
+  bool running() const { return pid_ > 0 && ::waitpid(pid_, nullptr, WNOHANG) == 0; }
+  int port() const { return port_; }
+  std::string log() const {
+    try {
+      return testing::read_text((dir_ / "prometheus.log").string());
+    } catch (...) {
+      return "";
+    }
+  }
+  // GET /api/v1/query; the parsed JSON, or null when there was no HTTP answer.
+  json query(const std::string& expr) const {
+    const auto r = testing::http_get(port_, "/api/v1/query?query=" + testing::url_encode(expr));
+    if (r.status == 0) return nullptr;
+    try {
+      return json::parse(r.body);
+    } catch (...) {
+      return json{{"status", "unparsable"}, {"body", r.body}};
+    }
+  }
+
+ private:
+  fs::path dir_;
+  int port_ = 0;
+  pid_t pid_ = -1;
+};
+
+// Updates every metric a few times a second, like a training loop.
+class FakeTraining {
+ public:
+  explicit FakeTraining(Exporter& e) : thread_([this, &e] { run(e); }) {}
+  ~FakeTraining() {
+    stop_ = true;
+    thread_.join();
+  }
+
+ private:
+  void run(Exporter& e) {
+    int64_t step = 0;
+    while (!stop_) {
+      ++step;
+      StepTimes t;
+      t.step = step;
+      t[Phase::data_wait] = 0.001;
+      t[Phase::h2d] = 0.0005;
+      t[Phase::forward] = 0.010 + 0.001 * (step % 3);
+      t[Phase::backward] = 0.020;
+      t[Phase::allreduce_exposed] = 0.002;
+      t[Phase::optimizer] = 0.003;
+      t[Phase::allreduce_total] = 0.012;
+      t[Phase::step] = 0.040;
+      t[Phase::other] = 0.0035;
+      e.observe_step(t);
+      e.add_step(64);
+      if (step % 10 == 0) e.add_skipped_steps();
+      if (step % 7 == 0) e.add_bad_samples(1);
+      e.set_loss(2.0 / static_cast<double>(step));
+      e.set_learning_rate(0.1);
+      e.set_loss_scale(32768);
+      e.set_samples_per_second(1600);
+      e.set_device_memory({100 << 20, 128 << 20, 110 << 20});
+      e.set_epoch(1 + step / 50);
+      e.set_eval_accuracy(0.9);
+      std::this_thread::sleep_for(std::chrono::milliseconds(40));
+    }
+  }
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+double first_value(const json& response) {
+  return std::stod(response["data"]["result"][0]["value"][1].get<std::string>());
+}
+
+TEST(PrometheusServer, RunsEveryDashboardQuery) {
+  const std::string binary = find_prometheus();
+  if (binary.empty())
+    GTEST_SKIP() << "no prometheus binary (Debian package `prometheus`, scripts/install-deps.sh)";
+  const auto deadline = Clock::now() + std::chrono::seconds(28);
+
+  ExporterOptions o;
+  o.port = testing::free_port();
+  o.rank = 3;
+  o.local_rank = 0;
+  o.host = "test-host";
+  o.bind_address = "127.0.0.1";
+  o.build = {"0.1.0", "", "", ""};
+  Exporter exporter(o);
+  FakeTraining training(exporter);
+  PrometheusServer prom(binary, exporter.port());
+  ASSERT_TRUE(prom.started()) << "cannot start " << binary;
+
+  // Wait until Prometheus has scraped the exporter at least 3 times (rate() needs 2 points in its window).
+  bool scraped = false;
+  json last;
+  while (!scraped && Clock::now() < deadline) {
+    ASSERT_TRUE(prom.running()) << "prometheus exited:\n" << prom.log();
+    last = prom.query("count_over_time(trainer_steps_total[10s])");
+    scraped = last.is_object() && last.value("status", "") == "success" && !last["data"]["result"].empty() &&
+              first_value(last) >= 3;
+    if (!scraped) std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+  ASSERT_TRUE(scraped) << "no 3 scrapes before the deadline; last answer: " << last.dump() << "\nlog:\n"
+                       << prom.log();
+
+  // The labels arrive as exported, and Prometheus's own job/instance do not clash with them.
+  const json up =
+      prom.query(R"(trainer_build_info{rank="3", local_rank="0", host="test-host", version="0.1.0"})");
+  ASSERT_EQ(up["data"]["result"].size(), 1u) << up.dump();
+  const json& labels = up["data"]["result"][0]["metric"];
+  EXPECT_EQ(labels.value("job", ""), "trainer");
+  EXPECT_EQ(labels.value("instance", ""), "127.0.0.1:" + std::to_string(exporter.port()));
+  EXPECT_FALSE(labels.contains("exported_job"));
+  EXPECT_FALSE(labels.contains("exported_instance"));
+  EXPECT_EQ(labels.value("cuda", ""), "none");
+  EXPECT_DOUBLE_EQ(first_value(prom.query("trainer_learning_rate")), 0.1);
+
+  const json d = testing::load_dashboard();
+  const auto queries = testing::dashboard_queries(d);
+  ASSERT_GE(queries.size(), 20u);
+  for (const auto& q : queries) {
+    const std::string expr = testing::substitute_variables(q.expr);
+    SCOPED_TRACE(q.panel + " / " + q.ref + ": " + expr);
+    const json r = prom.query(expr);
+    ASSERT_TRUE(r.is_object()) << "no answer from prometheus";
+    EXPECT_EQ(r.value("status", ""), "success") << r.dump();
+    if (r.value("status", "") != "success") continue;
+    EXPECT_FALSE(r["data"]["result"].empty()) << "empty result";
+    // With a live exporter every panel shows a number, except ratios of zero rates (none here).
+    for (const auto& series : r["data"]["result"]) {
+      const std::string v = series["value"][1];
+      EXPECT_NE(v, "NaN") << series.dump();
+    }
+  }
+  // The variables' label_values() queries as Prometheus series look-ups.
+  const json hosts = prom.query(R"(count by (host) (trainer_build_info))");
+  ASSERT_EQ(hosts["data"]["result"].size(), 1u) << hosts.dump();
+  EXPECT_EQ(hosts["data"]["result"][0]["metric"]["host"], "test-host");
+  const json ranks = prom.query(R"(count by (rank) (trainer_build_info{host=~"test-host"}))");
+  ASSERT_EQ(ranks["data"]["result"].size(), 1u) << ranks.dump();
+  EXPECT_EQ(ranks["data"]["result"][0]["metric"]["rank"], "3");
+
+  // Spot checks of values through the dashboard's own expressions.
+  const json share = prom.query(testing::substitute_variables(
+      R"(sum by (rank) (rate(trainer_step_phase_seconds_sum{host=~"$host", rank=~"$rank", phase="data_wait"}[$__rate_interval])) / sum by (rank) (rate(trainer_step_phase_seconds_sum{host=~"$host", rank=~"$rank", phase="step"}[$__rate_interval])))"));
+  EXPECT_NEAR(first_value(share), 0.001 / 0.040, 1e-6) << share.dump();
+  const json rate = prom.query(R"(sum(rate(trainer_samples_total[10s])))");
+  EXPECT_GT(first_value(rate), 100.0) << rate.dump();
+  EXPECT_LT(Clock::now(), deadline + std::chrono::seconds(10)) << "the test took too long";
+}
+
+}  // namespace
+}  // namespace trainer
