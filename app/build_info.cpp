@@ -1,12 +1,20 @@
 #include "app/build_info.h"
 
+#ifdef TRAINER_WITH_CUDA
+#include <cuda_runtime_api.h>
+#include <cudnn_version.h>
+#endif
+
 namespace trainer {
 
-BuildInfo build_info() {
-  BuildInfo info;
+TrainerBuild trainer_build() {
+  TrainerBuild info;
   info.version = TRAINER_VERSION;
 #ifdef TRAINER_WITH_CUDA
   info.cuda = true;
+  info.cuda_version = std::to_string(CUDART_VERSION / 1000) + "." + std::to_string(CUDART_VERSION % 1000 / 10);
+  info.cudnn_version = std::to_string(CUDNN_MAJOR) + "." + std::to_string(CUDNN_MINOR) + "." +
+                       std::to_string(CUDNN_PATCHLEVEL);
 #endif
 #if defined(__clang__)
   info.compiler = "clang " __clang_version__;
@@ -14,6 +22,13 @@ BuildInfo build_info() {
   info.compiler = "gcc " __VERSION__;
 #endif
   return info;
+}
+
+std::string TrainerBuild::str() const {
+  std::string s = "trainer " + version + " (" + compiler;
+  s += cuda ? ", CUDA " + cuda_version + ", cuDNN " + cudnn_version : ", CPU only";
+  if (!nccl_version.empty()) s += ", NCCL " + nccl_version;
+  return s + ")";
 }
 
 }  // namespace trainer

@@ -1,15 +1,20 @@
 #pragma once
-// What this binary was built with, for start-up logs, bench records and the cross-rank build check.
+// What this binary was built with, for start-up logs, metrics, bench records and the cross-rank
+// build check.
 #include <string>
 
 namespace trainer {
 
-struct BuildInfo {
+struct TrainerBuild {
   std::string version;
   bool cuda = false;
+  std::string cuda_version;   // "13.0", or "" without the CUDA backend
+  std::string cudnn_version;  // "9.19.0", or ""
+  std::string nccl_version;   // "" until the NCCL backend lands
   std::string compiler;
+  std::string str() const;    // one line for logs
 };
 
-BuildInfo build_info();
+TrainerBuild trainer_build();
 
 }  // namespace trainer

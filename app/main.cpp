@@ -38,8 +38,8 @@ int main(int argc, char** argv) {
     if (command == "eval") return eval_command(args);
     if (command == "config") return config_command(args);
     if (command == "version" || command == "--version") {
-      const BuildInfo b = build_info();
-      std::printf("trainer %s (%s, CUDA backend %s)\n", b.version.c_str(), b.compiler.c_str(), b.cuda ? "on" : "off");
+      const TrainerBuild b = trainer_build();
+      std::printf("%s\n", b.str().c_str());
       return 0;
     }
     std::fprintf(stderr, "trainer: unknown command '%s'\n\n%s", command.c_str(), kUsage);

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <thread>
 
+#include "app/build_info.h"
 #include "app/checkpoint.h"
 #include "app/device_setup.h"
 #include "app/evaluate.h"
@@ -19,9 +20,14 @@
 #include "data/distributed_sampler.h"
 #include "data/loader.h"
 #include "data/normalize.h"
+#include "metrics/exporter.h"
 #include "metrics/log.h"
+#include "metrics/step_timer.h"
 #include "nn/functional.h"
 #include "nn/safetensors.h"
+#ifdef TRAINER_WITH_CUDA
+#include "nn/cuda/caching_allocator.h"
+#endif
 
 namespace trainer {
 namespace {
@@ -139,6 +145,19 @@ int run_training(const Config& config, const TrainOptions& options) {
                static_cast<long long>(e.model->parameter_count()), static_cast<long long>(e.steps_per_epoch),
                static_cast<long long>(e.total_steps), e.base_lr));
   log.line("device: " + device.str() + ", run directory: " + run_dir);
+  const TrainerBuild build = trainer_build();
+  log.line("build: " + build.str());
+
+  // ---- observability: per-phase step times, exported per rank for Prometheus
+  ExporterOptions xo;
+  xo.port = config.metrics.port;
+  xo.local_rank = local_rank_from_env();
+  xo.rank = 0;
+  xo.host = config.metrics.host_label;
+  xo.build = {build.version, build.cuda_version, build.cudnn_version, build.nccl_version};
+  Exporter exporter(xo);
+  if (exporter.enabled()) log.line("metrics: " + exporter.url());
+  StepTimer timer;
 
   // ---- where to start: a fresh run, or exactly where a checkpoint left off
   CheckpointManager checkpoints(ckpt_dir, config.checkpoint);
@@ -219,18 +238,27 @@ int run_training(const Config& config, const TrainOptions& options) {
     const auto epoch_start = Clock::now();
     const double seconds_before_epoch = st.train_seconds;
     const int64_t samples_before_epoch = st.samples_seen;
+    exporter.set_epoch(epoch + 1);
     int micro = 0;
     double accum_loss = 0.0;
+    int64_t step_samples = 0;
     while (!done) {
+      if (!timer.in_step()) timer.begin_step();
       // ---- data
+      timer.begin(Phase::data_wait);
       std::optional<Batch> batch = loader.next();
+      timer.end(Phase::data_wait);
       if (!batch) break;
+      timer.begin(Phase::h2d);
       Tensor images = to_float_normalized(batch->images, e.normalization.mean, e.normalization.std).to(device);
       const Tensor labels = batch->labels.to(device);
+      timer.end(Phase::h2d);
       // ---- forward
+      timer.begin(Phase::forward);
       Variable logits = (*e.model)(Variable(images));
       Variable loss = F::cross_entropy(logits, labels, config.train.label_smoothing);
       const double loss_value = loss.item();
+      timer.end(Phase::forward);
       if (!std::isfinite(loss_value))
         throw std::runtime_error(fmt("loss is %s at step %lld (epoch %d): training diverged. HINT: lower optim.lr "
                                      "(now %.4g), add warmup (schedule.warmup_epochs) or clipping "
@@ -238,18 +266,35 @@ int run_training(const Config& config, const TrainOptions& options) {
                                      std::isnan(loss_value) ? "NaN" : "infinite", static_cast<long long>(st.step + 1),
                                      epoch + 1, e.optimizer->lr()));
       // ---- backward (the loss of each micro-batch counts 1/k, so k micro-batches equal one big one)
+      timer.begin(Phase::backward);
       (accum > 1 ? F::mul(loss, 1.0 / accum) : loss).backward();
+      timer.end(Phase::backward);
       accum_loss += loss_value / accum;
       st.samples_seen += batch->labels.numel() * e.world_size;
+      step_samples += batch->labels.numel();
       ++st.batch_in_epoch;
       if (++micro % accum != 0) continue;
       // ---- optimizer
+      timer.begin(Phase::optimizer);
       if (config.optim.clip_grad_norm > 0) clip_grad_norm(params, config.optim.clip_grad_norm);
       const double lr = e.base_lr * e.schedule->factor(st.step);
       e.optimizer->set_lr(lr);
       e.optimizer->step();
       e.optimizer->zero_grad();
+      timer.end(Phase::optimizer);
       ++st.step;
+      if (auto t = timer.end_step()) exporter.observe_step(*t);
+      exporter.add_step(step_samples);
+      step_samples = 0;
+      exporter.set_loss(accum_loss);
+      exporter.set_learning_rate(lr);
+      exporter.set_bad_samples_total(train.skipped_samples());
+#ifdef TRAINER_WITH_CUDA
+      if (device.is_cuda()) {
+        const CudaMemoryStats mem = cuda_memory_stats();
+        exporter.set_device_memory({mem.allocated_bytes, mem.reserved_bytes, mem.peak_allocated_bytes});
+      }
+#endif
       // ---- bookkeeping
       steps.csv << st.step << ',' << epoch + 1 << ',' << fmt("%.9g", accum_loss) << ',' << fmt("%.9g", lr) << '\n';
       steps.window_loss += accum_loss;
@@ -265,9 +310,10 @@ int run_training(const Config& config, const TrainOptions& options) {
           fmt("epoch %d/%d step %lld/%lld loss %.4f lr %.4g img/s %.0f eta %s", epoch + 1, config.train.epochs,
               static_cast<long long>(st.step), static_cast<long long>(e.total_steps),
               steps.window_loss / steps.window_steps, lr, rate, format_duration(eta).c_str());
+      exporter.set_samples_per_second(rate / e.world_size);
       if (log.stdout_is_terminal()) log.transient(status);
       if (st.step % config.train.log_every_steps == 0) {
-        if (!log.stdout_is_terminal()) log.line(status);
+        if (!log.stdout_is_terminal()) log.line(status + " | " + timer.summary());
         steps.window_loss = 0.0;
         steps.window_steps = 0;
       }
@@ -281,6 +327,8 @@ int run_training(const Config& config, const TrainOptions& options) {
       }
     }
     st.train_seconds = seconds_before_epoch + seconds_since(epoch_start);
+    timer.discard_step();
+    for (const auto& t : timer.flush()) exporter.observe_step(t);
     if (stop_signal) {
       steps.csv.flush();
       log.error(fmt("received signal %d at step %lld", stop_signal, static_cast<long long>(st.step)) +
@@ -304,6 +352,7 @@ int run_training(const Config& config, const TrainOptions& options) {
       summary.final_test_loss = m.mean_loss();
       st.accuracy = m.top1();
       st.best_accuracy = std::max(st.best_accuracy, m.top1());
+      exporter.set_eval_accuracy(m.top1());
       summary.best_test_accuracy = st.best_accuracy;
       eval_part = fmt(" | test loss %.4f top1 %.2f%% top5 %.2f%% (%lld images, %.1fs)", m.mean_loss(),
                       100 * m.top1(), 100 * m.top5(), static_cast<long long>(m.count()), seconds_since(eval_start));
