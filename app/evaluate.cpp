@@ -3,15 +3,16 @@
 #include "app/train_loop.h"
 
 #include "data/distributed_sampler.h"
+#include "dist/comm.h"
 #include "data/loader.h"
 #include "data/normalize.h"
 #include "nn/functional.h"
 
 namespace trainer {
 
-EvalMetrics evaluate(Experiment& e, const Dataset& dataset, int rank) {
+EvalMetrics evaluate(Experiment& e, const Dataset& dataset, Comm* comm) {
   const Config& c = e.config;
-  EvalShard shard(dataset.size(), e.world_size, rank);
+  EvalShard shard(dataset.size(), e.world_size, e.rank);
   LoaderOptions lo;
   lo.batch_size = c.data.eval_batch_size;
   lo.drop_last = false;  // every sample exactly once
@@ -32,6 +33,11 @@ EvalMetrics evaluate(Experiment& e, const Dataset& dataset, int rank) {
     metrics.add_batch(logits.data(), labels, loss);
   }
   e.model->train(was_training);
+  if (comm && comm->world_size() > 1) {
+    Tensor sums = Tensor::from_vector(metrics.sums(), {static_cast<int64_t>(metrics.sums().size())});
+    comm->all_reduce(sums, ReduceOp::sum);
+    return EvalMetrics::from_sums(dataset.num_classes(), sums.to_vector<double>());
+  }
   return metrics;
 }
 

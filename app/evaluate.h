@@ -5,7 +5,10 @@
 
 namespace trainer {
 
-// Evaluates this rank's EvalShard of `dataset` (the whole dataset at world size 1).
-EvalMetrics evaluate(Experiment& e, const Dataset& dataset, int rank = 0);
+class Comm;
+
+// Evaluates this rank's EvalShard of `dataset` (every sample on exactly one rank, no padding) and,
+// given a communicator, combines the ranks' sums exactly so every rank returns the global metrics.
+EvalMetrics evaluate(Experiment& e, const Dataset& dataset, Comm* comm = nullptr);
 
 }  // namespace trainer

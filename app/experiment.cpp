@@ -33,10 +33,12 @@ std::unique_ptr<Optimizer> make_optimizer(const Config& c, Module& model, double
 
 }  // namespace
 
-Experiment build_experiment(const Config& config, Device device, bool with_optimizer) {
+Experiment build_experiment(const Config& config, Device device, bool with_optimizer, int world_size, int rank) {
   Experiment e;
   e.config = config;
   e.device = device;
+  e.world_size = world_size;
+  e.rank = rank;
   e.data = open_datasets(config);
   const Dataset& train = *e.data.train;
   e.normalization = resolved_normalization(config, train);
@@ -67,8 +69,7 @@ Experiment build_experiment(const Config& config, Device device, bool with_optim
   }
   e.model->to(device);
 
-  // One rank until data parallelism lands; the sampler already shards by world size.
-  DistributedSampler sampler(train.size(), e.world_size, 0, config.data.shuffle, 0, config.data.drop_last);
+  DistributedSampler sampler(train.size(), e.world_size, e.rank, config.data.shuffle, 0, config.data.drop_last);
   const int64_t batches = steps_per_epoch(sampler.num_samples(), config.data.batch_size, config.data.drop_last);
   e.steps_per_epoch = batches / config.train.grad_accum_steps;
   if (e.steps_per_epoch < 1)

@@ -22,6 +22,7 @@ struct Experiment {
   std::unique_ptr<LrSchedule> schedule;
   Device device;
   int world_size = 1;
+  int rank = 0;
   int64_t steps_per_epoch = 0;  // optimizer steps per epoch on this rank
   int64_t total_steps = 0;      // optimizer steps of the whole run (max_steps applied)
   double base_lr = 0.0;         // after linear scaling
@@ -29,6 +30,7 @@ struct Experiment {
 
 // Builds everything with the model on `device`; with_optimizer=false skips the optimizer and schedule
 // (evaluation).
-Experiment build_experiment(const Config& config, Device device, bool with_optimizer);
+Experiment build_experiment(const Config& config, Device device, bool with_optimizer, int world_size = 1,
+                            int rank = 0);
 
 }  // namespace trainer

@@ -9,6 +9,7 @@
 #include "app/cli.h"
 #include "app/commands.h"
 #include "app/config.h"
+#include "app/launch_command.h"
 
 namespace {
 
@@ -18,6 +19,7 @@ const char* kUsage =
     "  train CONFIG [--set k=v ...] [--summary PATH]    train a model\n"
     "  eval CONFIG --weights PATH [--summary PATH]      evaluate saved weights on the test split\n"
     "  config CONFIG [--set k=v ...]                    print the resolved configuration\n"
+    "  launch --nproc-per-node N -- COMMAND [...]       run COMMAND as N local ranks, like torchrun\n"
     "  version                                          print the build\n\n"
     "`trainer <command> --help` describes a command. configs/reference.toml lists every config key.\n";
 
@@ -37,6 +39,7 @@ int main(int argc, char** argv) {
     if (command == "train") return train_command(args);
     if (command == "eval") return eval_command(args);
     if (command == "config") return config_command(args);
+    if (command == "launch") return launch_command(args);
     if (command == "version" || command == "--version") {
       const TrainerBuild b = trainer_build();
       std::printf("%s\n", b.str().c_str());

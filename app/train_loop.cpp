@@ -20,6 +20,9 @@
 #include "data/distributed_sampler.h"
 #include "data/loader.h"
 #include "data/normalize.h"
+#include "dist/consistency.h"
+#include "dist/gradient_reducer.h"
+#include "dist/process_group.h"
 #include "metrics/exporter.h"
 #include "metrics/log.h"
 #include "metrics/step_timer.h"
@@ -50,11 +53,6 @@ std::string fmt(const char* format, auto... args) {
   return buf;
 }
 
-// LOCAL_RANK picks the GPU; the data-parallel layer validates it against the rest of the environment.
-int local_rank_from_env() {
-  const char* v = std::getenv("LOCAL_RANK");
-  return v ? std::atoi(v) : 0;
-}
 
 }  // namespace
 
@@ -121,23 +119,52 @@ std::optional<std::string> resolve_resume(const std::string& resume, const std::
 
 int run_training(const Config& config, const TrainOptions& options) {
   install_stop_handlers();
-  const Device device = setup_device(config, local_rank_from_env());
+  const TrainerBuild build = trainer_build();
+  // ---- processes: who we are (torchrun / SLURM / OpenMPI variables) and the others
+  const ProcessEnv env = process_env();
+  DistOptions dopt;
+  dopt.timeout = std::chrono::seconds(config.dist.timeout_seconds);
+  dopt.build = build.str();
+  std::unique_ptr<ProcessGroup> pg = ProcessGroup::init(env, dopt);
+  const int rank = pg->rank(), world = pg->world_size();
+  const bool writer = rank == 0;  // only rank 0 writes checkpoints, the summary and the shared files
+  const Device device = setup_device(config, env.local_rank);
   check_precision(config, device);
+
   // With --resume auto and no explicit run_dir, the run continues in the newest run directory of this
-  // config (where its checkpoints are); otherwise a fresh run gets a new timestamped directory.
+  // config (where its checkpoints are); otherwise a fresh run gets a new timestamped directory. Rank 0
+  // decides and the others take its choice: ranks start at different seconds.
   std::string run_dir = config.train.run_dir;
-  if (run_dir.empty() && options.resume == "auto") run_dir = latest_run_dir(config);
-  if (run_dir.empty()) run_dir = default_run_dir(config, std::time(nullptr));
+  if (writer) {
+    if (run_dir.empty() && options.resume == "auto") run_dir = latest_run_dir(config);
+    if (run_dir.empty()) run_dir = default_run_dir(config, std::time(nullptr));
+    if (pg->store()) pg->store()->set("trainer/run_dir", run_dir);
+  } else {
+    run_dir = pg->store()->get("trainer/run_dir", dopt.connect_timeout);
+  }
   const std::string ckpt_dir = config.checkpoint.dir.empty() ? run_dir + "/checkpoints" : config.checkpoint.dir;
-  std::filesystem::create_directories(ckpt_dir);
+  if (writer) std::filesystem::create_directories(ckpt_dir);
+  if (pg->store()) pg->store()->barrier("trainer/run_dir_created", rank, world, dopt.connect_timeout);
   Log& log = Log::instance();
-  log.open_file(run_dir + "/train.log");
+  log.set_print_lines(writer);
+  log.open_file(run_dir + (writer ? "/train.log" : "/train.rank" + std::to_string(rank) + ".log"));
   const std::string config_toml = config_to_toml(config);
-  std::ofstream(run_dir + "/config.toml") << config_toml;
+  if (writer) std::ofstream(run_dir + "/config.toml") << config_toml;
   log.line("trainer: resolved configuration (" + config.source_path + ")");
   log.line(config_table(config));
+  log.line("processes: " + env.describe());
+  for (const std::string& note : env.notes) log.line("note: " + note);
 
-  Experiment e = build_experiment(config, device, true);
+  Experiment e = build_experiment(config, device, true, world, rank);
+  if (world > 1)
+    check_consistency(*pg->store(), rank, world,
+                      run_identity_items({build.str(), content_hash(config_toml), e.data.train->fingerprint(),
+                                          e.steps_per_epoch}),
+                      dopt.timeout);
+  // Every rank starts from rank 0's weights and buffers; gradients are averaged in buckets while
+  // backward runs (nothing happens at world size 1).
+  broadcast_state(pg->comm(), e.model->state_dict());
+  GradientReducer reducer(pg->comm_ptr(), e.model->named_parameters());
   const Dataset& train = *e.data.train;
   log.line("data:  " + train.fingerprint());
   log.line("test:  " + e.data.test->fingerprint());
@@ -145,14 +172,13 @@ int run_training(const Config& config, const TrainOptions& options) {
                static_cast<long long>(e.model->parameter_count()), static_cast<long long>(e.steps_per_epoch),
                static_cast<long long>(e.total_steps), e.base_lr));
   log.line("device: " + device.str() + ", run directory: " + run_dir);
-  const TrainerBuild build = trainer_build();
   log.line("build: " + build.str());
 
   // ---- observability: per-phase step times, exported per rank for Prometheus
   ExporterOptions xo;
   xo.port = config.metrics.port;
-  xo.local_rank = local_rank_from_env();
-  xo.rank = 0;
+  xo.local_rank = env.local_rank;
+  xo.rank = rank;
   xo.host = config.metrics.host_label;
   xo.build = {build.version, build.cuda_version, build.cudnn_version, build.nccl_version};
   Exporter exporter(xo);
@@ -191,22 +217,36 @@ int run_training(const Config& config, const TrainOptions& options) {
   StepLog steps;
   steps.csv.open(csv_path, std::ios::app);
 
+  // Only rank 0 writes; the others wait for it, so no rank runs ahead of a checkpoint in progress.
   auto save_checkpoint = [&](bool final) {
-    st.rng_states = {e.dropout_generator->state()};
-    try {
-      const std::string path = checkpoints.save(*e.model, *e.optimizer, st, config_toml);
-      log.line("checkpoint: " + path);
-    } catch (const CheckpointError& err) {
-      // The previous checkpoints are intact; a periodic failure (full disk, say) must not kill hours
-      // of training, but the final one must not fail silently.
-      if (final) throw;
-      log.error(std::string("warning: ") + err.what() + "; earlier checkpoints are intact, training continues");
+    if (writer) {
+      const std::string dropout_state = e.dropout_generator->state();
+      st.rng_states.assign(world, dropout_state);
+      try {
+        const std::string path = checkpoints.save(*e.model, *e.optimizer, st, config_toml);
+        log.line("checkpoint: " + path);
+      } catch (const CheckpointError& err) {
+        // The previous checkpoints are intact; a periodic failure (full disk, say) must not kill hours
+        // of training, but the final one must not fail silently.
+        if (final) throw;
+        log.error(std::string("warning: ") + err.what() + "; earlier checkpoints are intact, training continues");
+      }
     }
+    pg->comm().barrier();
+  };
+  // Every rank must stop at the same step, or the ones still training wait forever: a stop signal
+  // seen by any rank is agreed on with one tiny all-reduce per step.
+  auto agreed_stop_signal = [&]() -> int {
+    int local = stop_requested();
+    if (world == 1) return local;
+    Tensor flag = Tensor::from_vector<int64_t>({local}, {1});
+    pg->comm().all_reduce(flag, ReduceOp::max);
+    return static_cast<int>(flag.item());
   };
 
   const int accum = config.train.grad_accum_steps;
   const std::vector<Variable> params = e.model->parameters();
-  DistributedSampler sampler(train.size(), e.world_size, 0, config.data.shuffle,
+  DistributedSampler sampler(train.size(), e.world_size, rank, config.data.shuffle,
                              static_cast<uint64_t>(config.train.seed), config.data.drop_last);
   RunSummary summary;
   summary.world_size = e.world_size;
@@ -232,6 +272,9 @@ int run_training(const Config& config, const TrainOptions& options) {
     lo.queue_depth = config.data.prefetch_batches;
     lo.first_batch = st.batch_in_epoch;
     DataLoader loader(e.data.train, sampler.indices(), lo);
+    // Ranks that would run different numbers of steps hang in an all-reduce at the epoch's end: stop
+    // here instead, naming them.
+    check_epoch_steps(pg->comm(), epoch, loader.num_batches() - lo.first_batch);
 
     e.model->train();
     e.optimizer->zero_grad();  // micro-batches left over by the previous epoch must not leak into this one
@@ -267,6 +310,8 @@ int run_training(const Config& config, const TrainOptions& options) {
                                      epoch + 1, e.optimizer->lr()));
       // ---- backward (the loss of each micro-batch counts 1/k, so k micro-batches equal one big one)
       timer.begin(Phase::backward);
+      const bool last_micro = (micro + 1) % accum == 0;
+      reducer.set_sync(last_micro);  // accumulation micro-batches communicate nothing
       (accum > 1 ? F::mul(loss, 1.0 / accum) : loss).backward();
       timer.end(Phase::backward);
       accum_loss += loss_value / accum;
@@ -274,6 +319,10 @@ int run_training(const Config& config, const TrainOptions& options) {
       step_samples += batch->labels.numel();
       ++st.batch_in_epoch;
       if (++micro % accum != 0) continue;
+      // ---- all-reduce: wait for the buckets backward did not finish, average the gradients
+      timer.begin(Phase::allreduce_exposed);
+      reducer.finish();
+      timer.end(Phase::allreduce_exposed);
       // ---- optimizer
       timer.begin(Phase::optimizer);
       if (config.optim.clip_grad_norm > 0) clip_grad_norm(params, config.optim.clip_grad_norm);
@@ -319,7 +368,7 @@ int run_training(const Config& config, const TrainOptions& options) {
       }
       if (st.step >= e.total_steps) done = true;
       if (st.step == sigterm_at_step) std::raise(SIGTERM);
-      if ((stop_signal = stop_requested()) != 0) break;
+      if ((stop_signal = agreed_stop_signal()) != 0) break;
       if (!done && config.checkpoint.every_steps > 0 && st.step % config.checkpoint.every_steps == 0) {
         steps.csv.flush();
         st.accuracy = -1;
@@ -334,6 +383,7 @@ int run_training(const Config& config, const TrainOptions& options) {
       log.error(fmt("received signal %d at step %lld", stop_signal, static_cast<long long>(st.step)) +
                 (config.checkpoint.on_signal ? ": writing a checkpoint before exiting" : ": exiting"));
       if (config.checkpoint.on_signal) save_checkpoint(true);
+      pg->shutdown();
       return 128 + stop_signal;
     }
     const double epoch_seconds = seconds_since(epoch_start);
@@ -346,7 +396,7 @@ int run_training(const Config& config, const TrainOptions& options) {
     st.accuracy = -1;
     if (last || (every > 0 && (epoch + 1) % every == 0)) {
       const auto eval_start = Clock::now();
-      EvalMetrics m = evaluate(e, *e.data.test);
+      EvalMetrics m = evaluate(e, *e.data.test, &pg->comm());
       summary.final_test_accuracy = m.top1();
       summary.final_test_top5 = m.top5();
       summary.final_test_loss = m.mean_loss();
@@ -385,11 +435,16 @@ int run_training(const Config& config, const TrainOptions& options) {
   if (config.checkpoint.save_final) {
     save_checkpoint(true);
     summary.weights = ckpt_dir + "/final.safetensors";
-    save_module(summary.weights, *e.model);
-    log.line("weights: " + summary.weights);
+    if (writer) {
+      save_module(summary.weights, *e.model);
+      log.line("weights: " + summary.weights);
+    }
   }
-  write_summary(run_dir + "/summary.json", summary);
-  if (!options.summary_path.empty()) write_summary(options.summary_path, summary);
+  if (writer) {
+    write_summary(run_dir + "/summary.json", summary);
+    if (!options.summary_path.empty()) write_summary(options.summary_path, summary);
+  }
+  pg->shutdown();
   log.line(fmt("done: %lld steps in %s (%.0f img/s), final test accuracy %.2f%%, best %.2f%%",
                static_cast<long long>(st.step), format_duration(st.train_seconds).c_str(),
                summary.samples_per_second, 100 * summary.final_test_accuracy, 100 * summary.best_test_accuracy));

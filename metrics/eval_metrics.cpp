@@ -30,6 +30,24 @@ void EvalMetrics::merge(const EvalMetrics& other) {
   for (size_t i = 0; i < confusion_.size(); ++i) confusion_[i] += other.confusion_[i];
 }
 
+std::vector<double> EvalMetrics::sums() const {
+  std::vector<double> s{static_cast<double>(count_), static_cast<double>(top1_), static_cast<double>(top5_),
+                        loss_sum_};
+  for (int64_t c : confusion_) s.push_back(static_cast<double>(c));
+  return s;
+}
+
+EvalMetrics EvalMetrics::from_sums(int64_t num_classes, const std::vector<double>& s) {
+  EvalMetrics m(num_classes);
+  if (s.size() != 4 + m.confusion_.size()) throw std::invalid_argument("EvalMetrics::from_sums: wrong size");
+  m.count_ = static_cast<int64_t>(s[0]);  // counts below 2^53 are exact in a double
+  m.top1_ = static_cast<int64_t>(s[1]);
+  m.top5_ = static_cast<int64_t>(s[2]);
+  m.loss_sum_ = s[3];
+  for (size_t i = 0; i < m.confusion_.size(); ++i) m.confusion_[i] = static_cast<int64_t>(s[4 + i]);
+  return m;
+}
+
 std::vector<double> EvalMetrics::per_class_accuracy() const {
   std::vector<double> acc(num_classes_, 0.0);
   for (int64_t c = 0; c < num_classes_; ++c) {

@@ -16,6 +16,10 @@ class EvalMetrics {
   void add_batch(const Tensor& logits, const Tensor& targets, const Tensor& per_sample_loss);
   // Adds another accumulator's statistics (another rank's shard).
   void merge(const EvalMetrics& other);
+  // Every statistic as one vector of sums (count, top1, top5, loss sum, confusion matrix), so that
+  // ranks combine exactly with one all-reduce(sum); from_sums() is the inverse.
+  std::vector<double> sums() const;
+  static EvalMetrics from_sums(int64_t num_classes, const std::vector<double>& sums);
 
   int64_t count() const { return count_; }
   double top1() const { return count_ ? static_cast<double>(top1_) / count_ : 0.0; }

@@ -37,7 +37,7 @@ void Log::end_transient() {
 void Log::line(const std::string& text) {
   std::lock_guard lock(mutex_);
   end_transient();
-  std::cout << text << '\n' << std::flush;
+  if (print_lines_) std::cout << text << '\n' << std::flush;
   if (file_.is_open()) file_ << text << '\n' << std::flush;
 }
 
@@ -51,6 +51,7 @@ void Log::error(const std::string& text) {
 
 void Log::transient(const std::string& text) {
   std::lock_guard lock(mutex_);
+  if (!print_lines_) return;
   std::cout << "\r\033[K" << text << std::flush;
   transient_shown_ = true;
 }

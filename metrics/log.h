@@ -17,6 +17,9 @@ class Log {
   void error(const std::string& text);      // stderr + file
   void transient(const std::string& text);  // a terminal status line redrawn in place (\r), not logged
   bool stdout_is_terminal() const { return tty_; }
+  // Ranks other than 0 keep their log in their file and print only errors, so the console shows one
+  // copy of every line.
+  void set_print_lines(bool on) { print_lines_ = on; }
 
  private:
   Log();
@@ -25,6 +28,7 @@ class Log {
   std::ofstream file_;
   bool tty_ = false;
   bool transient_shown_ = false;
+  bool print_lines_ = true;
 };
 
 }  // namespace trainer

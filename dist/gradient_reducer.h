@@ -1,0 +1,95 @@
+#pragma once
+// Data-parallel gradient averaging, like PyTorch DDP's Reducer and flashlight's CoalescingReducer.
+// Parameters are grouped into buckets of ~25 MiB in reverse registration order (the order backward
+// produces their gradients). When a parameter's gradient is complete its grad-ready hook copies it
+// into its bucket's flat buffer; when a bucket is full its all-reduce (average) starts on the
+// communicator's thread while backward continues. finish() waits for the buckets and writes the
+// averaged gradients back into each parameter's grad(). Buckets start strictly in index order, so
+// every rank issues the same collectives in the same order whatever the hooks' timing.
+//
+// At world size 1 no hook is registered and finish() returns at once: the reducer costs nothing.
+//
+// Use in the training loop (k = grad_accum_steps):
+//   GradientReducer reducer(pg.comm_ptr(), model.named_parameters());
+//   for each micro-batch i:
+//     reducer.set_sync((i + 1) % k == 0);   // accumulate locally, communicate on the last one
+//     loss.backward();
+//     if ((i + 1) % k == 0) { reducer.finish(); clip; optimizer.step(); zero_grad(); }
+// A parameter that gets no gradient in a synchronised backward is an error naming it (all ranks would
+// otherwise wait for its bucket forever), unless find_unused_parameters is on.
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dist/comm.h"
+#include "nn/modules/module.h"
+
+namespace trainer {
+
+struct ReducerOptions {
+  size_t bucket_cap_bytes = 25u << 20;
+  // The first bucket (the last layers) is small so that communication starts early, as in PyTorch.
+  size_t first_bucket_cap_bytes = 1u << 20;
+  // Parameters that got no gradient contribute zeros instead of failing (PyTorch's
+  // find_unused_parameters); for models whose forward skips layers on some steps.
+  bool find_unused_parameters = false;
+};
+
+class GradientReducer {
+ public:
+  // `params`: the model's named_parameters(); those with requires_grad false are skipped.
+  GradientReducer(std::shared_ptr<Comm> comm, const std::vector<NamedParameter>& params,
+                  const ReducerOptions& options = {});
+  ~GradientReducer();
+  GradientReducer(const GradientReducer&) = delete;
+  GradientReducer& operator=(const GradientReducer&) = delete;
+
+  // Whether the next backward communicates (default true). Off for the micro-batches of gradient
+  // accumulation that only accumulate locally (PyTorch's no_sync()).
+  void set_sync(bool sync);
+  bool sync() const;
+  // After a synchronised backward: waits for every bucket and writes the averaged gradients into the
+  // parameters' grad(). Throws DistError naming the parameters that got no gradient (and tells the
+  // other ranks, so nobody waits). Does nothing when sync is off or at world size 1.
+  void finish();
+
+  bool active() const;  // world size > 1
+  int bucket_count() const;
+  // Parameter names per bucket, in launch order (for the start-up log and tests).
+  std::vector<std::vector<std::string>> bucket_parameter_names() const;
+  // How long the last finish() waited for communication that backward did not hide.
+  double last_wait_seconds() const;
+  // How many buckets the last synchronised backward launched from its hooks, before finish(): all of
+  // them when every parameter got its gradient, i.e. communication overlapped backward.
+  int last_buckets_launched_in_backward() const;
+
+  struct State;
+
+ private:
+  std::shared_ptr<State> state_;  // hooks hold a weak_ptr: they become no-ops once the reducer is gone
+};
+
+// Scoped set_sync(false): { NoSyncGuard g(reducer); loss.backward(); } accumulates without communicating.
+class NoSyncGuard {
+ public:
+  explicit NoSyncGuard(GradientReducer& reducer) : reducer_(reducer), previous_(reducer.sync()) {
+    reducer.set_sync(false);
+  }
+  ~NoSyncGuard() { reducer_.set_sync(previous_); }
+  NoSyncGuard(const NoSyncGuard&) = delete;
+  NoSyncGuard& operator=(const NoSyncGuard&) = delete;
+
+ private:
+  GradientReducer& reducer_;
+  bool previous_;
+};
+
+// Copies rank `root`'s parameters and buffers (a module's state_dict()) into every rank, so all ranks
+// start from identical weights and BatchNorm statistics whatever their seeds. Checks first that every
+// rank has the same names, shapes and dtypes (an error names the ranks that differ). One broadcast
+// per dtype, not per tensor.
+void broadcast_state(Comm& comm, const std::vector<NamedTensor>& state, int root = 0);
+
+}  // namespace trainer

@@ -1,0 +1,78 @@
+#include "dist/process_group.h"
+
+#include "dist/consistency.h"
+#include "dist/cpu_comm.h"
+#include "dist/error.h"
+
+namespace trainer {
+namespace {
+
+bool is_loopback(const std::string& host) {
+  return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
+}
+
+}  // namespace
+
+std::unique_ptr<ProcessGroup> ProcessGroup::init(const ProcessEnv& env, const DistOptions& options) {
+  std::unique_ptr<ProcessGroup> pg(new ProcessGroup());
+  pg->env_ = env;
+  pg->options_ = options;
+  if (!env.distributed()) {
+    pg->comm_ = std::make_shared<SingleProcessComm>();
+    pg->comm_->set_timeout(options.timeout);
+    return pg;
+  }
+  TcpStoreOptions so;
+  so.host = env.master_addr;
+  so.port = env.store_port;
+  so.is_server = env.rank == 0;
+  // A loopback master means a single-host job: serve on loopback only. Otherwise every interface,
+  // since MASTER_ADDR may name this host by an address we cannot bind to directly (NAT, aliases).
+  so.bind_host = is_loopback(env.master_addr) ? env.master_addr : "";
+  so.port_name = env.store_port_source == "MASTER_PORT" ? "MASTER_PORT"
+                 : env.store_port_source == "TRAINER_STORE_PORT"
+                     ? "TRAINER_STORE_PORT"
+                     : "the trainer's store port (MASTER_PORT+1 under torchrun)";
+  so.connect_timeout = options.connect_timeout;
+  so.world_size = env.world_size;
+  so.job_id = env.job_id;
+  try {
+    auto store = std::make_unique<TcpStore>(so);
+    const std::string local_address = store->local_address();
+    pg->store_ = std::move(store);
+    if (!options.build.empty())
+      check_consistency(
+          *pg->store_, env.rank, env.world_size,
+          {{"trainer build", options.build,
+            "install the same trainer build on every node (a shared file system or one container "
+            "image)"}},
+          options.connect_timeout, "build");
+    CpuCommOptions co;
+    co.name = "default";
+    co.listen_address = local_address;
+    co.timeout = options.timeout;
+    co.connect_timeout = options.connect_timeout;
+    pg->comm_ = CpuComm::create(*pg->store_, env.rank, env.world_size, co);
+  } catch (const DistError& e) {
+    std::string message = e.what();
+    // The classic SLURM mistake: trainer run straight from the batch script is one process that
+    // believes it is rank 0 of SLURM_NTASKS; the others never come.
+    if (env.launcher == "slurm" && message.find("missing rank(s)") != std::string::npos)
+      message +=
+          " (under SLURM: start every task with srun; a trainer started directly in the batch script "
+          "runs alone)";
+    throw DistError(message);
+  }
+  return pg;
+}
+
+ProcessGroup::~ProcessGroup() {
+  comm_.reset();  // before the store: rank 0's store outlives its own communicator
+  store_.reset();
+}
+
+void ProcessGroup::shutdown() {
+  if (comm_) comm_->shutdown();
+}
+
+}  // namespace trainer

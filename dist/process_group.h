@@ -1,0 +1,53 @@
+#pragma once
+// Everything a rank needs to take part in a distributed run, set up in one call: the environment
+// (dist/process_env.h), the rendezvous store served by rank 0 (dist/store.h) and the communicator
+// (dist/comm.h). At world size 1 it opens no socket and hands out a SingleProcessComm, so the
+// training loop needs no special case.
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "dist/comm.h"
+#include "dist/process_env.h"
+#include "dist/store.h"
+
+namespace trainer {
+
+struct DistOptions {
+  // Start-up: how long ranks wait for rank 0's store and for each other to arrive.
+  std::chrono::milliseconds connect_timeout{std::chrono::seconds(30)};
+  // Each collective, and store waits after start-up (consistency checks).
+  std::chrono::milliseconds timeout{std::chrono::minutes(10)};
+  // This binary's version; when set, ranks compare it through the store before they open their
+  // peer connections (whose protocol a different build might not share). "" skips the check.
+  std::string build;
+};
+
+class ProcessGroup {
+ public:
+  // Throws DistError with the cause and a HINT (port in use, rank 0 unreachable, ranks missing).
+  static std::unique_ptr<ProcessGroup> init(const ProcessEnv& env, const DistOptions& options = {});
+  ~ProcessGroup();
+
+  const ProcessEnv& env() const { return env_; }
+  const DistOptions& options() const { return options_; }
+  int rank() const { return env_.rank; }
+  int world_size() const { return env_.world_size; }
+  // Null at world size 1.
+  Store* store() { return store_.get(); }
+  Comm& comm() { return *comm_; }
+  const std::shared_ptr<Comm>& comm_ptr() const { return comm_; }
+
+  // Orderly end after the last collective (see Comm::shutdown); rank 0 keeps serving the store until
+  // every rank got here. Not calling it (an error is unwinding) tells the peers this rank failed.
+  void shutdown();
+
+ private:
+  ProcessGroup() = default;
+  ProcessEnv env_;
+  DistOptions options_;
+  std::unique_ptr<Store> store_;
+  std::shared_ptr<Comm> comm_;
+};
+
+}  // namespace trainer

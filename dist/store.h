@@ -1,0 +1,110 @@
+#pragma once
+// The rendezvous key-value store: rank 0 serves it on a TCP port from a background thread, every rank
+// (rank 0 included) is a client. Ranks use it to find each other (communicator addresses, the NCCL
+// unique id), to agree at start-up (consistency checks) and for barriers outside the communicator.
+// Values are byte strings; `add` keeps a decimal counter. Every blocking call has a timeout and its
+// error names the key(s) and, for rank-indexed keys, which ranks never arrived.
+//
+// Under torchrun, ProcessEnv::store_port is MASTER_PORT+1 (torchrun's agent holds MASTER_PORT with
+// its own store); see dist/process_env.h. A client checks on connect that it talks to a trainer
+// store (a handshake), so a port taken by another service fails with a clear message, not garbage.
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "dist/socket.h"
+
+namespace trainer {
+
+class Store {
+ public:
+  virtual ~Store() = default;
+
+  virtual void set(const std::string& key, const std::string& value) = 0;
+  // Blocks until `key` exists, then returns its value; throws DistError after `timeout`.
+  virtual std::string get(const std::string& key, std::chrono::milliseconds timeout) = 0;
+  // Atomically adds `delta` to the counter at `key` (created at 0) and returns the new value.
+  virtual int64_t add(const std::string& key, int64_t delta) = 0;
+  // Which of `keys` exist now (does not block).
+  virtual std::vector<bool> check(const std::vector<std::string>& keys) = 0;
+  // Blocks until every key exists or `timeout` passes; returns the keys still missing (empty = all set).
+  virtual std::vector<std::string> wait_for(const std::vector<std::string>& keys,
+                                            std::chrono::milliseconds timeout) = 0;
+  // Deletes `key`; whether it existed.
+  virtual bool remove(const std::string& key) = 0;
+  // "127.0.0.1:29500" for messages.
+  virtual std::string address() const = 0;
+
+  bool check(const std::string& key) { return check(std::vector<std::string>{key})[0]; }
+  // wait_for that throws DistError naming the missing keys.
+  void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout);
+
+  // Waits for the keys prefix + "0" ... prefix + (world_size - 1); on timeout throws DistError
+  // "<what> timed out after 30 s: 2 of 3 ranks arrived; missing rank(s): 2. HINT: ...".
+  void wait_for_ranks(const std::string& prefix, int world_size, std::chrono::milliseconds timeout,
+                      const std::string& what);
+  // A barrier of `world_size` ranks built on add + wait; each call with the same name is a new
+  // generation, so it can run every epoch. Throws naming the ranks that did not arrive.
+  void barrier(const std::string& name, int rank, int world_size, std::chrono::milliseconds timeout);
+
+ private:
+  std::mutex barrier_mutex_;
+  std::map<std::string, int64_t> barrier_generation_;
+};
+
+struct TcpStoreOptions {
+  std::string host = "127.0.0.1";         // where rank 0 serves (MASTER_ADDR)
+  int port = 29500;                       // the server may pass 0 for any free port (tests): read port()
+  bool is_server = false;                 // rank 0: serve, then connect to ourselves
+  std::string bind_host;                  // server: "" listens on every interface
+  std::string port_name = "MASTER_PORT";  // how the port-in-use message names the port
+  // Checked in the handshake: a client of another job or world size is refused with a clear error
+  // instead of joining (two jobs on one MASTER_PORT). world_size 0 = not checked.
+  int world_size = 0;
+  std::string job_id;
+  // How long a client retries reaching rank 0 (rank 0 may start later than the others).
+  std::chrono::milliseconds connect_timeout{std::chrono::seconds(30)};
+  // Bound on any reply from the server (besides the caller's own wait timeouts).
+  std::chrono::milliseconds reply_timeout{std::chrono::seconds(60)};
+};
+
+class StoreServer;
+
+class TcpStore : public Store {
+ public:
+  // Throws DistError: "MASTER_PORT 29500 is already in use on this host. HINT: ..." (server) or
+  // "cannot reach rank 0 at host:port after 30 s ... HINT: ..." (client).
+  explicit TcpStore(const TcpStoreOptions& options);
+  ~TcpStore() override;
+
+  void set(const std::string& key, const std::string& value) override;
+  std::string get(const std::string& key, std::chrono::milliseconds timeout) override;
+  int64_t add(const std::string& key, int64_t delta) override;
+  std::vector<bool> check(const std::vector<std::string>& keys) override;
+  using Store::check;
+  std::vector<std::string> wait_for(const std::vector<std::string>& keys,
+                                    std::chrono::milliseconds timeout) override;
+  bool remove(const std::string& key) override;
+  std::string address() const override;
+
+  int port() const { return port_; }
+  // This host's IP on the route to rank 0: the address other ranks can reach this rank on.
+  std::string local_address() const { return local_address_; }
+
+ private:
+  std::string request(const std::string& body, net::Deadline deadline, const std::string& what);
+
+  TcpStoreOptions options_;
+  int port_ = 0;
+  std::unique_ptr<StoreServer> server_;
+  std::mutex mutex_;  // one request at a time on the connection
+  net::Socket socket_;
+  std::string broken_;  // why the connection is unusable, once it is
+  std::string local_address_;
+};
+
+}  // namespace trainer

@@ -1,0 +1,143 @@
+// Multi-process training on this machine's CPU: ranks started by hand with torchrun's variables, as a
+// launcher would, on loopback.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "nn/safetensors.h"
+
+namespace trainer {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct RankResult {
+  int exit_code;
+  std::string output;
+};
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+class DistributedTrain : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("trainer_dist_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    std::mt19937 rng(static_cast<unsigned>(::getpid()) ^ static_cast<unsigned>(time(nullptr)));
+    port_ = 20000 + static_cast<int>(rng() % 20000);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string write_config(const std::string& body) {
+    const fs::path path = dir_ / "cfg.toml";
+    std::ofstream(path) << body;
+    return path.string();
+  }
+
+  // Runs one trainer process per entry of rank_args (rank = index) and waits for all of them.
+  // prefix[r] is put before rank r's command (e.g. "timeout -s KILL 2").
+  std::vector<RankResult> run_ranks(const std::vector<std::string>& rank_args,
+                                    const std::vector<std::string>& prefix = {}) {
+    const char* bin_env = std::getenv("TRAINER_BIN");
+    const std::string bin = bin_env ? bin_env : TRAINER_BINARY_DIR "/trainer";
+    const int n = static_cast<int>(rank_args.size());
+    std::string script;
+    for (int r = 0; r < n; ++r) {
+      const std::string out = (dir_ / ("rank" + std::to_string(r) + ".out")).string();
+      script += "(RANK=" + std::to_string(r) + " WORLD_SIZE=" + std::to_string(n) + " LOCAL_RANK=" +
+                std::to_string(r) + " LOCAL_WORLD_SIZE=" + std::to_string(n) +
+                " MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port_) + " " +
+                (r < static_cast<int>(prefix.size()) ? prefix[r] : "") + " " + bin + " " + rank_args[r] + " > " +
+                out + " 2>&1; echo $? > " + out + ".rc) & ";
+    }
+    script += "wait";
+    const int rc = std::system(("bash -c '" + script + "'").c_str());
+    (void)rc;
+    std::vector<RankResult> results;
+    for (int r = 0; r < n; ++r) {
+      const fs::path out = dir_ / ("rank" + std::to_string(r) + ".out");
+      results.push_back({std::atoi(slurp(out.string() + ".rc").c_str()), slurp(out)});
+    }
+    return results;
+  }
+
+  fs::path dir_;
+  int port_ = 0;
+};
+
+const char* kMlpConfig =
+    "[model]\nname = \"mlp\"\nin_channels = 1\n"
+    "[data]\ndataset = \"synthetic\"\nsynthetic_samples = 512\nsynthetic_image_size = 12\n"
+    "[train]\nepochs = 2\n"
+    "[optim]\nlr = 0.05\nweight_decay = 0.0\n"
+    "[checkpoint]\nevery_epochs = 0\n";
+
+// Caffe's rule: N ranks with batch B equal one rank with batch N x B (no BatchNorm, no augmentation),
+// because every global batch holds the same samples and gradients are averaged.
+TEST_F(DistributedTrain, TwoRanksEqualOneRankWithTwiceTheBatch) {
+  const std::string cfg = write_config(kMlpConfig);
+  auto one = run_ranks({"train " + cfg + " --set data.batch_size=64 --set train.run_dir=" + (dir_ / "one").string()});
+  ASSERT_EQ(one[0].exit_code, 0) << one[0].output;
+  const std::string two_dir = (dir_ / "two").string();
+  auto two = run_ranks({"train " + cfg + " --set data.batch_size=32 --set train.run_dir=" + two_dir,
+                        "train " + cfg + " --set data.batch_size=32 --set train.run_dir=" + two_dir});
+  ASSERT_EQ(two[0].exit_code, 0) << two[0].output << two[1].output;
+  ASSERT_EQ(two[1].exit_code, 0) << two[1].output;
+  EXPECT_NE(slurp(dir_ / "two/summary.json").find("\"world_size\": 2"), std::string::npos);
+  EXPECT_NE(slurp(dir_ / "two/summary.json").find("\"steps\": 16"), std::string::npos);
+  auto a = load_safetensors((dir_ / "one/checkpoints/final.safetensors").string());
+  auto b = load_safetensors((dir_ / "two/checkpoints/final.safetensors").string());
+  ASSERT_EQ(a.size(), b.size());
+  for (auto& [name, t] : a) {
+    const auto x = t.to_vector<double>(), y = b.at(name).to_vector<double>();
+    double worst = 0;
+    for (size_t i = 0; i < x.size(); ++i) worst = std::max(worst, std::abs(x[i] - y[i]));
+    EXPECT_LT(worst, 1e-5) << name;
+  }
+  // Evaluation is exact: each test sample counted once over the two shards.
+  EXPECT_NE(two[0].output.find("(102 images"), std::string::npos) << two[0].output;
+}
+
+TEST_F(DistributedTrain, RanksWithDifferentConfigsStopAtStartWithTheDifference) {
+  const std::string cfg = write_config(kMlpConfig);
+  auto r = run_ranks({"train " + cfg + " --set train.run_dir=" + (dir_ / "x").string(),
+                      "train " + cfg + " --set optim.lr=0.2 --set train.run_dir=" + (dir_ / "x").string()});
+  EXPECT_NE(r[0].exit_code, 0);
+  EXPECT_NE(r[1].exit_code, 0);
+  for (const auto& rank : r) EXPECT_NE(rank.output.find("config"), std::string::npos) << rank.output;
+}
+
+TEST_F(DistributedTrain, ADeadRankStopsTheOthersWithAMessageInsteadOfAHang) {
+  const std::string cfg = write_config(
+      "[model]\nname = \"cnn\"\nin_channels = 1\n"
+      "[data]\ndataset = \"synthetic\"\nsynthetic_samples = 20000\nsynthetic_image_size = 16\nbatch_size = 16\n"
+      "[train]\nepochs = 5\n[dist]\ntimeout_seconds = 5\n[checkpoint]\nevery_epochs = 0\nsave_final = false\n");
+  const auto start = std::chrono::steady_clock::now();
+  auto r = run_ranks({"train " + cfg + " --set train.run_dir=" + (dir_ / "d").string(),
+                      "train " + cfg + " --set train.run_dir=" + (dir_ / "d").string()},
+                     {"", "timeout -s KILL 3"});
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(r[1].exit_code, 137);  // killed
+  EXPECT_NE(r[0].exit_code, 0) << r[0].output;
+  EXPECT_NE(r[0].output.find("rank 1"), std::string::npos) << r[0].output;
+  EXPECT_LT(seconds, 60.0);
+}
+
+}  // namespace
+}  // namespace trainer

@@ -1,0 +1,217 @@
+#pragma once
+// Runs N ranks of a test for real: as forked child processes (each its own address space, sockets and
+// exit, so a rank can die like a real one) or as threads of this process (quicker, for the store and
+// the communicator). Everything talks over 127.0.0.1 on ports the kernel hands out.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dist/cpu_comm.h"
+#include "dist/store.h"
+
+namespace trainer::testing {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+inline double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+inline bool port_is_free(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+  ::close(fd);
+  return ok;
+}
+
+// A port nothing uses right now, with `count` free ports from it on. Chosen below the kernel's
+// ephemeral range (32768+), so no outgoing connection of a test running in parallel can take it
+// between this check and the bind, as a kernel-chosen port could be.
+inline int free_port(int count = 1) {
+  static unsigned state = static_cast<unsigned>(::getpid()) * 2654435761u ^
+                          static_cast<unsigned>(Clock::now().time_since_epoch().count());
+  for (int attempt = 0; attempt < 1000; ++attempt) {
+    state = state * 1103515245u + 12345u;
+    const int port = 20000 + static_cast<int>((state >> 8) % 12000);
+    bool ok = true;
+    for (int i = 0; i < count && ok; ++i) ok = port_is_free(port + i);
+    if (ok) return port;
+  }
+  throw std::runtime_error("no free port found in 20000-32000");
+}
+
+struct RankOutcome {
+  int exit_code = -1;  // -1 when killed by a signal (or never finished)
+  int signal = 0;
+  std::string error;     // what the rank's function threw
+  double seconds = 0.0;  // from start until the rank's process ended
+  bool ok() const { return exit_code == 0 && error.empty(); }
+};
+
+// Forks `world` children running fn(rank); a child that throws reports the message and exits 1. The
+// children are killed after `limit` (a test failure: something hung).
+inline std::vector<RankOutcome> run_processes(int world, const std::function<void(int rank)>& fn,
+                                              std::chrono::seconds limit = 30s) {
+  std::fflush(nullptr);
+  std::vector<pid_t> pids(world);
+  std::vector<int> pipes(world);
+  const auto start = Clock::now();
+  for (int r = 0; r < world; ++r) {
+    int fds[2];
+    if (::pipe(fds) != 0) throw std::runtime_error("pipe failed");
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::close(fds[0]);
+      ::alarm(static_cast<unsigned>(limit.count()) + 5);  // never outlive the test
+      std::string error;
+      try {
+        fn(r);
+      } catch (const std::exception& e) {
+        error = e.what();
+        if (error.empty()) error = "(empty exception message)";
+      } catch (...) {
+        error = "non-standard exception";
+      }
+      if (!error.empty()) {
+        [[maybe_unused]] ssize_t n = ::write(fds[1], error.data(), error.size());
+      }
+      ::_exit(error.empty() ? 0 : 1);
+    }
+    ::close(fds[1]);
+    ::fcntl(fds[0], F_SETFL, O_NONBLOCK);
+    pids[r] = pid;
+    pipes[r] = fds[0];
+  }
+  std::vector<RankOutcome> out(world);
+  std::vector<bool> done(world, false);
+  int remaining = world;
+  while (remaining > 0) {
+    for (int r = 0; r < world; ++r) {
+      char buf[4096];
+      ssize_t n;
+      while ((n = ::read(pipes[r], buf, sizeof buf)) > 0) out[r].error.append(buf, static_cast<size_t>(n));
+      if (done[r]) continue;
+      int status = 0;
+      if (::waitpid(pids[r], &status, WNOHANG) == pids[r]) {
+        done[r] = true;
+        --remaining;
+        out[r].seconds = seconds_since(start);
+        if (WIFEXITED(status)) out[r].exit_code = WEXITSTATUS(status);
+        if (WIFSIGNALED(status)) out[r].signal = WTERMSIG(status);
+      }
+    }
+    if (remaining > 0 && Clock::now() - start > limit) {
+      for (int r = 0; r < world; ++r)
+        if (!done[r]) {
+          ::kill(pids[r], SIGKILL);
+          ::waitpid(pids[r], nullptr, 0);
+          out[r].error +=
+              " [killed by the test: still running after " + std::to_string(limit.count()) + " s]";
+          done[r] = true;
+        }
+      remaining = 0;
+    }
+    if (remaining > 0) std::this_thread::sleep_for(5ms);
+  }
+  for (int r = 0; r < world; ++r) {
+    char buf[4096];
+    ssize_t n;
+    while ((n = ::read(pipes[r], buf, sizeof buf)) > 0) out[r].error.append(buf, static_cast<size_t>(n));
+    ::close(pipes[r]);
+  }
+  return out;
+}
+
+// Runs fn(rank) on `world` threads; returns what each threw ("" when it returned).
+inline std::vector<std::string> run_threads(int world, const std::function<void(int rank)>& fn) {
+  std::vector<std::string> errors(world);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        fn(r);
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return errors;
+}
+
+inline std::string all_errors(const std::vector<RankOutcome>& outcomes) {
+  std::string s;
+  for (size_t r = 0; r < outcomes.size(); ++r)
+    s += "\nrank " + std::to_string(r) + ": exit " + std::to_string(outcomes[r].exit_code) + " signal " +
+         std::to_string(outcomes[r].signal) + " after " + std::to_string(outcomes[r].seconds) +
+         " s: " + outcomes[r].error;
+  return s;
+}
+
+inline TcpStoreOptions store_options(int port, bool server, std::chrono::milliseconds connect_timeout = 10s) {
+  TcpStoreOptions o;
+  o.host = "127.0.0.1";
+  o.bind_host = "127.0.0.1";
+  o.port = port;
+  o.is_server = server;
+  o.connect_timeout = connect_timeout;
+  return o;
+}
+
+// One rank's store and communicator on loopback; rank 0 serves the store on `port`.
+struct Rank {
+  std::unique_ptr<TcpStore> store;
+  std::shared_ptr<CpuComm> comm;
+
+  Rank(int rank, int world, int port, std::chrono::milliseconds timeout = 10s) {
+    store = std::make_unique<TcpStore>(store_options(port, rank == 0));
+    CpuCommOptions o;
+    o.listen_address = "127.0.0.1";
+    o.timeout = timeout;
+    o.connect_timeout = 10s;
+    comm = CpuComm::create(*store, rank, world, o);
+  }
+};
+
+// For thread ranks: a store server on a kernel-chosen port, created before the threads start, so no
+// port can be taken in between. Rank 0 uses it as its own client.
+struct ThreadWorld {
+  int world;
+  std::unique_ptr<TcpStore> server;
+  int port;
+
+  explicit ThreadWorld(int world) : world(world) {
+    server = std::make_unique<TcpStore>(store_options(0, true));
+    port = server->port();
+  }
+  // This rank's store client (rank 0: the server's own).
+  std::unique_ptr<TcpStore> client() { return std::make_unique<TcpStore>(store_options(port, false)); }
+  std::shared_ptr<CpuComm> comm(Store& store, int rank, std::chrono::milliseconds timeout = 10s) {
+    CpuCommOptions o;
+    o.timeout = timeout;
+    o.connect_timeout = 10s;
+    return CpuComm::create(store, rank, world, o);
+  }
+};
+
+}  // namespace trainer::testing
