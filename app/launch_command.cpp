@@ -47,13 +47,14 @@ int parse_int(const std::string& flag, const std::string& value) {
   return v;
 }
 
-// ---- signals: the handler only writes (signal, si_code) into a pipe that the poll loop reads ----
+// ---- signals: the handler only writes (signal, si_code, si_pid) into a pipe that the poll loop reads.
+// SIGCHLD goes through it too, so ranks that fail milliseconds apart are seen in the order they died.
 
 int g_signal_pipe[2] = {-1, -1};
 
 extern "C" void on_launcher_signal(int sig, siginfo_t* info, void*) {
   const int saved = errno;
-  const int msg[2] = {sig, info ? info->si_code : SI_USER};
+  const int msg[3] = {sig, info ? info->si_code : SI_USER, info ? static_cast<int>(info->si_pid) : 0};
   [[maybe_unused]] ssize_t n = ::write(g_signal_pipe[1], msg, sizeof msg);
   errno = saved;
 }
@@ -69,6 +70,8 @@ class SignalForwarding {
     sigemptyset(&sa.sa_mask);
     ::sigaction(SIGINT, &sa, &old_int_);
     ::sigaction(SIGTERM, &sa, &old_term_);
+    sa.sa_flags |= SA_NOCLDSTOP;
+    ::sigaction(SIGCHLD, &sa, &old_chld_);
     // A closed stdout (`| head`) must not kill the launcher while its ranks run.
     struct sigaction ign {};
     ign.sa_handler = SIG_IGN;
@@ -77,6 +80,7 @@ class SignalForwarding {
   ~SignalForwarding() {
     ::sigaction(SIGINT, &old_int_, nullptr);
     ::sigaction(SIGTERM, &old_term_, nullptr);
+    ::sigaction(SIGCHLD, &old_chld_, nullptr);
     ::sigaction(SIGPIPE, &old_pipe_, nullptr);
     ::close(g_signal_pipe[0]);
     ::close(g_signal_pipe[1]);
@@ -88,6 +92,7 @@ class SignalForwarding {
  private:
   struct sigaction old_int_ {};
   struct sigaction old_term_ {};
+  struct sigaction old_chld_ {};
   struct sigaction old_pipe_ {};
 };
 
@@ -386,11 +391,29 @@ int launch_command(const std::vector<std::string>& args) {
       if (c.out_fd >= 0) fds.push_back({c.out_fd, POLLIN, 0});
       if (c.err_fd >= 0) fds.push_back({c.err_fd, POLLIN, 0});
     }
-    // Ranks' exits are noticed by polling waitpid, so the timeout bounds how late that is.
+    // SIGCHLD wakes the poll; the timeout bounds how late a merged one, or the SIGKILL deadline, is seen.
     if (::poll(fds.data(), fds.size(), 50) < 0 && errno != EINTR)
       throw std::runtime_error(std::string("launch: poll: ") + std::strerror(errno));
 
-    for (int msg[2]; ::read(g_signal_pipe[0], msg, sizeof msg) == static_cast<ssize_t>(sizeof msg);) {
+    auto reap = [&](Child& c) {
+      int status = 0;
+      const pid_t r = ::waitpid(c.pid, &status, WNOHANG);
+      if (r == 0 || (r < 0 && errno == EINTR)) return;
+      c.running = false;
+      c.status = r == c.pid ? status : 0;
+      if (failed(c.status) && first_failed < 0 && stop_signal == 0 && !stopping_after_failure) {
+        first_failed = static_cast<int>(&c - children.data());
+        stopping_after_failure = true;
+        kill_at = Clock::now() + kStopGrace;
+        signal_running(children, SIGTERM);
+      }
+    };
+    for (int msg[3]; ::read(g_signal_pipe[0], msg, sizeof msg) == static_cast<ssize_t>(sizeof msg);) {
+      if (msg[0] == SIGCHLD) {
+        for (auto& c : children)
+          if (c.running && c.pid == msg[2]) reap(c);
+        continue;
+      }
       if (stop_signal == 0) stop_signal = msg[0];
       // A terminal's Ctrl-C (si_code SI_KERNEL) already reached the ranks, which share our process
       // group; sending it again would make a training rank quit without its checkpoint.
@@ -400,21 +423,9 @@ int launch_command(const std::vector<std::string>& args) {
       if (c.out_fd >= 0) pump(&c.out_fd, c.out, STDOUT_FILENO);
       if (c.err_fd >= 0) pump(&c.err_fd, c.err, STDERR_FILENO);
     }
-    for (size_t i = 0; i < children.size(); ++i) {
-      Child& c = children[i];
-      if (!c.running) continue;
-      int status = 0;
-      const pid_t r = ::waitpid(c.pid, &status, WNOHANG);
-      if (r == 0 || (r < 0 && errno == EINTR)) continue;
-      c.running = false;
-      c.status = r == c.pid ? status : 0;
-      if (failed(c.status) && first_failed < 0 && stop_signal == 0 && !stopping_after_failure) {
-        first_failed = static_cast<int>(i);
-        stopping_after_failure = true;
-        kill_at = Clock::now() + kStopGrace;
-        signal_running(children, SIGTERM);
-      }
-    }
+    // SIGCHLDs that arrive together merge into one: the sweep catches those.
+    for (auto& c : children)
+      if (c.running) reap(c);
     if (stopping_after_failure && !killed && Clock::now() >= kill_at) {
       signal_running(children, SIGKILL);
       killed = true;

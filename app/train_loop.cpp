@@ -8,6 +8,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "app/build_info.h"
@@ -101,6 +102,25 @@ std::string latest_run_dir(const Config& config) {
   return best;
 }
 
+// One consistency item per config key ("config key optim.lr" = "0.1"), from the resolved TOML.
+std::vector<ConsistencyItem> config_key_items(const std::string& config_toml) {
+  std::vector<ConsistencyItem> items;
+  std::istringstream in(config_toml);
+  std::string line, section;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    if (line[0] == '[') {
+      section = line.substr(1, line.find(']') - 1);
+      continue;
+    }
+    const size_t eq = line.find(" = ");
+    if (eq == std::string::npos) continue;
+    items.push_back({"config key " + section + "." + line.substr(0, eq), line.substr(eq + 3),
+                     "start every rank with the same config file and the same --set overrides"});
+  }
+  return items;
+}
+
 // Resolves --resume to a checkpoint directory, or nothing for a fresh start.
 std::optional<std::string> resolve_resume(const std::string& resume, const std::string& ckpt_dir, Log& log) {
   if (resume.empty()) return std::nullopt;
@@ -124,6 +144,7 @@ int run_training(const Config& config, const TrainOptions& options) {
   const ProcessEnv env = process_env();
   DistOptions dopt;
   dopt.timeout = std::chrono::seconds(config.dist.timeout_seconds);
+  dopt.connect_timeout = dopt.timeout;  // a rank that never starts is reported after dist.timeout_seconds
   dopt.build = build.str();
   std::unique_ptr<ProcessGroup> pg = ProcessGroup::init(env, dopt);
   const int rank = pg->rank(), world = pg->world_size();
@@ -156,11 +177,13 @@ int run_training(const Config& config, const TrainOptions& options) {
   for (const std::string& note : env.notes) log.line("note: " + note);
 
   Experiment e = build_experiment(config, device, true, world, rank);
-  if (world > 1)
-    check_consistency(*pg->store(), rank, world,
-                      run_identity_items({build.str(), content_hash(config_toml), e.data.train->fingerprint(),
-                                          e.steps_per_epoch}),
-                      dopt.timeout);
+  if (world > 1) {
+    std::vector<ConsistencyItem> items = run_identity_items(
+        {build.str(), content_hash(config_toml), e.data.train->fingerprint(), e.steps_per_epoch});
+    const std::vector<ConsistencyItem> keys = config_key_items(config_toml);
+    items.insert(items.begin(), keys.begin(), keys.end());  // a differing key is named, not just a hash
+    check_consistency(*pg->store(), rank, world, items, dopt.timeout);
+  }
   // Every rank starts from rank 0's weights and buffers; gradients are averaged in buckets while
   // backward runs (nothing happens at world size 1).
   broadcast_state(pg->comm(), e.model->state_dict());

@@ -1,0 +1,303 @@
+// `trainer launch`: argument parsing, the ranks' environment and line prefixing as functions; then the
+// built binary run as a user would run it (loopback only, a few seconds in all).
+#include "app/launch_command.h"
+
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "app/cli.h"
+
+namespace trainer {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+std::string trainer_bin() {
+  const char* bin = std::getenv("TRAINER_BIN");
+  return bin ? bin : TRAINER_BINARY_DIR "/trainer";
+}
+
+// ---- functions ----
+
+TEST(LaunchArgs, ParsesBothOptionFormsAndTheCommand) {
+  const LaunchArgs a = parse_launch_args({"--nproc-per-node=4", "--nnodes", "2", "--node-rank=1", "--master-addr",
+                                          "node0", "--master-port=1234", "--", "train", "c.toml", "--set", "x=1"});
+  EXPECT_EQ(a.nproc_per_node, 4);
+  EXPECT_EQ(a.nnodes, 2);
+  EXPECT_EQ(a.node_rank, 1);
+  EXPECT_EQ(a.master_addr, "node0");
+  EXPECT_EQ(a.master_port, 1234);
+  EXPECT_EQ(a.command, (std::vector<std::string>{"train", "c.toml", "--set", "x=1"}));
+  const LaunchArgs d = parse_launch_args({"--nproc-per-node", "2", "--", "train", "--help"});
+  EXPECT_EQ(d.master_addr, "127.0.0.1");
+  EXPECT_EQ(d.master_port, 29500);
+  EXPECT_EQ(d.nnodes, 1);
+  EXPECT_FALSE(d.help);  // --help after `--` belongs to the command
+  EXPECT_TRUE(parse_launch_args({"--help"}).help);
+}
+
+void expect_usage_error(const std::vector<std::string>& args, const std::string& says) {
+  try {
+    parse_launch_args(args);
+    ADD_FAILURE() << "no UsageError; expected one saying: " << says;
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+  }
+}
+
+TEST(LaunchArgs, RejectsBadArgumentsWithUsageErrors) {
+  expect_usage_error({"--nproc-per-node", "2", "train", "c.toml"}, "missing `--`");
+  expect_usage_error({"--nproc-per-node", "2"}, "missing `--`");
+  expect_usage_error({"--nproc-per-node", "2", "--"}, "nothing to run");
+  expect_usage_error({"--", "version"}, "--nproc-per-node N is required");
+  expect_usage_error({"--nproc-per-node", "0", "--", "version"}, "between 1 and");
+  expect_usage_error({"--nproc-per-node=two", "--", "version"}, "expects a whole number, got 'two'");
+  expect_usage_error({"--nproc-per-node", "--", "version"}, "--nproc-per-node needs a value");
+  expect_usage_error({"--nproc-per-node", "2", "--nnodes", "2", "--node-rank", "2", "--master-addr", "h", "--", "x"},
+                     "--node-rank must be between 0 and 1");
+  expect_usage_error({"--nproc-per-node", "2", "--nnodes", "2", "--node-rank", "1", "--", "version"},
+                     "needs --master-addr");
+  expect_usage_error({"--nproc-per-node", "2", "--master-port", "70000", "--", "version"}, "--master-port");
+  expect_usage_error({"--nproc-per-node", "2", "--bogus", "--", "version"}, "unknown option --bogus");
+  expect_usage_error({"--nproc-per-node", "2", "--", "launch", "--nproc-per-node", "2", "--", "version"},
+                     "cannot be launch");
+}
+
+TEST(LaunchEnvironment, SetsTheTorchrunVariablesAndDropsTorchelastic) {
+  const LaunchArgs a = parse_launch_args(
+      {"--nproc-per-node", "4", "--nnodes", "3", "--node-rank", "2", "--master-addr", "n0", "--", "version"});
+  const auto env = launch_child_environment({{"TORCHELASTIC_RUN_ID", "x"}, {"RANK", "9"}, {"PATH", "/bin"}}, a, 3);
+  EXPECT_EQ(env.count("TORCHELASTIC_RUN_ID"), 0u);
+  EXPECT_EQ(env.at("RANK"), "11");
+  EXPECT_EQ(env.at("WORLD_SIZE"), "12");
+  EXPECT_EQ(env.at("LOCAL_RANK"), "3");
+  EXPECT_EQ(env.at("LOCAL_WORLD_SIZE"), "4");
+  EXPECT_EQ(env.at("MASTER_ADDR"), "n0");
+  EXPECT_EQ(env.at("MASTER_PORT"), "29500");
+  EXPECT_EQ(env.at("PATH"), "/bin");
+}
+
+TEST(LaunchLinePrefixer, KeepsLineBoundariesAcrossReads) {
+  LinePrefixer p("[rank 3] ");
+  EXPECT_EQ(p.feed("hel", 3), "");
+  EXPECT_EQ(p.feed("lo\nwor", 6), "[rank 3] hello\n");
+  EXPECT_EQ(p.feed("ld\n\nlast", 8), "[rank 3] world\n[rank 3] \n");
+  EXPECT_EQ(p.last_line(), "world");  // blank lines do not count
+  EXPECT_EQ(p.flush(), "[rank 3] last\n");
+  EXPECT_EQ(p.last_line(), "last");
+  EXPECT_EQ(p.flush(), "");
+}
+
+// ---- the binary ----
+
+// The launcher as a child of the test, its stdout and stderr read into `output` by a thread.
+class Launcher {
+ public:
+  explicit Launcher(const std::vector<std::string>& args) {
+    int fds[2];
+    EXPECT_EQ(::pipe(fds), 0);
+    std::vector<std::string> argv_s{trainer_bin(), "launch"};
+    argv_s.insert(argv_s.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (auto& s : argv_s) argv.push_back(s.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
+    posix_spawn_file_actions_adddup2(&fa, fds[1], 2);
+    posix_spawn_file_actions_addclose(&fa, fds[0]);
+    EXPECT_EQ(::posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), environ), 0);
+    posix_spawn_file_actions_destroy(&fa);
+    ::close(fds[1]);
+    reader_ = std::thread([this, fd = fds[0]] {
+      char buf[4096];
+      for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) {
+        std::lock_guard<std::mutex> lock(mu_);
+        output_.append(buf, static_cast<size_t>(n));
+      }
+      ::close(fd);
+    });
+  }
+  ~Launcher() {
+    if (!exited_) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+      reader_.join();
+    }
+  }
+  pid_t pid() const { return pid_; }
+  std::string output() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return output_;
+  }
+  bool wait_for_output(const std::string& text, double seconds) {
+    for (const auto end = Clock::now() + std::chrono::duration<double>(seconds); Clock::now() < end;) {
+      if (output().find(text) != std::string::npos) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return false;
+  }
+  // The exit code (128 + signal when killed), or -1 when it is still running after `seconds`.
+  int wait_exit(double seconds) {
+    for (const auto end = Clock::now() + std::chrono::duration<double>(seconds); Clock::now() < end;) {
+      int status = 0;
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+        exited_ = true;
+        reader_.join();
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return -1;
+  }
+  // The ranks' pids from the launcher's start line.
+  std::vector<pid_t> rank_pids() {
+    std::vector<pid_t> pids;
+    const std::string out = output();
+    const std::regex re("rank [0-9]+ pid ([0-9]+)");
+    for (auto it = std::sregex_iterator(out.begin(), out.end(), re); it != std::sregex_iterator(); ++it)
+      pids.push_back(static_cast<pid_t>(std::stol((*it)[1])));
+    return pids;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  bool exited_ = false;
+  std::mutex mu_;
+  std::string output_;
+  std::thread reader_;
+};
+
+// A TCP port nothing listens on now (the kernel's choice), for the ranks' rendezvous.
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  socklen_t len = sizeof addr;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+void expect_gone(const std::vector<pid_t>& pids) {
+  for (pid_t p : pids) EXPECT_NE(::kill(p, 0), 0) << "rank pid " << p << " still exists";
+}
+
+class LaunchCommand : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("trainer_launch_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // A synthetic run long enough (many epochs) to be interrupted; `extra` is appended TOML.
+  std::string write_long_config(const std::string& extra = "") {
+    const fs::path path = dir_ / "long.toml";
+    std::ofstream(path) << "[model]\nname = \"cnn\"\nin_channels = 1\n"
+                           "[data]\ndataset = \"synthetic\"\nsynthetic_samples = 256\nsynthetic_image_size = 12\n"
+                           "batch_size = 16\nworkers = 1\n"
+                           "[train]\nepochs = 200\nlog_every_steps = 1\nrun_dir = \""
+                        << (dir_ / "run").string() << "\"\n"
+                        << extra;
+    return path.string();
+  }
+  fs::path dir_;
+};
+
+TEST_F(LaunchCommand, RunsEveryRankAndPrefixesItsLines) {
+  Launcher l({"--nproc-per-node", "2", "--", "version"});
+  ASSERT_EQ(l.wait_exit(20), 0) << l.output();
+  const std::string out = l.output();
+  EXPECT_NE(out.find("[rank 0] trainer "), std::string::npos) << out;
+  EXPECT_NE(out.find("[rank 1] trainer "), std::string::npos) << out;
+  EXPECT_EQ(l.rank_pids().size(), 2u) << out;
+  expect_gone(l.rank_pids());
+}
+
+TEST_F(LaunchCommand, FailingRankIsNamedWithItsLastErrorLine) {
+  Launcher l({"--nproc-per-node=2", "--", "config", "/nonexistent.toml"});
+  EXPECT_EQ(l.wait_exit(20), 1) << l.output();
+  const std::string out = l.output();
+  EXPECT_TRUE(std::regex_search(
+      out, std::regex("trainer launch: rank [01] failed \\(exit status 1\\); its last error line: trainer: config "
+                      "error: /nonexistent.toml: cannot open")))
+      << out;
+}
+
+TEST_F(LaunchCommand, UsageErrorsExitWithTwoAndHelpExitsWithZero) {
+  Launcher missing_separator({"--nproc-per-node", "2", "version"});
+  EXPECT_EQ(missing_separator.wait_exit(20), 2);
+  EXPECT_NE(missing_separator.output().find("missing `--`"), std::string::npos) << missing_separator.output();
+  EXPECT_NE(missing_separator.output().find("trainer launch --help"), std::string::npos);
+  Launcher bad_node_rank({"--nproc-per-node", "1", "--node-rank", "1", "--", "version"});
+  EXPECT_EQ(bad_node_rank.wait_exit(20), 2);
+  EXPECT_NE(bad_node_rank.output().find("--node-rank must be between 0 and 0"), std::string::npos)
+      << bad_node_rank.output();
+  Launcher help({"--help"});
+  EXPECT_EQ(help.wait_exit(20), 0);
+  EXPECT_NE(help.output().find("usage: trainer launch --nproc-per-node N"), std::string::npos) << help.output();
+}
+
+// Rank 1 cannot open its metrics port (metrics.port + LOCAL_RANK is taken), rank 0 trains: the
+// launcher stops rank 0 and names rank 1.
+TEST_F(LaunchCommand, OneRankFailingStopsTheOthers) {
+  const int taken = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  ASSERT_EQ(::bind(taken, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::listen(taken, 1), 0);
+  socklen_t len = sizeof addr;
+  ::getsockname(taken, reinterpret_cast<sockaddr*>(&addr), &len);
+  const int metrics_port = ntohs(addr.sin_port) - 1;
+  Launcher l({"--nproc-per-node", "2", "--master-port", std::to_string(free_port()), "--", "train",
+              write_long_config(), "--set", "metrics.port=" + std::to_string(metrics_port)});
+  const int code = l.wait_exit(30);
+  ::close(taken);
+  EXPECT_EQ(code, 1) << l.output();
+  const std::string out = l.output();
+  EXPECT_NE(out.find("trainer launch: rank 1 failed (exit status 1); its last error line: "), std::string::npos)
+      << out;
+  EXPECT_NE(out.find("already in use"), std::string::npos) << out;
+  expect_gone(l.rank_pids());
+}
+
+TEST_F(LaunchCommand, SigtermIsForwardedAndTheRanksExit) {
+  Launcher l({"--nproc-per-node", "2", "--master-port", std::to_string(free_port()), "--", "train",
+              write_long_config()});
+  ASSERT_TRUE(l.wait_for_output("[rank 0] ", 30)) << l.output();
+  ASSERT_TRUE(l.wait_for_output("step", 30)) << l.output();
+  const auto pids = l.rank_pids();
+  ASSERT_EQ(pids.size(), 2u) << l.output();
+  ASSERT_EQ(::kill(l.pid(), SIGTERM), 0);
+  const int code = l.wait_exit(15);
+  EXPECT_EQ(code, 128 + SIGTERM) << l.output();
+  EXPECT_NE(l.output().find("trainer launch: stopped by signal 15"), std::string::npos) << l.output();
+  expect_gone(pids);
+}
+
+}  // namespace
+}  // namespace trainer
