@@ -77,6 +77,8 @@ toml::table state_to_toml(const TrainingState& s) {
                      {"accuracy", s.accuracy},
                      {"epoch_loss_sum", s.epoch_loss_sum},
                      {"epoch_steps", s.epoch_steps},
+                     {"loss_scale", s.loss_scale},
+                     {"loss_scale_growth_tracker", s.loss_scale_growth_tracker},
                      {"rng_states", rngs},
                      {"run_dir", s.run_dir}};
 }
@@ -109,6 +111,8 @@ TrainingState state_from_toml(const toml::table& t, const std::string& where) {
   s.accuracy = float_of("accuracy");
   s.epoch_loss_sum = float_of("epoch_loss_sum");
   s.epoch_steps = int_of("epoch_steps");
+  s.loss_scale = float_of("loss_scale");
+  s.loss_scale_growth_tracker = int_of("loss_scale_growth_tracker");
   if (const toml::array* rngs = need("rng_states").as_array())
     for (const auto& r : *rngs) s.rng_states.push_back(r.value_or(std::string()));
   s.run_dir = need("run_dir").value_or(std::string());

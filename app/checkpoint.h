@@ -39,6 +39,8 @@ struct TrainingState {
   double accuracy = -1.0;      // test top-1 measured right before this checkpoint; -1 = none
   double epoch_loss_sum = 0.0;
   int64_t epoch_steps = 0;
+  double loss_scale = 0.0;  // fp16 LossScaler; 0 = none recorded
+  int64_t loss_scale_growth_tracker = 0;
   std::vector<std::string> rng_states;  // one per rank (dropout generators)
   std::string run_dir;
 };

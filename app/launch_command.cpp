@@ -22,7 +22,8 @@ namespace trainer {
 namespace {
 
 const char* kLaunchUsage =
-    "usage: trainer launch --nproc-per-node N [--nnodes M --node-rank R --master-addr HOST --master-port PORT]\n"
+    "usage: trainer launch --nproc-per-node N\n"
+    "                      [--nnodes M --node-rank R --master-addr HOST --master-port PORT]\n"
     "                      -- COMMAND [ARGS ...]\n\n"
     "Runs `trainer COMMAND ARGS ...` as N ranks on this node, like torchrun: each process gets RANK,\n"
     "WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT. Every line the ranks print\n"
@@ -139,7 +140,8 @@ std::string self_executable() {
 // Starts one rank with its stdout/stderr on fresh pipes; stdin is /dev/null (N ranks cannot share it).
 void spawn(Child& c, const std::string& exe, const std::vector<std::string>& command, const EnvMap& env) {
   int out[2], err[2];
-  if (::pipe2(out, O_CLOEXEC) != 0) throw std::runtime_error(std::string("launch: pipe: ") + std::strerror(errno));
+  if (::pipe2(out, O_CLOEXEC) != 0)
+    throw std::runtime_error(std::string("launch: pipe: ") + std::strerror(errno));
   if (::pipe2(err, O_CLOEXEC) != 0) {
     ::close(out[0]);
     ::close(out[1]);
@@ -309,7 +311,8 @@ LaunchArgs parse_launch_args(const std::vector<std::string>& args) {
   if (static_cast<long long>(a.nnodes) * a.nproc_per_node > (1 << 20))
     throw UsageError("--nnodes x --nproc-per-node is too large");
   if (!saw_separator)
-    throw UsageError("missing `--` and the command to run: trainer launch --nproc-per-node N -- train CONFIG");
+    throw UsageError(
+        "missing `--` and the command to run: trainer launch --nproc-per-node N -- train CONFIG");
   if (a.command.empty()) throw UsageError("nothing to run after `--`: e.g. -- train CONFIG");
   if (a.command[0] == "launch") throw UsageError("the command after `--` cannot be launch itself");
   return a;
@@ -360,11 +363,13 @@ int launch_command(const std::vector<std::string>& args) {
     throw;
   }
   {
-    std::string line = "trainer launch: node " + std::to_string(a.node_rank) + "/" + std::to_string(a.nnodes) +
-                       ", world size " + std::to_string(a.nnodes * a.nproc_per_node) + ", master " +
-                       a.master_addr + ":" + std::to_string(a.master_port) + ";";
+    std::string line = "trainer launch: node " + std::to_string(a.node_rank) + "/" +
+                       std::to_string(a.nnodes) + ", world size " +
+                       std::to_string(a.nnodes * a.nproc_per_node) + ", master " + a.master_addr + ":" +
+                       std::to_string(a.master_port) + ";";
     for (const auto& c : children)
-      line += " rank " + std::to_string(c.rank) + " pid " + std::to_string(c.pid) + (&c == &children.back() ? "" : ",");
+      line += " rank " + std::to_string(c.rank) + " pid " + std::to_string(c.pid) +
+              (&c == &children.back() ? "" : ",");
     write_all(STDERR_FILENO, line + "\n");
   }
 
@@ -442,18 +447,19 @@ int launch_command(const std::vector<std::string>& args) {
   if (first_failed >= 0) {
     const Child& c = children[static_cast<size_t>(first_failed)];
     const std::string last = c.err.last_line();
-    write_all(STDERR_FILENO, "trainer launch: rank " + std::to_string(c.rank) + " failed (" +
-                                 describe_status(c.status) + "); " +
-                                 (last.empty() ? std::string("it printed nothing on stderr")
-                                               : "its last error line: " + last) +
-                                 "\n");
+    write_all(
+        STDERR_FILENO,
+        "trainer launch: rank " + std::to_string(c.rank) + " failed (" + describe_status(c.status) + "); " +
+            (last.empty() ? std::string("it printed nothing on stderr") : "its last error line: " + last) +
+            "\n");
     return 1;
   }
   if (stop_signal != 0) {
     std::string line = "trainer launch: stopped by signal " + std::to_string(stop_signal) + " (" +
                        strsignal(stop_signal) + ");";
     for (const auto& c : children)
-      line += " rank " + std::to_string(c.rank) + " " + describe_status(c.status) + (&c == &children.back() ? "" : ",");
+      line += " rank " + std::to_string(c.rank) + " " + describe_status(c.status) +
+              (&c == &children.back() ? "" : ",");
     write_all(STDERR_FILENO, line + "\n");
     return 128 + stop_signal;
   }

@@ -27,6 +27,7 @@
 #include "metrics/exporter.h"
 #include "metrics/log.h"
 #include "metrics/step_timer.h"
+#include "nn/amp/loss_scaler.h"
 #include "nn/functional.h"
 #include "nn/safetensors.h"
 #ifdef TRAINER_WITH_CUDA
@@ -240,8 +241,21 @@ int run_training(const Config& config, const TrainOptions& options) {
   StepLog steps;
   steps.csv.open(csv_path, std::ios::app);
 
+  // fp16 needs dynamic loss scaling; every other precision runs with the scaler disabled (scale 1).
+  LossScalerOptions so;
+  so.enabled = config.train.precision == "fp16";
+  LossScaler scaler(so);
+  if (st.loss_scale > 0) scaler.load_state(st.loss_scale, st.loss_scale_growth_tracker);
+  auto all_ranks_finite = [&](bool local) {
+    if (world == 1) return local;
+    Tensor flag = Tensor::from_vector<int64_t>({local ? 0 : 1}, {1});
+    pg->comm().all_reduce(flag, ReduceOp::max);
+    return flag.item() == 0;
+  };
   // Only rank 0 writes; the others wait for it, so no rank runs ahead of a checkpoint in progress.
   auto save_checkpoint = [&](bool final) {
+    st.loss_scale = scaler.scale();
+    st.loss_scale_growth_tracker = scaler.growth_tracker();
     if (writer) {
       const std::string dropout_state = e.dropout_generator->state();
       st.rng_states.assign(world, dropout_state);
@@ -335,7 +349,7 @@ int run_training(const Config& config, const TrainOptions& options) {
       timer.begin(Phase::backward);
       const bool last_micro = (micro + 1) % accum == 0;
       reducer.set_sync(last_micro);  // accumulation micro-batches communicate nothing
-      (accum > 1 ? F::mul(loss, 1.0 / accum) : loss).backward();
+      scaler.scale_loss(accum > 1 ? F::mul(loss, 1.0 / accum) : loss).backward();
       timer.end(Phase::backward);
       accum_loss += loss_value / accum;
       st.samples_seen += batch->labels.numel() * e.world_size;
@@ -346,12 +360,22 @@ int run_training(const Config& config, const TrainOptions& options) {
       timer.begin(Phase::allreduce_exposed);
       reducer.finish();
       timer.end(Phase::allreduce_exposed);
-      // ---- optimizer
+      // ---- optimizer: unscale and check after the all-reduce (every rank skips the same steps), clip,
+      // step
       timer.begin(Phase::optimizer);
-      if (config.optim.clip_grad_norm > 0) clip_grad_norm(params, config.optim.clip_grad_norm);
+      const bool finite = !scaler.enabled() || scaler.unscale_and_check(params, all_ranks_finite);
       const double lr = e.base_lr * e.schedule->factor(st.step);
-      e.optimizer->set_lr(lr);
-      e.optimizer->step();
+      if (finite) {
+        if (config.optim.clip_grad_norm > 0) clip_grad_norm(params, config.optim.clip_grad_norm);
+        e.optimizer->set_lr(lr);
+        e.optimizer->step();
+      } else {
+        exporter.add_skipped_steps(1);
+        log.line(fmt("step %lld: inf/NaN gradients at loss scale %g, step skipped", static_cast<long long>(st.step + 1),
+                     scaler.scale()));
+      }
+      scaler.update(!finite);
+      exporter.set_loss_scale(scaler.scale());
       e.optimizer->zero_grad();
       timer.end(Phase::optimizer);
       ++st.step;

@@ -38,8 +38,9 @@ std::string trainer_bin() {
 // ---- functions ----
 
 TEST(LaunchArgs, ParsesBothOptionFormsAndTheCommand) {
-  const LaunchArgs a = parse_launch_args({"--nproc-per-node=4", "--nnodes", "2", "--node-rank=1", "--master-addr",
-                                          "node0", "--master-port=1234", "--", "train", "c.toml", "--set", "x=1"});
+  const LaunchArgs a =
+      parse_launch_args({"--nproc-per-node=4", "--nnodes", "2", "--node-rank=1", "--master-addr", "node0",
+                         "--master-port=1234", "--", "train", "c.toml", "--set", "x=1"});
   EXPECT_EQ(a.nproc_per_node, 4);
   EXPECT_EQ(a.nnodes, 2);
   EXPECT_EQ(a.node_rank, 1);
@@ -71,8 +72,9 @@ TEST(LaunchArgs, RejectsBadArgumentsWithUsageErrors) {
   expect_usage_error({"--nproc-per-node", "0", "--", "version"}, "between 1 and");
   expect_usage_error({"--nproc-per-node=two", "--", "version"}, "expects a whole number, got 'two'");
   expect_usage_error({"--nproc-per-node", "--", "version"}, "--nproc-per-node needs a value");
-  expect_usage_error({"--nproc-per-node", "2", "--nnodes", "2", "--node-rank", "2", "--master-addr", "h", "--", "x"},
-                     "--node-rank must be between 0 and 1");
+  expect_usage_error(
+      {"--nproc-per-node", "2", "--nnodes", "2", "--node-rank", "2", "--master-addr", "h", "--", "x"},
+      "--node-rank must be between 0 and 1");
   expect_usage_error({"--nproc-per-node", "2", "--nnodes", "2", "--node-rank", "1", "--", "version"},
                      "needs --master-addr");
   expect_usage_error({"--nproc-per-node", "2", "--master-port", "70000", "--", "version"}, "--master-port");
@@ -84,7 +86,8 @@ TEST(LaunchArgs, RejectsBadArgumentsWithUsageErrors) {
 TEST(LaunchEnvironment, SetsTheTorchrunVariablesAndDropsTorchelastic) {
   const LaunchArgs a = parse_launch_args(
       {"--nproc-per-node", "4", "--nnodes", "3", "--node-rank", "2", "--master-addr", "n0", "--", "version"});
-  const auto env = launch_child_environment({{"TORCHELASTIC_RUN_ID", "x"}, {"RANK", "9"}, {"PATH", "/bin"}}, a, 3);
+  const auto env =
+      launch_child_environment({{"TORCHELASTIC_RUN_ID", "x"}, {"RANK", "9"}, {"PATH", "/bin"}}, a, 3);
   EXPECT_EQ(env.count("TORCHELASTIC_RUN_ID"), 0u);
   EXPECT_EQ(env.at("RANK"), "11");
   EXPECT_EQ(env.at("WORLD_SIZE"), "12");
@@ -216,12 +219,13 @@ class LaunchCommand : public ::testing::Test {
   // A synthetic run long enough (many epochs) to be interrupted; `extra` is appended TOML.
   std::string write_long_config(const std::string& extra = "") {
     const fs::path path = dir_ / "long.toml";
-    std::ofstream(path) << "[model]\nname = \"cnn\"\nin_channels = 1\n"
-                           "[data]\ndataset = \"synthetic\"\nsynthetic_samples = 256\nsynthetic_image_size = 12\n"
-                           "batch_size = 16\nworkers = 1\n"
-                           "[train]\nepochs = 200\nlog_every_steps = 1\nrun_dir = \""
-                        << (dir_ / "run").string() << "\"\n"
-                        << extra;
+    std::ofstream(path)
+        << "[model]\nname = \"cnn\"\nin_channels = 1\n"
+           "[data]\ndataset = \"synthetic\"\nsynthetic_samples = 256\nsynthetic_image_size = 12\n"
+           "batch_size = 16\nworkers = 1\n"
+           "[train]\nepochs = 200\nlog_every_steps = 1\nrun_dir = \""
+        << (dir_ / "run").string() << "\"\n"
+        << extra;
     return path.string();
   }
   fs::path dir_;
@@ -242,8 +246,9 @@ TEST_F(LaunchCommand, FailingRankIsNamedWithItsLastErrorLine) {
   EXPECT_EQ(l.wait_exit(20), 1) << l.output();
   const std::string out = l.output();
   EXPECT_TRUE(std::regex_search(
-      out, std::regex("trainer launch: rank [01] failed \\(exit status 1\\); its last error line: trainer: config "
-                      "error: /nonexistent.toml: cannot open")))
+      out,
+      std::regex("trainer launch: rank [01] failed \\(exit status 1\\); its last error line: trainer: config "
+                 "error: /nonexistent.toml: cannot open")))
       << out;
 }
 
@@ -258,12 +263,14 @@ TEST_F(LaunchCommand, UsageErrorsExitWithTwoAndHelpExitsWithZero) {
       << bad_node_rank.output();
   Launcher help({"--help"});
   EXPECT_EQ(help.wait_exit(20), 0);
-  EXPECT_NE(help.output().find("usage: trainer launch --nproc-per-node N"), std::string::npos) << help.output();
+  EXPECT_NE(help.output().find("usage: trainer launch --nproc-per-node N"), std::string::npos)
+      << help.output();
 }
 
-// Rank 1 cannot open its metrics port (metrics.port + LOCAL_RANK is taken), rank 0 trains: the
-// launcher stops rank 0 and names rank 1.
-TEST_F(LaunchCommand, OneRankFailingStopsTheOthers) {
+// Rank 1 cannot open its metrics port (metrics.port + LOCAL_RANK is taken) while rank 0 is ready to
+// train; rank 0 then fails too (its peer left), or is stopped by the launcher: either way the summary
+// names rank 1, the first to fail, with its own error.
+TEST_F(LaunchCommand, FirstFailingRankIsNamedNotTheOnesItTookDown) {
   const int taken = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -279,7 +286,8 @@ TEST_F(LaunchCommand, OneRankFailingStopsTheOthers) {
   ::close(taken);
   EXPECT_EQ(code, 1) << l.output();
   const std::string out = l.output();
-  EXPECT_NE(out.find("trainer launch: rank 1 failed (exit status 1); its last error line: "), std::string::npos)
+  EXPECT_NE(out.find("trainer launch: rank 1 failed (exit status 1); its last error line: "),
+            std::string::npos)
       << out;
   EXPECT_NE(out.find("already in use"), std::string::npos) << out;
   expect_gone(l.rank_pids());
@@ -288,14 +296,17 @@ TEST_F(LaunchCommand, OneRankFailingStopsTheOthers) {
 TEST_F(LaunchCommand, SigtermIsForwardedAndTheRanksExit) {
   Launcher l({"--nproc-per-node", "2", "--master-port", std::to_string(free_port()), "--", "train",
               write_long_config()});
-  ASSERT_TRUE(l.wait_for_output("[rank 0] ", 30)) << l.output();
-  ASSERT_TRUE(l.wait_for_output("step", 30)) << l.output();
+  ASSERT_TRUE(l.wait_for_output("[rank 0] epoch 1/200 step ", 30)) << l.output();
   const auto pids = l.rank_pids();
   ASSERT_EQ(pids.size(), 2u) << l.output();
   ASSERT_EQ(::kill(l.pid(), SIGTERM), 0);
   const int code = l.wait_exit(15);
   EXPECT_EQ(code, 128 + SIGTERM) << l.output();
-  EXPECT_NE(l.output().find("trainer launch: stopped by signal 15"), std::string::npos) << l.output();
+  const std::string out = l.output();
+  EXPECT_NE(out.find("trainer launch: stopped by signal 15"), std::string::npos) << out;
+  // Forwarded once: each rank stopped cleanly (a second signal would have killed it without a checkpoint).
+  EXPECT_NE(out.find("[rank 0] checkpoint: "), std::string::npos) << out;
+  EXPECT_NE(out.find("rank 0 exit status 143, rank 1 exit status 143"), std::string::npos) << out;
   expect_gone(pids);
 }
 
