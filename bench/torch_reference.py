@@ -7,6 +7,7 @@ the same inputs, so a trainer figure always comes with a PyTorch figure from the
 """
 import argparse
 import contextlib
+import os
 import time
 
 import torch
@@ -90,7 +91,9 @@ def main():
     p.add_argument("--dtype", default="fp32", choices=["fp32", "tf32", "bf16", "fp16"])
     p.add_argument("--channels-last", action="store_true")
     p.add_argument("--stem", default="cifar")
+    p.add_argument("--threads", type=int, default=os.cpu_count(), help="CPU threads (default: all cores)")
     a = p.parse_args()
+    torch.set_num_threads(a.threads)
     torch.backends.cuda.matmul.allow_tf32 = a.dtype == "tf32"
     torch.backends.cudnn.allow_tf32 = a.dtype == "tf32"
     points = [(a.model, a.batch, a.image, a.channels, a.iters)] if a.model else [
