@@ -46,9 +46,9 @@ int eval_command(const Args& args) {
   Experiment e = build_experiment(config, device, false);
   load_module(a.weights_path, *e.model);
   EvalMetrics m = evaluate(e, *e.data.test);
-  std::printf("eval %s on %s: %lld images, loss %.4f, top1 %.2f%%, top5 %.2f%%\n", a.weights_path.c_str(),
-              e.data.test->name().c_str(), static_cast<long long>(m.count()), m.mean_loss(), 100 * m.top1(),
-              100 * m.top5());
+  std::printf("eval %s on %s: %lld images, loss %.4f, top1 %.2f%%, top5 %.2f%%, auc %.4f\n",
+              a.weights_path.c_str(), e.data.test->name().c_str(), static_cast<long long>(m.count()), m.mean_loss(),
+              100 * m.top1(), 100 * m.top5(), m.auc());
   const std::vector<double> per_class = m.per_class_accuracy();
   const auto& names = e.data.test->class_names();
   for (size_t c = 0; c < per_class.size(); ++c)

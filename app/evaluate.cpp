@@ -24,20 +24,19 @@ EvalMetrics evaluate(Experiment& e, const Dataset& dataset, Comm* comm) {
   const bool was_training = e.model->is_training();
   e.model->eval();
   NoGradGuard no_grad;
-  EvalMetrics metrics(dataset.num_classes());
+  // Per-sample probabilities for ROC-AUC, unless they would take more than 256 MiB (then auc() is NaN).
+  const bool keep_scores = dataset.size() * dataset.num_classes() <= (int64_t{1} << 26);
+  EvalMetrics metrics(dataset.num_classes(), keep_scores);
   while (auto batch = loader.next()) {
     Tensor x = to_float_normalized(batch->images, e.normalization.mean, e.normalization.std).to(e.device);
     const Tensor labels = batch->labels.to(e.device);
     Variable logits = (*e.model)(Variable(x));
     auto [loss, probs] = backend_for(logits.data()).cross_entropy(logits.data(), labels, 0.0);
-    metrics.add_batch(logits.data(), labels, loss);
+    metrics.add_batch(logits.data(), labels, loss, probs);
   }
   e.model->train(was_training);
-  if (comm && comm->world_size() > 1) {
-    Tensor sums = Tensor::from_vector(metrics.sums(), {static_cast<int64_t>(metrics.sums().size())});
-    comm->all_reduce(sums, ReduceOp::sum);
-    return EvalMetrics::from_sums(dataset.num_classes(), sums.to_vector<double>());
-  }
+  // Sums by all-reduce, per-sample scores by an exact all-gather in rank order (= dataset order).
+  if (comm && comm->world_size() > 1) return combine_across_ranks(metrics, *comm);
   return metrics;
 }
 

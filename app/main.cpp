@@ -4,12 +4,15 @@
 #include <string>
 #include <vector>
 
+#include "app/bench_command.h"
 #include "app/blas_kernels.h"
 #include "app/build_info.h"
 #include "app/cli.h"
 #include "app/commands.h"
 #include "app/config.h"
+#include "app/doctor_command.h"
 #include "app/launch_command.h"
+#include "app/plan_command.h"
 
 namespace {
 
@@ -20,6 +23,9 @@ const char* kUsage =
     "  eval CONFIG --weights PATH [--summary PATH]      evaluate saved weights on the test split\n"
     "  config CONFIG [--set k=v ...]                    print the resolved configuration\n"
     "  launch --nproc-per-node N -- COMMAND [...]       run COMMAND as N local ranks, like torchrun\n"
+    "  bench CONFIG --procs 1,2,4 [...]                 measure throughput and speedup over processes\n"
+    "  plan CONFIG --procs N [--device-memory GiB]      memory per rank under DP and ZeRO-1/2/3\n"
+    "  doctor [CONFIG]                                  pre-flight checks of this machine (and CONFIG)\n"
     "  version                                          print the build\n\n"
     "`trainer <command> --help` describes a command. configs/reference.toml lists every config key.\n";
 
@@ -40,6 +46,9 @@ int main(int argc, char** argv) {
     if (command == "eval") return eval_command(args);
     if (command == "config") return config_command(args);
     if (command == "launch") return launch_command(args);
+    if (command == "bench") return bench_command(args);
+    if (command == "plan") return plan_command(args);
+    if (command == "doctor") return doctor_command(args);
     if (command == "version" || command == "--version") {
       const TrainerBuild b = trainer_build();
       std::printf("%s\n", b.str().c_str());

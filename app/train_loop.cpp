@@ -21,9 +21,11 @@
 #include "data/distributed_sampler.h"
 #include "data/loader.h"
 #include "data/normalize.h"
+#include "dist/bn_stats.h"
 #include "dist/consistency.h"
 #include "dist/gradient_reducer.h"
 #include "dist/process_group.h"
+#include "dist/sync_batch_norm.h"
 #include "metrics/exporter.h"
 #include "metrics/log.h"
 #include "metrics/step_timer.h"
@@ -143,15 +145,18 @@ int run_training(const Config& config, const TrainOptions& options) {
   const TrainerBuild build = trainer_build();
   // ---- processes: who we are (torchrun / SLURM / OpenMPI variables) and the others
   const ProcessEnv env = process_env();
+  // The device first: NCCL needs it, and LOCAL_RANK picks it (never a silent fallback to GPU 0).
+  const Device device = setup_device(config, env.local_rank);
+  check_precision(config, device);
   DistOptions dopt;
+  dopt.device = device;
+  dopt.backend = config.dist.backend == "gloo" ? "cpu" : config.dist.backend;  // "gloo" names the CPU path
   dopt.timeout = std::chrono::seconds(config.dist.timeout_seconds);
   dopt.connect_timeout = dopt.timeout;  // a rank that never starts is reported after dist.timeout_seconds
   dopt.build = build.str();
   std::unique_ptr<ProcessGroup> pg = ProcessGroup::init(env, dopt);
   const int rank = pg->rank(), world = pg->world_size();
   const bool writer = rank == 0;  // only rank 0 writes checkpoints, the summary and the shared files
-  const Device device = setup_device(config, env.local_rank);
-  check_precision(config, device);
 
   // With --resume auto and no explicit run_dir, the run continues in the newest run directory of this
   // config (where its checkpoints are); otherwise a fresh run gets a new timestamped directory. Rank 0
@@ -178,6 +183,10 @@ int run_training(const Config& config, const TrainOptions& options) {
   for (const std::string& note : env.notes) log.line("note: " + note);
 
   Experiment e = build_experiment(config, device, true, world, rank);
+  // SyncBN: batch statistics over all ranks (in place: the optimizer's parameters stay the same).
+  if (config.model.sync_bn) convert_sync_batchnorm(*e.model, pg->comm_ptr());
+  // Without SyncBN, ranks' running statistics drift apart: average them before eval and checkpoints.
+  const bool average_bn_stats = !config.model.sync_bn && config.model.bn_stats_sync == "average";
   if (world > 1) {
     std::vector<ConsistencyItem> items = run_identity_items(
         {build.str(), content_hash(config_toml), e.data.train->fingerprint(), e.steps_per_epoch});
@@ -240,6 +249,30 @@ int run_training(const Config& config, const TrainOptions& options) {
   }
   StepLog steps;
   steps.csv.open(csv_path, std::ios::app);
+  // Rank 0's phase seconds per optimizer step, for `trainer bench`. StepTimes count this process's
+  // steps from 1, so a resumed run numbers them after the checkpoint's step.
+  std::ofstream step_times_csv;
+  const int64_t first_step = st.step;
+  if (writer) {
+    const std::string path = run_dir + "/step_times.csv";
+    const bool fresh = st.step == 0 || !std::filesystem::exists(path);
+    if (!fresh) truncate_step_csv(path, st.step);
+    step_times_csv.open(path, fresh ? std::ios::trunc : std::ios::app);
+    if (fresh) {
+      step_times_csv << "step,step_seconds";
+      for (Phase p : kAllPhases)
+        if (p != Phase::step) step_times_csv << ',' << phase_name(p) << "_seconds";
+      step_times_csv << '\n';
+    }
+  }
+  auto observe_step = [&](const StepTimes& t) {
+    exporter.observe_step(t);
+    if (!step_times_csv.is_open()) return;
+    step_times_csv << first_step + t.step << ',' << fmt("%.9g", t[Phase::step]);
+    for (Phase p : kAllPhases)
+      if (p != Phase::step) step_times_csv << ',' << fmt("%.9g", t[p]);
+    step_times_csv << '\n';
+  };
 
   // fp16 needs dynamic loss scaling; every other precision runs with the scaler disabled (scale 1).
   LossScalerOptions so;
@@ -254,6 +287,7 @@ int run_training(const Config& config, const TrainOptions& options) {
   };
   // Only rank 0 writes; the others wait for it, so no rank runs ahead of a checkpoint in progress.
   auto save_checkpoint = [&](bool final) {
+    if (average_bn_stats) average_bn_running_stats(*e.model, pg->comm());
     st.loss_scale = scaler.scale();
     st.loss_scale_growth_tracker = scaler.growth_tracker();
     if (writer) {
@@ -379,7 +413,7 @@ int run_training(const Config& config, const TrainOptions& options) {
       e.optimizer->zero_grad();
       timer.end(Phase::optimizer);
       ++st.step;
-      if (auto t = timer.end_step()) exporter.observe_step(*t);
+      if (auto t = timer.end_step()) observe_step(*t);
       exporter.add_step(step_samples);
       step_samples = 0;
       exporter.set_loss(accum_loss);
@@ -424,7 +458,7 @@ int run_training(const Config& config, const TrainOptions& options) {
     }
     st.train_seconds = seconds_before_epoch + seconds_since(epoch_start);
     timer.discard_step();
-    for (const auto& t : timer.flush()) exporter.observe_step(t);
+    for (const auto& t : timer.flush()) observe_step(t);
     if (stop_signal) {
       steps.csv.flush();
       log.error(fmt("received signal %d at step %lld", stop_signal, static_cast<long long>(st.step)) +
@@ -443,6 +477,7 @@ int run_training(const Config& config, const TrainOptions& options) {
     st.accuracy = -1;
     if (last || (every > 0 && (epoch + 1) % every == 0)) {
       const auto eval_start = Clock::now();
+      if (average_bn_stats) average_bn_running_stats(*e.model, pg->comm());
       EvalMetrics m = evaluate(e, *e.data.test, &pg->comm());
       summary.final_test_accuracy = m.top1();
       summary.final_test_top5 = m.top5();
@@ -451,8 +486,9 @@ int run_training(const Config& config, const TrainOptions& options) {
       st.best_accuracy = std::max(st.best_accuracy, m.top1());
       exporter.set_eval_accuracy(m.top1());
       summary.best_test_accuracy = st.best_accuracy;
-      eval_part = fmt(" | test loss %.4f top1 %.2f%% top5 %.2f%% (%lld images, %.1fs)", m.mean_loss(),
-                      100 * m.top1(), 100 * m.top5(), static_cast<long long>(m.count()), seconds_since(eval_start));
+      eval_part = fmt(" | test loss %.4f top1 %.2f%% top5 %.2f%%", m.mean_loss(), 100 * m.top1(), 100 * m.top5());
+      if (!std::isnan(m.auc())) eval_part += fmt(" auc %.4f", m.auc());
+      eval_part += fmt(" (%lld images, %.1fs)", static_cast<long long>(m.count()), seconds_since(eval_start));
     }
     log.line(fmt("epoch %d/%d: train loss %.4f, %.1fs, %.0f img/s", epoch + 1, config.train.epochs,
                  summary.final_train_loss, epoch_seconds,
@@ -476,6 +512,7 @@ int run_training(const Config& config, const TrainOptions& options) {
   }
 
   steps.csv.flush();
+  step_times_csv.flush();
   summary.steps = st.step;
   summary.train_seconds = st.train_seconds;
   summary.samples_per_second = st.samples_seen / std::max(st.train_seconds, 1e-9);

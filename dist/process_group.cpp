@@ -3,6 +3,9 @@
 #include "dist/consistency.h"
 #include "dist/cpu_comm.h"
 #include "dist/error.h"
+#ifdef TRAINER_WITH_CUDA
+#include "dist/nccl_comm.h"
+#endif
 
 namespace trainer {
 namespace {
@@ -13,10 +16,36 @@ bool is_loopback(const std::string& host) {
 
 }  // namespace
 
+std::string resolve_comm_backend(const DistOptions& options) {
+  const std::string& b = options.backend;
+  if (b != "auto" && b != "nccl" && b != "cpu")
+    throw DistError("unknown distributed backend '" + b +
+                    "'. HINT: use \"auto\" (NCCL on GPUs, CPU otherwise), "
+                    "\"nccl\" or \"cpu\"");
+  if (b == "cpu") return "cpu";
+#ifdef TRAINER_WITH_CUDA
+  if (options.device.is_cuda()) return "nccl";
+  if (b == "nccl")
+    throw DistError("distributed backend \"nccl\" needs the model on a GPU, but the device is " +
+                    options.device.str() +
+                    ". HINT: train on a CUDA device, or set the distributed backend to \"auto\" or \"cpu\"");
+  return "cpu";
+#else
+  if (b == "nccl" || options.device.is_cuda())
+    throw DistError("distributed backend \"" + b + "\" with device " + options.device.str() +
+                    ": this trainer was built without CUDA, so NCCL is not available. HINT: rebuild with "
+                    "-DTRAINER_CUDA=ON on a host with the CUDA toolkit, or train on the CPU with the "
+                    "\"cpu\" backend");
+  return "cpu";
+#endif
+}
+
 std::unique_ptr<ProcessGroup> ProcessGroup::init(const ProcessEnv& env, const DistOptions& options) {
   std::unique_ptr<ProcessGroup> pg(new ProcessGroup());
   pg->env_ = env;
   pg->options_ = options;
+  // Checked at world size 1 too, so a wrong setting fails on one GPU before it reaches a cluster.
+  const std::string backend = resolve_comm_backend(options);
   if (!env.distributed()) {
     pg->comm_ = std::make_shared<SingleProcessComm>();
     pg->comm_->set_timeout(options.timeout);
@@ -47,12 +76,27 @@ std::unique_ptr<ProcessGroup> ProcessGroup::init(const ProcessEnv& env, const Di
             "install the same trainer build on every node (a shared file system or one container "
             "image)"}},
           options.connect_timeout, "build");
-    CpuCommOptions co;
-    co.name = "default";
-    co.listen_address = local_address;
-    co.timeout = options.timeout;
-    co.connect_timeout = options.connect_timeout;
-    pg->comm_ = CpuComm::create(*pg->store_, env.rank, env.world_size, co);
+    if (backend == "nccl") {
+#ifdef TRAINER_WITH_CUDA
+      NcclCommOptions no;
+      no.name = "default";
+      no.device = options.device.index;
+      no.timeout = options.timeout;
+      no.connect_timeout = options.connect_timeout;
+      // The watchdog's own connection: the main one may sit in a long store wait.
+      TcpStoreOptions wo = so;
+      wo.is_server = false;
+      no.watchdog_store = std::make_shared<TcpStore>(wo);
+      pg->comm_ = NcclComm::create(*pg->store_, env.rank, env.world_size, no);
+#endif
+    } else {
+      CpuCommOptions co;
+      co.name = "default";
+      co.listen_address = local_address;
+      co.timeout = options.timeout;
+      co.connect_timeout = options.connect_timeout;
+      pg->comm_ = CpuComm::create(*pg->store_, env.rank, env.world_size, co);
+    }
   } catch (const DistError& e) {
     std::string message = e.what();
     // The classic SLURM mistake: trainer run straight from the batch script is one process that

@@ -3,6 +3,10 @@
 // (dist/process_env.h), the rendezvous store served by rank 0 (dist/store.h) and the communicator
 // (dist/comm.h). At world size 1 it opens no socket and hands out a SingleProcessComm, so the
 // training loop needs no special case.
+//
+// The communicator follows where the tensors live: backend "auto" picks NCCL (dist/nccl_comm.h) when
+// `device` is a CUDA device and the CPU communicator (dist/cpu_comm.h) otherwise; "nccl" and "cpu"
+// force one. For NCCL, init_cuda_backend(device.index) must have run first.
 #include <chrono>
 #include <memory>
 #include <string>
@@ -10,6 +14,7 @@
 #include "dist/comm.h"
 #include "dist/process_env.h"
 #include "dist/store.h"
+#include "nn/device.h"
 
 namespace trainer {
 
@@ -21,7 +26,17 @@ struct DistOptions {
   // This binary's version; when set, ranks compare it through the store before they open their
   // peer connections (whose protocol a different build might not share). "" skips the check.
   std::string build;
+  // "auto" (NCCL for a CUDA device, CPU otherwise), "nccl" or "cpu". "nccl" without a CUDA device (or
+  // in a build without CUDA) is a DistError with a HINT.
+  std::string backend = "auto";
+  // Where this rank's model and gradients live: Device::cuda(LOCAL_RANK) on GPUs.
+  Device device = Device::cpu();
 };
+
+// The communicator backend init() will use for these options: "nccl" or "cpu" (whatever the world
+// size; at world size 1 the communicator itself is a SingleProcessComm). Throws DistError with a HINT
+// for an unknown backend or "nccl" without CUDA.
+std::string resolve_comm_backend(const DistOptions& options);
 
 class ProcessGroup {
  public:

@@ -3,8 +3,15 @@
 //
 // Layout: a channels-last input is walked in place as [N*H*W, C]; anything else is made contiguous
 // and walked as [N, C, inner]. Element (o, c, i) sits at (o * C + c) * inner + i. Per-channel sums
-// are accumulated in double, split over several blocks per channel and added in a fixed order, so
-// results are deterministic; the variance takes two passes (no cancellation when |mean| >> std).
+// are accumulated in double, split over several blocks per channel and added in a fixed order by
+// the last block of each channel group to finish (so results are deterministic and no second
+// kernel is needed); the variance takes two passes (no cancellation when |mean| >> std).
+//
+// Per-channel inputs (mean, invstd, gamma, sums) are read in place in whatever floating dtype they
+// have: no conversion kernels. Each piece is one reduction kernel or one small coefficient kernel
+// plus one elementwise pass, vectorised by 4 when the layout allows.
+#include <mutex>
+
 #include "nn/cuda/kernels.cuh"
 
 namespace trainer {
@@ -17,15 +24,12 @@ struct ChannelLayout {
   bool channels_last = false;
   int64_t outer = 0, channels = 0, inner = 1;
   int64_t per_channel() const { return outer * inner; }
-  MemoryFormat format() const {
-    return channels_last ? MemoryFormat::channels_last : MemoryFormat::contiguous;
-  }
+  MemoryFormat format() const { return channels_last ? MemoryFormat::channels_last : MemoryFormat::contiguous; }
 };
 
 ChannelLayout channel_layout(const Tensor& x, const char* op) {
   if (x.dim() < 2)
-    throw std::invalid_argument(std::string(op) + ": input must be [N, C, ...], got shape " +
-                                shape_str(x.shape()));
+    throw std::invalid_argument(std::string(op) + ": input must be [N, C, ...], got shape " + shape_str(x.shape()));
   ChannelLayout l;
   l.channels = x.size(1);
   if (x.suggest_memory_format() == MemoryFormat::channels_last) {
@@ -46,57 +50,120 @@ void check_same(const Tensor& a, const Tensor& x, const char* op, const char* na
   check_same_dtype(a, x, op);
 }
 
-// A [C] per-channel tensor as contiguous device doubles; undefined when optional and undefined.
-Tensor channel_f64(const Tensor& t, int64_t C, const char* op, const char* name, bool optional) {
+// A [C] per-channel tensor read in place on the device, as double, whatever its floating dtype.
+struct ChannelValues {
+  const void* p = nullptr;
+  DType dtype = DType::f32;
+  __device__ __forceinline__ double operator[](int64_t c) const {
+    switch (dtype) {
+      case DType::f64:
+        return static_cast<const double*>(p)[c];
+      case DType::f16:
+        return __half2float(static_cast<const __half*>(p)[c]);
+      case DType::bf16:
+        return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[c]);
+      default:
+        return static_cast<const float*>(p)[c];
+    }
+  }
+  __device__ __forceinline__ double or_default(int64_t c, double fallback) const {
+    return p ? (*this)[c] : fallback;
+  }
+};
+
+// Validates a per-channel tensor and returns a view of it for the kernels; `keep` holds a dense
+// device copy when t was not one already (undefined t gives a null view when optional).
+ChannelValues channel_values(const Tensor& t, int64_t C, const char* op, const char* name, bool optional,
+                             Tensor& keep) {
   if (!t.defined()) {
     if (!optional) throw std::invalid_argument(std::string(op) + ": " + name + " is undefined");
-    return Tensor();
+    return {};
   }
   if (t.dim() != 1 || t.size(0) != C)
     throw std::invalid_argument(std::string(op) + ": " + name + " must have shape [" + std::to_string(C) +
                                 "], got " + shape_str(t.shape()));
-  return t.to(current_device()).to(DType::f64).contiguous();
+  check_floating(t.dtype(), op);
+  keep = t;
+  if (!t.device().is_cuda() || t.device() != current_device() || (C > 1 && t.stride(0) != 1))
+    keep = t.to(current_device()).contiguous();
+  return {keep.raw_data(), keep.dtype()};
 }
-const double* f64_ptr(const Tensor& t) {
-  return t.defined() ? static_cast<const double*>(t.raw_data()) : nullptr;
+
+// Arrival counters of the "last block finishes" reductions: zero between kernels (the last block
+// of each group resets its counter), so one buffer serves every launch on the compute stream.
+unsigned* arrival_counters(int64_t groups) {
+  static std::mutex mutex;
+  static Tensor* counters = new Tensor();  // leaked: may outlive the allocator's users at exit
+  std::lock_guard<std::mutex> lock(mutex);
+  if (!counters->defined() || counters->numel() < groups) {
+    *counters = Tensor::zeros({std::max<int64_t>(groups, 4096)}, DType::i64, current_device());
+  }
+  return static_cast<unsigned*>(counters->raw_data());
 }
 
 enum Mode { kSum, kSquaredDeviation, kBackward };
 
-// Block (channel group, part) -> partial[(c * parts + part) * 2 + k]. For inner > 1 a block covers
-// one channel (threads along the contiguous inner run); for inner == 1 a block covers 32 channels
-// (lanes along C, 8 rows of warps), so both layouts read memory coalesced.
-template <class T, int M>
-__global__ void channel_reduce_kernel(const T* x, const T* dy, const double* mean, int64_t outer, int64_t C,
-                                      int64_t inner, int parts, double* partial) {
+// Block (channel group, part) -> partial[(c * parts + part) * 2 + k]; the last block of a group to
+// finish then calls finish(c, sum0, sum1) for each channel of the group, adding the parts in order.
+// For inner > 1 a group is one channel (threads along the contiguous inner run, 4 elements at a
+// time when inner % 4 == 0); for inner == 1 a group is 32 channels (lanes along C, 8 rows of
+// warps), so both layouts read memory coalesced.
+template <class T, int M, class Finish>
+__global__ void channel_reduce_kernel(const T* x, const T* dy, ChannelValues mean, int64_t outer, int64_t C,
+                                      int64_t inner, int parts, double* partial, unsigned* counters,
+                                      Finish finish) {
   const int part = static_cast<int>(blockIdx.x % parts);
   const int64_t group = blockIdx.x / parts;
   double a0 = 0.0, a1 = 0.0;
-  auto add = [&](int64_t idx, int64_t c) {
-    const double v = to_acc(x[idx]);
+  auto add = [&](double v, double g, double m) {
     if constexpr (M == kSum) {
       a0 += v;
     } else if constexpr (M == kSquaredDeviation) {
-      const double d = v - mean[c];
+      const double d = v - m;
       a0 += d * d;
     } else {
-      const double g = to_acc(dy[idx]);
       a0 += g;
-      a1 += g * (v - mean[c]);
+      a1 += g * (v - m);
     }
   };
+  __shared__ bool last;
   if (inner > 1) {
-    const int64_t c = group, total = outer * inner, chunk = (total + parts - 1) / parts;
+    const bool vec = inner % 4 == 0;  // parts then start at multiples of 4 (the last may be empty)
+    const int64_t c = group, total = outer * inner;
+    const int64_t chunk = vec ? ((total + parts - 1) / parts + 3) / 4 * 4 : (total + parts - 1) / parts;
     const int64_t begin = part * chunk, end = min(total, begin + chunk);
-    for (int64_t m = begin + threadIdx.x; m < end; m += blockDim.x) {
-      const int64_t o = m / inner;
-      add((o * C + c) * inner + (m - o * inner), c);
+    const double m = M == kSum ? 0.0 : mean[c];
+    if (vec) {
+      // 4 consecutive positions share o: one division per 4 elements.
+      for (int64_t q = begin + 4 * threadIdx.x; q < end; q += 4 * blockDim.x) {
+        const int64_t o = q / inner, base = (o * C + c) * inner + (q - o * inner);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) add(to_acc(x[base + j]), M == kBackward ? to_acc(dy[base + j]) : 0.0, m);
+      }
+    } else {
+      for (int64_t q = begin + threadIdx.x; q < end; q += blockDim.x) {
+        const int64_t o = q / inner, idx = (o * C + c) * inner + (q - o * inner);
+        add(to_acc(x[idx]), M == kBackward ? to_acc(dy[idx]) : 0.0, m);
+      }
     }
     a0 = block_sum(a0);
     if constexpr (M == kBackward) a1 = block_sum(a1);
     if (threadIdx.x == 0) {
       partial[(c * parts + part) * 2] = a0;
       partial[(c * parts + part) * 2 + 1] = a1;
+      __threadfence();
+      last = atomicAdd(&counters[group], 1u) == static_cast<unsigned>(parts - 1);
+    }
+    __syncthreads();
+    if (last && threadIdx.x == 0) {
+      __threadfence();
+      double s0 = 0.0, s1 = 0.0;
+      for (int p = 0; p < parts; ++p) {
+        s0 += __ldcg(&partial[(c * parts + p) * 2]);
+        s1 += __ldcg(&partial[(c * parts + p) * 2 + 1]);
+      }
+      counters[group] = 0;
+      finish(c, s0, s1);
     }
     return;
   }
@@ -104,46 +171,114 @@ __global__ void channel_reduce_kernel(const T* x, const T* dy, const double* mea
   const int lane = threadIdx.x & 31, row = threadIdx.x >> 5, nrows = blockDim.x >> 5;
   const int64_t c = group * 32 + lane, chunk = (outer + parts - 1) / parts;
   const int64_t begin = part * chunk, end = min(outer, begin + chunk);
-  if (c < C)
-    for (int64_t o = begin + row; o < end; o += nrows) add(o * C + c, c);
+  if (c < C) {
+    const double m = M == kSum ? 0.0 : mean[c];
+    for (int64_t o = begin + row; o < end; o += nrows)
+      add(to_acc(x[o * C + c]), M == kBackward ? to_acc(dy[o * C + c]) : 0.0, m);
+  }
   rows[0][row][lane] = a0;
   rows[1][row][lane] = a1;
   __syncthreads();
-  if (row == 0 && c < C) {
-    double s0 = 0.0, s1 = 0.0;
-    for (int r = 0; r < nrows; ++r) s0 += rows[0][r][lane], s1 += rows[1][r][lane];
-    partial[(c * parts + part) * 2] = s0;
-    partial[(c * parts + part) * 2 + 1] = s1;
+  if (row == 0) {
+    if (c < C) {
+      double s0 = 0.0, s1 = 0.0;
+      for (int r = 0; r < nrows; ++r) s0 += rows[0][r][lane], s1 += rows[1][r][lane];
+      partial[(c * parts + part) * 2] = s0;
+      partial[(c * parts + part) * 2 + 1] = s1;
+    }
+    __threadfence();
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(&counters[group], 1u) == static_cast<unsigned>(parts - 1);
+  __syncthreads();
+  if (last && row == 0) {
+    __threadfence();
+    if (c < C) {
+      double s0 = 0.0, s1 = 0.0;
+      for (int p = 0; p < parts; ++p) {
+        s0 += __ldcg(&partial[(c * parts + p) * 2]);
+        s1 += __ldcg(&partial[(c * parts + p) * 2 + 1]);
+      }
+      finish(c, s0, s1);
+    }
+    if (lane == 0) counters[group] = 0;
   }
 }
 
-// Per-channel sums [C, parts, 2] of mode M over x (and dy), before the final add over parts.
-template <class T, int M>
-Tensor channel_partials(const ChannelLayout& l, const T* x, const T* dy, const double* mean, int& parts) {
+// Per-channel sums of mode M over x (and dy), handed to finish(c, sum0, sum1) on the device.
+template <class T, int M, class Finish>
+void channel_reduce(const ChannelLayout& l, const T* x, const T* dy, ChannelValues mean, Finish finish) {
   const int64_t groups = l.inner > 1 ? l.channels : (l.channels + 31) / 32;
   const int64_t rows = l.inner > 1 ? l.per_channel() / 2048 : l.outer / 64;  // work per block floor
   const int64_t target = static_cast<int64_t>(cuda_context().sm_count) * 4;
-  parts = static_cast<int>(
+  const int parts = static_cast<int>(
       std::clamp<int64_t>((target + groups - 1) / groups, 1, std::clamp<int64_t>(rows, 1, 1024)));
   Tensor partial = empty({l.channels * parts * 2}, DType::f64);
+  unsigned* counters = arrival_counters(groups);
   channel_reduce_kernel<T, M><<<static_cast<unsigned>(groups * parts), kThreads, 0, cuda_stream()>>>(
-      x, dy, mean, l.outer, l.channels, l.inner, parts, static_cast<double*>(partial.raw_data()));
+      x, dy, mean, l.outer, l.channels, l.inner, parts, static_cast<double*>(partial.raw_data()), counters,
+      finish);
   CUDA_CHECK_LAUNCH();
-  return partial;
 }
 
-// out = (x - m[c]) * a[c] + b[c] (+ g * s[c] when g is given), in x's dense layout.
+// out = (x - k[c]) * k[C + c] + k[2C + c] (+ g * k[3C + c] when g is given), in x's dense layout:
+// c = (i / inner) % C, or i % C for channels-last (inner == 1).
+template <class T, bool kWithGrad>
+__global__ void channel_affine_kernel(int64_t n, const T* __restrict__ x, const T* __restrict__ g,
+                                      T* __restrict__ out, const acc_t<T>* __restrict__ k, int64_t C, int64_t inner,
+                                      bool vec4) {
+  using acc = acc_t<T>;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t first = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  auto one = [&](int64_t i, int64_t c) {
+    acc v = (to_acc(x[i]) - k[c]) * k[C + c] + k[2 * C + c];
+    if constexpr (kWithGrad) v += to_acc(g[i]) * k[3 * C + c];
+    out[i] = store<T>(v);
+  };
+  if (vec4) {  // n, inner (or C when inner == 1) multiples of 4 and pointers 4-element aligned
+    struct alignas(4 * sizeof(T)) V {
+      T v[4];
+    };
+    const V* xv = reinterpret_cast<const V*>(x);
+    const V* gv = reinterpret_cast<const V*>(g);
+    V* ov = reinterpret_cast<V*>(out);
+    for (int64_t q = first; q < n / 4; q += stride) {
+      const int64_t i = 4 * q, c0 = (i / inner) % C;
+      const V xs = xv[q];
+      V gs;
+      if constexpr (kWithGrad) gs = gv[q];
+      V r;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int64_t c = inner == 1 ? c0 + j : c0;
+        acc v = (to_acc(xs.v[j]) - k[c]) * k[C + c] + k[2 * C + c];
+        if constexpr (kWithGrad) v += to_acc(gs.v[j]) * k[3 * C + c];
+        r.v[j] = store<T>(v);
+      }
+      ov[q] = r;
+    }
+    return;
+  }
+  for (int64_t i = first; i < n; i += stride) one(i, (i / inner) % C);
+}
+
+bool aligned_to(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+
 template <class T>
 void channel_affine(const ChannelLayout& l, int64_t n, const T* x, const T* g, T* out, const Tensor& coeff) {
-  using acc = acc_t<T>;
-  const acc* k = static_cast<const acc*>(coeff.raw_data());
-  const int64_t C = l.channels, inner = l.inner;
-  for_each(n, [=] __device__(int64_t i) {
-    const int64_t c = (i / inner) % C;
-    acc v = (to_acc(x[i]) - k[c]) * k[C + c] + k[2 * C + c];
-    if (g) v += to_acc(g[i]) * k[3 * C + c];
-    out[i] = store<T>(v);
-  });
+  if (n <= 0) return;
+  const auto* k = static_cast<const acc_t<T>*>(coeff.raw_data());
+  const int64_t run = l.inner > 1 ? l.inner : l.channels;
+  const size_t vb = 4 * sizeof(T);
+  const bool vec4 = sizeof(T) <= 4 && n % 4 == 0 && run % 4 == 0 && aligned_to(x, vb) && aligned_to(out, vb) &&
+                    (!g || aligned_to(g, vb));
+  const unsigned blocks = grid_size(vec4 ? n / 4 : n, kThreads);
+  if (g)
+    channel_affine_kernel<T, true><<<blocks, kThreads, 0, cuda_stream()>>>(n, x, g, out, k, l.channels, l.inner, vec4);
+  else
+    channel_affine_kernel<T, false>
+        <<<blocks, kThreads, 0, cuda_stream()>>>(n, x, nullptr, out, k, l.channels, l.inner, vec4);
+  CUDA_CHECK_LAUNCH();
 }
 
 DType acc_dtype(DType dtype) { return dtype == DType::f64 ? DType::f64 : DType::f32; }
@@ -156,8 +291,7 @@ std::pair<Tensor, Tensor> CudaBackend::bn_mean_var(const Tensor& x_in) {
   check_device(x_in, "bn_mean_var", "input");
   const ChannelLayout l = channel_layout(x_in, "bn_mean_var");
   if (l.per_channel() == 0)
-    throw std::invalid_argument("bn_mean_var: no values per channel in input of shape " +
-                                shape_str(x_in.shape()));
+    throw std::invalid_argument("bn_mean_var: no values per channel in input of shape " + shape_str(x_in.shape()));
   const Tensor x = x_in.contiguous(l.format());
   const int64_t C = l.channels;
   const double n = static_cast<double>(l.per_channel());
@@ -165,24 +299,15 @@ std::pair<Tensor, Tensor> CudaBackend::bn_mean_var(const Tensor& x_in) {
   CUDA_DISPATCH_FLOAT(x.dtype(), "bn_mean_var", [&] {
     const scalar_t* px = static_cast<const scalar_t*>(x.raw_data());
     double* pm = static_cast<double*>(mean_d.raw_data());
-    int parts = 1;
-    Tensor sums = channel_partials<scalar_t, kSum>(l, px, nullptr, nullptr, parts);
-    const double* ps = static_cast<const double*>(sums.raw_data());
-    for_each(C, [=] __device__(int64_t c) {
-      double s = 0.0;
-      for (int p = 0; p < parts; ++p) s += ps[(c * parts + p) * 2];
-      pm[c] = s / n;
-    });
-    Tensor sq = channel_partials<scalar_t, kSquaredDeviation>(l, px, nullptr, pm, parts);
-    const double* pq = static_cast<const double*>(sq.raw_data());
     scalar_t* out_mean = static_cast<scalar_t*>(mean.raw_data());
     scalar_t* out_var = static_cast<scalar_t*>(var.raw_data());
-    for_each(C, [=] __device__(int64_t c) {
-      double s = 0.0;
-      for (int p = 0; p < parts; ++p) s += pq[(c * parts + p) * 2];
-      out_mean[c] = from_acc<scalar_t>(pm[c]);
-      out_var[c] = from_acc<scalar_t>(s / n);
+    channel_reduce<scalar_t, kSum>(l, px, nullptr, ChannelValues{}, [=] __device__(int64_t c, double s, double) {
+      pm[c] = s / n;
+      out_mean[c] = from_acc<scalar_t>(s / n);
     });
+    channel_reduce<scalar_t, kSquaredDeviation>(
+        l, px, nullptr, ChannelValues{pm, DType::f64},
+        [=] __device__(int64_t c, double s, double) { out_var[c] = from_acc<scalar_t>(s / n); });
   });
   return {mean, var};
 }
@@ -193,12 +318,11 @@ Tensor CudaBackend::bn_apply(const Tensor& x_in, const Tensor& mean_t, const Ten
   check_device(x_in, "bn_apply", "input");
   const ChannelLayout l = channel_layout(x_in, "bn_apply");
   const int64_t C = l.channels;
-  const Tensor mean_d = channel_f64(mean_t, C, "bn_apply", "mean", false),
-               invstd_d = channel_f64(invstd_t, C, "bn_apply", "invstd", false),
-               gamma_d = channel_f64(gamma_t, C, "bn_apply", "weight", true),
-               beta_d = channel_f64(beta_t, C, "bn_apply", "bias", true);
-  const double *mean = f64_ptr(mean_d), *invstd = f64_ptr(invstd_d), *gamma = f64_ptr(gamma_d),
-               *beta = f64_ptr(beta_d);
+  Tensor k0, k1, k2, k3;
+  const ChannelValues mean = channel_values(mean_t, C, "bn_apply", "mean", false, k0),
+                      invstd = channel_values(invstd_t, C, "bn_apply", "invstd", false, k1),
+                      gamma = channel_values(gamma_t, C, "bn_apply", "weight", true, k2),
+                      beta = channel_values(beta_t, C, "bn_apply", "bias", true, k3);
   const Tensor x = x_in.contiguous(l.format());
   Tensor y = empty(x.shape(), x.dtype(), l.format());
   CUDA_DISPATCH_FLOAT(x.dtype(), "bn_apply", [&] {
@@ -207,8 +331,8 @@ Tensor CudaBackend::bn_apply(const Tensor& x_in, const Tensor& mean_t, const Ten
     acc* k = static_cast<acc*>(coeff.raw_data());
     for_each(C, [=] __device__(int64_t c) {
       k[c] = static_cast<acc>(mean[c]);
-      k[C + c] = static_cast<acc>(invstd[c] * (gamma ? gamma[c] : 1.0));
-      k[2 * C + c] = static_cast<acc>(beta ? beta[c] : 0.0);
+      k[C + c] = static_cast<acc>(invstd[c] * gamma.or_default(c, 1.0));
+      k[2 * C + c] = static_cast<acc>(beta.or_default(c, 0.0));
       k[3 * C + c] = acc(0);
     });
     channel_affine<scalar_t>(l, x.numel(), static_cast<const scalar_t*>(x.raw_data()), nullptr,
@@ -224,25 +348,20 @@ std::pair<Tensor, Tensor> CudaBackend::bn_backward_reduce(const Tensor& grad_y, 
   const ChannelLayout l = channel_layout(x_in, "bn_backward_reduce");
   check_same(grad_y, x_in, "bn_backward_reduce", "grad_y");
   const int64_t C = l.channels;
-  const Tensor mean_d = channel_f64(mean_t, C, "bn_backward_reduce", "mean", false),
-               invstd_d = channel_f64(invstd_t, C, "bn_backward_reduce", "invstd", false);
+  Tensor k0, k1;
+  const ChannelValues mean = channel_values(mean_t, C, "bn_backward_reduce", "mean", false, k0),
+                      invstd = channel_values(invstd_t, C, "bn_backward_reduce", "invstd", false, k1);
   const Tensor x = x_in.contiguous(l.format()), g = grad_y.contiguous(l.format());
   Tensor sum_dy = empty({C}, x.dtype()), sum_dy_xhat = empty({C}, x.dtype());
   CUDA_DISPATCH_FLOAT(x.dtype(), "bn_backward_reduce", [&] {
-    int parts = 1;
-    Tensor sums = channel_partials<scalar_t, kBackward>(l, static_cast<const scalar_t*>(x.raw_data()),
-                                                        static_cast<const scalar_t*>(g.raw_data()),
-                                                        f64_ptr(mean_d), parts);
-    const double* ps = static_cast<const double*>(sums.raw_data());
-    const double* invstd = f64_ptr(invstd_d);
     scalar_t* o0 = static_cast<scalar_t*>(sum_dy.raw_data());
     scalar_t* o1 = static_cast<scalar_t*>(sum_dy_xhat.raw_data());
-    for_each(C, [=] __device__(int64_t c) {
-      double s0 = 0.0, s1 = 0.0;
-      for (int p = 0; p < parts; ++p) s0 += ps[(c * parts + p) * 2], s1 += ps[(c * parts + p) * 2 + 1];
-      o0[c] = from_acc<scalar_t>(s0);
-      o1[c] = from_acc<scalar_t>(s1 * invstd[c]);
-    });
+    channel_reduce<scalar_t, kBackward>(l, static_cast<const scalar_t*>(x.raw_data()),
+                                        static_cast<const scalar_t*>(g.raw_data()), mean,
+                                        [=] __device__(int64_t c, double s0, double s1) {
+                                          o0[c] = from_acc<scalar_t>(s0);
+                                          o1[c] = from_acc<scalar_t>(s1 * invstd[c]);
+                                        });
   });
   return {sum_dy, sum_dy_xhat};
 }
@@ -258,13 +377,12 @@ Tensor CudaBackend::bn_backward_input(const Tensor& grad_y, const Tensor& x_in, 
     throw std::invalid_argument("bn_backward_input: count must be positive, got " + std::to_string(count));
   const int64_t C = l.channels;
   const char* op = "bn_backward_input";
-  const Tensor mean_d = channel_f64(mean_t, C, op, "mean", false),
-               invstd_d = channel_f64(invstd_t, C, op, "invstd", false),
-               gamma_d = channel_f64(gamma_t, C, op, "weight", true),
-               sum_dy_d = channel_f64(sum_dy_t, C, op, "sum_dy", false),
-               sum_dy_xhat_d = channel_f64(sum_dy_xhat_t, C, op, "sum_dy_xhat", false);
-  const double *mean = f64_ptr(mean_d), *invstd = f64_ptr(invstd_d), *gamma = f64_ptr(gamma_d),
-               *sum_dy = f64_ptr(sum_dy_d), *sum_dy_xhat = f64_ptr(sum_dy_xhat_d);
+  Tensor k0, k1, k2, k3, k4;
+  const ChannelValues mean = channel_values(mean_t, C, op, "mean", false, k0),
+                      invstd = channel_values(invstd_t, C, op, "invstd", false, k1),
+                      gamma = channel_values(gamma_t, C, op, "weight", true, k2),
+                      sum_dy = channel_values(sum_dy_t, C, op, "sum_dy", false, k3),
+                      sum_dy_xhat = channel_values(sum_dy_xhat_t, C, op, "sum_dy_xhat", false, k4);
   const Tensor x = x_in.contiguous(l.format()), g = grad_y.contiguous(l.format());
   Tensor gx = empty(x.shape(), x.dtype(), l.format());
   const double n = static_cast<double>(count);
@@ -274,15 +392,15 @@ Tensor CudaBackend::bn_backward_input(const Tensor& grad_y, const Tensor& x_in, 
     Tensor coeff = empty({4 * C}, acc_dtype(x.dtype()));
     acc* k = static_cast<acc*>(coeff.raw_data());
     for_each(C, [=] __device__(int64_t c) {
-      const double scale = invstd[c] * (gamma ? gamma[c] : 1.0);
+      const double is = invstd[c], scale = is * gamma.or_default(c, 1.0);
       k[c] = static_cast<acc>(mean[c]);
-      k[C + c] = static_cast<acc>(-sum_dy_xhat[c] / n * invstd[c] * scale);
+      k[C + c] = static_cast<acc>(-sum_dy_xhat[c] / n * is * scale);
       k[2 * C + c] = static_cast<acc>(-sum_dy[c] / n * scale);
       k[3 * C + c] = static_cast<acc>(scale);
     });
     channel_affine<scalar_t>(l, x.numel(), static_cast<const scalar_t*>(x.raw_data()),
-                             static_cast<const scalar_t*>(g.raw_data()),
-                             static_cast<scalar_t*>(gx.raw_data()), coeff);
+                             static_cast<const scalar_t*>(g.raw_data()), static_cast<scalar_t*>(gx.raw_data()),
+                             coeff);
   });
   return gx;
 }

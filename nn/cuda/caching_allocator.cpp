@@ -12,10 +12,13 @@
 namespace trainer {
 namespace {
 
-constexpr size_t kSmallRound = 512;
-constexpr size_t kSmallLimit = size_t{1} << 20;    // requests up to this come from small segments
-constexpr size_t kSmallSegment = size_t{2} << 20;  // size of a small segment
-constexpr size_t kLargeRound = size_t{2} << 20;
+constexpr size_t kRound = 512;                      // every block size is a multiple of this
+constexpr size_t kSmallLimit = size_t{1} << 20;     // requests up to this come from small segments
+constexpr size_t kSmallSegment = size_t{2} << 20;   // size of a small segment
+constexpr size_t kMidLimit = size_t{10} << 20;      // larger requests up to this share ...
+constexpr size_t kMidSegment = size_t{20} << 20;    // ... segments of this size
+constexpr size_t kLargeRound = size_t{2} << 20;     // larger ones get segments rounded to this
+constexpr size_t kMinLargeRemainder = kSmallLimit;  // a large block is split only if more is left
 
 size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
@@ -43,7 +46,7 @@ class CachingAllocator final : public Allocator {
     if (nbytes == 0) return nullptr;
     std::lock_guard<std::mutex> lock(mutex_);
     const bool small = nbytes <= kSmallLimit;
-    const size_t size = small ? round_up(nbytes, kSmallRound) : round_up(nbytes, kLargeRound);
+    const size_t size = round_up(nbytes, kRound);
     auto& pool = small ? free_small_ : free_large_;
     Block key{nullptr, size, 0, small};
     Block* block = nullptr;
@@ -53,9 +56,12 @@ class CachingAllocator final : public Allocator {
       pool.erase(it);
       ++stats_.cache_hits;
     } else {
-      block = new_segment(small ? kSmallSegment : size, small, nbytes);
+      const size_t segment = small ? kSmallSegment : size <= kMidLimit ? kMidSegment : round_up(size, kLargeRound);
+      block = new_segment(segment, small, nbytes);
     }
-    if (block->size > size) {  // split; the rest stays cached
+    // Split off the rest, which stays cached; a large block keeps a small remainder (too small to
+    // serve a large request, it would only fragment the segment).
+    if (block->size > size && (small || block->size - size >= kMinLargeRemainder)) {
       Block* rest = new Block{block->ptr + size, block->size - size, 0, small};
       rest->prev = block;
       rest->next = block->next;

@@ -3,9 +3,11 @@
 // reused instead of being returned to the driver (cudaMalloc and cudaFree are slow and cudaFree
 // synchronises the device). Never managed memory.
 //
-// Requests up to 1 MiB are rounded to 512 bytes and carved out of 2 MiB segments; larger requests are
-// rounded to 2 MiB and get a segment of their own unless a cached block fits. A block is split when
-// it is larger than the request, and merged with free neighbours of its segment when freed.
+// Block sizes are multiples of 512 bytes (so the peak counts what tensors use, as PyTorch's does).
+// Requests up to 1 MiB are carved out of 2 MiB segments, up to 10 MiB out of shared 20 MiB segments;
+// larger ones get a segment rounded to 2 MiB unless a cached block fits (PyTorch's policy). A block
+// is split when it is larger than the request (a large one only when at least 1 MiB is left), and
+// merged with free neighbours of its segment when freed.
 //
 // Frees are stream-ordered: every kernel runs on the one compute stream, so a block handed back when
 // its tensor dies may be reused at once by work queued later on that stream, which runs after the

@@ -3,34 +3,55 @@
 // Layout: NCHW or NHWC (channels_last), following the input (forward, weight gradient) or grad_y
 // (input gradient); the weight is laid out to match and results come back in that memory format.
 // f64 runs in NCHW (cuDNN has no NHWC double kernels), as does any shape whose NHWC form cuDNN
-// cannot run. The algorithm is chosen once per (op, shapes, params, dtype, layout, TF32 setting) by
-// benchmarking with cudnnFind*AlgorithmEx and cached; workspaces come from the caching allocator.
-// f32 runs with CUDNN_FMA_MATH (no TF32) unless cuda_set_allow_tf32(true).
+// cannot run.
+//
+// How a convolution runs is decided once per (op, shapes, params, dtype, layout, TF32 setting,
+// pointer alignment) and cached as a Plan:
+//  - first through cuDNN's graph API: the heuristics' engine configurations that respect the
+//    numerics (no TF32 unless cuda_set_allow_tf32(true), never down-converted inputs or reduced-
+//    precision reductions) are finalised and timed, and the fastest is kept as an execution plan.
+//    This reaches the engines that PyTorch uses (the legacy API exposes only a few of them), and a
+//    cached plan costs one cudnnBackendExecute per call instead of descriptor set-up, a workspace
+//    query and the legacy API's plan lookup;
+//  - else through the legacy API (cudnnFind*AlgorithmEx), with its descriptors kept in the plan.
+// Among candidates within 5% of the fastest the one with the smallest workspace wins, and no
+// candidate may need more than kMaxWorkspaceBytes: the workspace is allocated on top of the
+// activations at the peak of backward. Workspaces come from the caching allocator.
+// TRAINER_CUDNN_API=legacy skips the graph API; TRAINER_CUDNN_DEBUG=1 prints every choice.
 #include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <vector>
 
 #include "nn/cuda/cuda_common.h"
 
 namespace trainer {
 namespace {
 
-constexpr size_t kFindWorkspaceBytes = size_t{256} << 20;
+constexpr size_t kMaxWorkspaceBytes = size_t{256} << 20;
 constexpr int kMaxAlgos = 16;
+constexpr int kMaxCandidates = 10;  // graph-API engine configurations timed per convolution
+constexpr double kWorkspaceSlack = 1.05;
 
 enum class ConvOp : int { forward, backward_data, backward_filter };
+const char* op_name(ConvOp op) {
+  return op == ConvOp::forward ? "fwd" : op == ConvOp::backward_data ? "bwd_data" : "bwd_filter";
+}
 
 struct NoAlgorithm {};  // thrown when cuDNN has no algorithm for a layout; the caller retries in NCHW
 
-struct Choice {
-  int algo = -1;  // -1: none runs in this layout
-  cudnnMathType_t math = CUDNN_DEFAULT_MATH;
-};
-
-using Key = std::array<int64_t, 20>;
-std::mutex g_cache_mutex;
-std::map<Key, Choice> g_cache;
-
+bool env_is(const char* name, const char* value) {
+  const char* v = std::getenv(name);
+  return v && std::string(v) == value;
+}
+bool debug() {
+  static const bool on = env_is("TRAINER_CUDNN_DEBUG", "1");
+  return on;
+}
 std::string params_str(const Conv2dParams& p) {
   return "stride (" + std::to_string(p.stride_h) + ", " + std::to_string(p.stride_w) + "), padding (" +
          std::to_string(p.pad_h) + ", " + std::to_string(p.pad_w) + "), dilation (" +
@@ -81,12 +102,14 @@ cudnnDataType_t cudnn_type(DType dtype, const char* op) {
   }
 }
 
-// The descriptors of one convolution, destroyed with it.
+
+// ---- legacy API
+
+// The legacy descriptors of one convolution, destroyed with it.
 struct Descriptors {
   cudnnTensorDescriptor_t x = nullptr, y = nullptr;
   cudnnFilterDescriptor_t w = nullptr;
   cudnnConvolutionDescriptor_t conv = nullptr;
-  cudnnMathType_t default_math = CUDNN_DEFAULT_MATH;
   bool strict_fp32 = false;  // f32 without TF32: only FMA algorithms
 
   Descriptors(const Shape& xs, const Shape& ws, const Shape& ys, DType dtype, bool nhwc,
@@ -106,9 +129,11 @@ struct Descriptors {
                                                 dtype == DType::f64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT));
     CUDNN_CHECK(cudnnSetConvolutionGroupCount(conv, p.groups));
     strict_fp32 = dtype == DType::f32 && !cuda_allow_tf32();
-    if (dtype == DType::f16 || dtype == DType::bf16) default_math = CUDNN_TENSOR_OP_MATH;
-    if (strict_fp32) default_math = CUDNN_FMA_MATH;
-    CUDNN_CHECK(cudnnSetConvolutionMathType(conv, default_math));
+    cudnnMathType_t math = CUDNN_DEFAULT_MATH;
+    if (dtype == DType::f16 || dtype == DType::bf16 || (dtype == DType::f32 && !strict_fp32))
+      math = CUDNN_TENSOR_OP_MATH;
+    if (strict_fp32) math = CUDNN_FMA_MATH;
+    CUDNN_CHECK(cudnnSetConvolutionMathType(conv, math));
   }
   ~Descriptors() {
     cudnnDestroyTensorDescriptor(x);
@@ -120,74 +145,493 @@ struct Descriptors {
   Descriptors& operator=(const Descriptors&) = delete;
 };
 
-Key make_key(ConvOp op, DType dtype, bool nhwc, const Shape& xs, const Shape& ws, const Conv2dParams& p) {
-  return {static_cast<int64_t>(op),
-          static_cast<int64_t>(dtype),
-          nhwc,
-          cuda_allow_tf32(),
-          xs[0],
-          xs[1],
-          xs[2],
-          xs[3],
-          ws[0],
-          ws[1],
-          ws[2],
-          ws[3],
-          p.stride_h,
-          p.stride_w,
-          p.pad_h,
-          p.pad_w,
-          p.dilation_h,
-          p.dilation_w,
-          p.groups,
-          0};
+// ---- graph API
+
+// A backend descriptor, destroyed with its owner unless released.
+class BackendDesc {
+ public:
+  BackendDesc() = default;
+  explicit BackendDesc(cudnnBackendDescriptorType_t type) {
+    if (cudnnBackendCreateDescriptor(type, &d_) != CUDNN_STATUS_SUCCESS) d_ = nullptr;
+  }
+  ~BackendDesc() {
+    if (d_) cudnnBackendDestroyDescriptor(d_);
+  }
+  BackendDesc(BackendDesc&& o) noexcept : d_(o.d_) { o.d_ = nullptr; }
+  BackendDesc& operator=(BackendDesc&& o) noexcept {
+    std::swap(d_, o.d_);
+    return *this;
+  }
+  BackendDesc(const BackendDesc&) = delete;
+  BackendDesc& operator=(const BackendDesc&) = delete;
+  cudnnBackendDescriptor_t get() const { return d_; }
+  cudnnBackendDescriptor_t* addr() { return &d_; }
+  cudnnBackendDescriptor_t release() {
+    cudnnBackendDescriptor_t d = d_;
+    d_ = nullptr;
+    return d;
+  }
+  explicit operator bool() const { return d_ != nullptr; }
+
+ private:
+  cudnnBackendDescriptor_t d_ = nullptr;
+};
+
+// Graph-API status checks: a failure means "this way does not work" (the caller moves on), and is
+// printed under TRAINER_CUDNN_DEBUG.
+bool ok(cudnnStatus_t status, const char* what) {
+  if (status == CUDNN_STATUS_SUCCESS) return true;
+  if (debug()) std::fprintf(stderr, "cudnn graph: %s: %s\n", what, cudnnGetErrorString(status));
+  return false;
+}
+#define GRAPH_OK(call) ok((call), #call)
+
+template <class T>
+bool set(cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type,
+         int64_t count, const T* values) {
+  return GRAPH_OK(cudnnBackendSetAttribute(d, name, type, count, values));
 }
 
-// Find's own status: a layout cuDNN cannot run at all is reported as "no algorithm", so that the
-// caller falls back to NCHW.
-#define CHECK_FIND(call)                                                      \
-  do {                                                                        \
-    const cudnnStatus_t status_ = (call);                                     \
-    if (status_ / 1000 == CUDNN_STATUS_NOT_SUPPORTED / 1000) return Choice{}; \
-    CUDNN_CHECK(status_);                                                     \
-  } while (0)
+// The attributes that are deprecated in cuDNN 9 but still the documented way to give a handle.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+constexpr cudnnBackendAttributeName_t kGraphHandle = CUDNN_ATTR_OPERATIONGRAPH_HANDLE;
+constexpr cudnnBackendAttributeName_t kPlanHandle = CUDNN_ATTR_EXECUTION_PLAN_HANDLE;
+#pragma GCC diagnostic pop
 
-// The fastest successful result of a Find call that respects strict f32.
-template <class Perf>
-Choice pick(const Perf* perf, int count, const Descriptors& d) {
-  for (int i = 0; i < count; ++i) {
-    if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;
-    const bool tensor_op =
-        perf[i].mathType == CUDNN_TENSOR_OP_MATH || perf[i].mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
-    if (d.strict_fp32 && tensor_op) continue;
-    return {static_cast<int>(perf[i].algo), perf[i].mathType};
-  }
-  return {};
+// Dense strides of a 4-D tensor of shape s in NCHW or NHWC.
+std::array<int64_t, 4> dense_strides(const Shape& s, bool nhwc) {
+  if (nhwc) return {s[1] * s[2] * s[3], 1, s[3] * s[1], s[1]};
+  return {s[1] * s[2] * s[3], s[2] * s[3], s[3], 1};
+}
+
+BackendDesc tensor_desc(int64_t uid, cudnnDataType_t dt, const Shape& shape, bool nhwc, int64_t alignment) {
+  BackendDesc t(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
+  if (!t) return t;
+  const std::array<int64_t, 4> dims{shape[0], shape[1], shape[2], shape[3]};
+  const std::array<int64_t, 4> strides = dense_strides(shape, nhwc);
+  if (!set(t.get(), CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &dt) ||
+      !set(t.get(), CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dims.data()) ||
+      !set(t.get(), CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, strides.data()) ||
+      !set(t.get(), CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid) ||
+      !set(t.get(), CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &alignment) ||
+      !GRAPH_OK(cudnnBackendFinalize(t.get())))
+    return BackendDesc();
+  return t;
+}
+
+// Tensor unique ids in the variant pack: x (or dx), w (or dw), y (or dy).
+constexpr int64_t kUids[3] = {1, 2, 3};
+
+bool execute_plan(cudnnHandle_t handle, cudnnBackendDescriptor_t plan, void* const ptrs[3], void* workspace) {
+  BackendDesc pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
+  return pack && set(pack.get(), CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 3, kUids) &&
+         set(pack.get(), CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 3, ptrs) &&
+         set(pack.get(), CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace) &&
+         GRAPH_OK(cudnnBackendFinalize(pack.get())) &&
+         GRAPH_OK(cudnnBackendExecute(handle, plan, pack.get()));
+}
+
+// ---- plans
+
+// How one convolution runs, built once per key.
+struct Plan {
+  bool none = false;                        // nothing runs in this layout
+  cudnnBackendDescriptor_t graph = nullptr;  // graph-API execution plan, or
+  std::unique_ptr<Descriptors> legacy;      // legacy descriptors + algorithm
+  int algo = -1;
+  cudnnMathType_t math = CUDNN_DEFAULT_MATH;
+  size_t workspace = 0;
+};
+
+using Key = std::array<int64_t, 21>;
+std::mutex g_plans_mutex;
+std::map<Key, std::unique_ptr<Plan>> g_plans;  // never shrinks; Plan addresses stay valid
+
+Key make_key(ConvOp op, DType dtype, bool nhwc, const Shape& xs, const Shape& ws, const Conv2dParams& p,
+             int64_t alignment) {
+  return {static_cast<int64_t>(op), static_cast<int64_t>(dtype), nhwc, cuda_allow_tf32(), xs[0], xs[1], xs[2],
+          xs[3], ws[0], ws[1], ws[2], ws[3], p.stride_h, p.stride_w, p.pad_h, p.pad_w, p.dilation_h,
+          p.dilation_w, p.groups, alignment, 0};
 }
 
 Tensor workspace(size_t bytes) {
   return Tensor::empty({static_cast<int64_t>(bytes)}, DType::u8, cuda::current_device());
 }
 
-// The cached choice for key, or the result of find(workspace ptr, bytes) stored under it.
-template <class Find>
-Choice choose(const Key& key, Find&& find) {
-  {
-    std::lock_guard<std::mutex> lock(g_cache_mutex);
-    auto it = g_cache.find(key);
-    if (it != g_cache.end()) return it->second;
+// Largest power of two up to 16 that divides every address: engines that load vectors need it.
+int64_t alignment_of(void* const ptrs[3]) {
+  int64_t a = 16;
+  for (int i = 0; i < 3; ++i)
+    while (a > 1 && reinterpret_cast<uintptr_t>(ptrs[i]) % static_cast<uintptr_t>(a) != 0) a /= 2;
+  return a;
+}
+
+// The candidate to keep: the smallest workspace among those within kWorkspaceSlack of the fastest.
+struct Timed {
+  float ms;
+  size_t workspace;
+  int index;
+};
+int choose_timed(const std::vector<Timed>& t) {
+  if (t.empty()) return -1;
+  float best = std::numeric_limits<float>::infinity();
+  for (const Timed& c : t) best = std::min(best, c.ms);
+  int pick = -1;
+  for (size_t i = 0; i < t.size(); ++i)
+    if (t[i].ms <= best * kWorkspaceSlack && (pick < 0 || t[i].workspace < t[pick].workspace))
+      pick = static_cast<int>(i);
+  return t[pick].index;
+}
+
+// A one-operation graph with the descriptors it was built from (kept alive with it, as cuDNN's
+// frontend does).
+struct Graph {
+  std::vector<BackendDesc> parts;  // tensors, convolution, operation
+  BackendDesc graph;
+  explicit operator bool() const { return static_cast<bool>(graph); }
+  // Gives up ownership of every descriptor (a cached plan keeps them for the process's life).
+  void release() {
+    for (BackendDesc& d : parts) d.release();
+    graph.release();
   }
+};
+
+// The convolution of op as a one-operation graph, or an empty Graph when cuDNN refuses it.
+Graph operation_graph(cudnnHandle_t handle, ConvOp op, DType dtype, bool nhwc, const Shape& xs, const Shape& ws,
+                      const Shape& ys, const Conv2dParams& p, int64_t alignment) {
+  Graph none;
+  const cudnnDataType_t dt = cudnn_type(dtype, "conv2d");
+  BackendDesc x = tensor_desc(kUids[0], dt, xs, nhwc, alignment);
+  BackendDesc w = tensor_desc(kUids[1], dt, ws, nhwc, alignment);
+  BackendDesc y = tensor_desc(kUids[2], dt, ys, nhwc, alignment);
+  BackendDesc conv(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR);
+  if (!x || !w || !y || !conv) return none;
+  const cudnnDataType_t comp = dtype == DType::f64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
+  const cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
+  const int64_t spatial = 2;
+  const int64_t dil[2] = {p.dilation_h, p.dilation_w}, str[2] = {p.stride_h, p.stride_w},
+                pad[2] = {p.pad_h, p.pad_w};
+  if (!set(conv.get(), CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp) ||
+      !set(conv.get(), CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode) ||
+      !set(conv.get(), CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1, &spatial) ||
+      !set(conv.get(), CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, 2, dil) ||
+      !set(conv.get(), CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, 2, str) ||
+      !set(conv.get(), CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, 2, pad) ||
+      !set(conv.get(), CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, 2, pad) ||
+      !GRAPH_OK(cudnnBackendFinalize(conv.get())))
+    return none;
+
+  cudnnBackendDescriptorType_t type = CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR;
+  cudnnBackendAttributeName_t a_x = CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X,
+                              a_w = CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W,
+                              a_y = CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y,
+                              a_conv = CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC,
+                              a_alpha = CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA,
+                              a_beta = CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA;
+  if (op == ConvOp::backward_data) {
+    type = CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR;
+    a_x = CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX;
+    a_w = CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W;
+    a_y = CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY;
+    a_conv = CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC;
+    a_alpha = CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA;
+    a_beta = CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA;
+  } else if (op == ConvOp::backward_filter) {
+    type = CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR;
+    a_x = CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X;
+    a_w = CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW;
+    a_y = CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY;
+    a_conv = CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC;
+    a_alpha = CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA;
+    a_beta = CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA;
+  }
+  BackendDesc operation(type);
+  if (!operation) return none;
+  cudnnBackendDescriptor_t xd = x.get(), wd = w.get(), yd = y.get(), cd = conv.get();
+  bool good = set(operation.get(), a_x, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &xd) &&
+              set(operation.get(), a_w, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &wd) &&
+              set(operation.get(), a_y, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &yd) &&
+              set(operation.get(), a_conv, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cd);
+  if (dtype == DType::f64) {
+    const double one = 1.0, zero = 0.0;
+    good = good && set(operation.get(), a_alpha, CUDNN_TYPE_DOUBLE, 1, &one) &&
+           set(operation.get(), a_beta, CUDNN_TYPE_DOUBLE, 1, &zero);
+  } else {
+    const float one = 1.0f, zero = 0.0f;
+    good = good && set(operation.get(), a_alpha, CUDNN_TYPE_FLOAT, 1, &one) &&
+           set(operation.get(), a_beta, CUDNN_TYPE_FLOAT, 1, &zero);
+  }
+  if (!good || !GRAPH_OK(cudnnBackendFinalize(operation.get()))) return none;
+
+  BackendDesc graph(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
+  cudnnBackendDescriptor_t od = operation.get();
+  if (!graph || !set(graph.get(), CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &od) ||
+      !set(graph.get(), kGraphHandle, CUDNN_TYPE_HANDLE, 1, &handle) ||
+      !GRAPH_OK(cudnnBackendFinalize(graph.get())))
+    return none;
+  Graph out;
+  out.parts.push_back(std::move(x));
+  out.parts.push_back(std::move(w));
+  out.parts.push_back(std::move(y));
+  out.parts.push_back(std::move(conv));
+  out.parts.push_back(std::move(operation));
+  out.graph = std::move(graph);
+  return out;
+}
+
+// The engine configurations the heuristics suggest for graph, best first.
+std::vector<BackendDesc> engine_configs(cudnnBackendDescriptor_t graph, cudnnBackendHeurMode_t mode) {
+  std::vector<BackendDesc> out;
+  BackendDesc heur(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
+  if (!heur || !set(heur.get(), CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph) ||
+      !set(heur.get(), CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode) ||
+      !GRAPH_OK(cudnnBackendFinalize(heur.get())))
+    return out;
+  int64_t count = 0;
+  if (!GRAPH_OK(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                                         0, &count, nullptr)) ||
+      count <= 0)
+    return out;
+  std::vector<cudnnBackendDescriptor_t> raw;
+  for (int64_t i = 0; i < count; ++i) {
+    out.emplace_back(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
+    if (!out.back()) return {};
+    raw.push_back(out.back().get());
+  }
+  int64_t got = 0;
+  if (!GRAPH_OK(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                                         count, &got, raw.data())))
+    return {};
+  out.resize(static_cast<size_t>(std::min(got, count)));
+  return out;
+}
+
+// Whether the engine of cfg keeps the numerics this dtype asks for; its global index for messages.
+bool numerics_allowed(cudnnBackendDescriptor_t cfg, DType dtype, int64_t& engine_index) {
+  BackendDesc engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
+  int64_t n = 0;
+  if (!engine || !GRAPH_OK(cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_ENGINE,
+                                                    CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, engine.addr())))
+    return false;
+  cudnnBackendDescriptor_t e = engine.get();
+  engine_index = -1;
+  cudnnBackendGetAttribute(e, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &n, &engine_index);
+  cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
+  int64_t count = 0;
+  if (!GRAPH_OK(cudnnBackendGetAttribute(e, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
+                                         CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &count, notes)))
+    return false;
+  const bool strict_fp32 = dtype == DType::f32 && !cuda_allow_tf32();
+  for (int64_t i = 0; i < count; ++i) {
+    if (notes[i] == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS ||
+        notes[i] == CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION)
+      return false;
+    if (notes[i] == CUDNN_NUMERICAL_NOTE_TENSOR_CORE && (strict_fp32 || dtype == DType::f64)) return false;
+  }
+  cudnnBackendBehaviorNote_t behaviour[CUDNN_BEHAVIOR_NOTE_TYPE_COUNT];
+  count = 0;
+  if (cudnnBackendGetAttribute(e, CUDNN_ATTR_ENGINE_BEHAVIOR_NOTE, CUDNN_TYPE_BEHAVIOR_NOTE,
+                               CUDNN_BEHAVIOR_NOTE_TYPE_COUNT, &count, behaviour) == CUDNN_STATUS_SUCCESS) {
+    static const bool allow_rtc = env_is("TRAINER_CUDNN_RTC", "1");
+    for (int64_t i = 0; i < count; ++i)  // compiling kernels at run time costs seconds at start-up
+      if (behaviour[i] == CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION && !allow_rtc) return false;
+  }
+  return true;
+}
+
+// Milliseconds per run of plan (best of a few), or infinity when it fails.
+float time_plan(cudnnHandle_t handle, cudnnBackendDescriptor_t plan, void* const ptrs[3], void* ws) {
+  const float fail = std::numeric_limits<float>::infinity();
+  if (!execute_plan(handle, plan, ptrs, ws)) return fail;  // warm-up
+  cudaStream_t stream = cuda_stream();
+  cudaEvent_t a, b;
+  CUDA_CHECK(cudaEventCreate(&a));
+  CUDA_CHECK(cudaEventCreate(&b));
+  float best = fail;
+  for (int rep = 0; rep < 3; ++rep) {
+    CUDA_CHECK(cudaEventRecord(a, stream));
+    const bool good = execute_plan(handle, plan, ptrs, ws);
+    CUDA_CHECK(cudaEventRecord(b, stream));
+    CUDA_CHECK(cudaEventSynchronize(b));
+    float ms = fail;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+    if (!good) {
+      best = fail;
+      break;
+    }
+    best = std::min(best, ms);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return best;
+}
+
+// The fastest graph-API plan for the convolution, or nullptr when none runs.
+cudnnBackendDescriptor_t graph_plan(ConvOp op, DType dtype, bool nhwc, const Shape& xs, const Shape& ws,
+                                    const Shape& ys, const Conv2dParams& p, void* const ptrs[3], int64_t alignment,
+                                    size_t& workspace_bytes) {
+  cudnnHandle_t handle = cuda_context().cudnn;
+  Graph graph = operation_graph(handle, op, dtype, nhwc, xs, ws, ys, p, alignment);
+  if (!graph) return nullptr;
+  struct Candidate {
+    BackendDesc plan, cfg;
+    size_t workspace;
+    int64_t engine;
+  };
+  std::vector<Candidate> candidates;
+  for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
+    for (BackendDesc& cfg : engine_configs(graph.graph.get(), mode)) {
+      if (static_cast<int>(candidates.size()) >= kMaxCandidates) break;
+      int64_t engine = -1;
+      if (!numerics_allowed(cfg.get(), dtype, engine)) continue;
+      BackendDesc plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+      cudnnBackendDescriptor_t c = cfg.get();
+      if (!plan || !set(plan.get(), kPlanHandle, CUDNN_TYPE_HANDLE, 1, &handle) ||
+          !set(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &c) ||
+          cudnnBackendFinalize(plan.get()) != CUDNN_STATUS_SUCCESS)
+        continue;
+      int64_t bytes = 0, n = 0;
+      if (!GRAPH_OK(cudnnBackendGetAttribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                                             CUDNN_TYPE_INT64, 1, &n, &bytes)) ||
+          bytes < 0 || static_cast<size_t>(bytes) > kMaxWorkspaceBytes)
+        continue;
+      candidates.push_back({std::move(plan), std::move(cfg), static_cast<size_t>(bytes), engine});
+    }
+    if (!candidates.empty()) break;  // the fallback list only when the heuristics gave nothing usable
+  }
+  if (candidates.empty()) return nullptr;
+  size_t max_ws = 0;
+  for (const Candidate& c : candidates) max_ws = std::max(max_ws, c.workspace);
+  Tensor ws_tensor;
+  try {
+    if (max_ws) ws_tensor = workspace(max_ws);
+  } catch (const std::runtime_error&) {  // short of memory: only workspace-free candidates
+    max_ws = 0;
+  }
+  std::vector<Timed> timed;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    if (candidates[i].workspace > max_ws) continue;
+    const float ms = time_plan(handle, candidates[i].plan.get(), ptrs, max_ws ? ws_tensor.raw_data() : nullptr);
+    if (debug())
+      std::fprintf(stderr, "cudnn graph:   engine %lld ws %zu: %.4f ms\n", static_cast<long long>(candidates[i].engine),
+                   candidates[i].workspace, ms);
+    if (ms < std::numeric_limits<float>::infinity()) timed.push_back({ms, candidates[i].workspace, static_cast<int>(i)});
+  }
+  const int pick = choose_timed(timed);
+  if (pick < 0) return nullptr;
+  workspace_bytes = candidates[pick].workspace;
+  if (debug())
+    std::fprintf(stderr, "cudnn graph: %s x%s w%s %s%s: engine %lld, workspace %zu\n", op_name(op),
+                 shape_str(xs).c_str(), shape_str(ws).c_str(), nhwc ? "nhwc" : "nchw",
+                 cuda_allow_tf32() ? " tf32" : "", static_cast<long long>(candidates[pick].engine),
+                 workspace_bytes);
+  graph.release();
+  candidates[pick].cfg.release();
+  return candidates[pick].plan.release();
+}
+
+// Find's own status: a layout cuDNN cannot run at all is reported as "no algorithm", so that the
+// caller falls back to NCHW.
+#define CHECK_FIND(call)                                                       \
+  do {                                                                         \
+    const cudnnStatus_t status_ = (call);                                      \
+    if (status_ / 1000 == CUDNN_STATUS_NOT_SUPPORTED / 1000) return plan; \
+    CUDNN_CHECK(status_);                                                      \
+  } while (0)
+
+// The legacy algorithm for the convolution (plan->none when the layout has none).
+template <class Perf>
+void pick_legacy(Plan& plan, const Perf* perf, int count) {
+  std::vector<Timed> timed;
+  for (int i = 0; i < count; ++i) {
+    if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].memory > kMaxWorkspaceBytes) continue;
+    const bool tensor_op =
+        perf[i].mathType == CUDNN_TENSOR_OP_MATH || perf[i].mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
+    if (plan.legacy->strict_fp32 && tensor_op) continue;
+    if (perf[i].mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) continue;  // would round f32 inputs to f16
+    timed.push_back({perf[i].time, perf[i].memory, i});
+  }
+  const int i = choose_timed(timed);
+  if (i < 0) return;
+  plan.none = false;
+  plan.algo = static_cast<int>(perf[i].algo);
+  plan.math = plan.legacy->strict_fp32 ? CUDNN_FMA_MATH : perf[i].mathType;
+  plan.workspace = perf[i].memory;
+  CUDNN_CHECK(cudnnSetConvolutionMathType(plan.legacy->conv, plan.math));
+}
+
+std::unique_ptr<Plan> legacy_plan(ConvOp op, DType dtype, bool nhwc, const Shape& xs, const Shape& wsh,
+                                  const Shape& ys, const Conv2dParams& p, void* const ptrs[3]) {
+  auto plan = std::make_unique<Plan>();
+  plan->none = true;
+  plan->legacy = std::make_unique<Descriptors>(xs, wsh, ys, dtype, nhwc, p, "conv2d");
+  const Descriptors& d = *plan->legacy;
+  cudnnHandle_t h = cuda_context().cudnn;
   Tensor ws;
-  size_t bytes = kFindWorkspaceBytes;
+  size_t bytes = kMaxWorkspaceBytes;
   try {
     ws = workspace(bytes);
   } catch (const std::runtime_error&) {  // short of memory: let Find try the workspace-free algorithms
     bytes = 0;
   }
-  const Choice c = find(bytes ? ws.raw_data() : nullptr, bytes);
-  std::lock_guard<std::mutex> lock(g_cache_mutex);
-  g_cache[key] = c;
-  return c;
+  void* wp = bytes ? ws.raw_data() : nullptr;
+  int count = 0;
+  if (op == ConvOp::forward) {
+    cudnnConvolutionFwdAlgoPerf_t perf[kMaxAlgos];
+    CHECK_FIND(cudnnFindConvolutionForwardAlgorithmEx(h, d.x, ptrs[0], d.w, ptrs[1], d.conv, d.y, ptrs[2],
+                                                      kMaxAlgos, &count, perf, wp, bytes));
+    pick_legacy(*plan, perf, count);
+  } else if (op == ConvOp::backward_data) {
+    cudnnConvolutionBwdDataAlgoPerf_t perf[kMaxAlgos];
+    CHECK_FIND(cudnnFindConvolutionBackwardDataAlgorithmEx(h, d.w, ptrs[1], d.y, ptrs[2], d.conv, d.x, ptrs[0],
+                                                           kMaxAlgos, &count, perf, wp, bytes));
+    pick_legacy(*plan, perf, count);
+  } else {
+    cudnnConvolutionBwdFilterAlgoPerf_t perf[kMaxAlgos];
+    CHECK_FIND(cudnnFindConvolutionBackwardFilterAlgorithmEx(h, d.x, ptrs[0], d.y, ptrs[2], d.conv, d.w, ptrs[1],
+                                                             kMaxAlgos, &count, perf, wp, bytes));
+    pick_legacy(*plan, perf, count);
+  }
+  if (debug())
+    std::fprintf(stderr, "cudnn legacy: %s x%s w%s %s%s: algo %d math %d, workspace %zu\n", op_name(op),
+                 shape_str(xs).c_str(), shape_str(wsh).c_str(), nhwc ? "nhwc" : "nchw",
+                 cuda_allow_tf32() ? " tf32" : "", plan->algo, static_cast<int>(plan->math), plan->workspace);
+  return plan;
+}
+
+struct PlanCounts {
+  int graph = 0, legacy = 0, none = 0;
+  size_t max_workspace = 0;
+};
+PlanCounts g_counts;
+
+// The cached plan for the convolution, built (and timed on these buffers) on first use.
+const Plan& plan_for(ConvOp op, DType dtype, bool nhwc, const Shape& xs, const Shape& wsh, const Shape& ys,
+                     const Conv2dParams& p, void* const ptrs[3]) {
+  const int64_t alignment = alignment_of(ptrs);
+  const Key key = make_key(op, dtype, nhwc, xs, wsh, p, alignment);
+  {
+    std::lock_guard<std::mutex> lock(g_plans_mutex);
+    auto it = g_plans.find(key);
+    if (it != g_plans.end()) return *it->second;
+  }
+  std::unique_ptr<Plan> plan;
+  static const bool legacy_only = env_is("TRAINER_CUDNN_API", "legacy");
+  if (!legacy_only) {
+    size_t bytes = 0;
+    if (cudnnBackendDescriptor_t g = graph_plan(op, dtype, nhwc, xs, wsh, ys, p, ptrs, alignment, bytes)) {
+      plan = std::make_unique<Plan>();
+      plan->graph = g;
+      plan->workspace = bytes;
+    }
+  }
+  if (!plan) plan = legacy_plan(op, dtype, nhwc, xs, wsh, ys, p, ptrs);
+  std::lock_guard<std::mutex> lock(g_plans_mutex);
+  (plan->none ? g_counts.none : plan->graph ? g_counts.graph : g_counts.legacy) += 1;
+  g_counts.max_workspace = std::max(g_counts.max_workspace, plan->workspace);
+  auto [it, inserted] = g_plans.emplace(key, std::move(plan));
+  return *it->second;
 }
 
 const void* one(DType dtype) {
@@ -199,6 +643,43 @@ const void* zero(DType dtype) {
   static const float f = 0.0f;
   static const double d = 0.0;
   return dtype == DType::f64 ? static_cast<const void*>(&d) : &f;
+}
+
+// Runs the convolution of op on ptrs = {x or dx, w or dw, y or dy}; throws NoAlgorithm when the
+// layout has none.
+void run_conv(ConvOp op, DType dtype, bool nhwc, const Shape& xs, const Shape& wsh, const Shape& ys,
+              const Conv2dParams& p, void* const ptrs[3]) {
+  const Plan& plan = plan_for(op, dtype, nhwc, xs, wsh, ys, p, ptrs);
+  if (plan.none) throw NoAlgorithm{};
+  CudaContext& ctx = cuda_context();
+  cuda_stream();
+  Tensor ws = plan.workspace ? workspace(plan.workspace) : Tensor();
+  void* wp = plan.workspace ? ws.raw_data() : nullptr;
+  if (plan.graph) {
+    void* const cp[3] = {ptrs[0], ptrs[1], ptrs[2]};
+    BackendDesc pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
+    if (!pack) CUDNN_CHECK(CUDNN_STATUS_ALLOC_FAILED);
+    CUDNN_CHECK(cudnnBackendSetAttribute(pack.get(), CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 3, kUids));
+    CUDNN_CHECK(cudnnBackendSetAttribute(pack.get(), CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 3, cp));
+    CUDNN_CHECK(cudnnBackendSetAttribute(pack.get(), CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &wp));
+    CUDNN_CHECK(cudnnBackendFinalize(pack.get()));
+    CUDNN_CHECK(cudnnBackendExecute(ctx.cudnn, plan.graph, pack.get()));
+    return;
+  }
+  const Descriptors& d = *plan.legacy;
+  const size_t bytes = plan.workspace;
+  if (op == ConvOp::forward)
+    CUDNN_CHECK(cudnnConvolutionForward(ctx.cudnn, one(dtype), d.x, ptrs[0], d.w, ptrs[1], d.conv,
+                                        static_cast<cudnnConvolutionFwdAlgo_t>(plan.algo), wp, bytes, zero(dtype),
+                                        d.y, ptrs[2]));
+  else if (op == ConvOp::backward_data)
+    CUDNN_CHECK(cudnnConvolutionBackwardData(ctx.cudnn, one(dtype), d.w, ptrs[1], d.y, ptrs[2], d.conv,
+                                             static_cast<cudnnConvolutionBwdDataAlgo_t>(plan.algo), wp, bytes,
+                                             zero(dtype), d.x, ptrs[0]));
+  else
+    CUDNN_CHECK(cudnnConvolutionBackwardFilter(ctx.cudnn, one(dtype), d.x, ptrs[0], d.y, ptrs[2], d.conv,
+                                               static_cast<cudnnConvolutionBwdFilterAlgo_t>(plan.algo), wp, bytes,
+                                               zero(dtype), d.w, ptrs[1]));
 }
 
 MemoryFormat format_for(bool nhwc) { return nhwc ? MemoryFormat::channels_last : MemoryFormat::contiguous; }
@@ -226,8 +707,14 @@ Tensor with_layout_fallback(bool nhwc, DType dtype, Body&& body) {
 
 }  // namespace
 
-Tensor CudaBackend::conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& bias,
-                           const Conv2dParams& p) {
+std::string cuda_conv_summary() {
+  std::lock_guard<std::mutex> lock(g_plans_mutex);
+  return "conv plans: " + std::to_string(g_counts.graph) + " graph API, " + std::to_string(g_counts.legacy) +
+         " legacy, " + std::to_string(g_counts.none) + " none; largest workspace " +
+         std::to_string(g_counts.max_workspace >> 20) + " MiB";
+}
+
+Tensor CudaBackend::conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& bias, const Conv2dParams& p) {
   using namespace cuda;
   check_device(x_in, "conv2d", "input");
   check_device(w_in, "conv2d", "weight");
@@ -247,27 +734,8 @@ Tensor CudaBackend::conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor&
     const Tensor x = x_in.contiguous(f), w = w_in.contiguous(f);
     Tensor out = empty(ys, dtype, f);
     if (out.numel() == 0) return out;
-    Descriptors d(x.shape(), w.shape(), ys, dtype, cl, p, "conv2d");
-    CudaContext& ctx = cuda_context();
-    cuda_stream();
-    const Choice c =
-        choose(make_key(ConvOp::forward, dtype, cl, x.shape(), w.shape(), p), [&](void* ws, size_t bytes) {
-          cudnnConvolutionFwdAlgoPerf_t perf[kMaxAlgos];
-          int count = 0;
-          CHECK_FIND(cudnnFindConvolutionForwardAlgorithmEx(ctx.cudnn, d.x, x.raw_data(), d.w, w.raw_data(),
-                                                            d.conv, d.y, out.raw_data(), kMaxAlgos, &count,
-                                                            perf, ws, bytes));
-          return pick(perf, count, d);
-        });
-    if (c.algo < 0) throw NoAlgorithm{};
-    const auto algo = static_cast<cudnnConvolutionFwdAlgo_t>(c.algo);
-    CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, d.strict_fp32 ? CUDNN_FMA_MATH : c.math));
-    size_t bytes = 0;
-    CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(ctx.cudnn, d.x, d.w, d.conv, d.y, algo, &bytes));
-    Tensor ws = bytes ? workspace(bytes) : Tensor();
-    CUDNN_CHECK(cudnnConvolutionForward(ctx.cudnn, one(dtype), d.x, x.raw_data(), d.w, w.raw_data(), d.conv,
-                                        algo, bytes ? ws.raw_data() : nullptr, bytes, zero(dtype), d.y,
-                                        out.raw_data()));
+    void* const ptrs[3] = {x.raw_data(), w.raw_data(), out.raw_data()};
+    run_conv(ConvOp::forward, dtype, cl, x.shape(), w.shape(), ys, p, ptrs);
     return out;
   });
   if (bias.defined()) add_channel_bias(y, bias);
@@ -295,27 +763,8 @@ Tensor CudaBackend::conv2d_backward_input(const Tensor& grad_y, const Tensor& w_
       dx.zero_();
       return dx;
     }
-    Descriptors d(x_shape, w.shape(), ys, dtype, cl, p, "conv2d_backward_input");
-    CudaContext& ctx = cuda_context();
-    cuda_stream();
-    const Choice c = choose(
-        make_key(ConvOp::backward_data, dtype, cl, x_shape, w.shape(), p), [&](void* ws, size_t bytes) {
-          cudnnConvolutionBwdDataAlgoPerf_t perf[kMaxAlgos];
-          int count = 0;
-          CHECK_FIND(cudnnFindConvolutionBackwardDataAlgorithmEx(ctx.cudnn, d.w, w.raw_data(), d.y,
-                                                                 dy.raw_data(), d.conv, d.x, dx.raw_data(),
-                                                                 kMaxAlgos, &count, perf, ws, bytes));
-          return pick(perf, count, d);
-        });
-    if (c.algo < 0) throw NoAlgorithm{};
-    const auto algo = static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo);
-    CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, d.strict_fp32 ? CUDNN_FMA_MATH : c.math));
-    size_t bytes = 0;
-    CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(ctx.cudnn, d.w, d.y, d.conv, d.x, algo, &bytes));
-    Tensor ws = bytes ? workspace(bytes) : Tensor();
-    CUDNN_CHECK(cudnnConvolutionBackwardData(ctx.cudnn, one(dtype), d.w, w.raw_data(), d.y, dy.raw_data(),
-                                             d.conv, algo, bytes ? ws.raw_data() : nullptr, bytes,
-                                             zero(dtype), d.x, dx.raw_data()));
+    void* const ptrs[3] = {dx.raw_data(), w.raw_data(), dy.raw_data()};
+    run_conv(ConvOp::backward_data, dtype, cl, x_shape, w.shape(), ys, p, ptrs);
     return dx;
   });
 }
@@ -340,28 +789,8 @@ Tensor CudaBackend::conv2d_backward_weight(const Tensor& grad_y, const Tensor& x
       dw.zero_();
       return dw;
     }
-    Descriptors d(x.shape(), w_shape, ys, dtype, cl, p, "conv2d_backward_weight");
-    CudaContext& ctx = cuda_context();
-    cuda_stream();
-    const Choice c = choose(
-        make_key(ConvOp::backward_filter, dtype, cl, x.shape(), w_shape, p), [&](void* ws, size_t bytes) {
-          cudnnConvolutionBwdFilterAlgoPerf_t perf[kMaxAlgos];
-          int count = 0;
-          CHECK_FIND(cudnnFindConvolutionBackwardFilterAlgorithmEx(ctx.cudnn, d.x, x.raw_data(), d.y,
-                                                                   dy.raw_data(), d.conv, d.w, dw.raw_data(),
-                                                                   kMaxAlgos, &count, perf, ws, bytes));
-          return pick(perf, count, d);
-        });
-    if (c.algo < 0) throw NoAlgorithm{};
-    const auto algo = static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.algo);
-    CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, d.strict_fp32 ? CUDNN_FMA_MATH : c.math));
-    size_t bytes = 0;
-    CUDNN_CHECK(
-        cudnnGetConvolutionBackwardFilterWorkspaceSize(ctx.cudnn, d.x, d.y, d.conv, d.w, algo, &bytes));
-    Tensor ws = bytes ? workspace(bytes) : Tensor();
-    CUDNN_CHECK(cudnnConvolutionBackwardFilter(ctx.cudnn, one(dtype), d.x, x.raw_data(), d.y, dy.raw_data(),
-                                               d.conv, algo, bytes ? ws.raw_data() : nullptr, bytes,
-                                               zero(dtype), d.w, dw.raw_data()));
+    void* const ptrs[3] = {x.raw_data(), dw.raw_data(), dy.raw_data()};
+    run_conv(ConvOp::backward_filter, dtype, cl, x.shape(), w_shape, ys, p, ptrs);
     return dw;
   });
 }

@@ -212,6 +212,10 @@ void CudaBackend::fill(Tensor& dst, double value) {
   const Indexer di = make_indexer(shape, strides[0], "fill");
   const uint64_t bits = fill_bits(dst.dtype(), value);
   void* d = dst.raw_data();
+  if (bits == 0 && is_flat(di)) {
+    CUDA_CHECK(cudaMemsetAsync(d, 0, static_cast<size_t>(n) * dtype_size(dst.dtype()), cuda_stream()));
+    return;
+  }
   switch (dtype_size(dst.dtype())) {
     case 1:
       return fill_elements<uint8_t>(d, di, static_cast<uint8_t>(bits), n);

@@ -40,6 +40,8 @@ void cuda_synchronize();
 // results then match the CPU to ~1e-5 relative.
 void cuda_set_allow_tf32(bool allow);
 bool cuda_allow_tf32();
+// One line on how the convolutions seen so far run (graph-API plans, legacy algorithms, workspace).
+std::string cuda_conv_summary();
 
 // Throws std::runtime_error naming file:line, the call and the CUDA error, when `status` is an error.
 void cuda_check(cudaError_t status, const char* call, const char* file, int line);

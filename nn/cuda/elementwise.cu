@@ -130,10 +130,10 @@ Tensor CudaBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b) {
     scalar_t* o = static_cast<scalar_t*>(out.raw_data());
     const scalar_t* pa = static_cast<const scalar_t*>(a.raw_data());
     const scalar_t* pb = static_cast<const scalar_t*>(b.raw_data());
+    using acc = acc_t<scalar_t>;
     if (flat)
-      for_each(out.numel(), [=] __device__(int64_t i) {
-        o[i] = store<scalar_t>(apply(op, to_acc(pa[i]), to_acc(pb[i])));
-      });
+      map(out.numel(), o, pa, pb, static_cast<const scalar_t*>(nullptr),
+          [=] __device__(acc x, acc y, acc) { return apply(op, x, y); });
     else
       for_each(out.numel(), [=] __device__(int64_t i) {
         o[offset_of(io, i)] =
@@ -153,10 +153,8 @@ Tensor CudaBackend::binary_scalar(BinaryOp op, const Tensor& a_in, double s, boo
     const scalar_t* p = static_cast<const scalar_t*>(a.raw_data());
     scalar_t* o = static_cast<scalar_t*>(out.raw_data());
     const acc v = static_cast<acc>(s);
-    for_each(out.numel(), [=] __device__(int64_t i) {
-      const acc x = to_acc(p[i]);
-      o[i] = store<scalar_t>(scalar_first ? apply(op, v, x) : apply(op, x, v));
-    });
+    map(out.numel(), o, p, static_cast<const scalar_t*>(nullptr), static_cast<const scalar_t*>(nullptr),
+        [=] __device__(acc x, acc, acc) { return scalar_first ? apply(op, v, x) : apply(op, x, v); });
   });
   return out;
 }
@@ -169,7 +167,9 @@ Tensor CudaBackend::unary(UnaryOp op, const Tensor& a_in) {
   CUDA_DISPATCH_FLOAT(a.dtype(), "unary op", [&] {
     const scalar_t* p = static_cast<const scalar_t*>(a.raw_data());
     scalar_t* o = static_cast<scalar_t*>(out.raw_data());
-    for_each(out.numel(), [=] __device__(int64_t i) { o[i] = store<scalar_t>(apply(op, to_acc(p[i]))); });
+    using acc = acc_t<scalar_t>;
+    map(out.numel(), o, p, static_cast<const scalar_t*>(nullptr), static_cast<const scalar_t*>(nullptr),
+        [=] __device__(acc x, acc, acc) { return apply(op, x); });
   });
   return out;
 }
@@ -197,10 +197,7 @@ Tensor CudaBackend::unary_backward(UnaryOp op, const Tensor& grad, const Tensor&
     const scalar_t* px = xs.defined() ? static_cast<const scalar_t*>(xs.raw_data()) : nullptr;
     const scalar_t* py = ys.defined() ? static_cast<const scalar_t*>(ys.raw_data()) : nullptr;
     scalar_t* o = static_cast<scalar_t*>(out.raw_data());
-    for_each(out.numel(), [=] __device__(int64_t i) {
-      o[i] = store<scalar_t>(
-          apply_backward(op, to_acc(pg[i]), px ? to_acc(px[i]) : acc(0), py ? to_acc(py[i]) : acc(0)));
-    });
+    map(out.numel(), o, pg, px, py, [=] __device__(acc g, acc x, acc y) { return apply_backward(op, g, x, y); });
   });
   return out;
 }
@@ -218,8 +215,8 @@ void CudaBackend::axpy(Tensor& dst, const Tensor& src, double alpha) {
     scalar_t* d = static_cast<scalar_t*>(dst.raw_data());
     const scalar_t* p = static_cast<const scalar_t*>(s.raw_data());
     const acc a = static_cast<acc>(alpha);
-    for_each(dst.numel(),
-             [=] __device__(int64_t i) { d[i] = store<scalar_t>(to_acc(d[i]) + a * to_acc(p[i])); });
+    map(dst.numel(), d, static_cast<const scalar_t*>(d), p, static_cast<const scalar_t*>(nullptr),
+        [=] __device__(acc x, acc y, acc) { return x + a * y; });
   });
 }
 
@@ -231,7 +228,8 @@ void CudaBackend::scale(Tensor& dst, double alpha) {
     using acc = acc_t<scalar_t>;
     scalar_t* d = static_cast<scalar_t*>(dst.raw_data());
     const acc a = static_cast<acc>(alpha);
-    for_each(dst.numel(), [=] __device__(int64_t i) { d[i] = store<scalar_t>(to_acc(d[i]) * a); });
+    map(dst.numel(), d, static_cast<const scalar_t*>(d), static_cast<const scalar_t*>(nullptr),
+        static_cast<const scalar_t*>(nullptr), [=] __device__(acc x, acc, acc) { return x * a; });
   });
 }
 

@@ -49,7 +49,9 @@ Variable BatchNorm2d::forward(const Variable& x) {
   if (x.dim() != 4 || x.size(1) != num_features_)
     throw std::invalid_argument("BatchNorm2d(" + std::to_string(num_features_) + ") expects input [N, " +
                                 std::to_string(num_features_) + ", H, W], got " + shape_str(x.shape()));
-  Variable y = F::batch_norm(x, weight_, bias_, *running_mean_, *running_var_, training_, momentum_, eps_);
+  Variable y = training_ && training_forward_ ? training_forward_(*this, x)
+                                              : F::batch_norm(x, weight_, bias_, *running_mean_,
+                                                              *running_var_, training_, momentum_, eps_);
   if (training_) count_batch();
   return y;
 }

@@ -4,6 +4,8 @@
 // state dicts match torchvision's. Training mode normalises with batch statistics and updates the
 // running ones; evaluation mode uses the running statistics.
 #include <cstdint>
+#include <functional>
+#include <utility>
 
 #include "nn/modules/module.h"
 
@@ -16,6 +18,14 @@ class BatchNorm2d : public Module {
   void reset_parameters();                       // weight 1, bias 0
   void reset_running_stats();                    // mean 0, var 1, count 0
   void on_state_loaded() override { tracked_mirror_ = -1; }
+
+  // Replaces the training-mode normalisation (not the bookkeeping: forward still counts the batch),
+  // e.g. with batch statistics over all ranks (dist/sync_batch_norm.h). A hook rather than a subclass
+  // swap because models call their typed BatchNorm2d members directly, and converting in place keeps
+  // the parameters the optimizer and the gradient reducer already hold. Evaluation mode never uses it.
+  using TrainingForward = std::function<Variable(BatchNorm2d&, const Variable&)>;
+  void set_training_forward(TrainingForward f) { training_forward_ = std::move(f); }
+  bool has_training_forward() const { return static_cast<bool>(training_forward_); }
 
   int64_t num_features() const { return num_features_; }
   double eps() const { return eps_; }
@@ -38,6 +48,7 @@ class BatchNorm2d : public Module {
   // Host copy of num_batches_tracked for device buffers, so counting costs no device sync
   // (-1: not read yet).
   int64_t tracked_mirror_ = -1;
+  TrainingForward training_forward_;  // empty: this process's batch statistics
 };
 
 }  // namespace trainer

@@ -1,6 +1,9 @@
 // Multi-process training on this machine's CPU: ranks started by hand with torchrun's variables, as a
 // launcher would, on loopback.
 #include <gtest/gtest.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -32,6 +35,20 @@ std::string slurp(const fs::path& p) {
   return s.str();
 }
 
+// A port the kernel just handed out (and that we released), so parallel test runs do not collide.
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  socklen_t len = sizeof addr;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
 class DistributedTrain : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -39,8 +56,7 @@ class DistributedTrain : public ::testing::Test {
                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
-    std::mt19937 rng(static_cast<unsigned>(::getpid()) ^ static_cast<unsigned>(time(nullptr)));
-    port_ = 20000 + static_cast<int>(rng() % 20000);
+    port_ = free_port();
   }
   void TearDown() override { fs::remove_all(dir_); }
 

@@ -1,0 +1,33 @@
+#pragma once
+// `trainer plan`: how much memory a config needs per rank under plain data parallelism and the three
+// ZeRO stages, from the parameter count, the bytes per parameter the precision and optimizer imply, and
+// activation memory measured by one dry-run forward + backward step; recommends the simplest strategy
+// that fits a given device memory.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace trainer {
+
+// Bytes of model state per parameter.
+struct BytesPerParam {
+  int weights = 4, gradients = 4, master = 0, optimizer = 0;
+};
+// precision: fp32 | tf32 | bf16 | fp16; optimizer: sgd (momentum > 0: one buffer) | adamw (two).
+BytesPerParam bytes_per_param(const std::string& precision, const std::string& optimizer, double momentum);
+
+enum class Strategy { dp, zero1, zero2, zero3 };
+struct StrategyMemory {
+  Strategy strategy = Strategy::dp;
+  std::string name;                                                               // "DP", "ZeRO-1", ...
+  double weights = 0, gradients = 0, master = 0, optimizer = 0, activations = 0;  // bytes per rank
+  double total() const { return weights + gradients + master + optimizer + activations; }
+};
+// Per-rank memory of each strategy at `ranks` ranks: ZeRO-1 shards optimizer state and master weights,
+// ZeRO-2 also gradients, ZeRO-3 also weights, each by 1/ranks; activations are never sharded.
+std::vector<StrategyMemory> strategy_memory(int64_t params, const BytesPerParam& b, int64_t activation_bytes,
+                                            int ranks);
+
+int plan_command(const std::vector<std::string>& args);
+
+}  // namespace trainer

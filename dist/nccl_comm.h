@@ -1,0 +1,107 @@
+#pragma once
+// The GPU communicator: NCCL collectives on device tensors, behind the same Comm interface as CpuComm.
+// Built only with the CUDA backend (TRAINER_WITH_CUDA); this header is plain C++ (no CUDA or NCCL
+// types), so code that merely creates one needs neither header.
+//
+// Streams. Every collective runs on the communicator's own (high-priority) stream, never on the
+// compute stream, so NCCL kernels overlap backward:
+//   1. at issue, an event is recorded on the compute stream and the communication stream waits for it
+//      (cudaEventRecord + cudaStreamWaitEvent): the gradients backward queued so far are complete
+//      before NCCL reads them, without the host waiting for anything;
+//   2. after the NCCL call, a "done" event is recorded on the communication stream;
+//   3. Work::wait() makes the COMPUTE stream wait for that event and returns at once: the host is not
+//      blocked, and everything queued afterwards on the compute stream (copying averaged gradients
+//      back, the optimizer) runs after the collective. This is the hot path: no host sync anywhere.
+// Tensors used by a collective are kept alive until the communication stream has passed its done
+// event (the watchdog drops them), so the stream-ordered caching allocator cannot hand their blocks to
+// new compute-stream work while NCCL still reads them (see nn/cuda/caching_allocator.h).
+// Host-side waits: barrier(), all_gather (it exchanges sizes first) and collectives on CPU tensors
+// (staged through device memory; the training loop's stop flag, evaluation sums, consistency checks)
+// block the host, polling the done event so a failure ends the wait with the error.
+//
+// all_gather with a dim 0 that differs between ranks: the shapes are all-gathered first, every rank
+// pads its rows to the largest dim 0, one ncclAllGather moves the padded blocks, and each rank's part
+// is trimmed back to its own dim 0 (views into one buffer). The padding bytes are never read.
+//
+// Timeouts and failures: a watchdog thread polls every collective's done event (cudaEventQuery) and
+// ncclCommGetAsyncError. A collective not done within timeout() after it was issued, or an NCCL
+// error, fails the communicator: ncclCommAbort (the NCCL kernels exit, so no stream hangs) and every
+// pending and later call throws DistError, e.g. "NCCL all_reduce did not complete within 10 min (...):
+// a rank probably died or diverged. HINT: ...". Since Work::wait() does not block the host, a failure
+// that happens after wait() returned is raised by the next call on the communicator (the next step's
+// all_reduce). With a watchdog store, abort(), a failure and destruction without shutdown() post the
+// reason to the store, and the other ranks' watchdogs (which look there once a collective has been
+// pending for a second) fail at once with it instead of waiting out their timeout.
+//
+// Set-up: rank 0 creates the ncclUniqueId and shares it (hex) through the store under
+// "nccl/<name>/<generation>/unique_id"; every rank calls ncclCommInitRankConfig (non-blocking mode, so
+// a rank that never arrives makes set-up fail after connect_timeout instead of hanging).
+//
+// Recommended environment (set by the launcher or the user, never by this code):
+//   NCCL_NVLS_ENABLE=0   NVLink SHARP needs multicast objects that containers and some drivers do not
+//                        grant; with it on, communicator set-up can fail or hang on NVSwitch hosts.
+//   NCCL_DEBUG=WARN      NCCL's own reason for a failure in the log (INFO for topology details).
+#ifdef TRAINER_WITH_CUDA
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dist/comm.h"
+
+namespace trainer {
+
+class Store;
+
+struct NcclCommOptions {
+  // Store keys live under "nccl/<name>/": several communicators can share one store.
+  std::string name = "default";
+  // The CUDA device of this rank (LOCAL_RANK); init_cuda_backend(device) must have run.
+  int device = 0;
+  std::chrono::milliseconds timeout{std::chrono::minutes(10)};          // each collective
+  std::chrono::milliseconds connect_timeout{std::chrono::seconds(30)};  // the rendezvous + NCCL set-up
+  // A store connection of the watchdog's own (the main one can be held for minutes by a blocking wait):
+  // used to publish this rank's failure and to notice another rank's. Null: failures still end every
+  // wait, but other ranks only notice through their own timeout.
+  std::shared_ptr<Store> watchdog_store;
+  std::chrono::milliseconds watchdog_interval{std::chrono::milliseconds(50)};
+};
+
+class NcclComm : public Comm {
+ public:
+  // Collective over the store: every rank calls it with the same name and world size. Throws DistError
+  // (no CUDA backend on that device, a rank that did not arrive within connect_timeout, NCCL errors).
+  static std::shared_ptr<NcclComm> create(Store& store, int rank, int world_size,
+                                          const NcclCommOptions& options);
+  ~NcclComm() override;
+
+  int rank() const override;
+  int world_size() const override;
+  std::string backend_name() const override { return "nccl"; }
+  // Device tensors of this rank's GPU (f32, f64, f16, bf16, i64; u8 for sum and max): enqueued on the
+  // communication stream, returns at once; wait() orders the compute stream after it. CPU tensors
+  // work too (staged through the device; wait() then blocks the host).
+  std::shared_ptr<Work> all_reduce_async(Tensor tensor, ReduceOp op) override;
+  void broadcast(Tensor& tensor, int root) override;
+  std::vector<Tensor> all_gather(const Tensor& tensor) override;
+  // A 1-element all-reduce, then the host waits for the communication stream to pass it.
+  void barrier() override;
+  void set_timeout(std::chrono::milliseconds timeout) override;
+  std::chrono::milliseconds timeout() const override;
+  void abort(const std::string& reason) override;
+  void shutdown() override;
+
+  // The communication stream, as a cudaStream_t.
+  void* stream() const;
+
+  struct Impl;
+
+ private:
+  explicit NcclComm(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace trainer
+
+#endif  // TRAINER_WITH_CUDA
