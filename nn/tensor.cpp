@@ -39,6 +39,19 @@ Shape channels_last_strides(const Shape& shape) {
   return {h * w * c, 1, w * c, c};
 }
 
+Shape broadcast_shape(const Shape& a, const Shape& b) {
+  const size_t n = std::max(a.size(), b.size());
+  Shape out(n);
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t da = i < n - a.size() ? 1 : a[i - (n - a.size())];
+    const int64_t db = i < n - b.size() ? 1 : b[i - (n - b.size())];
+    if (da != db && da != 1 && db != 1)
+      throw std::invalid_argument("cannot broadcast " + shape_str(a) + " with " + shape_str(b));
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
 Tensor::Tensor(std::shared_ptr<Storage> storage, Shape shape, Shape strides, int64_t offset, DType dtype)
     : storage_(std::move(storage)), shape_(std::move(shape)), strides_(std::move(strides)), offset_(offset),
       numel_(shape_numel(shape_)), dtype_(dtype), device_(storage_->device()) {}

@@ -23,6 +23,8 @@ int64_t shape_numel(const Shape& shape);
 Shape contiguous_strides(const Shape& shape);
 // Strides of a 4-D [N, C, H, W] tensor laid out as NHWC in memory.
 Shape channels_last_strides(const Shape& shape);
+// Numpy broadcasting: the shape of a op b; throws std::invalid_argument when they do not broadcast.
+Shape broadcast_shape(const Shape& a, const Shape& b);
 
 class Tensor {
  public:

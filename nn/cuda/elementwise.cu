@@ -7,19 +7,6 @@ namespace trainer {
 namespace cuda {
 namespace {
 
-Shape broadcast_shape(const Shape& a, const Shape& b) {
-  const size_t n = std::max(a.size(), b.size());
-  Shape out(n);
-  for (size_t i = 0; i < n; ++i) {
-    const int64_t da = i < n - a.size() ? 1 : a[i - (n - a.size())];
-    const int64_t db = i < n - b.size() ? 1 : b[i - (n - b.size())];
-    if (da != db && da != 1 && db != 1)
-      throw std::invalid_argument("cannot broadcast " + shape_str(a) + " with " + shape_str(b));
-    out[i] = da == 1 ? db : da;
-  }
-  return out;
-}
-
 Shape broadcast_strides(const Tensor& t, const Shape& shape) {
   const size_t n = shape.size(), k = t.shape().size();
   Shape strides(n, 0);
