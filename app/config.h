@@ -89,6 +89,8 @@ struct DistConfig {
   std::string backend = "auto";  // auto | nccl | gloo
   int timeout_seconds = 300;
   int zero_stage = 0;  // 0..2
+  std::string nccl_debug;     // NCCL_DEBUG for this run ("" = leave the environment alone)
+  std::string socket_ifname;  // NCCL_SOCKET_IFNAME for this run ("" = leave the environment alone)
   bool operator==(const DistConfig&) const = default;
 };
 

@@ -128,6 +128,8 @@ void visit_fields(C& c, Visit&& visit) {
   visit("dist", "backend", c.dist.backend, one_of({"auto", "nccl", "gloo"}));
   visit("dist", "timeout_seconds", c.dist.timeout_seconds, at_least(1));
   visit("dist", "zero_stage", c.dist.zero_stage, closed(0, 2));
+  visit("dist", "nccl_debug", c.dist.nccl_debug, one_of({"", "VERSION", "WARN", "INFO", "TRACE"}));
+  visit("dist", "socket_ifname", c.dist.socket_ifname, any());
 
   auto& k = c.checkpoint;
   visit("checkpoint", "dir", k.dir, any());

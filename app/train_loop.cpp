@@ -145,6 +145,10 @@ int run_training(const Config& config, const TrainOptions& options) {
   const TrainerBuild build = trainer_build();
   // ---- processes: who we are (torchrun / SLURM / OpenMPI variables) and the others
   const ProcessEnv env = process_env();
+  // NCCL reads its settings from the environment when the communicator is created: set them from the
+  // config so users need not export them on every node by hand.
+  if (!config.dist.nccl_debug.empty()) ::setenv("NCCL_DEBUG", config.dist.nccl_debug.c_str(), 1);
+  if (!config.dist.socket_ifname.empty()) ::setenv("NCCL_SOCKET_IFNAME", config.dist.socket_ifname.c_str(), 1);
   // The device first: NCCL needs it, and LOCAL_RANK picks it (never a silent fallback to GPU 0).
   const Device device = setup_device(config, env.local_rank);
   check_precision(config, device);
@@ -192,6 +196,10 @@ int run_training(const Config& config, const TrainOptions& options) {
         {build.str(), content_hash(config_toml), e.data.train->fingerprint(), e.steps_per_epoch});
     const std::vector<ConsistencyItem> keys = config_key_items(config_toml);
     items.insert(items.begin(), keys.begin(), keys.end());  // a differing key is named, not just a hash
+    items.push_back({"device", device.is_cuda() ? "cuda" : "cpu",
+                     "every rank must train on the same kind of device: check train.device and each node's GPUs"});
+    items.push_back({"local world size", std::to_string(env.local_world_size),
+                     "launch the same number of processes on every node"});
     check_consistency(*pg->store(), rank, world, items, dopt.timeout);
   }
   // Every rank starts from rank 0's weights and buffers; gradients are averaged in buckets while

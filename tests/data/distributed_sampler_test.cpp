@@ -133,3 +133,43 @@ TEST(StepsPerEpoch, CountsTheLastPartialBatchUnlessDropped) {
 
 }  // namespace
 }  // namespace trainer
+
+namespace trainer {
+namespace {
+
+// The property that keeps all-reduces from hanging: for every dataset length, world size, batch size
+// and drop_last, every rank runs the same number of batches, and an epoch without padding covers each
+// sample exactly once (with padding: at least once, duplicates only from the padding).
+TEST(DistributedSampler, SweepEqualBatchCountsAndFullCoverage) {
+  for (int64_t n : {1, 2, 3, 7, 10, 64, 101}) {
+    for (int world = 1; world <= 4; ++world) {
+      if (n < world) continue;
+      for (bool drop_last : {false, true}) {
+        for (int64_t batch : {1, 3, 8}) {
+          std::vector<int> seen(static_cast<size_t>(n), 0);
+          int64_t batches = -1;
+          for (int rank = 0; rank < world; ++rank) {
+            DistributedSampler s(n, world, rank, /*shuffle=*/true, /*seed=*/5, drop_last);
+            s.set_epoch(3);
+            const auto idx = s.indices();
+            const int64_t b = steps_per_epoch(static_cast<int64_t>(idx.size()), batch, drop_last);
+            if (batches < 0) batches = b;
+            EXPECT_EQ(b, batches) << "n=" << n << " world=" << world << " rank=" << rank;
+            for (int64_t i : idx) ++seen[static_cast<size_t>(i)];
+          }
+          const int64_t total = std::accumulate(seen.begin(), seen.end(), int64_t{0});
+          if (drop_last) {
+            EXPECT_EQ(total, n / world * world);
+            for (int c : seen) EXPECT_LE(c, 1);
+          } else {
+            EXPECT_EQ(total, (n + world - 1) / world * world);
+            for (int c : seen) EXPECT_GE(c, 1);
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace trainer
