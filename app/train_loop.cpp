@@ -248,15 +248,16 @@ int run_training(const Config& config, const TrainOptions& options) {
       st.world_size = e.world_size;
     }
     if (!st.rng_states.empty()) e.dropout_generator->set_state(st.rng_states[0]);
-    truncate_step_csv(csv_path, st.step);
+    if (writer) truncate_step_csv(csv_path, st.step);
     log.line(fmt("resumed from %s: step %lld, epoch %lld, batch %lld of the epoch", path->c_str(),
                  static_cast<long long>(st.step), static_cast<long long>(st.epoch + 1),
                  static_cast<long long>(st.batch_in_epoch)));
-  } else {
+  } else if (writer) {
     std::ofstream(csv_path, std::ios::trunc) << "step,epoch,loss,lr\n";
   }
+  // Rank 0's losses only (each rank's loss is of its own shard; the weights are the same everywhere).
   StepLog steps;
-  steps.csv.open(csv_path, std::ios::app);
+  if (writer) steps.csv.open(csv_path, std::ios::app);
   // Rank 0's phase seconds per optimizer step, for `trainer bench`. StepTimes count this process's
   // steps from 1, so a resumed run numbers them after the checkpoint's step.
   std::ofstream step_times_csv;
