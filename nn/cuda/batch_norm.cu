@@ -8,8 +8,8 @@
 // kernel is needed); the variance takes two passes (no cancellation when |mean| >> std).
 //
 // Per-channel inputs (mean, invstd, gamma, sums) are read in place in whatever floating dtype they
-// have: no conversion kernels. Each piece is one reduction kernel or one small coefficient kernel
-// plus one elementwise pass, vectorised by 4 when the layout allows.
+// have: no conversion kernels. Each piece is one kernel: a reduction, or an elementwise pass
+// (vectorised by 4 when the layout allows) that computes its per-channel coefficients itself.
 #include <mutex>
 
 #include "nn/cuda/kernels.cuh"
@@ -24,12 +24,15 @@ struct ChannelLayout {
   bool channels_last = false;
   int64_t outer = 0, channels = 0, inner = 1;
   int64_t per_channel() const { return outer * inner; }
-  MemoryFormat format() const { return channels_last ? MemoryFormat::channels_last : MemoryFormat::contiguous; }
+  MemoryFormat format() const {
+    return channels_last ? MemoryFormat::channels_last : MemoryFormat::contiguous;
+  }
 };
 
 ChannelLayout channel_layout(const Tensor& x, const char* op) {
   if (x.dim() < 2)
-    throw std::invalid_argument(std::string(op) + ": input must be [N, C, ...], got shape " + shape_str(x.shape()));
+    throw std::invalid_argument(std::string(op) + ": input must be [N, C, ...], got shape " +
+                                shape_str(x.shape()));
   ChannelLayout l;
   l.channels = x.size(1);
   if (x.suggest_memory_format() == MemoryFormat::channels_last) {
@@ -221,20 +224,56 @@ void channel_reduce(const ChannelLayout& l, const T* x, const T* dy, ChannelValu
   CUDA_CHECK_LAUNCH();
 }
 
-// out = (x - k[c]) * k[C + c] + k[2C + c] (+ g * k[3C + c] when g is given), in x's dense layout:
-// c = (i / inner) % C, or i % C for channels-last (inner == 1).
-template <class T, bool kWithGrad>
+// Per-channel coefficients of the affine pass out = (x - k0) * k1 + k2 (+ g * k3), computed in double
+// from the per-channel inputs and rounded to the compute type; k is [4][C].
+struct ForwardCoefficients {  // y = (x - mean) * invstd * gamma + beta
+  ChannelValues mean, invstd, gamma, beta;
+  template <class A>
+  __device__ void operator()(int64_t c, int64_t C, A* k) const {
+    k[c] = static_cast<A>(mean[c]);
+    k[C + c] = static_cast<A>(invstd[c] * gamma.or_default(c, 1.0));
+    k[2 * C + c] = static_cast<A>(beta.or_default(c, 0.0));
+    k[3 * C + c] = A(0);
+  }
+};
+struct BackwardCoefficients {  // grad_x = (dy - mean(dy) - xhat * mean(dy * xhat)) * invstd * gamma
+  ChannelValues mean, invstd, gamma, sum_dy, sum_dy_xhat;
+  double n;
+  template <class A>
+  __device__ void operator()(int64_t c, int64_t C, A* k) const {
+    const double is = invstd[c], scale = is * gamma.or_default(c, 1.0);
+    k[c] = static_cast<A>(mean[c]);
+    k[C + c] = static_cast<A>(-sum_dy_xhat[c] / n * is * scale);
+    k[2 * C + c] = static_cast<A>(-sum_dy[c] / n * scale);
+    k[3 * C + c] = static_cast<A>(scale);
+  }
+};
+
+template <class A, class Coefficients>
+__global__ void coefficients_kernel(Coefficients coefficients, int64_t C, A* k) {
+  for (int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; c < C;
+       c += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    coefficients(c, C, k);
+}
+
+// out = (x - k0[c]) * k1[c] + k2[c] (+ g * k3[c] when g is given), in x's dense layout:
+// c = (i / inner) % C, or i % C for channels-last (inner == 1). Each block first computes the
+// coefficients into shared memory (no separate kernel), unless `global_k` already holds them.
+template <class T, bool kWithGrad, class Coefficients>
 __global__ void channel_affine_kernel(int64_t n, const T* __restrict__ x, const T* __restrict__ g,
-                                      T* __restrict__ out, const acc_t<T>* __restrict__ k, int64_t C, int64_t inner,
-                                      bool vec4) {
+                                      T* __restrict__ out, Coefficients coefficients,
+                                      const acc_t<T>* global_k, int64_t C, int64_t inner, bool vec4) {
   using acc = acc_t<T>;
+  extern __shared__ __align__(16) unsigned char shared_k[];
+  const acc* k = global_k;
+  if (!k) {
+    acc* sk = reinterpret_cast<acc*>(shared_k);
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) coefficients(c, C, sk);
+    __syncthreads();
+    k = sk;
+  }
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t first = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  auto one = [&](int64_t i, int64_t c) {
-    acc v = (to_acc(x[i]) - k[c]) * k[C + c] + k[2 * C + c];
-    if constexpr (kWithGrad) v += to_acc(g[i]) * k[3 * C + c];
-    out[i] = store<T>(v);
-  };
   if (vec4) {  // n, inner (or C when inner == 1) multiples of 4 and pointers 4-element aligned
     struct alignas(4 * sizeof(T)) V {
       T v[4];
@@ -259,29 +298,47 @@ __global__ void channel_affine_kernel(int64_t n, const T* __restrict__ x, const 
     }
     return;
   }
-  for (int64_t i = first; i < n; i += stride) one(i, (i / inner) % C);
+  for (int64_t i = first; i < n; i += stride) {
+    const int64_t c = (i / inner) % C;
+    acc v = (to_acc(x[i]) - k[c]) * k[C + c] + k[2 * C + c];
+    if constexpr (kWithGrad) v += to_acc(g[i]) * k[3 * C + c];
+    out[i] = store<T>(v);
+  }
 }
 
 bool aligned_to(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
-template <class T>
-void channel_affine(const ChannelLayout& l, int64_t n, const T* x, const T* g, T* out, const Tensor& coeff) {
+template <class T, class Coefficients>
+void channel_affine(const ChannelLayout& l, int64_t n, const T* x, const T* g, T* out,
+                    Coefficients coefficients) {
   if (n <= 0) return;
-  const auto* k = static_cast<const acc_t<T>*>(coeff.raw_data());
-  const int64_t run = l.inner > 1 ? l.inner : l.channels;
+  using acc = acc_t<T>;
+  const int64_t C = l.channels, run = l.inner > 1 ? l.inner : C;
   const size_t vb = 4 * sizeof(T);
-  const bool vec4 = sizeof(T) <= 4 && n % 4 == 0 && run % 4 == 0 && aligned_to(x, vb) && aligned_to(out, vb) &&
-                    (!g || aligned_to(g, vb));
-  const unsigned blocks = grid_size(vec4 ? n / 4 : n, kThreads);
+  const bool vec4 = sizeof(T) <= 4 && n % 4 == 0 && run % 4 == 0 && aligned_to(x, vb) &&
+                    aligned_to(out, vb) && (!g || aligned_to(g, vb));
+  // Few enough blocks that computing the coefficients per block stays cheap; each loops longer.
+  const unsigned blocks = std::min<unsigned>(grid_size(vec4 ? n / 4 : n, kThreads),
+                                             static_cast<unsigned>(cuda_context().sm_count) * 8);
+  size_t shared = 4 * static_cast<size_t>(C) * sizeof(acc);
+  Tensor global;
+  const acc* gk = nullptr;
+  if (shared > 32 * 1024) {  // many channels: one small kernel computes them into global memory
+    global = empty({4 * C}, sizeof(acc) == 8 ? DType::f64 : DType::f32);
+    coefficients_kernel<<<grid_size(C, kThreads), kThreads, 0, cuda_stream()>>>(
+        coefficients, C, static_cast<acc*>(global.raw_data()));
+    CUDA_CHECK_LAUNCH();
+    gk = static_cast<const acc*>(global.raw_data());
+    shared = 0;
+  }
   if (g)
-    channel_affine_kernel<T, true><<<blocks, kThreads, 0, cuda_stream()>>>(n, x, g, out, k, l.channels, l.inner, vec4);
+    channel_affine_kernel<T, true>
+        <<<blocks, kThreads, shared, cuda_stream()>>>(n, x, g, out, coefficients, gk, C, l.inner, vec4);
   else
     channel_affine_kernel<T, false>
-        <<<blocks, kThreads, 0, cuda_stream()>>>(n, x, nullptr, out, k, l.channels, l.inner, vec4);
+        <<<blocks, kThreads, shared, cuda_stream()>>>(n, x, nullptr, out, coefficients, gk, C, l.inner, vec4);
   CUDA_CHECK_LAUNCH();
 }
-
-DType acc_dtype(DType dtype) { return dtype == DType::f64 ? DType::f64 : DType::f32; }
 
 }  // namespace
 }  // namespace cuda
@@ -291,7 +348,8 @@ std::pair<Tensor, Tensor> CudaBackend::bn_mean_var(const Tensor& x_in) {
   check_device(x_in, "bn_mean_var", "input");
   const ChannelLayout l = channel_layout(x_in, "bn_mean_var");
   if (l.per_channel() == 0)
-    throw std::invalid_argument("bn_mean_var: no values per channel in input of shape " + shape_str(x_in.shape()));
+    throw std::invalid_argument("bn_mean_var: no values per channel in input of shape " +
+                                shape_str(x_in.shape()));
   const Tensor x = x_in.contiguous(l.format());
   const int64_t C = l.channels;
   const double n = static_cast<double>(l.per_channel());
@@ -301,10 +359,11 @@ std::pair<Tensor, Tensor> CudaBackend::bn_mean_var(const Tensor& x_in) {
     double* pm = static_cast<double*>(mean_d.raw_data());
     scalar_t* out_mean = static_cast<scalar_t*>(mean.raw_data());
     scalar_t* out_var = static_cast<scalar_t*>(var.raw_data());
-    channel_reduce<scalar_t, kSum>(l, px, nullptr, ChannelValues{}, [=] __device__(int64_t c, double s, double) {
-      pm[c] = s / n;
-      out_mean[c] = from_acc<scalar_t>(s / n);
-    });
+    channel_reduce<scalar_t, kSum>(l, px, nullptr, ChannelValues{},
+                                   [=] __device__(int64_t c, double s, double) {
+                                     pm[c] = s / n;
+                                     out_mean[c] = from_acc<scalar_t>(s / n);
+                                   });
     channel_reduce<scalar_t, kSquaredDeviation>(
         l, px, nullptr, ChannelValues{pm, DType::f64},
         [=] __device__(int64_t c, double s, double) { out_var[c] = from_acc<scalar_t>(s / n); });
@@ -326,17 +385,9 @@ Tensor CudaBackend::bn_apply(const Tensor& x_in, const Tensor& mean_t, const Ten
   const Tensor x = x_in.contiguous(l.format());
   Tensor y = empty(x.shape(), x.dtype(), l.format());
   CUDA_DISPATCH_FLOAT(x.dtype(), "bn_apply", [&] {
-    using acc = acc_t<scalar_t>;
-    Tensor coeff = empty({4 * C}, acc_dtype(x.dtype()));
-    acc* k = static_cast<acc*>(coeff.raw_data());
-    for_each(C, [=] __device__(int64_t c) {
-      k[c] = static_cast<acc>(mean[c]);
-      k[C + c] = static_cast<acc>(invstd[c] * gamma.or_default(c, 1.0));
-      k[2 * C + c] = static_cast<acc>(beta.or_default(c, 0.0));
-      k[3 * C + c] = acc(0);
-    });
     channel_affine<scalar_t>(l, x.numel(), static_cast<const scalar_t*>(x.raw_data()), nullptr,
-                             static_cast<scalar_t*>(y.raw_data()), coeff);
+                             static_cast<scalar_t*>(y.raw_data()),
+                             ForwardCoefficients{mean, invstd, gamma, beta});
   });
   return y;
 }
@@ -387,20 +438,11 @@ Tensor CudaBackend::bn_backward_input(const Tensor& grad_y, const Tensor& x_in, 
   Tensor gx = empty(x.shape(), x.dtype(), l.format());
   const double n = static_cast<double>(count);
   CUDA_DISPATCH_FLOAT(x.dtype(), op, [&] {
-    using acc = acc_t<scalar_t>;
-    // grad_x = (dy - mean(dy) - xhat * mean(dy * xhat)) * invstd * gamma, as (x - mean) * a + b + dy * s.
-    Tensor coeff = empty({4 * C}, acc_dtype(x.dtype()));
-    acc* k = static_cast<acc*>(coeff.raw_data());
-    for_each(C, [=] __device__(int64_t c) {
-      const double is = invstd[c], scale = is * gamma.or_default(c, 1.0);
-      k[c] = static_cast<acc>(mean[c]);
-      k[C + c] = static_cast<acc>(-sum_dy_xhat[c] / n * is * scale);
-      k[2 * C + c] = static_cast<acc>(-sum_dy[c] / n * scale);
-      k[3 * C + c] = static_cast<acc>(scale);
-    });
+    // As (x - mean) * a + b + dy * s.
     channel_affine<scalar_t>(l, x.numel(), static_cast<const scalar_t*>(x.raw_data()),
-                             static_cast<const scalar_t*>(g.raw_data()), static_cast<scalar_t*>(gx.raw_data()),
-                             coeff);
+                             static_cast<const scalar_t*>(g.raw_data()),
+                             static_cast<scalar_t*>(gx.raw_data()),
+                             BackwardCoefficients{mean, invstd, gamma, sum_dy, sum_dy_xhat, n});
   });
   return gx;
 }

@@ -56,7 +56,9 @@ class CachingAllocator final : public Allocator {
       pool.erase(it);
       ++stats_.cache_hits;
     } else {
-      const size_t segment = small ? kSmallSegment : size <= kMidLimit ? kMidSegment : round_up(size, kLargeRound);
+      const size_t segment = small               ? kSmallSegment
+                             : size <= kMidLimit ? kMidSegment
+                                                 : round_up(size, kLargeRound);
       block = new_segment(segment, small, nbytes);
     }
     // Split off the rest, which stays cached; a large block keeps a small remainder (too small to

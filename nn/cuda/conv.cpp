@@ -6,18 +6,24 @@
 // cannot run.
 //
 // How a convolution runs is decided once per (op, shapes, params, dtype, layout, TF32 setting,
-// pointer alignment) and cached as a Plan:
-//  - first through cuDNN's graph API: the heuristics' engine configurations that respect the
-//    numerics (no TF32 unless cuda_set_allow_tf32(true), never down-converted inputs or reduced-
-//    precision reductions) are finalised and timed, and the fastest is kept as an execution plan.
-//    This reaches the engines that PyTorch uses (the legacy API exposes only a few of them), and a
-//    cached plan costs one cudnnBackendExecute per call instead of descriptor set-up, a workspace
-//    query and the legacy API's plan lookup;
-//  - else through the legacy API (cudnnFind*AlgorithmEx), with its descriptors kept in the plan.
-// Among candidates within 5% of the fastest the one with the smallest workspace wins, and no
-// candidate may need more than kMaxWorkspaceBytes: the workspace is allocated on top of the
-// activations at the peak of backward. Workspaces come from the caching allocator.
-// TRAINER_CUDNN_API=legacy skips the graph API; TRAINER_CUDNN_DEBUG=1 prints every choice.
+// pointer alignment) by timing candidates on the call's own buffers, and cached as a Plan:
+//  - cuDNN's graph API: the heuristics' engine configurations that respect the numerics (no TF32
+//    unless cuda_set_allow_tf32(true), never down-converted inputs or reduced-precision
+//    reductions) are finalised and timed. This reaches the tensor-core engines that PyTorch uses
+//    (with TF32 the legacy API mostly offers FMA kernels), and a cached execution plan costs one
+//    cudnnBackendExecute per call;
+//  - the legacy API's cudnnFind*AlgorithmEx, which also times FFT and Winograd algorithms that the
+//    heuristics leave out (the fastest in strict f32); its descriptors are kept in the plan.
+// The fastest candidate wins, or the one with the smallest workspace among those within 5% of it.
+// A workspace may be at most four times the largest operand or 256 MiB, whichever is larger: the
+// tensor-core engines on NCHW data transpose the operands into it (resnet18-cifar at batch 512
+// needs just over twice its 128 MiB first-stage activation; capped at 256 MiB only FMA kernels
+// remained there, 5x slower).
+// Workspaces come from the caching allocator and live only during the call.
+// TRAINER_CUDNN_API=legacy|graph uses one API only; TRAINER_CUDNN_RTC=1 also tries engines that
+// compile kernels at run time (seconds per shape at start-up); TRAINER_CUDNN_DEBUG=1 prints every
+// candidate and choice.
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <cstdlib>
@@ -32,7 +38,7 @@
 namespace trainer {
 namespace {
 
-constexpr size_t kMaxWorkspaceBytes = size_t{256} << 20;
+constexpr size_t kMinWorkspaceLimit = size_t{256} << 20;
 constexpr int kMaxAlgos = 16;
 constexpr int kMaxCandidates = 10;  // graph-API engine configurations timed per convolution
 constexpr double kWorkspaceSlack = 1.05;
@@ -101,7 +107,6 @@ cudnnDataType_t cudnn_type(DType dtype, const char* op) {
                                   std::string(dtype_name(dtype)));
   }
 }
-
 
 // ---- legacy API
 
@@ -236,27 +241,60 @@ bool execute_plan(cudnnHandle_t handle, cudnnBackendDescriptor_t plan, void* con
 
 // How one convolution runs, built once per key.
 struct Plan {
-  bool none = false;                        // nothing runs in this layout
+  bool none = false;                         // nothing runs in this layout
   cudnnBackendDescriptor_t graph = nullptr;  // graph-API execution plan, or
-  std::unique_ptr<Descriptors> legacy;      // legacy descriptors + algorithm
+  std::unique_ptr<Descriptors> legacy;       // legacy descriptors + algorithm
   int algo = -1;
   cudnnMathType_t math = CUDNN_DEFAULT_MATH;
   size_t workspace = 0;
+
+  Plan() = default;
+  Plan(const Plan&) = delete;
+  Plan& operator=(const Plan&) = delete;
+  ~Plan() {  // only a plan that lost the comparison: cached ones live as long as the process
+    if (graph) cudnnBackendDestroyDescriptor(graph);
+  }
 };
 
 using Key = std::array<int64_t, 21>;
 std::mutex g_plans_mutex;
-std::map<Key, std::unique_ptr<Plan>> g_plans;  // never shrinks; Plan addresses stay valid
+// Never shrinks, and is never destroyed (cuDNN may be gone at exit); Plan addresses stay valid.
+std::map<Key, std::unique_ptr<Plan>>& g_plans = *new std::map<Key, std::unique_ptr<Plan>>();
 
 Key make_key(ConvOp op, DType dtype, bool nhwc, const Shape& xs, const Shape& ws, const Conv2dParams& p,
              int64_t alignment) {
-  return {static_cast<int64_t>(op), static_cast<int64_t>(dtype), nhwc, cuda_allow_tf32(), xs[0], xs[1], xs[2],
-          xs[3], ws[0], ws[1], ws[2], ws[3], p.stride_h, p.stride_w, p.pad_h, p.pad_w, p.dilation_h,
-          p.dilation_w, p.groups, alignment, 0};
+  return {static_cast<int64_t>(op),
+          static_cast<int64_t>(dtype),
+          nhwc,
+          cuda_allow_tf32(),
+          xs[0],
+          xs[1],
+          xs[2],
+          xs[3],
+          ws[0],
+          ws[1],
+          ws[2],
+          ws[3],
+          p.stride_h,
+          p.stride_w,
+          p.pad_h,
+          p.pad_w,
+          p.dilation_h,
+          p.dilation_w,
+          p.groups,
+          alignment,
+          0};
 }
 
 Tensor workspace(size_t bytes) {
   return Tensor::empty({static_cast<int64_t>(bytes)}, DType::u8, cuda::current_device());
+}
+
+// The largest workspace a candidate may ask for (see the top of the file).
+size_t workspace_limit(DType dtype, const Shape& xs, const Shape& ws, const Shape& ys) {
+  const size_t largest =
+      static_cast<size_t>(std::max({shape_numel(xs), shape_numel(ws), shape_numel(ys)})) * dtype_size(dtype);
+  return std::max(kMinWorkspaceLimit, 4 * largest);
 }
 
 // Largest power of two up to 16 that divides every address: engines that load vectors need it.
@@ -298,8 +336,8 @@ struct Graph {
 };
 
 // The convolution of op as a one-operation graph, or an empty Graph when cuDNN refuses it.
-Graph operation_graph(cudnnHandle_t handle, ConvOp op, DType dtype, bool nhwc, const Shape& xs, const Shape& ws,
-                      const Shape& ys, const Conv2dParams& p, int64_t alignment) {
+Graph operation_graph(cudnnHandle_t handle, ConvOp op, DType dtype, bool nhwc, const Shape& xs,
+                      const Shape& ws, const Shape& ys, const Conv2dParams& p, int64_t alignment) {
   Graph none;
   const cudnnDataType_t dt = cudnn_type(dtype, "conv2d");
   BackendDesc x = tensor_desc(kUids[0], dt, xs, nhwc, alignment);
@@ -384,13 +422,14 @@ Graph operation_graph(cudnnHandle_t handle, ConvOp op, DType dtype, bool nhwc, c
 std::vector<BackendDesc> engine_configs(cudnnBackendDescriptor_t graph, cudnnBackendHeurMode_t mode) {
   std::vector<BackendDesc> out;
   BackendDesc heur(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
-  if (!heur || !set(heur.get(), CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph) ||
+  if (!heur ||
+      !set(heur.get(), CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph) ||
       !set(heur.get(), CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode) ||
       !GRAPH_OK(cudnnBackendFinalize(heur.get())))
     return out;
   int64_t count = 0;
-  if (!GRAPH_OK(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
-                                         0, &count, nullptr)) ||
+  if (!GRAPH_OK(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                         CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, nullptr)) ||
       count <= 0)
     return out;
   std::vector<cudnnBackendDescriptor_t> raw;
@@ -400,8 +439,8 @@ std::vector<BackendDesc> engine_configs(cudnnBackendDescriptor_t graph, cudnnBac
     raw.push_back(out.back().get());
   }
   int64_t got = 0;
-  if (!GRAPH_OK(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
-                                         count, &got, raw.data())))
+  if (!GRAPH_OK(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                         CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got, raw.data())))
     return {};
   out.resize(static_cast<size_t>(std::min(got, count)));
   return out;
@@ -469,8 +508,9 @@ float time_plan(cudnnHandle_t handle, cudnnBackendDescriptor_t plan, void* const
 
 // The fastest graph-API plan for the convolution, or nullptr when none runs.
 cudnnBackendDescriptor_t graph_plan(ConvOp op, DType dtype, bool nhwc, const Shape& xs, const Shape& ws,
-                                    const Shape& ys, const Conv2dParams& p, void* const ptrs[3], int64_t alignment,
-                                    size_t& workspace_bytes) {
+                                    const Shape& ys, const Conv2dParams& p, void* const ptrs[3],
+                                    int64_t alignment, size_t& workspace_bytes, float& time_ms) {
+  const size_t limit = workspace_limit(dtype, xs, ws, ys);
   cudnnHandle_t handle = cuda_context().cudnn;
   Graph graph = operation_graph(handle, op, dtype, nhwc, xs, ws, ys, p, alignment);
   if (!graph) return nullptr;
@@ -494,7 +534,7 @@ cudnnBackendDescriptor_t graph_plan(ConvOp op, DType dtype, bool nhwc, const Sha
       int64_t bytes = 0, n = 0;
       if (!GRAPH_OK(cudnnBackendGetAttribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
                                              CUDNN_TYPE_INT64, 1, &n, &bytes)) ||
-          bytes < 0 || static_cast<size_t>(bytes) > kMaxWorkspaceBytes)
+          bytes < 0 || static_cast<size_t>(bytes) > limit)
         continue;
       candidates.push_back({std::move(plan), std::move(cfg), static_cast<size_t>(bytes), engine});
     }
@@ -512,15 +552,19 @@ cudnnBackendDescriptor_t graph_plan(ConvOp op, DType dtype, bool nhwc, const Sha
   std::vector<Timed> timed;
   for (size_t i = 0; i < candidates.size(); ++i) {
     if (candidates[i].workspace > max_ws) continue;
-    const float ms = time_plan(handle, candidates[i].plan.get(), ptrs, max_ws ? ws_tensor.raw_data() : nullptr);
+    const float ms =
+        time_plan(handle, candidates[i].plan.get(), ptrs, max_ws ? ws_tensor.raw_data() : nullptr);
     if (debug())
-      std::fprintf(stderr, "cudnn graph:   engine %lld ws %zu: %.4f ms\n", static_cast<long long>(candidates[i].engine),
-                   candidates[i].workspace, ms);
-    if (ms < std::numeric_limits<float>::infinity()) timed.push_back({ms, candidates[i].workspace, static_cast<int>(i)});
+      std::fprintf(stderr, "cudnn graph:   engine %lld ws %zu: %.4f ms\n",
+                   static_cast<long long>(candidates[i].engine), candidates[i].workspace, ms);
+    if (ms < std::numeric_limits<float>::infinity())
+      timed.push_back({ms, candidates[i].workspace, static_cast<int>(i)});
   }
   const int pick = choose_timed(timed);
   if (pick < 0) return nullptr;
   workspace_bytes = candidates[pick].workspace;
+  for (const Timed& t : timed)
+    if (t.index == pick) time_ms = t.ms;
   if (debug())
     std::fprintf(stderr, "cudnn graph: %s x%s w%s %s%s: engine %lld, workspace %zu\n", op_name(op),
                  shape_str(xs).c_str(), shape_str(ws).c_str(), nhwc ? "nhwc" : "nchw",
@@ -533,19 +577,19 @@ cudnnBackendDescriptor_t graph_plan(ConvOp op, DType dtype, bool nhwc, const Sha
 
 // Find's own status: a layout cuDNN cannot run at all is reported as "no algorithm", so that the
 // caller falls back to NCHW.
-#define CHECK_FIND(call)                                                       \
-  do {                                                                         \
-    const cudnnStatus_t status_ = (call);                                      \
+#define CHECK_FIND(call)                                                  \
+  do {                                                                    \
+    const cudnnStatus_t status_ = (call);                                 \
     if (status_ / 1000 == CUDNN_STATUS_NOT_SUPPORTED / 1000) return plan; \
-    CUDNN_CHECK(status_);                                                      \
+    CUDNN_CHECK(status_);                                                 \
   } while (0)
 
 // The legacy algorithm for the convolution (plan->none when the layout has none).
 template <class Perf>
-void pick_legacy(Plan& plan, const Perf* perf, int count) {
+void pick_legacy(Plan& plan, const Perf* perf, int count, size_t limit, float& time_ms) {
   std::vector<Timed> timed;
   for (int i = 0; i < count; ++i) {
-    if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].memory > kMaxWorkspaceBytes) continue;
+    if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].memory > limit) continue;
     const bool tensor_op =
         perf[i].mathType == CUDNN_TENSOR_OP_MATH || perf[i].mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
     if (plan.legacy->strict_fp32 && tensor_op) continue;
@@ -558,18 +602,21 @@ void pick_legacy(Plan& plan, const Perf* perf, int count) {
   plan.algo = static_cast<int>(perf[i].algo);
   plan.math = plan.legacy->strict_fp32 ? CUDNN_FMA_MATH : perf[i].mathType;
   plan.workspace = perf[i].memory;
+  time_ms = perf[i].time;
   CUDNN_CHECK(cudnnSetConvolutionMathType(plan.legacy->conv, plan.math));
 }
 
 std::unique_ptr<Plan> legacy_plan(ConvOp op, DType dtype, bool nhwc, const Shape& xs, const Shape& wsh,
-                                  const Shape& ys, const Conv2dParams& p, void* const ptrs[3]) {
+                                  const Shape& ys, const Conv2dParams& p, void* const ptrs[3],
+                                  float& time_ms) {
   auto plan = std::make_unique<Plan>();
   plan->none = true;
   plan->legacy = std::make_unique<Descriptors>(xs, wsh, ys, dtype, nhwc, p, "conv2d");
   const Descriptors& d = *plan->legacy;
   cudnnHandle_t h = cuda_context().cudnn;
   Tensor ws;
-  size_t bytes = kMaxWorkspaceBytes;
+  const size_t limit = workspace_limit(dtype, xs, wsh, ys);
+  size_t bytes = limit;
   try {
     ws = workspace(bytes);
   } catch (const std::runtime_error&) {  // short of memory: let Find try the workspace-free algorithms
@@ -581,22 +628,23 @@ std::unique_ptr<Plan> legacy_plan(ConvOp op, DType dtype, bool nhwc, const Shape
     cudnnConvolutionFwdAlgoPerf_t perf[kMaxAlgos];
     CHECK_FIND(cudnnFindConvolutionForwardAlgorithmEx(h, d.x, ptrs[0], d.w, ptrs[1], d.conv, d.y, ptrs[2],
                                                       kMaxAlgos, &count, perf, wp, bytes));
-    pick_legacy(*plan, perf, count);
+    pick_legacy(*plan, perf, count, limit, time_ms);
   } else if (op == ConvOp::backward_data) {
     cudnnConvolutionBwdDataAlgoPerf_t perf[kMaxAlgos];
-    CHECK_FIND(cudnnFindConvolutionBackwardDataAlgorithmEx(h, d.w, ptrs[1], d.y, ptrs[2], d.conv, d.x, ptrs[0],
-                                                           kMaxAlgos, &count, perf, wp, bytes));
-    pick_legacy(*plan, perf, count);
+    CHECK_FIND(cudnnFindConvolutionBackwardDataAlgorithmEx(h, d.w, ptrs[1], d.y, ptrs[2], d.conv, d.x,
+                                                           ptrs[0], kMaxAlgos, &count, perf, wp, bytes));
+    pick_legacy(*plan, perf, count, limit, time_ms);
   } else {
     cudnnConvolutionBwdFilterAlgoPerf_t perf[kMaxAlgos];
-    CHECK_FIND(cudnnFindConvolutionBackwardFilterAlgorithmEx(h, d.x, ptrs[0], d.y, ptrs[2], d.conv, d.w, ptrs[1],
-                                                             kMaxAlgos, &count, perf, wp, bytes));
-    pick_legacy(*plan, perf, count);
+    CHECK_FIND(cudnnFindConvolutionBackwardFilterAlgorithmEx(h, d.x, ptrs[0], d.y, ptrs[2], d.conv, d.w,
+                                                             ptrs[1], kMaxAlgos, &count, perf, wp, bytes));
+    pick_legacy(*plan, perf, count, limit, time_ms);
   }
   if (debug())
-    std::fprintf(stderr, "cudnn legacy: %s x%s w%s %s%s: algo %d math %d, workspace %zu\n", op_name(op),
-                 shape_str(xs).c_str(), shape_str(wsh).c_str(), nhwc ? "nhwc" : "nchw",
-                 cuda_allow_tf32() ? " tf32" : "", plan->algo, static_cast<int>(plan->math), plan->workspace);
+    std::fprintf(stderr, "cudnn legacy: %s x%s w%s %s%s: algo %d math %d, workspace %zu, %.4f ms\n",
+                 op_name(op), shape_str(xs).c_str(), shape_str(wsh).c_str(), nhwc ? "nhwc" : "nchw",
+                 cuda_allow_tf32() ? " tf32" : "", plan->algo, static_cast<int>(plan->math), plan->workspace,
+                 time_ms);
   return plan;
 }
 
@@ -616,17 +664,37 @@ const Plan& plan_for(ConvOp op, DType dtype, bool nhwc, const Shape& xs, const S
     auto it = g_plans.find(key);
     if (it != g_plans.end()) return *it->second;
   }
-  std::unique_ptr<Plan> plan;
   static const bool legacy_only = env_is("TRAINER_CUDNN_API", "legacy");
+  static const bool graph_only = env_is("TRAINER_CUDNN_API", "graph");
+  const float never = std::numeric_limits<float>::infinity();
+  std::unique_ptr<Plan> graph;
+  float graph_ms = never, legacy_ms = never;
   if (!legacy_only) {
     size_t bytes = 0;
-    if (cudnnBackendDescriptor_t g = graph_plan(op, dtype, nhwc, xs, wsh, ys, p, ptrs, alignment, bytes)) {
-      plan = std::make_unique<Plan>();
-      plan->graph = g;
-      plan->workspace = bytes;
+    if (cudnnBackendDescriptor_t g =
+            graph_plan(op, dtype, nhwc, xs, wsh, ys, p, ptrs, alignment, bytes, graph_ms)) {
+      graph = std::make_unique<Plan>();
+      graph->graph = g;
+      graph->workspace = bytes;
     }
   }
-  if (!plan) plan = legacy_plan(op, dtype, nhwc, xs, wsh, ys, p, ptrs);
+  std::unique_ptr<Plan> plan;
+  if (!graph_only || !graph) plan = legacy_plan(op, dtype, nhwc, xs, wsh, ys, p, ptrs, legacy_ms);
+  if (graph) {
+    // The graph plan unless the legacy algorithm is faster, or as fast with a smaller workspace.
+    const bool legacy_wins =
+        plan && !plan->none &&
+        (legacy_ms * kWorkspaceSlack < graph_ms ||
+         (legacy_ms <= graph_ms * kWorkspaceSlack && plan->workspace < graph->workspace));
+    if (!legacy_wins) plan = std::move(graph);
+  }
+  if (debug())
+    std::fprintf(stderr, "cudnn: %s x%s w%s %s: %s (graph %.4f ms, legacy %.4f ms)\n", op_name(op),
+                 shape_str(xs).c_str(), shape_str(wsh).c_str(), nhwc ? "nhwc" : "nchw",
+                 plan->none    ? "none"
+                 : plan->graph ? "graph"
+                               : "legacy",
+                 graph_ms, legacy_ms);
   std::lock_guard<std::mutex> lock(g_plans_mutex);
   (plan->none ? g_counts.none : plan->graph ? g_counts.graph : g_counts.legacy) += 1;
   g_counts.max_workspace = std::max(g_counts.max_workspace, plan->workspace);
@@ -659,9 +727,12 @@ void run_conv(ConvOp op, DType dtype, bool nhwc, const Shape& xs, const Shape& w
     void* const cp[3] = {ptrs[0], ptrs[1], ptrs[2]};
     BackendDesc pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
     if (!pack) CUDNN_CHECK(CUDNN_STATUS_ALLOC_FAILED);
-    CUDNN_CHECK(cudnnBackendSetAttribute(pack.get(), CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 3, kUids));
-    CUDNN_CHECK(cudnnBackendSetAttribute(pack.get(), CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 3, cp));
-    CUDNN_CHECK(cudnnBackendSetAttribute(pack.get(), CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &wp));
+    CUDNN_CHECK(
+        cudnnBackendSetAttribute(pack.get(), CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 3, kUids));
+    CUDNN_CHECK(cudnnBackendSetAttribute(pack.get(), CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS,
+                                         CUDNN_TYPE_VOID_PTR, 3, cp));
+    CUDNN_CHECK(
+        cudnnBackendSetAttribute(pack.get(), CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &wp));
     CUDNN_CHECK(cudnnBackendFinalize(pack.get()));
     CUDNN_CHECK(cudnnBackendExecute(ctx.cudnn, plan.graph, pack.get()));
     return;
@@ -670,16 +741,16 @@ void run_conv(ConvOp op, DType dtype, bool nhwc, const Shape& xs, const Shape& w
   const size_t bytes = plan.workspace;
   if (op == ConvOp::forward)
     CUDNN_CHECK(cudnnConvolutionForward(ctx.cudnn, one(dtype), d.x, ptrs[0], d.w, ptrs[1], d.conv,
-                                        static_cast<cudnnConvolutionFwdAlgo_t>(plan.algo), wp, bytes, zero(dtype),
-                                        d.y, ptrs[2]));
+                                        static_cast<cudnnConvolutionFwdAlgo_t>(plan.algo), wp, bytes,
+                                        zero(dtype), d.y, ptrs[2]));
   else if (op == ConvOp::backward_data)
     CUDNN_CHECK(cudnnConvolutionBackwardData(ctx.cudnn, one(dtype), d.w, ptrs[1], d.y, ptrs[2], d.conv,
                                              static_cast<cudnnConvolutionBwdDataAlgo_t>(plan.algo), wp, bytes,
                                              zero(dtype), d.x, ptrs[0]));
   else
     CUDNN_CHECK(cudnnConvolutionBackwardFilter(ctx.cudnn, one(dtype), d.x, ptrs[0], d.y, ptrs[2], d.conv,
-                                               static_cast<cudnnConvolutionBwdFilterAlgo_t>(plan.algo), wp, bytes,
-                                               zero(dtype), d.w, ptrs[1]));
+                                               static_cast<cudnnConvolutionBwdFilterAlgo_t>(plan.algo), wp,
+                                               bytes, zero(dtype), d.w, ptrs[1]));
 }
 
 MemoryFormat format_for(bool nhwc) { return nhwc ? MemoryFormat::channels_last : MemoryFormat::contiguous; }
@@ -714,7 +785,8 @@ std::string cuda_conv_summary() {
          std::to_string(g_counts.max_workspace >> 20) + " MiB";
 }
 
-Tensor CudaBackend::conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& bias, const Conv2dParams& p) {
+Tensor CudaBackend::conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& bias,
+                           const Conv2dParams& p) {
   using namespace cuda;
   check_device(x_in, "conv2d", "input");
   check_device(w_in, "conv2d", "weight");

@@ -184,7 +184,8 @@ Tensor CudaBackend::unary_backward(UnaryOp op, const Tensor& grad, const Tensor&
     const scalar_t* px = xs.defined() ? static_cast<const scalar_t*>(xs.raw_data()) : nullptr;
     const scalar_t* py = ys.defined() ? static_cast<const scalar_t*>(ys.raw_data()) : nullptr;
     scalar_t* o = static_cast<scalar_t*>(out.raw_data());
-    map(out.numel(), o, pg, px, py, [=] __device__(acc g, acc x, acc y) { return apply_backward(op, g, x, y); });
+    map(out.numel(), o, pg, px, py,
+        [=] __device__(acc g, acc x, acc y) { return apply_backward(op, g, x, y); });
   });
   return out;
 }

@@ -177,7 +177,8 @@ __global__ void map_kernel(int64_t n, T* out, const T* a, const T* b, const T* c
       if (c) pc = reinterpret_cast<const P*>(c)[q];
 #pragma unroll
       for (int j = 0; j < V; ++j)
-        r.v[j] = store<T>(f(a ? to_acc(pa.v[j]) : acc(0), b ? to_acc(pb.v[j]) : acc(0), c ? to_acc(pc.v[j]) : acc(0)));
+        r.v[j] = store<T>(
+            f(a ? to_acc(pa.v[j]) : acc(0), b ? to_acc(pb.v[j]) : acc(0), c ? to_acc(pc.v[j]) : acc(0)));
       reinterpret_cast<P*>(out)[q] = r;
     }
     done = nv * V;
