@@ -20,10 +20,10 @@ Tensor accumulate(const Tensor& acc, const Tensor& g) {
   return backend_for(acc).binary(BinaryOp::add, acc, g);
 }
 
-void check_grad_shape(const Tensor& grad, const Tensor& data, const std::string& op) {
-  if (grad.shape() != data.shape())
+void check_grad_shape(const Tensor& grad, const Shape& shape, const std::string& op) {
+  if (grad.shape() != shape)
     throw std::logic_error("autograd: backward of '" + op + "' returned a gradient of shape " +
-                           shape_str(grad.shape()) + " for an input of shape " + shape_str(data.shape()));
+                           shape_str(grad.shape()) + " for an input of shape " + shape_str(shape));
 }
 
 }  // namespace
@@ -51,7 +51,15 @@ Variable record_op(const char* name, Tensor result, std::vector<Variable> inputs
   auto node = std::make_shared<Node>();
   node->name = name;
   node->sequence_nr = g_next_sequence_nr++;
-  node->inputs = std::move(inputs);
+  node->inputs.reserve(inputs.size());
+  for (Variable& in : inputs) {
+    Edge edge;
+    edge.requires_grad = in.requires_grad();
+    edge.shape = in.shape();
+    if (in.grad_fn()) edge.node = in.grad_fn();
+    else if (edge.requires_grad) edge.leaf = std::move(in);
+    node->inputs.push_back(std::move(edge));
+  }
   node->backward = std::move(backward);
   return make_variable(std::move(result), std::move(node));
 }
@@ -65,7 +73,7 @@ void Variable::backward() {
 
 void Variable::backward(const Tensor& grad_output) {
   if (!requires_grad()) throw std::logic_error("backward() on a variable that does not require grad");
-  check_grad_shape(grad_output, data(), "backward seed");
+  check_grad_shape(grad_output, shape(), "backward seed");
   NoGradGuard no_grad;  // the backward closures must not record new nodes
 
   // Pass 1: count, for every node, how many consumers will send it a gradient, and for every
@@ -82,15 +90,15 @@ void Variable::backward(const Tensor& grad_output) {
     while (!stack.empty()) {
       Node* node = stack.back();
       stack.pop_back();
-      for (const Variable& in : node->inputs) {
-        if (!in.requires_grad()) continue;
-        if (Node* child = in.grad_fn().get()) {
+      for (const Edge& in : node->inputs) {
+        if (!in.requires_grad) continue;
+        if (Node* child = in.node.get()) {
           if (pending[child]++ == 0) {
             stack.push_back(child);
-            keep_alive.push_back(in.grad_fn());
+            keep_alive.push_back(in.node);
           }
         } else {
-          ++leaf_pending[in.impl()];
+          ++leaf_pending[in.leaf.impl()];
         }
       }
     }
@@ -98,7 +106,7 @@ void Variable::backward(const Tensor& grad_output) {
 
   auto deliver_to_leaf = [&](const Variable& leaf_const, const Tensor& g) {
     Variable leaf = leaf_const;
-    check_grad_shape(g, leaf.data(), "leaf");
+    check_grad_shape(g, leaf.shape(), "leaf");
     Tensor& acc = leaf.grad();
     if (!acc.defined()) {
       acc = g.clone();  // owned: the closure's tensor may alias others
@@ -136,17 +144,17 @@ void Variable::backward(const Tensor& grad_output) {
     if (input_grads.size() != node->inputs.size())
       throw std::logic_error("autograd: '" + node->name + "' returned the wrong number of gradients");
     for (size_t i = 0; i < node->inputs.size(); ++i) {
-      const Variable& in = node->inputs[i];
-      if (!in.requires_grad()) continue;
-      Node* child = in.grad_fn().get();
+      const Edge& in = node->inputs[i];
+      if (!in.requires_grad) continue;
+      Node* child = in.node.get();
       const Tensor& g = input_grads[i];
       if (g.defined()) {
-        check_grad_shape(g, in.data(), node->name);
+        check_grad_shape(g, in.shape, node->name);
         if (child) grads[child] = accumulate(grads[child], g);
-        else deliver_to_leaf(in, g);
+        else deliver_to_leaf(in.leaf, g);
       } else if (!child) {
-        if (--leaf_pending[in.impl()] <= 0 && in.grad().defined()) {
-          Variable leaf = in;
+        if (--leaf_pending[in.leaf.impl()] <= 0 && in.leaf.grad().defined()) {
+          Variable leaf = in.leaf;
           for (auto& hook : leaf.impl()->grad_ready_hooks) hook(leaf);
         }
       }

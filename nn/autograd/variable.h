@@ -73,10 +73,20 @@ class Variable {
 // tensor for inputs that need none).
 using BackwardFn = std::function<std::vector<Tensor>(const Tensor& grad_output)>;
 
+// Where an input's gradient goes. A node does not keep its inputs' data alive: only what its
+// backward closure saved survives until backward (like PyTorch's edges), so an activation is freed as
+// soon as nothing needs it.
+struct Edge {
+  std::shared_ptr<Node> node;  // producer of a non-leaf input; null for leaves and constants
+  Variable leaf;               // the input itself when it is a leaf that requires a gradient
+  bool requires_grad = false;
+  Shape shape;                 // to check the gradient the op returns
+};
+
 struct Node {
   std::string name;
   uint64_t sequence_nr = 0;  // creation order; backward runs newest first
-  std::vector<Variable> inputs;
+  std::vector<Edge> inputs;
   BackwardFn backward;
 };
 
