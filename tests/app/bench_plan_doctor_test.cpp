@@ -12,6 +12,8 @@
 #include <sstream>
 #include <string>
 
+#include "trainer_process.h"
+
 #include "app/bench_command.h"
 #include "app/plan_command.h"
 #include "nn/allocator.h"
@@ -23,30 +25,9 @@ namespace {
 namespace fs = std::filesystem;
 using namespace trainer;
 
-struct RunResult {
-  int exit_code;
-  std::string output;  // stdout and stderr together
-};
-
-// env: "NAME=value ..." set for the binary only.
-RunResult run_trainer(const std::string& args, const std::string& env = "") {
-  const char* bin = std::getenv("TRAINER_BIN");
-  const std::string cmd =
-      env + " " + std::string(bin ? bin : TRAINER_BINARY_DIR "/trainer") + " " + args + " 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  while (size_t n = fread(buf, 1, sizeof buf, pipe)) out.append(buf, n);
-  const int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
-
-std::string read_file(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using trainer::testing::read_file;
+using trainer::testing::run_trainer;
+using trainer::testing::RunResult;
 
 class BenchPlanDoctor : public ::testing::Test {
  protected:

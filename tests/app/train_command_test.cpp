@@ -10,34 +10,15 @@
 #include <sstream>
 #include <string>
 
+#include "trainer_process.h"
+
 namespace {
 
 namespace fs = std::filesystem;
 
-struct RunResult {
-  int exit_code;
-  std::string output;  // stdout and stderr together
-};
-
-// env: "NAME=value ..." prepended to the command; shell_prefix: e.g. "ulimit -f 64;".
-RunResult run_trainer(const std::string& args, const std::string& env = "", const std::string& shell_prefix = "") {
-  const char* bin = std::getenv("TRAINER_BIN");
-  const std::string cmd = "bash -c '" + shell_prefix + " " + env + " " +
-                          std::string(bin ? bin : TRAINER_BINARY_DIR "/trainer") + " " + args + "' 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  while (size_t n = fread(buf, 1, sizeof buf, pipe)) out.append(buf, n);
-  const int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
-
-std::string read_file(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using trainer::testing::read_file;
+using trainer::testing::run_trainer;
+using trainer::testing::RunResult;
 
 class TrainCommand : public ::testing::Test {
  protected:
