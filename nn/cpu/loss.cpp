@@ -5,41 +5,10 @@
 #include <vector>
 
 #include "nn/cpu/cpu_backend.h"
+#include "nn/kernel_checks.h"
 
 namespace trainer {
 namespace {
-
-// Checks logits [N, K] (K >= 1) and returns K.
-int64_t check_logits(const Tensor& logits, const char* op) {
-  if (logits.dim() != 2)
-    throw std::invalid_argument(std::string(op) + ": logits must be [N, K], got shape " +
-                                shape_str(logits.shape()));
-  if (logits.size(1) < 1) throw std::invalid_argument(std::string(op) + ": logits have no classes (K = 0)");
-  return logits.size(1);
-}
-
-// Checks targets i64 [N] with every value in [0, K); returns them contiguous.
-Tensor check_targets(const Tensor& targets, int64_t n, int64_t k, const char* op) {
-  if (targets.dtype() != DType::i64)
-    throw std::invalid_argument(std::string(op) + ": targets must be i64, got " +
-                                std::string(dtype_name(targets.dtype())));
-  if (targets.dim() != 1 || targets.size(0) != n)
-    throw std::invalid_argument(std::string(op) + ": targets must have shape [" + std::to_string(n) +
-                                "], got " + shape_str(targets.shape()));
-  Tensor t = targets.to(Device::cpu()).contiguous();
-  const int64_t* pt = t.data<int64_t>();
-  for (int64_t i = 0; i < n; ++i)
-    if (pt[i] < 0 || pt[i] >= k)
-      throw std::invalid_argument(std::string(op) + ": target " + std::to_string(pt[i]) + " of sample " +
-                                  std::to_string(i) + " is outside [0, " + std::to_string(k) + ")");
-  return t;
-}
-
-void check_label_smoothing(double eps, const char* op) {
-  if (!(eps >= 0.0 && eps <= 1.0))
-    throw std::invalid_argument(std::string(op) + ": label_smoothing must be in [0, 1], got " +
-                                std::to_string(eps));
-}
 
 }  // namespace
 
@@ -48,7 +17,7 @@ std::pair<Tensor, Tensor> CpuBackend::cross_entropy(const Tensor& logits_in, con
   const int64_t K = check_logits(logits_in, "cross_entropy");
   const int64_t N = logits_in.size(0);
   check_label_smoothing(label_smoothing, "cross_entropy");
-  const Tensor targets = check_targets(targets_in, N, K, "cross_entropy");
+  const Tensor targets = host_targets_in_range(targets_in, N, K, "cross_entropy");
   const Tensor logits = logits_in.contiguous();
   Tensor loss = Tensor::empty({N}, logits.dtype());
   Tensor probs = Tensor::empty({N, K}, logits.dtype());
@@ -89,7 +58,7 @@ Tensor CpuBackend::cross_entropy_backward(const Tensor& grad_loss, const Tensor&
   if (grad_loss.dim() != 1 || grad_loss.size(0) != N)
     throw std::invalid_argument("cross_entropy_backward: grad_loss must have shape [" + std::to_string(N) +
                                 "], got " + shape_str(grad_loss.shape()));
-  const Tensor targets = check_targets(targets_in, N, K, "cross_entropy_backward");
+  const Tensor targets = host_targets_in_range(targets_in, N, K, "cross_entropy_backward");
   const Tensor probs = probs_in.contiguous();
   const std::vector<double> w = grad_loss.to_vector<double>();
   const int64_t* pt = targets.data<int64_t>();
@@ -114,7 +83,7 @@ Tensor CpuBackend::topk_correct(const Tensor& logits_in, const Tensor& targets_i
   const int64_t K = check_logits(logits_in, "topk_correct");
   const int64_t N = logits_in.size(0);
   if (k < 1) throw std::invalid_argument("topk_correct: k must be at least 1, got " + std::to_string(k));
-  const Tensor targets = check_targets(targets_in, N, K, "topk_correct");
+  const Tensor targets = host_targets_in_range(targets_in, N, K, "topk_correct");
   const Tensor logits = logits_in.contiguous();
   const int64_t* pt = targets.data<int64_t>();
   Tensor out = Tensor::empty({N}, DType::u8);

@@ -2,6 +2,7 @@
 // weight decay), in place, with torch.optim's update rules and order of operations.
 #include <cmath>
 
+#include "nn/kernel_checks.h"
 #include "nn/cpu/cpu_backend.h"
 
 namespace trainer {
@@ -60,16 +61,11 @@ void CpuBackend::sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_bu
 
 void CpuBackend::adamw_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
                             const AdamWParams& p) {
-  if (p.step < 1) throw std::invalid_argument("adamw_step: step is 1-based, got " + std::to_string(p.step));
   const MemoryFormat format = dense_format(param, "adamw_step");
   const Tensor g_in = grad_like(param, grad, format, "adamw_step");
   check_state(param, exp_avg, "adamw_step", "exp_avg");
   check_state(param, exp_avg_sq, "adamw_step", "exp_avg_sq");
-  // Scalars as torch.optim.AdamW (single-tensor path) computes them, on the host in double.
-  const double step = static_cast<double>(p.step);
-  const double bias_correction1 = 1.0 - std::pow(p.beta1, step);
-  const double bias_correction2_sqrt = std::sqrt(1.0 - std::pow(p.beta2, step));
-  const double step_size = p.lr / bias_correction1;
+  const AdamWScalars scalars = adamw_scalars(p);  // throws unless p.step >= 1
   TRAINER_DISPATCH_FLOAT(param.dtype(), "adamw_step", [&] {
     scalar_t* w = param.data<scalar_t>();
     const scalar_t* gp = g_in.data<scalar_t>();
@@ -78,8 +74,8 @@ void CpuBackend::adamw_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, 
     const scalar_t decay = static_cast<scalar_t>(1.0 - p.lr * p.weight_decay);
     const scalar_t w1 = static_cast<scalar_t>(1.0 - p.beta1), b2 = static_cast<scalar_t>(p.beta2),
                    w2 = static_cast<scalar_t>(1.0 - p.beta2), eps = static_cast<scalar_t>(p.eps),
-                   bc2 = static_cast<scalar_t>(bias_correction2_sqrt),
-                   neg_step = static_cast<scalar_t>(-step_size);
+                   bc2 = static_cast<scalar_t>(scalars.bias_correction2_sqrt),
+                   neg_step = static_cast<scalar_t>(-scalars.step_size);
     const bool lerp_low = (1.0 - p.beta1) < 0.5;
     const int64_t n = param.numel();
     for (int64_t i = 0; i < n; ++i) {

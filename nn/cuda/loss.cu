@@ -5,6 +5,7 @@
 // device targets are not (a check would stall the stream): an out-of-range target yields a NaN
 // loss, which the training loop reports.
 #include "nn/cuda/kernels.cuh"
+#include "nn/kernel_checks.h"
 
 namespace trainer {
 namespace cuda {
@@ -12,37 +13,16 @@ namespace {
 
 constexpr int kRowThreads = 128;
 
-int64_t check_logits(const Tensor& logits, const char* op) {
+int64_t device_logits_classes(const Tensor& logits, const char* op) {
   check_device(logits, op, "logits");
-  if (logits.dim() != 2)
-    throw std::invalid_argument(std::string(op) + ": logits must be [N, K], got shape " +
-                                shape_str(logits.shape()));
-  if (logits.size(1) < 1) throw std::invalid_argument(std::string(op) + ": logits have no classes (K = 0)");
-  return logits.size(1);
+  return check_logits(logits, op);
 }
 
-// Targets as a contiguous device i64 [N].
+// Targets as a contiguous device i64 [N]; host targets are range-checked on their way over.
 Tensor device_targets(const Tensor& targets, int64_t n, int64_t k, const char* op) {
-  if (targets.dtype() != DType::i64)
-    throw std::invalid_argument(std::string(op) + ": targets must be i64, got " +
-                                std::string(dtype_name(targets.dtype())));
-  if (targets.dim() != 1 || targets.size(0) != n)
-    throw std::invalid_argument(std::string(op) + ": targets must have shape [" + std::to_string(n) +
-                                "], got " + shape_str(targets.shape()));
-  if (targets.device().is_cuda()) return targets.contiguous();
-  const Tensor t = targets.contiguous();
-  const int64_t* pt = t.data<int64_t>();
-  for (int64_t i = 0; i < n; ++i)
-    if (pt[i] < 0 || pt[i] >= k)
-      throw std::invalid_argument(std::string(op) + ": target " + std::to_string(pt[i]) + " of sample " +
-                                  std::to_string(i) + " is outside [0, " + std::to_string(k) + ")");
-  return t.to(current_device());
-}
-
-void check_label_smoothing(double eps, const char* op) {
-  if (!(eps >= 0.0 && eps <= 1.0))
-    throw std::invalid_argument(std::string(op) + ": label_smoothing must be in [0, 1], got " +
-                                std::to_string(eps));
+  if (!targets.device().is_cuda()) return host_targets_in_range(targets, n, k, op).to(current_device());
+  check_targets_shape(targets, n, op);
+  return targets.contiguous();
 }
 
 struct MaxOp {
@@ -93,7 +73,7 @@ __global__ void cross_entropy_kernel(const T* logits, const int64_t* targets, in
 std::pair<Tensor, Tensor> CudaBackend::cross_entropy(const Tensor& logits_in, const Tensor& targets_in,
                                                      double label_smoothing) {
   using namespace cuda;
-  const int64_t K = check_logits(logits_in, "cross_entropy");
+  const int64_t K = device_logits_classes(logits_in, "cross_entropy");
   const int64_t N = logits_in.size(0);
   check_label_smoothing(label_smoothing, "cross_entropy");
   const Tensor targets = device_targets(targets_in, N, K, "cross_entropy");
@@ -112,7 +92,7 @@ std::pair<Tensor, Tensor> CudaBackend::cross_entropy(const Tensor& logits_in, co
 Tensor CudaBackend::cross_entropy_backward(const Tensor& grad_loss, const Tensor& probs_in,
                                            const Tensor& targets_in, double label_smoothing) {
   using namespace cuda;
-  const int64_t K = check_logits(probs_in, "cross_entropy_backward");
+  const int64_t K = device_logits_classes(probs_in, "cross_entropy_backward");
   const int64_t N = probs_in.size(0);
   check_label_smoothing(label_smoothing, "cross_entropy_backward");
   if (grad_loss.dim() != 1 || grad_loss.size(0) != N)
@@ -140,7 +120,7 @@ Tensor CudaBackend::cross_entropy_backward(const Tensor& grad_loss, const Tensor
 
 Tensor CudaBackend::topk_correct(const Tensor& logits_in, const Tensor& targets_in, int k) {
   using namespace cuda;
-  const int64_t K = check_logits(logits_in, "topk_correct");
+  const int64_t K = device_logits_classes(logits_in, "topk_correct");
   const int64_t N = logits_in.size(0);
   if (k < 1) throw std::invalid_argument("topk_correct: k must be at least 1, got " + std::to_string(k));
   const Tensor targets = device_targets(targets_in, N, K, "topk_correct");
@@ -172,7 +152,7 @@ Tensor CudaBackend::topk_correct(const Tensor& logits_in, const Tensor& targets_
 
 Tensor CudaBackend::argmax(const Tensor& logits_in) {
   using namespace cuda;
-  const int64_t K = check_logits(logits_in, "argmax");
+  const int64_t K = device_logits_classes(logits_in, "argmax");
   const int64_t N = logits_in.size(0);
   const Tensor logits = logits_in.contiguous();
   Tensor out = empty({N}, DType::i64);

@@ -3,6 +3,7 @@
 // update rules and order of operations. f32 and f64, like the CPU.
 #include <cmath>
 
+#include "nn/kernel_checks.h"
 #include "nn/cuda/kernels.cuh"
 
 namespace trainer {
@@ -66,16 +67,11 @@ void CudaBackend::adamw_step(Tensor& param, const Tensor& grad, Tensor& exp_avg,
                              const AdamWParams& p) {
   using namespace cuda;
   check_device(param, "adamw_step", "parameter");
-  if (p.step < 1) throw std::invalid_argument("adamw_step: step is 1-based, got " + std::to_string(p.step));
   const MemoryFormat format = param_format(param, "adamw_step");
   const Tensor g_in = grad_like(param, grad, format, "adamw_step");
   check_state(param, exp_avg, "adamw_step", "exp_avg");
   check_state(param, exp_avg_sq, "adamw_step", "exp_avg_sq");
-  // Scalars as torch.optim.AdamW (single-tensor path) computes them, on the host in double.
-  const double step = static_cast<double>(p.step);
-  const double bias_correction1 = 1.0 - std::pow(p.beta1, step);
-  const double bias_correction2_sqrt = std::sqrt(1.0 - std::pow(p.beta2, step));
-  const double step_size = p.lr / bias_correction1;
+  const AdamWScalars scalars = adamw_scalars(p);  // throws unless p.step >= 1
   CUDA_DISPATCH_F32_F64(param.dtype(), "adamw_step", [&] {
     scalar_t* w = static_cast<scalar_t*>(param.raw_data());
     const scalar_t* gp = static_cast<const scalar_t*>(g_in.raw_data());
@@ -84,8 +80,8 @@ void CudaBackend::adamw_step(Tensor& param, const Tensor& grad, Tensor& exp_avg,
     const scalar_t decay = static_cast<scalar_t>(1.0 - p.lr * p.weight_decay);
     const scalar_t w1 = static_cast<scalar_t>(1.0 - p.beta1), b2 = static_cast<scalar_t>(p.beta2),
                    w2 = static_cast<scalar_t>(1.0 - p.beta2), eps = static_cast<scalar_t>(p.eps),
-                   bc2 = static_cast<scalar_t>(bias_correction2_sqrt),
-                   neg_step = static_cast<scalar_t>(-step_size);
+                   bc2 = static_cast<scalar_t>(scalars.bias_correction2_sqrt),
+                   neg_step = static_cast<scalar_t>(-scalars.step_size);
     const bool lerp_low = (1.0 - p.beta1) < 0.5, apply_decay = p.weight_decay != 0.0;
     for_each(param.numel(), [=] __device__(int64_t i) {
       const scalar_t g = gp[i];

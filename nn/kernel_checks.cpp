@@ -1,0 +1,49 @@
+#include "nn/kernel_checks.h"
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+namespace trainer {
+
+int64_t check_logits(const Tensor& logits, const char* op) {
+  if (logits.dim() != 2)
+    throw std::invalid_argument(std::string(op) + ": logits must be [N, K], got shape " +
+                                shape_str(logits.shape()));
+  if (logits.size(1) < 1) throw std::invalid_argument(std::string(op) + ": logits have no classes (K = 0)");
+  return logits.size(1);
+}
+
+void check_targets_shape(const Tensor& targets, int64_t n, const char* op) {
+  if (targets.dtype() != DType::i64)
+    throw std::invalid_argument(std::string(op) + ": targets must be i64, got " +
+                                std::string(dtype_name(targets.dtype())));
+  if (targets.dim() != 1 || targets.size(0) != n)
+    throw std::invalid_argument(std::string(op) + ": targets must have shape [" + std::to_string(n) +
+                                "], got " + shape_str(targets.shape()));
+}
+
+Tensor host_targets_in_range(const Tensor& targets, int64_t n, int64_t k, const char* op) {
+  check_targets_shape(targets, n, op);
+  Tensor t = targets.to(Device::cpu()).contiguous();
+  const int64_t* pt = t.data<int64_t>();
+  for (int64_t i = 0; i < n; ++i)
+    if (pt[i] < 0 || pt[i] >= k)
+      throw std::invalid_argument(std::string(op) + ": target " + std::to_string(pt[i]) + " of sample " +
+                                  std::to_string(i) + " is outside [0, " + std::to_string(k) + ")");
+  return t;
+}
+
+void check_label_smoothing(double eps, const char* op) {
+  if (!(eps >= 0.0 && eps <= 1.0))
+    throw std::invalid_argument(std::string(op) + ": label_smoothing must be in [0, 1], got " +
+                                std::to_string(eps));
+}
+
+AdamWScalars adamw_scalars(const AdamWParams& p) {
+  if (p.step < 1) throw std::invalid_argument("adamw_step: step is 1-based, got " + std::to_string(p.step));
+  const double step = static_cast<double>(p.step);
+  return {p.lr / (1.0 - std::pow(p.beta1, step)), std::sqrt(1.0 - std::pow(p.beta2, step))};
+}
+
+}  // namespace trainer

@@ -1,0 +1,25 @@
+#pragma once
+// Argument checks and host-side scalars that every backend's kernels share, so the CPU and CUDA
+// backends reject the same inputs with the same messages.
+#include <cstdint>
+
+#include "nn/backend.h"
+
+namespace trainer {
+
+// Checks logits [N, K] (K >= 1) and returns K.
+int64_t check_logits(const Tensor& logits, const char* op);
+// Checks targets are i64 [n].
+void check_targets_shape(const Tensor& targets, int64_t n, const char* op);
+// Checks shape and that every target is in [0, k); returns them as a contiguous host tensor.
+Tensor host_targets_in_range(const Tensor& targets, int64_t n, int64_t k, const char* op);
+void check_label_smoothing(double eps, const char* op);
+
+// torch.optim.AdamW's per-step scalars (single-tensor path), computed on the host in double.
+struct AdamWScalars {
+  double step_size;              // lr / (1 - beta1^t)
+  double bias_correction2_sqrt;  // sqrt(1 - beta2^t)
+};
+AdamWScalars adamw_scalars(const AdamWParams& p);  // throws unless p.step >= 1
+
+}  // namespace trainer
