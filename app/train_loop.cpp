@@ -288,12 +288,14 @@ int run_training(const Config& config, const TrainOptions& options) {
   so.enabled = config.train.precision == "fp16";
   LossScaler scaler(so);
   if (st.loss_scale > 0) scaler.load_state(st.loss_scale, st.loss_scale_growth_tracker);
-  auto all_ranks_finite = [&](bool local) {
+  // The largest of one integer over all ranks (no communication at world size 1).
+  auto max_over_ranks = [&](int64_t local) -> int64_t {
     if (world == 1) return local;
-    Tensor flag = Tensor::from_vector<int64_t>({local ? 0 : 1}, {1});
-    pg->comm().all_reduce(flag, ReduceOp::max);
-    return flag.item() == 0;
+    Tensor value = Tensor::from_vector<int64_t>({local}, {1});
+    pg->comm().all_reduce(value, ReduceOp::max);
+    return static_cast<int64_t>(value.item());
   };
+  auto all_ranks_finite = [&](bool local) { return max_over_ranks(local ? 0 : 1) == 0; };
   // Only rank 0 writes; the others wait for it, so no rank runs ahead of a checkpoint in progress.
   auto save_checkpoint = [&](bool final) {
     if (average_bn_stats) average_bn_running_stats(*e.model, pg->comm());
@@ -316,13 +318,7 @@ int run_training(const Config& config, const TrainOptions& options) {
   };
   // Every rank must stop at the same step, or the ones still training wait forever: a stop signal
   // seen by any rank is agreed on with one tiny all-reduce per step.
-  auto agreed_stop_signal = [&]() -> int {
-    int local = stop_requested();
-    if (world == 1) return local;
-    Tensor flag = Tensor::from_vector<int64_t>({local}, {1});
-    pg->comm().all_reduce(flag, ReduceOp::max);
-    return static_cast<int>(flag.item());
-  };
+  auto agreed_stop_signal = [&]() { return static_cast<int>(max_over_ranks(stop_requested())); };
 
   const int accum = config.train.grad_accum_steps;
   const std::vector<Variable> params = e.model->parameters();
