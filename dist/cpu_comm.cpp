@@ -214,6 +214,7 @@ CpuComm::CpuComm(int rank, int world_size, const CpuCommOptions& options)
       options_(options),
       peers_(world_size),
       send_mid_frame_(world_size, false),
+      unsent_(world_size),
       recv_mid_frame_(world_size, false),
       timeout_(options.timeout) {
   if (::pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0)
@@ -401,12 +402,34 @@ void CpuComm::send_abort_to_peers(const std::string& reason, int origin) {
   h.nbytes = text.size();
   std::string frame(reinterpret_cast<const char*>(&h), kHeader);
   frame += text;
-  const net::Deadline deadline = net::deadline_after(std::chrono::milliseconds(200));
+  // A peer reading our cut-off message gets its end first (bounded: a peer that stopped reading
+  // hears only the closed connection).
+  const net::Deadline deadline = net::deadline_after(std::chrono::milliseconds(1000));
   for (int p = 0; p < world_size_; ++p) {
     if (p == rank_ || !peers_[p].valid()) continue;
     int err = 0;
+    UnsentRest& rest = unsent_[p];
+    if (send_mid_frame_[p] && (rest.payload_len > 0 || !rest.header.empty()) &&
+        net::send_all(peers_[p].fd(), rest.header.data(), rest.header.size(), deadline, &err) ==
+            net::IoStatus::ok &&
+        net::send_all(peers_[p].fd(), rest.payload, rest.payload_len, deadline, &err) == net::IoStatus::ok)
+      send_mid_frame_[p] = false;
+    rest = UnsentRest{};
     if (!send_mid_frame_[p]) net::send_all(peers_[p].fd(), frame.data(), frame.size(), deadline, &err);
     peers_[p].shutdown_write();
+  }
+}
+
+void CpuComm::remember_unsent(const std::vector<Transfer>& transfers) {
+  for (const Transfer& t : transfers) {
+    if (!t.is_send || t.done == 0 || t.finished()) continue;
+    UnsentRest& rest = unsent_[t.peer];
+    rest.header.clear();
+    if (t.done < kHeader)
+      rest.header.assign(reinterpret_cast<const char*>(&t.header) + t.done, kHeader - t.done);
+    const size_t payload_done = t.done > kHeader ? t.done - kHeader : 0;
+    rest.payload = t.data + payload_done;
+    rest.payload_len = t.len - payload_done;
   }
 }
 
@@ -516,6 +539,15 @@ void CpuComm::fail_timeout(const std::vector<Transfer>& transfers, OpContext& ct
 }
 
 void CpuComm::progress(std::vector<Transfer>& transfers, OpContext& ctx) {
+  try {
+    move_transfers(transfers, ctx);
+  } catch (...) {
+    remember_unsent(transfers);
+    throw;
+  }
+}
+
+void CpuComm::move_transfers(std::vector<Transfer>& transfers, OpContext& ctx) {
   // Only the peers of unfinished transfers are polled. A peer that delivered its part may finish the
   // collective and leave before us; that is not our failure. A failure further away reaches us all
   // the same: the rank waiting on the failed one fails and sends ABORT to everyone waiting on it, so

@@ -73,10 +73,14 @@ class CpuComm : public Comm {
   std::shared_ptr<CpuWork> enqueue(const char* op, Task task);
   void worker_loop();
   void send_abort_to_peers(const std::string& reason, int origin);
+  // Records the rest of every send cut off by a failure in `transfers` (see unsent_).
+  void remember_unsent(const std::vector<Transfer>& transfers);
 
   // Moves every transfer to completion, or throws DistError (timeout, peer closed or aborted,
   // mismatched collective). Also watches the peers not involved for closed connections.
   void progress(std::vector<Transfer>& transfers, OpContext& ctx);
+  void move_transfers(std::vector<Transfer>& transfers,
+                      OpContext& ctx);  // progress() without the bookkeeping
   [[noreturn]] void fail_peer_closed(int peer, OpContext& ctx);
   [[noreturn]] void fail_timeout(const std::vector<Transfer>& transfers, OpContext& ctx);
 
@@ -94,6 +98,16 @@ class CpuComm : public Comm {
   CpuCommOptions options_;
   std::vector<net::Socket> peers_;    // by rank; peers_[rank_] unused
   std::vector<bool> send_mid_frame_;  // a message to this peer was cut off (no ABORT can follow it)
+  // What is left of a message cut off by a failure: header bytes, then payload (still alive: the
+  // collective's buffers outlive the abort). Finishing it lets the ABORT with the root cause follow
+  // instead of a bare "connection closed"; the payload is the genuine data, so a receiver that
+  // completes its collective with it has the right result.
+  struct UnsentRest {
+    std::string header;
+    const char* payload = nullptr;
+    size_t payload_len = 0;
+  };
+  std::vector<UnsentRest> unsent_;  // by peer; worker thread only
   std::vector<bool> recv_mid_frame_;
   int wake_[2] = {-1, -1};                  // abort() wakes the worker's poll through this pipe
   uint64_t next_seq_ = 0;                   // worker thread only
