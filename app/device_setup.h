@@ -1,7 +1,10 @@
 #pragma once
 // Picks the device a run trains on from train.device and LOCAL_RANK, and initialises its backend.
+#include <optional>
+
 #include "app/config.h"
 #include "nn/device.h"
+#include "nn/tensor.h"
 
 namespace trainer {
 
@@ -12,5 +15,12 @@ Device setup_device(const Config& config, int local_rank);
 
 // Whether the precision is supported on the device (the CPU trains in fp32 only).
 void check_precision(const Config& config, Device device);
+
+// The half dtype the forward pass autocasts to (train.precision "bf16" or "fp16"); none for fp32/tf32.
+std::optional<DType> autocast_dtype_for(const Config& config);
+
+// The layout input batches are given to the model in: channels-last (NHWC) for half precision, where
+// cuDNN's tensor-core kernels want it and every later activation inherits it; NCHW otherwise.
+MemoryFormat input_memory_format(const Config& config);
 
 }  // namespace trainer

@@ -1,11 +1,12 @@
 #include "app/evaluate.h"
 
+#include "app/device_setup.h"
 #include "app/train_loop.h"
-
 #include "data/distributed_sampler.h"
-#include "dist/comm.h"
 #include "data/loader.h"
 #include "data/normalize.h"
+#include "dist/comm.h"
+#include "nn/amp/autocast.h"
 #include "nn/functional.h"
 
 namespace trainer {
@@ -28,11 +29,17 @@ EvalMetrics evaluate(Experiment& e, const Dataset& dataset, Comm* comm) {
   const bool keep_scores = dataset.size() * dataset.num_classes() <= (int64_t{1} << 26);
   EvalMetrics metrics(dataset.num_classes(), keep_scores);
   while (auto batch = loader.next()) {
-    Tensor x = to_float_normalized(batch->images, e.normalization.mean, e.normalization.std).to(e.device);
+    Tensor x = to_float_normalized(batch->images, e.normalization.mean, e.normalization.std)
+                   .to(e.device)
+                   .contiguous(input_memory_format(c));
     const Tensor labels = batch->labels.to(e.device);
-    Variable logits = (*e.model)(Variable(x));
-    auto [loss, probs] = backend_for(logits.data()).cross_entropy(logits.data(), labels, 0.0);
-    metrics.add_batch(logits.data(), labels, loss, probs);
+    Tensor logits;
+    {
+      AutocastScope autocast(autocast_dtype_for(c));  // evaluate in the precision the model trains in
+      logits = (*e.model)(Variable(x)).data().to(DType::f32);
+    }
+    auto [loss, probs] = backend_for(logits).cross_entropy(logits, labels, 0.0);
+    metrics.add_batch(logits, labels, loss, probs);
   }
   e.model->train(was_training);
   // Sums by all-reduce, per-sample scores by an exact all-gather in rank order (= dataset order).

@@ -1,10 +1,10 @@
 #include "app/train_loop.h"
 
 #include <chrono>
-#include <csignal>
-#include <cstdlib>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -29,6 +29,7 @@
 #include "metrics/exporter.h"
 #include "metrics/log.h"
 #include "metrics/step_timer.h"
+#include "nn/amp/autocast.h"
 #include "nn/amp/loss_scaler.h"
 #include "nn/functional.h"
 #include "nn/safetensors.h"
@@ -46,8 +47,10 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 std::string format_duration(double s) {
   char buf[32];
   const long t = std::lround(s);
-  if (t >= 3600) std::snprintf(buf, sizeof buf, "%ldh%02ldm", t / 3600, (t / 60) % 60);
-  else std::snprintf(buf, sizeof buf, "%ldm%02lds", t / 60, t % 60);
+  if (t >= 3600)
+    std::snprintf(buf, sizeof buf, "%ldh%02ldm", t / 3600, (t / 60) % 60);
+  else
+    std::snprintf(buf, sizeof buf, "%ldm%02lds", t / 60, t % 60);
   return buf;
 }
 
@@ -56,7 +59,6 @@ std::string fmt(const char* format, auto... args) {
   std::snprintf(buf, sizeof buf, format, args...);
   return buf;
 }
-
 
 }  // namespace
 
@@ -148,7 +150,8 @@ int run_training(const Config& config, const TrainOptions& options) {
   // NCCL reads its settings from the environment when the communicator is created: set them from the
   // config so users need not export them on every node by hand.
   if (!config.dist.nccl_debug.empty()) ::setenv("NCCL_DEBUG", config.dist.nccl_debug.c_str(), 1);
-  if (!config.dist.socket_ifname.empty()) ::setenv("NCCL_SOCKET_IFNAME", config.dist.socket_ifname.c_str(), 1);
+  if (!config.dist.socket_ifname.empty())
+    ::setenv("NCCL_SOCKET_IFNAME", config.dist.socket_ifname.c_str(), 1);
   // The device first: NCCL needs it, and LOCAL_RANK picks it (never a silent fallback to GPU 0).
   const Device device = setup_device(config, env.local_rank);
   check_precision(config, device);
@@ -173,7 +176,8 @@ int run_training(const Config& config, const TrainOptions& options) {
   } else {
     run_dir = pg->store()->get("trainer/run_dir", dopt.connect_timeout);
   }
-  const std::string ckpt_dir = config.checkpoint.dir.empty() ? run_dir + "/checkpoints" : config.checkpoint.dir;
+  const std::string ckpt_dir =
+      config.checkpoint.dir.empty() ? run_dir + "/checkpoints" : config.checkpoint.dir;
   if (writer) std::filesystem::create_directories(ckpt_dir);
   if (pg->store()) pg->store()->barrier("trainer/run_dir_created", rank, world, dopt.connect_timeout);
   Log& log = Log::instance();
@@ -196,8 +200,9 @@ int run_training(const Config& config, const TrainOptions& options) {
         {build.str(), content_hash(config_toml), e.data.train->fingerprint(), e.steps_per_epoch});
     const std::vector<ConsistencyItem> keys = config_key_items(config_toml);
     items.insert(items.begin(), keys.begin(), keys.end());  // a differing key is named, not just a hash
-    items.push_back({"device", device.is_cuda() ? "cuda" : "cpu",
-                     "every rank must train on the same kind of device: check train.device and each node's GPUs"});
+    items.push_back(
+        {"device", device.is_cuda() ? "cuda" : "cpu",
+         "every rank must train on the same kind of device: check train.device and each node's GPUs"});
     items.push_back({"local world size", std::to_string(env.local_world_size),
                      "launch the same number of processes on every node"});
     check_consistency(*pg->store(), rank, world, items, dopt.timeout);
@@ -237,11 +242,12 @@ int run_training(const Config& config, const TrainOptions& options) {
     st = load_checkpoint(*path, *e.model, *e.optimizer);
     if (st.world_size != e.world_size) {
       if (!config.checkpoint.allow_world_size_change)
-        throw config_error_at(config, "checkpoint.allow_world_size_change",
-                              fmt("the checkpoint was written by %d ranks, this run has %d. HINT: resume with "
-                                  "the same number of processes, or set checkpoint.allow_world_size_change = "
-                                  "true (the data order of the rest of the epoch then differs)",
-                                  st.world_size, e.world_size));
+        throw config_error_at(
+            config, "checkpoint.allow_world_size_change",
+            fmt("the checkpoint was written by %d ranks, this run has %d. HINT: resume with "
+                "the same number of processes, or set checkpoint.allow_world_size_change = "
+                "true (the data order of the rest of the epoch then differs)",
+                st.world_size, e.world_size));
       // Same position by samples seen within the epoch.
       const int64_t epoch_samples = st.batch_in_epoch * st.batch_size * st.world_size;
       st.batch_in_epoch = epoch_samples / (static_cast<int64_t>(config.data.batch_size) * e.world_size);
@@ -287,6 +293,8 @@ int run_training(const Config& config, const TrainOptions& options) {
   LossScalerOptions so;
   so.enabled = config.train.precision == "fp16";
   LossScaler scaler(so);
+  const std::optional<DType> half_dtype = autocast_dtype_for(config);
+  const MemoryFormat input_format = input_memory_format(config);
   if (st.loss_scale > 0) scaler.load_state(st.loss_scale, st.loss_scale_growth_tracker);
   // The largest of one integer over all ranks (no communication at world size 1).
   auto max_over_ranks = [&](int64_t local) -> int64_t {
@@ -311,7 +319,8 @@ int run_training(const Config& config, const TrainOptions& options) {
         // The previous checkpoints are intact; a periodic failure (full disk, say) must not kill hours
         // of training, but the final one must not fail silently.
         if (final) throw;
-        log.error(std::string("warning: ") + err.what() + "; earlier checkpoints are intact, training continues");
+        log.error(std::string("warning: ") + err.what() +
+                  "; earlier checkpoints are intact, training continues");
       }
     }
     pg->comm().barrier();
@@ -369,21 +378,27 @@ int run_training(const Config& config, const TrainOptions& options) {
       timer.end(Phase::data_wait);
       if (!batch) break;
       timer.begin(Phase::h2d);
-      Tensor images = to_float_normalized(batch->images, e.normalization.mean, e.normalization.std).to(device);
+      Tensor images = to_float_normalized(batch->images, e.normalization.mean, e.normalization.std)
+                          .to(device)
+                          .contiguous(input_format);
       const Tensor labels = batch->labels.to(device);
       timer.end(Phase::h2d);
-      // ---- forward
+      // ---- forward (autocast for bf16/fp16: convolutions and matmuls in half, loss in fp32)
       timer.begin(Phase::forward);
-      Variable logits = (*e.model)(Variable(images));
-      Variable loss = F::cross_entropy(logits, labels, config.train.label_smoothing);
+      Variable loss;
+      {
+        AutocastScope autocast(half_dtype);
+        loss = F::cross_entropy((*e.model)(Variable(images)), labels, config.train.label_smoothing);
+      }
       const double loss_value = loss.item();
       timer.end(Phase::forward);
       if (!std::isfinite(loss_value))
-        throw std::runtime_error(fmt("loss is %s at step %lld (epoch %d): training diverged. HINT: lower optim.lr "
-                                     "(now %.4g), add warmup (schedule.warmup_epochs) or clipping "
-                                     "(optim.clip_grad_norm); --resume auto restarts from the last checkpoint",
-                                     std::isnan(loss_value) ? "NaN" : "infinite", static_cast<long long>(st.step + 1),
-                                     epoch + 1, e.optimizer->lr()));
+        throw std::runtime_error(
+            fmt("loss is %s at step %lld (epoch %d): training diverged. HINT: lower optim.lr "
+                "(now %.4g), add warmup (schedule.warmup_epochs) or clipping "
+                "(optim.clip_grad_norm); --resume auto restarts from the last checkpoint",
+                std::isnan(loss_value) ? "NaN" : "infinite", static_cast<long long>(st.step + 1), epoch + 1,
+                e.optimizer->lr()));
       // ---- backward (the loss of each micro-batch counts 1/k, so k micro-batches equal one big one)
       timer.begin(Phase::backward);
       const bool last_micro = (micro + 1) % accum == 0;
@@ -410,8 +425,8 @@ int run_training(const Config& config, const TrainOptions& options) {
         e.optimizer->step();
       } else {
         exporter.add_skipped_steps(1);
-        log.line(fmt("step %lld: inf/NaN gradients at loss scale %g, step skipped", static_cast<long long>(st.step + 1),
-                     scaler.scale()));
+        log.line(fmt("step %lld: inf/NaN gradients at loss scale %g, step skipped",
+                     static_cast<long long>(st.step + 1), scaler.scale()));
       }
       scaler.update(!finite);
       exporter.set_loss_scale(scaler.scale());
@@ -431,19 +446,22 @@ int run_training(const Config& config, const TrainOptions& options) {
       }
 #endif
       // ---- bookkeeping
-      steps.csv << st.step << ',' << epoch + 1 << ',' << fmt("%.9g", accum_loss) << ',' << fmt("%.9g", lr) << '\n';
+      steps.csv << st.step << ',' << epoch + 1 << ',' << fmt("%.9g", accum_loss) << ',' << fmt("%.9g", lr)
+                << '\n';
       steps.window_loss += accum_loss;
       ++steps.window_steps;
       st.epoch_loss_sum += accum_loss;
       ++st.epoch_steps;
       accum_loss = 0.0;
       st.train_seconds = seconds_before_epoch + seconds_since(epoch_start);
-      const double rate = (st.samples_seen - samples_before_epoch) / std::max(seconds_since(epoch_start), 1e-9);
-      const double eta = (e.total_steps - st.step) * (e.steps_per_epoch ? seconds_since(epoch_start) /
-                                                      std::max<int64_t>(1, micro / accum) : 0.0);
+      const double rate =
+          (st.samples_seen - samples_before_epoch) / std::max(seconds_since(epoch_start), 1e-9);
+      const double eta =
+          (e.total_steps - st.step) *
+          (e.steps_per_epoch ? seconds_since(epoch_start) / std::max<int64_t>(1, micro / accum) : 0.0);
       const std::string status =
-          fmt("epoch %d/%d step %lld/%lld loss %.4f lr %.4g img/s %.0f eta %s", epoch + 1, config.train.epochs,
-              static_cast<long long>(st.step), static_cast<long long>(e.total_steps),
+          fmt("epoch %d/%d step %lld/%lld loss %.4f lr %.4g img/s %.0f eta %s", epoch + 1,
+              config.train.epochs, static_cast<long long>(st.step), static_cast<long long>(e.total_steps),
               steps.window_loss / steps.window_steps, lr, rate, format_duration(eta).c_str());
       exporter.set_samples_per_second(rate / e.world_size);
       if (log.stdout_is_terminal()) log.transient(status);
@@ -491,7 +509,8 @@ int run_training(const Config& config, const TrainOptions& options) {
       st.best_accuracy = std::max(st.best_accuracy, m.top1());
       exporter.set_eval_accuracy(m.top1());
       summary.best_test_accuracy = st.best_accuracy;
-      eval_part = fmt(" | test loss %.4f top1 %.2f%% top5 %.2f%%", m.mean_loss(), 100 * m.top1(), 100 * m.top5());
+      eval_part =
+          fmt(" | test loss %.4f top1 %.2f%% top5 %.2f%%", m.mean_loss(), 100 * m.top1(), 100 * m.top5());
       if (!std::isnan(m.auc())) eval_part += fmt(" auc %.4f", m.auc());
       eval_part += fmt(" (%lld images, %.1fs)", static_cast<long long>(m.count()), seconds_since(eval_start));
     }
@@ -506,7 +525,8 @@ int run_training(const Config& config, const TrainOptions& options) {
       st.epoch_loss_sum = 0.0;
       st.epoch_steps = 0;
     }
-    const bool periodic = config.checkpoint.every_epochs > 0 && (epoch + 1) % config.checkpoint.every_epochs == 0;
+    const bool periodic =
+        config.checkpoint.every_epochs > 0 && (epoch + 1) % config.checkpoint.every_epochs == 0;
     if (!done && periodic) {
       steps.csv.flush();
       ++st.epoch;  // the checkpoint resumes at the next epoch
@@ -536,7 +556,8 @@ int run_training(const Config& config, const TrainOptions& options) {
   pg->shutdown();
   log.line(fmt("done: %lld steps in %s (%.0f img/s), final test accuracy %.2f%%, best %.2f%%",
                static_cast<long long>(st.step), format_duration(st.train_seconds).c_str(),
-               summary.samples_per_second, 100 * summary.final_test_accuracy, 100 * summary.best_test_accuracy));
+               summary.samples_per_second, 100 * summary.final_test_accuracy,
+               100 * summary.best_test_accuracy));
   log.close_file();
   return 0;
 }

@@ -7,10 +7,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "app/blas_kernels.h"
+#include "nn/amp/autocast.h"
+#include "nn/amp/loss_scaler.h"
 #include "nn/functional.h"
 #include "nn/models/registry.h"
 #include "nn/optim/sgd.h"
@@ -178,7 +181,7 @@ struct Point {
   int64_t batch, image, channels;
   int iters;
   std::string device = "cpu";
-  std::string math = "fp32";  // fp32 | tf32
+  std::string math = "fp32";  // fp32 | tf32 | bf16 | fp16 (autocast; fp16 with the loss scaler)
   bool channels_last = false;
   int trace_steps = 0;  // CUDA only: steps traced with CUPTI after the timed ones
 };
@@ -219,10 +222,23 @@ Result run(const Point& p) {
   for (auto& l : labels) l = static_cast<int64_t>(gen.below(10));
   Tensor y = Tensor::from_vector(labels, {p.batch}).to(device);
   Variable last_loss;
+  std::optional<DType> half;
+  if (p.math == "bf16") half = DType::bf16;
+  if (p.math == "fp16") half = DType::f16;
+  LossScalerOptions scaler_options;
+  scaler_options.enabled = p.math == "fp16";
+  LossScaler scaler(scaler_options);
+  const std::vector<Variable> params = model->parameters();
+  // As bench/torch_reference.py: autocast forward, scaled backward, unscale + check, step.
   auto step = [&] {
-    last_loss = F::cross_entropy((*model)(Variable(x)), y);
-    last_loss.backward();
-    opt.step();
+    {
+      AutocastScope autocast(half);
+      last_loss = F::cross_entropy((*model)(Variable(x)), y);
+    }
+    scaler.scale_loss(last_loss).backward();
+    const bool finite = !scaler.enabled() || scaler.unscale_and_check(params);
+    if (finite) opt.step();
+    scaler.update(!finite);
     opt.zero_grad();
   };
   for (int i = 0; i < 3; ++i) step();  // warm-up: allocator, algorithm search, BLAS threads

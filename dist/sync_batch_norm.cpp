@@ -81,12 +81,13 @@ Variable sync_batch_norm(BatchNorm2d& bn, const Variable& x, const std::shared_p
   update_running(bn.running_mean(), mean64, bn.momentum(), 1.0);
   update_running(bn.running_var(), var64, bn.momentum(), total / (total - 1.0));
 
-  const Tensor mean = mean64.to(xd.dtype());
+  const DType stats_dtype = accumulate_dtype(xd.dtype());  // f32 statistics for half inputs
+  const Tensor mean = mean64.to(stats_dtype);
   const Tensor invstd =
       k64.binary_scalar(BinaryOp::div,
                         k64.unary(UnaryOp::sqrt, k64.binary_scalar(BinaryOp::add, var64, bn.eps(), false)),
                         1.0, true)
-          .to(xd.dtype());
+          .to(stats_dtype);
   Tensor y = local_count > 0 ? k.bn_apply(xd, mean, invstd, wd, bd) : xd.clone();
 
   const bool has_weight = wd.defined(), has_bias = bd.defined(), x_needs_grad = x.requires_grad();
@@ -104,8 +105,8 @@ Variable sync_batch_norm(BatchNorm2d& bn, const Variable& x, const std::shared_p
         if (local_count > 0) {
           std::tie(sum_dy, sum_dy_xhat) = k.bn_backward_reduce(g, xd, mean, invstd);
         } else {
-          sum_dy = Tensor::zeros({C}, g.dtype(), g.device());
-          sum_dy_xhat = Tensor::zeros({C}, g.dtype(), g.device());
+          sum_dy = Tensor::zeros({C}, accumulate_dtype(g.dtype()), g.device());
+          sum_dy_xhat = Tensor::zeros({C}, accumulate_dtype(g.dtype()), g.device());
         }
         std::vector<Tensor> grads;
         if (x_needs_grad) {
@@ -114,8 +115,9 @@ Variable sync_batch_norm(BatchNorm2d& bn, const Variable& x, const std::shared_p
           Tensor sums = pack_f64({sum_dy, sum_dy_xhat}, g.device());  // [2, C]
           comm_ptr->all_reduce(sums, ReduceOp::sum);
           grads.push_back(local_count > 0
-                              ? k.bn_backward_input(g, xd, mean, invstd, wd, row(sums, 0).to(g.dtype()),
-                                                    row(sums, 1).to(g.dtype()), count)
+                              ? k.bn_backward_input(g, xd, mean, invstd, wd,
+                                                    row(sums, 0).to(accumulate_dtype(g.dtype())),
+                                                    row(sums, 1).to(accumulate_dtype(g.dtype())), count)
                               : g.clone());
         } else {
           grads.emplace_back();

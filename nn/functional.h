@@ -2,6 +2,7 @@
 // Differentiable ops on Variables. Each op computes its result through the device's Backend and
 // records one gradient closure (nn/autograd/variable.h). One op family per file in nn/functional/.
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "nn/autograd/variable.h"
@@ -43,6 +44,9 @@ Variable reshape(const Variable& a, const Shape& shape);
 Variable flatten(const Variable& a, int start_dim = 1);  // [N, ...] -> [N, prod(...)]
 Variable permute(const Variable& a, const std::vector<int>& order);
 Variable contiguous(const Variable& a, MemoryFormat format = MemoryFormat::contiguous);
+// Converts to `dtype` (and `format`, when given); the gradient flows back in a's dtype and layout.
+// Autocast's casts.
+Variable to_dtype(const Variable& a, DType dtype, std::optional<MemoryFormat> format = std::nullopt);
 
 // ---- matmul (nn/functional/matmul.cpp)
 Variable matmul(const Variable& a, const Variable& b);  // [M, K] @ [K, N]

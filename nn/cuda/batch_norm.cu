@@ -10,6 +10,7 @@
 // Per-channel inputs (mean, invstd, gamma, sums) are read in place in whatever floating dtype they
 // have: no conversion kernels. Each piece is one kernel: a reduction, or an elementwise pass
 // (vectorised by 4 when the layout allows) that computes its per-channel coefficients itself.
+#include <type_traits>
 #include <mutex>
 
 #include "nn/cuda/kernels.cuh"
@@ -353,20 +354,23 @@ std::pair<Tensor, Tensor> CudaBackend::bn_mean_var(const Tensor& x_in) {
   const Tensor x = x_in.contiguous(l.format());
   const int64_t C = l.channels;
   const double n = static_cast<double>(l.per_channel());
-  Tensor mean = empty({C}, x.dtype()), var = empty({C}, x.dtype()), mean_d = empty({C}, DType::f64);
+  // Statistics of half inputs are kept in f32 (accumulate_dtype), as cuDNN and PyTorch keep them.
+  const DType stats = accumulate_dtype(x.dtype());
+  Tensor mean = empty({C}, stats), var = empty({C}, stats), mean_d = empty({C}, DType::f64);
   CUDA_DISPATCH_FLOAT(x.dtype(), "bn_mean_var", [&] {
+    using stat_t = std::conditional_t<std::is_same_v<scalar_t, double>, double, float>;
     const scalar_t* px = static_cast<const scalar_t*>(x.raw_data());
     double* pm = static_cast<double*>(mean_d.raw_data());
-    scalar_t* out_mean = static_cast<scalar_t*>(mean.raw_data());
-    scalar_t* out_var = static_cast<scalar_t*>(var.raw_data());
+    stat_t* out_mean = static_cast<stat_t*>(mean.raw_data());
+    stat_t* out_var = static_cast<stat_t*>(var.raw_data());
     channel_reduce<scalar_t, kSum>(l, px, nullptr, ChannelValues{},
                                    [=] __device__(int64_t c, double s, double) {
                                      pm[c] = s / n;
-                                     out_mean[c] = from_acc<scalar_t>(s / n);
+                                     out_mean[c] = static_cast<stat_t>(s / n);
                                    });
     channel_reduce<scalar_t, kSquaredDeviation>(
         l, px, nullptr, ChannelValues{pm, DType::f64},
-        [=] __device__(int64_t c, double s, double) { out_var[c] = from_acc<scalar_t>(s / n); });
+        [=] __device__(int64_t c, double s, double) { out_var[c] = static_cast<stat_t>(s / n); });
   });
   return {mean, var};
 }
@@ -403,15 +407,17 @@ std::pair<Tensor, Tensor> CudaBackend::bn_backward_reduce(const Tensor& grad_y, 
   const ChannelValues mean = channel_values(mean_t, C, "bn_backward_reduce", "mean", false, k0),
                       invstd = channel_values(invstd_t, C, "bn_backward_reduce", "invstd", false, k1);
   const Tensor x = x_in.contiguous(l.format()), g = grad_y.contiguous(l.format());
-  Tensor sum_dy = empty({C}, x.dtype()), sum_dy_xhat = empty({C}, x.dtype());
+  const DType stats = accumulate_dtype(x.dtype());  // f32 for half inputs, as in bn_mean_var
+  Tensor sum_dy = empty({C}, stats), sum_dy_xhat = empty({C}, stats);
   CUDA_DISPATCH_FLOAT(x.dtype(), "bn_backward_reduce", [&] {
-    scalar_t* o0 = static_cast<scalar_t*>(sum_dy.raw_data());
-    scalar_t* o1 = static_cast<scalar_t*>(sum_dy_xhat.raw_data());
+    using stat_t = std::conditional_t<std::is_same_v<scalar_t, double>, double, float>;
+    stat_t* o0 = static_cast<stat_t*>(sum_dy.raw_data());
+    stat_t* o1 = static_cast<stat_t*>(sum_dy_xhat.raw_data());
     channel_reduce<scalar_t, kBackward>(l, static_cast<const scalar_t*>(x.raw_data()),
                                         static_cast<const scalar_t*>(g.raw_data()), mean,
                                         [=] __device__(int64_t c, double s0, double s1) {
-                                          o0[c] = from_acc<scalar_t>(s0);
-                                          o1[c] = from_acc<scalar_t>(s1 * invstd[c]);
+                                          o0[c] = static_cast<stat_t>(s0);
+                                          o1[c] = static_cast<stat_t>(s1 * invstd[c]);
                                         });
   });
   return {sum_dy, sum_dy_xhat};

@@ -68,8 +68,9 @@ Variable batch_norm(const Variable& x, const Variable& weight, const Variable& b
   } else {
     // Snapshots: a later training step updates the running tensors in place, and this graph's
     // backward must see the statistics its forward used.
-    mean = running_mean.dtype() == xd.dtype() ? running_mean.clone() : running_mean.to(xd.dtype());
-    invstd = inverse_std(running_var, eps).to(xd.dtype());
+    const DType stats = accumulate_dtype(xd.dtype());
+    mean = running_mean.dtype() == stats ? running_mean.clone() : running_mean.to(stats);
+    invstd = inverse_std(running_var, eps).to(stats);
   }
 
   Tensor y = k.bn_apply(xd, mean, invstd, wd, bd);

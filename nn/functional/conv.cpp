@@ -1,8 +1,15 @@
+#include "nn/amp/autocast.h"
 #include "nn/functional.h"
 
 namespace trainer::F {
 
 Variable conv2d(const Variable& x, const Variable& weight, const Variable& bias, const Conv2dParams& p) {
+  if (autocast_applies({x.dtype(), weight.dtype(), bias.defined() ? bias.dtype() : x.dtype()})) {
+    // The half weight is made in the input's layout, so cuDNN does not convert it again.
+    const DType half = *autocast_dtype();
+    return conv2d(to_dtype(x, half), to_dtype(weight, half, x.data().suggest_memory_format()),
+                  to_dtype(bias, half), p);
+  }
   Backend& k = backend_for(x.data());
   const bool has_bias = bias.defined();
   Tensor y = k.conv2d(x.data(), weight.data(), has_bias ? bias.data() : Tensor(), p);  // [N, O, OH, OW]

@@ -12,9 +12,18 @@ Variable binary_op(const char* name, BinaryOp op, const Variable& a, const Varia
     Backend& k = backend_for(g);
     Tensor ga, gb;
     switch (op) {
-      case BinaryOp::add: ga = g; gb = g; break;
-      case BinaryOp::sub: ga = g; gb = k.unary(UnaryOp::neg, g); break;
-      case BinaryOp::mul: ga = k.binary(BinaryOp::mul, g, tb); gb = k.binary(BinaryOp::mul, g, ta); break;
+      case BinaryOp::add:
+        ga = g;
+        gb = g;
+        break;
+      case BinaryOp::sub:
+        ga = g;
+        gb = k.unary(UnaryOp::neg, g);
+        break;
+      case BinaryOp::mul:
+        ga = k.binary(BinaryOp::mul, g, tb);
+        gb = k.binary(BinaryOp::mul, g, ta);
+        break;
       case BinaryOp::div: {
         ga = k.binary(BinaryOp::div, g, tb);  // d(a/b)/db = -a/b^2 = -(g/b) * (a/b)
         gb = k.unary(UnaryOp::neg, k.binary(BinaryOp::mul, ga, k.binary(BinaryOp::div, ta, tb)));
@@ -31,9 +40,12 @@ Variable scalar_op(const char* name, BinaryOp op, const Variable& a, double s, b
   return record_op(name, y, {a}, [op, s, scalar_first, ta, y](const Tensor& g) -> std::vector<Tensor> {
     Backend& k = backend_for(g);
     switch (op) {
-      case BinaryOp::add: return {g};
-      case BinaryOp::sub: return {scalar_first ? k.unary(UnaryOp::neg, g) : g};
-      case BinaryOp::mul: return {k.binary_scalar(BinaryOp::mul, g, s, false)};
+      case BinaryOp::add:
+        return {g};
+      case BinaryOp::sub:
+        return {scalar_first ? k.unary(UnaryOp::neg, g) : g};
+      case BinaryOp::mul:
+        return {k.binary_scalar(BinaryOp::mul, g, s, false)};
       case BinaryOp::div:
         if (!scalar_first) return {k.binary_scalar(BinaryOp::div, g, s, false)};
         // d(s/a)/da = -s/a^2 = -y/a

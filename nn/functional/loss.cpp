@@ -1,6 +1,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "nn/amp/autocast.h"
 #include "nn/functional.h"
 
 namespace trainer::F {
@@ -10,6 +11,9 @@ Variable cross_entropy(const Variable& logits, const Tensor& targets, double lab
     throw std::invalid_argument("cross_entropy: logits must be [N, K], got " + shape_str(logits.shape()));
   const int64_t N = logits.size(0);
   if (N == 0) throw std::invalid_argument("cross_entropy: empty batch");
+  // Autocast's fp32 list: log-softmax over half logits loses the small probabilities.
+  if (autocast_dtype() && is_half(logits.dtype()))
+    return cross_entropy(to_dtype(logits, DType::f32), targets, label_smoothing);
   Backend& k = backend_for(logits.data());
   auto [loss, probs] = k.cross_entropy(logits.data(), targets, label_smoothing);  // [N], [N, K]
   const double inv_n = 1.0 / static_cast<double>(N);

@@ -1,8 +1,13 @@
+#include "nn/amp/autocast.h"
 #include "nn/functional.h"
 
 namespace trainer::F {
 
 Variable matmul(const Variable& a, const Variable& b) {
+  if (autocast_applies({a.dtype(), b.dtype()})) {
+    const DType half = *autocast_dtype();
+    return matmul(to_dtype(a, half), to_dtype(b, half));
+  }
   Backend& k = backend_for(a.data());
   const Tensor ta = a.data(), tb = b.data();
   return record_op("matmul", k.matmul(ta, tb, false, false), {a, b},
@@ -15,8 +20,12 @@ Variable matmul(const Variable& a, const Variable& b) {
 Variable linear(const Variable& x, const Variable& weight, const Variable& bias) {
   if (x.dim() != 2) throw std::invalid_argument("linear: input must be [N, in], got " + shape_str(x.shape()));
   if (weight.size(1) != x.size(1))
-    throw std::invalid_argument("linear: input has " + std::to_string(x.size(1)) + " features, weight expects " +
-                                std::to_string(weight.size(1)));
+    throw std::invalid_argument("linear: input has " + std::to_string(x.size(1)) +
+                                " features, weight expects " + std::to_string(weight.size(1)));
+  if (autocast_applies({x.dtype(), weight.dtype(), bias.defined() ? bias.dtype() : x.dtype()})) {
+    const DType half = *autocast_dtype();
+    return linear(to_dtype(x, half), to_dtype(weight, half), to_dtype(bias, half));
+  }
   Backend& k = backend_for(x.data());
   const Tensor tx = x.data(), tw = weight.data();
   Tensor y = k.matmul(tx, tw, false, true);  // [N, out]

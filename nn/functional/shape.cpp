@@ -1,3 +1,5 @@
+#include <optional>
+
 #include "nn/functional.h"
 
 namespace trainer::F {
@@ -25,6 +27,24 @@ Variable contiguous(const Variable& a, MemoryFormat format) {
   if (a.data().is_contiguous(format)) return a;
   return record_op("contiguous", a.data().contiguous(format), {a},
                    [](const Tensor& g) -> std::vector<Tensor> { return {g}; });
+}
+
+Variable to_dtype(const Variable& a, DType dtype, std::optional<MemoryFormat> format) {
+  if (!a.defined()) return a;
+  const Tensor& x = a.data();
+  const MemoryFormat from_format = x.suggest_memory_format(), to_format = format.value_or(from_format);
+  if (x.dtype() == dtype && x.is_contiguous(to_format)) return a;
+  // One pass converts dtype and layout together (a cast weight lands in the activations' layout).
+  auto convert = [](const Tensor& t, DType d, MemoryFormat f) {
+    Tensor out = Tensor::empty(t.shape(), d, t.device(), f);
+    out.copy_(t);
+    return out;
+  };
+  const DType from = x.dtype();
+  return record_op("to_dtype", convert(x, dtype, to_format), {a},
+                   [from, from_format, convert](const Tensor& g) -> std::vector<Tensor> {
+                     return {convert(g, from, from_format)};
+                   });
 }
 
 }  // namespace trainer::F
