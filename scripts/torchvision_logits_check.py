@@ -28,7 +28,7 @@ name = "resnet18"
 stem = "{stem}"
 [data]
 dataset = "synthetic"
-synthetic_samples = 160
+synthetic_samples = 640
 synthetic_image_size = {size}
 batch_size = 16
 eval_batch_size = 32
