@@ -1,14 +1,16 @@
 #include "app/checkpoint.h"
 
 #include <fcntl.h>
+#include <signal.h>
+#include <toml++/toml.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-#include <toml++/toml.h>
 
 #include "app/crc32c.h"
 #include "nn/safetensors.h"
@@ -33,6 +35,14 @@ void fsync_path(const std::string& path, bool directory) {
   const int rc = ::fsync(fd);
   ::close(fd);
   if (rc != 0) throw CheckpointError(path + ": fsync failed (disk full or I/O error?)");
+}
+
+// Test hook, read only here: TRAINER_TEST_CRASH_BEFORE_RENAME=<step> kills this process (SIGKILL, no
+// unwinding, no cleanup) once the checkpoint of that step is complete in its temp directory but not
+// yet renamed, the moment where a node failure would hurt most.
+void crash_here_if_asked(int64_t step) {
+  const char* at = std::getenv("TRAINER_TEST_CRASH_BEFORE_RENAME");
+  if (at && std::atoll(at) == step) ::kill(::getpid(), SIGKILL);
 }
 
 uint32_t tensor_crc(const Tensor& t) {
@@ -79,6 +89,7 @@ toml::table state_to_toml(const TrainingState& s) {
                      {"epoch_steps", s.epoch_steps},
                      {"loss_scale", s.loss_scale},
                      {"loss_scale_growth_tracker", s.loss_scale_growth_tracker},
+                     {"epoch_sample_offset", s.epoch_sample_offset},
                      {"rng_states", rngs},
                      {"run_dir", s.run_dir}};
 }
@@ -113,6 +124,8 @@ TrainingState state_from_toml(const toml::table& t, const std::string& where) {
   s.epoch_steps = int_of("epoch_steps");
   s.loss_scale = float_of("loss_scale");
   s.loss_scale_growth_tracker = int_of("loss_scale_growth_tracker");
+  s.epoch_sample_offset =
+      t["epoch_sample_offset"].value_or(int64_t{0});  // absent before world-size remapping
   if (const toml::array* rngs = need("rng_states").as_array())
     for (const auto& r : *rngs) s.rng_states.push_back(r.value_or(std::string()));
   s.run_dir = need("run_dir").value_or(std::string());
@@ -143,8 +156,8 @@ std::string CheckpointManager::save(Module& model, const Optimizer& optimizer, c
       out.flush();
       if (!out) throw CheckpointError((tmp / kFiles[2]).string() + ": write failed (disk full?)");
     }
-    toml::table manifest{{"format", kFormat}, {"optimizer", optimizer.name()},
-                         {"optimizer_steps", optimizer.step_count()}};
+    toml::table manifest{
+        {"format", kFormat}, {"optimizer", optimizer.name()}, {"optimizer_steps", optimizer.step_count()}};
     manifest.insert("state", state_to_toml(state));
     toml::table files;
     for (const char* f : kFiles) {
@@ -162,6 +175,7 @@ std::string CheckpointManager::save(Module& model, const Optimizer& optimizer, c
     }
     fsync_path((tmp / "checkpoint.toml").string(), false);
     fsync_path(tmp.string(), true);
+    crash_here_if_asked(state.step);
     if (fs::exists(final_path)) fs::remove_all(final_path);  // same step saved again (e.g. final)
     fs::rename(tmp, final_path);
     fsync_path(dir_, true);
@@ -172,6 +186,20 @@ std::string CheckpointManager::save(Module& model, const Optimizer& optimizer, c
   }
   prune();
   return final_path.string();
+}
+
+std::vector<std::string> CheckpointManager::remove_stale_temps() {
+  std::vector<std::string> removed;
+  std::error_code ec;
+  if (!fs::is_directory(dir_, ec)) return removed;
+  for (const auto& d : fs::directory_iterator(dir_)) {
+    const std::string n = d.path().filename().string();
+    if (d.is_directory() && n.rfind(".step-", 0) == 0 && n.ends_with(".tmp")) {
+      fs::remove_all(d.path(), ec);
+      removed.push_back(d.path().string());
+    }
+  }
+  return removed;
 }
 
 void CheckpointManager::prune() {
@@ -194,7 +222,8 @@ void CheckpointManager::prune() {
   }
   std::vector<std::string> keep;
   std::sort(entries.begin(), entries.end(), [](auto& a, auto& b) { return a.step > b.step; });
-  for (size_t i = 0; i < entries.size() && i < static_cast<size_t>(config_.keep_last); ++i) keep.push_back(entries[i].path);
+  for (size_t i = 0; i < entries.size() && i < static_cast<size_t>(config_.keep_last); ++i)
+    keep.push_back(entries[i].path);
   std::vector<Entry> by_acc = entries;
   std::stable_sort(by_acc.begin(), by_acc.end(), [](auto& a, auto& b) { return a.accuracy > b.accuracy; });
   for (size_t i = 0; i < by_acc.size() && i < static_cast<size_t>(config_.keep_best); ++i)
@@ -223,8 +252,13 @@ TrainingState verify_checkpoint(const std::string& path) {
     if (static_cast<int64_t>(fs::file_size(p)) != bytes)
       throw CheckpointError(p + ": " + std::to_string(fs::file_size(p)) + " bytes, the manifest says " +
                             std::to_string(bytes) + " (truncated?)");
-    if (crc32c_hex(crc32c_file(p)) != (*entry)["crc32c"].value_or(std::string()))
-      throw CheckpointError(p + ": corrupt (CRC-32C mismatch)");
+    if (crc32c_hex(crc32c_file(p)) != (*entry)["crc32c"].value_or(std::string())) {
+      // Flipped bytes inside a tensor's data: name that tensor, which says what the damage touches.
+      if (p.ends_with(".safetensors")) check_tensor_crcs(p);
+      throw CheckpointError(p +
+                            ": corrupt (CRC-32C mismatch of the file; every tensor's own CRC matches, "
+                            "so the damage is in its header or metadata)");
+    }
   }
   check_tensor_crcs((fs::path(path) / kFiles[0]).string());
   check_tensor_crcs((fs::path(path) / kFiles[1]).string());
@@ -233,7 +267,8 @@ TrainingState verify_checkpoint(const std::string& path) {
   return state_from_toml(*state, manifest_path);
 }
 
-std::optional<CheckpointInfo> find_latest_checkpoint(const std::string& dir, std::vector<std::string>* skipped) {
+std::optional<CheckpointInfo> find_latest_checkpoint(const std::string& dir,
+                                                     std::vector<std::string>* skipped) {
   if (!fs::is_directory(dir)) return std::nullopt;
   std::vector<std::string> candidates;
   for (const auto& d : fs::directory_iterator(dir)) {
@@ -251,6 +286,36 @@ std::optional<CheckpointInfo> find_latest_checkpoint(const std::string& dir, std
   return std::nullopt;
 }
 
+std::string remap_world_size(TrainingState& s, int64_t dataset_size, bool drop_last, int world_size,
+                             int64_t batch_size, int grad_accum_steps) {
+  // The current sharding covers positions offset..n-1; each rank's shard has `per_rank` of them and
+  // ranks consumed the same number, so the consumed positions are offset..offset + W * taken - 1.
+  const int64_t remaining = dataset_size - s.epoch_sample_offset;
+  const int64_t per_rank =
+      drop_last ? remaining / s.world_size : (remaining + s.world_size - 1) / s.world_size;
+  const int64_t taken = std::min(per_rank, s.batch_in_epoch * s.batch_size);
+  // Ranks that finished their shards finished the epoch (padding repeated samples of it; drop_last
+  // skipped its tail, which must not come back as an extra step).
+  const int64_t consumed = taken >= per_rank ? dataset_size : s.epoch_sample_offset + taken * s.world_size;
+  const int64_t step = s.samples_seen / (batch_size * world_size * grad_accum_steps);
+  char line[640];
+  std::snprintf(line, sizeof line,
+                "world size %d -> %d: epoch %lld continues after %lld of its %lld samples; the %lld not yet "
+                "seen keep their global order and are re-sharded over %d ranks (each seen once; batches "
+                "differ from an unchanged world size, so this resume is not bit-exact); step %lld -> %lld "
+                "(%lld samples seen over the new global batch)",
+                s.world_size, world_size, static_cast<long long>(s.epoch + 1),
+                static_cast<long long>(consumed), static_cast<long long>(dataset_size),
+                static_cast<long long>(dataset_size - consumed), world_size, static_cast<long long>(s.step),
+                static_cast<long long>(step), static_cast<long long>(s.samples_seen));
+  s.step = step;
+  s.epoch_sample_offset = consumed;
+  s.batch_in_epoch = 0;
+  s.world_size = world_size;
+  s.batch_size = batch_size;
+  return line;
+}
+
 TrainingState load_checkpoint(const std::string& path, Module& model, Optimizer& optimizer) {
   TrainingState state = verify_checkpoint(path);
   const std::string manifest_path = (fs::path(path) / "checkpoint.toml").string();
@@ -262,7 +327,8 @@ TrainingState load_checkpoint(const std::string& path, Module& model, Optimizer&
   try {
     load_module((fs::path(path) / kFiles[0]).string(), model);
     std::vector<std::pair<std::string, Tensor>> opt_state;
-    for (auto& [name, t] : load_safetensors((fs::path(path) / kFiles[1]).string())) opt_state.emplace_back(name, t);
+    for (auto& [name, t] : load_safetensors((fs::path(path) / kFiles[1]).string()))
+      opt_state.emplace_back(name, t);
     optimizer.load_state(opt_state, manifest["optimizer_steps"].value_or(int64_t{0}));
   } catch (const CheckpointError&) {
     throw;

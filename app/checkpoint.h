@@ -31,12 +31,15 @@ struct TrainingState {
   int64_t step = 0;            // optimizer steps done
   int64_t epoch = 0;           // epoch in progress (0-based)
   int64_t batch_in_epoch = 0;  // micro-batches of that epoch already consumed, per rank
-  int64_t samples_seen = 0;    // over all ranks
+  // Samples of the epoch's global order consumed before the current sharding began: 0, except after a
+  // resume at another world size, where the rest of the epoch is re-sharded (see remap_world_size).
+  int64_t epoch_sample_offset = 0;
+  int64_t samples_seen = 0;  // over all ranks
   int world_size = 1;
-  int64_t batch_size = 0;      // per rank, for remapping to another world size
+  int64_t batch_size = 0;  // per rank, for remapping to another world size
   double train_seconds = 0.0;
   double best_accuracy = 0.0;
-  double accuracy = -1.0;      // test top-1 measured right before this checkpoint; -1 = none
+  double accuracy = -1.0;  // test top-1 measured right before this checkpoint; -1 = none
   double epoch_loss_sum = 0.0;
   int64_t epoch_steps = 0;
   double loss_scale = 0.0;  // fp16 LossScaler; 0 = none recorded
@@ -59,6 +62,9 @@ class CheckpointManager {
   std::string save(Module& model, const Optimizer& optimizer, const TrainingState& state,
                    const std::string& config_toml);
   const std::string& dir() const { return dir_; }
+  // Removes temp directories (".step-*.tmp") left by a writer that died before its rename; they are
+  // never candidates for resuming. Returns their paths, for the log.
+  std::vector<std::string> remove_stale_temps();
 
  private:
   void prune();
@@ -71,7 +77,20 @@ class CheckpointManager {
 TrainingState verify_checkpoint(const std::string& path);
 
 // The newest checkpoint in `dir` that verifies; broken ones are skipped and described in `skipped`.
-std::optional<CheckpointInfo> find_latest_checkpoint(const std::string& dir, std::vector<std::string>* skipped);
+std::optional<CheckpointInfo> find_latest_checkpoint(const std::string& dir,
+                                                     std::vector<std::string>* skipped);
+
+// Moves a mid-epoch position written by state.world_size ranks onto `world_size` ranks of `batch_size`
+// samples each, with DistributedSampler semantics: the epoch's global order does not depend on the
+// world size, and the samples consumed so far are a prefix of it (rank r took positions r, r + W, ...
+// batch by batch). The rest of the epoch is that order from the first unseen sample on, re-sharded
+// over the new ranks: every sample of the epoch is seen exactly once, but batches are composed
+// differently from a run that never changed size, so the continuation is not bit-exact. The step
+// (the LR schedule's position, built for the new world size) becomes the global samples seen over the
+// new global batch (batch_size x world_size x grad_accum_steps). Sets epoch_sample_offset,
+// batch_in_epoch = 0, step, world_size and batch_size; returns a line for the log.
+std::string remap_world_size(TrainingState& state, int64_t dataset_size, bool drop_last, int world_size,
+                             int64_t batch_size, int grad_accum_steps);
 
 // Verifies and loads a checkpoint into model and optimizer; returns its state.
 TrainingState load_checkpoint(const std::string& path, Module& model, Optimizer& optimizer);

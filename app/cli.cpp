@@ -34,6 +34,8 @@ CommonArgs parse_common_args(const std::vector<std::string>& args, const std::ve
       out.resume = take_value();
     } else if (arg == "--weights" && is_allowed(arg)) {
       out.weights_path = take_value();
+    } else if (arg == "--dump-logits" && is_allowed(arg)) {
+      out.dump_logits_path = take_value();
     } else if (arg.rfind("-", 0) == 0) {
       throw UsageError("unknown option " + arg);
     } else if (out.config_path.empty()) {
@@ -42,7 +44,8 @@ CommonArgs parse_common_args(const std::vector<std::string>& args, const std::ve
       throw UsageError("unexpected argument '" + arg + "' (the config is already " + out.config_path + ")");
     }
   }
-  if (!out.help && out.config_path.empty()) throw UsageError("missing CONFIG (a TOML file, e.g. configs/fashion_mnist_cnn.toml)");
+  if (!out.help && out.config_path.empty())
+    throw UsageError("missing CONFIG (a TOML file, e.g. configs/fashion_mnist_cnn.toml)");
   return out;
 }
 

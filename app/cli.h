@@ -1,6 +1,6 @@
 #pragma once
 // Parsing of the options the subcommands share: CONFIG, --set key=value (repeatable), --summary,
-// --weights, --help.
+// --weights, --resume, --dump-logits, --help.
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -19,6 +19,7 @@ struct CommonArgs {
   std::string summary_path;
   std::string weights_path;
   std::string resume;
+  std::string dump_logits_path;
   bool help = false;
 };
 

@@ -32,11 +32,15 @@ int train_command(const Args& args) {
 }
 
 int eval_command(const Args& args) {
-  const CommonArgs a = parse_common_args(args, {"--summary", "--weights"});
+  const CommonArgs a = parse_common_args(args, {"--summary", "--weights", "--dump-logits"});
   if (a.help) {
-    std::cout << "usage: trainer eval CONFIG --weights PATH [--set section.key=value ...] [--summary PATH]\n\n"
+    std::cout << "usage: trainer eval CONFIG --weights PATH [--set section.key=value ...] [--summary PATH]\n"
+                 "                    [--dump-logits PATH]\n\n"
                  "Evaluates weights (a .safetensors file written by `trainer train`, or a torchvision\n"
-                 "state_dict saved with safetensors) on the test split of the config's dataset.\n";
+                 "state_dict saved with safetensors) on the test split of the config's dataset.\n"
+                 "  --dump-logits PATH  also write the first 256 test images (normalized, NCHW), their labels\n"
+                 "                      and the model's logits to PATH (safetensors), for comparing with\n"
+                 "                      PyTorch (scripts/torchvision_logits_check.py)\n";
     return 0;
   }
   if (a.weights_path.empty()) throw UsageError("eval needs --weights PATH");
@@ -46,6 +50,7 @@ int eval_command(const Args& args) {
   Experiment e = build_experiment(config, device, false);
   load_module(a.weights_path, *e.model);
   EvalMetrics m = evaluate(e, *e.data.test);
+  if (!a.dump_logits_path.empty()) dump_logits(e, *e.data.test, 256, a.dump_logits_path);
   std::printf("eval %s on %s: %lld images, loss %.4f, top1 %.2f%%, top5 %.2f%%, auc %.4f\n",
               a.weights_path.c_str(), e.data.test->name().c_str(), static_cast<long long>(m.count()), m.mean_loss(),
               100 * m.top1(), 100 * m.top5(), m.auc());

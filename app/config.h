@@ -103,6 +103,7 @@ struct CheckpointConfig {
   int keep_best = 0;                     // also keep the N checkpoints with the best test top-1
   bool on_signal = true;                 // SIGINT/SIGTERM write a checkpoint before exiting
   bool allow_world_size_change = false;  // resume at another world size, remapped by samples seen
+  std::string on_error = "continue";     // a periodic checkpoint not written (full disk...): continue | stop
   bool operator==(const CheckpointConfig&) const = default;
 };
 

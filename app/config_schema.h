@@ -140,6 +140,7 @@ void visit_fields(C& c, Visit&& visit) {
   visit("checkpoint", "keep_best", k.keep_best, at_least(0));
   visit("checkpoint", "on_signal", k.on_signal, any());
   visit("checkpoint", "allow_world_size_change", k.allow_world_size_change, any());
+  visit("checkpoint", "on_error", k.on_error, one_of({"continue", "stop"}));
 
   visit("metrics", "port", c.metrics.port, closed(0, 65535));
   visit("metrics", "host_label", c.metrics.host_label, any());

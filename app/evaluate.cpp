@@ -1,5 +1,9 @@
 #include "app/evaluate.h"
 
+#include <algorithm>
+#include <optional>
+#include <stdexcept>
+
 #include "app/device_setup.h"
 #include "app/train_loop.h"
 #include "data/distributed_sampler.h"
@@ -8,6 +12,7 @@
 #include "dist/comm.h"
 #include "nn/amp/autocast.h"
 #include "nn/functional.h"
+#include "nn/safetensors.h"
 
 namespace trainer {
 
@@ -45,6 +50,25 @@ EvalMetrics evaluate(Experiment& e, const Dataset& dataset, Comm* comm) {
   // Sums by all-reduce, per-sample scores by an exact all-gather in rank order (= dataset order).
   if (comm && comm->world_size() > 1) return combine_across_ranks(metrics, *comm);
   return metrics;
+}
+
+void dump_logits(Experiment& e, const Dataset& dataset, int64_t count, const std::string& path) {
+  LoaderOptions lo;
+  lo.batch_size = std::max<int64_t>(1, std::min(count, dataset.size()));
+  lo.num_workers = 1;
+  std::shared_ptr<const Dataset> ds(std::shared_ptr<const Dataset>{}, &dataset);  // non-owning
+  DataLoader loader(ds, EvalShard(dataset.size(), 1, 0).indices(), lo);
+  std::optional<Batch> batch = loader.next();  // the first lo.batch_size samples, in dataset order
+  if (!batch) throw std::runtime_error("--dump-logits: the test split is empty");
+  const bool was_training = e.model->is_training();
+  e.model->eval();
+  NoGradGuard no_grad;
+  const Tensor x =
+      to_float_normalized(batch->images, e.normalization.mean, e.normalization.std);    // [N, C, H, W]
+  const Tensor logits = (*e.model)(Variable(x.to(e.device))).data().to(Device::cpu());  // [N, classes]
+  e.model->train(was_training);
+  save_safetensors(path,
+                   {{"images", x.contiguous()}, {"labels", batch->labels}, {"logits", logits.contiguous()}});
 }
 
 }  // namespace trainer

@@ -233,6 +233,9 @@ int run_training(const Config& config, const TrainOptions& options) {
 
   // ---- where to start: a fresh run, or exactly where a checkpoint left off
   CheckpointManager checkpoints(ckpt_dir, config.checkpoint);
+  if (writer)
+    for (const std::string& tmp : checkpoints.remove_stale_temps())
+      log.line("checkpoint: removed " + tmp + ", left by a write that died before its rename");
   TrainingState st;
   st.world_size = e.world_size;
   st.batch_size = config.data.batch_size;
@@ -242,16 +245,13 @@ int run_training(const Config& config, const TrainOptions& options) {
     st = load_checkpoint(*path, *e.model, *e.optimizer);
     if (st.world_size != e.world_size) {
       if (!config.checkpoint.allow_world_size_change)
-        throw config_error_at(
-            config, "checkpoint.allow_world_size_change",
-            fmt("the checkpoint was written by %d ranks, this run has %d. HINT: resume with "
-                "the same number of processes, or set checkpoint.allow_world_size_change = "
-                "true (the data order of the rest of the epoch then differs)",
-                st.world_size, e.world_size));
-      // Same position by samples seen within the epoch.
-      const int64_t epoch_samples = st.batch_in_epoch * st.batch_size * st.world_size;
-      st.batch_in_epoch = epoch_samples / (static_cast<int64_t>(config.data.batch_size) * e.world_size);
-      st.world_size = e.world_size;
+        throw config_error_at(config, "checkpoint.allow_world_size_change",
+                              fmt("the checkpoint was written by %d ranks, this run has %d. HINT: resume with "
+                                  "the same number of processes, or set checkpoint.allow_world_size_change = "
+                                  "true (the rest of the epoch is then re-sharded: each sample still seen once)",
+                                  st.world_size, e.world_size));
+      log.line(remap_world_size(st, train.size(), config.data.drop_last, e.world_size, config.data.batch_size,
+                                config.train.grad_accum_steps));
     }
     if (!st.rng_states.empty()) e.dropout_generator->set_state(st.rng_states[0]);
     if (writer) truncate_step_csv(csv_path, st.step);
@@ -316,11 +316,10 @@ int run_training(const Config& config, const TrainOptions& options) {
         const std::string path = checkpoints.save(*e.model, *e.optimizer, st, config_toml);
         log.line("checkpoint: " + path);
       } catch (const CheckpointError& err) {
-        // The previous checkpoints are intact; a periodic failure (full disk, say) must not kill hours
-        // of training, but the final one must not fail silently.
-        if (final) throw;
-        log.error(std::string("warning: ") + err.what() +
-                  "; earlier checkpoints are intact, training continues");
+        // The previous checkpoints are intact; by default a periodic failure (full disk, say) must not
+        // kill hours of training (checkpoint.on_error), but the final one must not fail silently.
+        if (final || config.checkpoint.on_error == "stop") throw;
+        log.error(std::string("warning: ") + err.what() + "; earlier checkpoints are intact, training continues");
       }
     }
     pg->comm().barrier();
@@ -356,7 +355,7 @@ int run_training(const Config& config, const TrainOptions& options) {
     lo.num_workers = config.data.workers < 0 ? default_loader_workers() : config.data.workers;
     lo.queue_depth = config.data.prefetch_batches;
     lo.first_batch = st.batch_in_epoch;
-    DataLoader loader(e.data.train, sampler.indices(), lo);
+    DataLoader loader(e.data.train, sampler.indices_from(st.epoch_sample_offset), lo);
     // Ranks that would run different numbers of steps hang in an all-reduce at the epoch's end: stop
     // here instead, naming them.
     check_epoch_steps(pg->comm(), epoch, loader.num_batches() - lo.first_batch);
@@ -522,6 +521,7 @@ int run_training(const Config& config, const TrainOptions& options) {
     const bool epoch_complete = !done || loader.next() == std::nullopt;
     if (epoch_complete) {
       st.batch_in_epoch = 0;
+      st.epoch_sample_offset = 0;
       st.epoch_loss_sum = 0.0;
       st.epoch_steps = 0;
     }

@@ -46,14 +46,19 @@ std::vector<int64_t> DistributedSampler::permutation() const {
   return order;
 }
 
-std::vector<int64_t> DistributedSampler::indices() const {
+std::vector<int64_t> DistributedSampler::indices_from(int64_t start) const {
+  if (start < 0 || start > dataset_size_)
+    throw std::invalid_argument("DistributedSampler: start " + std::to_string(start) + " outside 0.." +
+                                std::to_string(dataset_size_));
   const std::vector<int64_t> order = permutation();
+  const int64_t n = dataset_size_ - start;
+  const int64_t per_rank = drop_last_ ? n / world_size_ : (n + world_size_ - 1) / world_size_;
   std::vector<int64_t> mine;
-  mine.reserve(static_cast<size_t>(num_samples_));
-  // Position p of the padded list is order[p mod n]: repeating from the start as often as needed, which
-  // is what PyTorch does (it repeats the whole list when padding exceeds the dataset size).
-  for (int64_t p = rank_; p < total_size(); p += world_size_) {
-    mine.push_back(order[static_cast<size_t>(p % dataset_size_)]);
+  mine.reserve(static_cast<size_t>(per_rank));
+  // Position p of the padded list is order[start + p mod n]: repeating from the start as often as
+  // needed, which is what PyTorch does (it repeats the whole list when padding exceeds the dataset size).
+  for (int64_t p = rank_; p < per_rank * world_size_; p += world_size_) {
+    mine.push_back(order[static_cast<size_t>(start + p % n)]);
   }
   return mine;
 }

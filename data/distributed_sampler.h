@@ -37,7 +37,10 @@ class DistributedSampler {
   // shuffle of 0..n-1 with a Generator seeded from (seed, epoch), or 0..n-1 without shuffle.
   std::vector<int64_t> permutation() const;
   // This rank's num_samples() indices for the current epoch.
-  std::vector<int64_t> indices() const;
+  std::vector<int64_t> indices() const { return indices_from(0); }
+  // This rank's share of positions start..n-1 of the epoch's order, truncated or padded as above: the
+  // rest of an epoch whose first `start` samples were consumed at another world size.
+  std::vector<int64_t> indices_from(int64_t start) const;
 
  private:
   int64_t dataset_size_;

@@ -179,6 +179,92 @@ TEST_F(DistributedTrain, TwoRankResumeAfterSigtermIsBitExact) {
   EXPECT_EQ(slurp(dir_ / "full/checkpoints/final.safetensors"), slurp(dir_ / "cut/checkpoints/final.safetensors"));
 }
 
+// The same with a real kill: rank 0 dies by SIGKILL (test hook) while writing the step-12 checkpoint,
+// after its files are complete and before the rename; rank 1 stops when rank 0 is gone. Both ranks
+// resume from step-9, mid-epoch, and end bit-identical to the uninterrupted run.
+TEST_F(DistributedTrain, TwoRanksKilledWhileWritingACheckpointResumeBitExact) {
+  const std::string cfg = write_config(
+      "[model]\nname = \"mlp\"\nin_channels = 1\n"
+      "[data]\ndataset = \"synthetic\"\nsynthetic_samples = 512\nsynthetic_image_size = 12\nbatch_size = 32\n"
+      "hflip = true\n[train]\nepochs = 2\n[checkpoint]\nevery_steps = 3\n[dist]\ntimeout_seconds = 20\n");
+  const std::string full = " --set train.run_dir=" + (dir_ / "full").string();
+  auto a = run_ranks({"train " + cfg + full, "train " + cfg + full});
+  ASSERT_EQ(a[0].exit_code, 0) << a[0].output;
+  const std::string cut = " --set train.run_dir=" + (dir_ / "cut").string();
+  const std::string crash = "TRAINER_TEST_CRASH_BEFORE_RENAME=12";
+  port_ = free_port();
+  auto b = run_ranks({"train " + cfg + cut, "train " + cfg + cut}, {crash, crash});
+  EXPECT_EQ(b[0].exit_code, 137) << b[0].output;  // SIGKILL
+  EXPECT_NE(b[1].exit_code, 0) << b[1].output;
+  EXPECT_TRUE(std::filesystem::exists(dir_ / "cut/checkpoints/.step-00000012.tmp"));
+  port_ = free_port();
+  auto c = run_ranks({"train " + cfg + cut + " --resume auto", "train " + cfg + cut + " --resume auto"});
+  ASSERT_EQ(c[0].exit_code, 0) << c[0].output;
+  ASSERT_EQ(c[1].exit_code, 0) << c[1].output;
+  EXPECT_NE(c[0].output.find("step-00000009: step 9, epoch 2, batch 1 of the epoch"), std::string::npos)
+      << c[0].output;
+  EXPECT_EQ(slurp(dir_ / "full/train_steps.csv"), slurp(dir_ / "cut/train_steps.csv"));
+  EXPECT_EQ(slurp(dir_ / "full/checkpoints/final.safetensors"), slurp(dir_ / "cut/checkpoints/final.safetensors"));
+}
+
+// A checkpoint written by 2 ranks, mid-epoch (SIGTERM after step 11: epoch 2, 192 of 512 samples
+// seen), resumed at another world size. Refused unless checkpoint.allow_world_size_change; then the
+// 320 samples not yet seen continue in the epoch's global order, re-sharded. On 1 rank with twice the
+// batch every global batch holds the same samples as in the 2-rank run, so the weights match an
+// uninterrupted 2-rank run up to summation order; on 3 ranks the epoch ends after the 320 samples.
+TEST_F(DistributedTrain, ResumeOnOneOrThreeRanksContinuesWithTheUnseenSamples) {
+  const std::string cfg = write_config(
+      "[model]\nname = \"mlp\"\nin_channels = 1\n"
+      "[data]\ndataset = \"synthetic\"\nsynthetic_samples = 512\nsynthetic_image_size = 12\nbatch_size = 32\n"
+      "hflip = true\n[train]\nepochs = 2\n[optim]\nweight_decay = 0.0\n[checkpoint]\nevery_epochs = 0\n");
+  const std::string full = " --set train.run_dir=" + (dir_ / "full").string();
+  auto a = run_ranks({"train " + cfg + full, "train " + cfg + full});
+  ASSERT_EQ(a[0].exit_code, 0) << a[0].output;
+  const std::string sig = "TRAINER_TEST_SIGTERM_AT_STEP=11";
+  for (const char* name : {"one", "three"}) {
+    const std::string cut = " --set train.run_dir=" + (dir_ / name).string();
+    port_ = free_port();
+    auto b = run_ranks({"train " + cfg + cut, "train " + cfg + cut}, {sig, sig});
+    ASSERT_EQ(b[0].exit_code, 143) << b[0].output;
+  }
+  port_ = free_port();
+  const std::string one = " --set train.run_dir=" + (dir_ / "one").string() + " --set data.batch_size=64";
+  auto refused = run_ranks({"train " + cfg + one + " --resume auto"});
+  EXPECT_NE(refused[0].exit_code, 0);
+  EXPECT_NE(refused[0].output.find("checkpoint.allow_world_size_change"), std::string::npos) << refused[0].output;
+  auto r1 = run_ranks({"train " + cfg + one + " --resume auto --set checkpoint.allow_world_size_change=true"});
+  ASSERT_EQ(r1[0].exit_code, 0) << r1[0].output;
+  EXPECT_NE(r1[0].output.find("world size 2 -> 1: epoch 2 continues after 192 of its 512 samples; the 320 not yet "
+                              "seen keep their global order"),
+            std::string::npos)
+      << r1[0].output;
+  EXPECT_NE(slurp(dir_ / "one/summary.json").find("\"steps\": 16"), std::string::npos);
+  auto x = load_safetensors((dir_ / "full/checkpoints/final.safetensors").string());
+  auto y = load_safetensors((dir_ / "one/checkpoints/final.safetensors").string());
+  for (auto& [name, t] : x) {
+    const auto p = t.to_vector<double>(), q = y.at(name).to_vector<double>();
+    double worst = 0;
+    for (size_t i = 0; i < p.size(); ++i) worst = std::max(worst, std::abs(p[i] - q[i]));
+    EXPECT_LT(worst, 1e-5) << name;
+  }
+
+  port_ = free_port();
+  const std::string three = " --set train.run_dir=" + (dir_ / "three").string() +
+                            " --resume auto --set checkpoint.allow_world_size_change=true";
+  auto r3 = run_ranks({"train " + cfg + three, "train " + cfg + three, "train " + cfg + three});
+  for (const auto& rank : r3) ASSERT_EQ(rank.exit_code, 0) << rank.output;
+  EXPECT_NE(r3[0].output.find("world size 2 -> 3: epoch 2 continues after 192 of its 512 samples; the 320 not yet "
+                              "seen"),
+            std::string::npos)
+      << r3[0].output;
+  // 704 samples seen = step 7 of 96-sample global batches; the 320 unseen samples are 106 per rank
+  // (data.drop_last: the sampler drops 2, the loader the last partial batch), 3 batches of 32: steps
+  // 8..10, and the epoch (the run) ends.
+  EXPECT_NE(r3[0].output.find("step 11 -> 7"), std::string::npos) << r3[0].output;
+  EXPECT_NE(slurp(dir_ / "three/summary.json").find("\"steps\": 10"), std::string::npos)
+      << slurp(dir_ / "three/summary.json");
+}
+
 TEST_F(DistributedTrain, RanksWithDifferentConfigsStopAtStartNamingTheKey) {
   const std::string cfg = write_config(kMlpConfig);
   auto r = run_ranks({"train " + cfg + " --set train.run_dir=" + (dir_ / "x").string(),

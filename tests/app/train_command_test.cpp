@@ -10,6 +10,7 @@
 #include <sstream>
 #include <string>
 
+#include "nn/safetensors.h"
 #include "trainer_process.h"
 
 namespace {
@@ -61,6 +62,21 @@ TEST_F(TrainCommand, TrainsAndWritesRunDirectoryAndSummary) {
   RunResult e = run_trainer("eval " + write_config() + " --weights " + run_dir("a") + "/checkpoints/final.safetensors");
   EXPECT_EQ(e.exit_code, 0) << e.output;
   EXPECT_NE(e.output.find("top1"), std::string::npos);
+}
+
+// --dump-logits: what scripts/torchvision_logits_check.py compares with PyTorch.
+TEST_F(TrainCommand, EvalDumpsImagesLabelsAndLogits) {
+  const std::string cfg = write_config();
+  ASSERT_EQ(run_trainer("train " + cfg + " --set train.run_dir=" + run_dir("a") + " --set train.max_steps=2").exit_code, 0);
+  const std::string dump = (dir_ / "dump.safetensors").string();
+  RunResult e = run_trainer("eval " + cfg + " --weights " + run_dir("a") + "/checkpoints/final.safetensors --dump-logits " + dump);
+  ASSERT_EQ(e.exit_code, 0) << e.output;
+  auto t = trainer::load_safetensors(dump);
+  ASSERT_EQ(t.size(), 3u);
+  const int64_t n = t.at("labels").shape()[0];
+  EXPECT_GT(n, 0);
+  EXPECT_EQ(t.at("images").shape(), (std::vector<int64_t>{n, 1, 12, 12}));
+  EXPECT_EQ(t.at("logits").shape(), (std::vector<int64_t>{n, 10}));
 }
 
 TEST_F(TrainCommand, SameSeedGivesBitIdenticalLossesWhateverTheWorkerCount) {

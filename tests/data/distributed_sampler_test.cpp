@@ -48,6 +48,21 @@ TEST(DistributedSampler, PaddingRepeatsThePermutationFromItsStart) {
   EXPECT_EQ(rank2.indices().back(), order[1]);  // position 11
 }
 
+// The rest of an epoch after a world-size change: positions start..n-1 of the same order, sharded and
+// truncated or padded by the same rules as a whole epoch.
+TEST(DistributedSampler, IndicesFromShardsTheRestOfTheOrder) {
+  DistributedSampler r0(10, 3, 0, false, 7, false), r1(10, 3, 1, false, 7, false), r2(10, 3, 2, false, 7, true);
+  EXPECT_EQ(r0.indices_from(0), r0.indices());
+  EXPECT_EQ(r0.indices_from(4), (Indices{4, 7}));  // 6 left: 4..9, rank 0 takes positions 4 and 7
+  EXPECT_EQ(r1.indices_from(5), (Indices{6, 9}));  // 5 left, padded to 6 (rank 2 repeats 5)
+  EXPECT_EQ(r2.indices_from(5), (Indices{7}));        // drop_last: 5 left -> 3, the tail is skipped
+  EXPECT_TRUE(r0.indices_from(10).empty());
+  EXPECT_THROW(r0.indices_from(11), std::invalid_argument);
+  DistributedSampler shuffled(100, 2, 1, true, 3, false);
+  const Indices order = shuffled.permutation();
+  EXPECT_EQ(shuffled.indices_from(60).front(), order[61]);
+}
+
 TEST(DistributedSampler, ShardsAreDisjointAndCoverTheDataset) {
   for (const int64_t size : {12, 13, 100, 1001}) {
     const int world = 4;

@@ -1,0 +1,158 @@
+// Checkpoints under failure, end to end: the trainer binary killed while writing one, and a disk that
+// fills up (a real tmpfs of a few hundred KiB, mounted in a user namespace where the kernel allows it).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "app/checkpoint.h"
+#include "trainer_process.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+using trainer::testing::read_file;
+using trainer::testing::run_trainer;
+using trainer::testing::RunResult;
+
+class CheckpointFailures : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("trainer_ckptfail_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // 16 steps in 2 epochs of 8, a checkpoint every 4 steps.
+  std::string write_config(const std::string& extra = "") {
+    const fs::path path = dir_ / "small.toml";
+    std::ofstream(path)
+        << "[model]\nname = \"cnn\"\nin_channels = 1\n"
+           "[data]\ndataset = \"synthetic\"\nsynthetic_samples = 256\nsynthetic_image_size = 12\n"
+           "batch_size = 32\nrandom_crop_padding = 2\nhflip = true\n"
+           "[train]\nepochs = 2\n"
+           "[checkpoint]\nevery_steps = 4\nkeep_last = 3\n"
+        << extra;
+    return path.string();
+  }
+  std::string run_dir(const std::string& name) { return (dir_ / name).string(); }
+  static int64_t csv_steps(const fs::path& csv) {
+    const std::string s = read_file(csv);
+    return std::count(s.begin(), s.end(), '\n') - 1;  // less the header
+  }
+
+  fs::path dir_;
+};
+
+// The process is SIGKILLed by the test hook with checkpoint step-8 complete in its temp directory but
+// not renamed. step-4 stays the newest checkpoint; --resume auto removes the stale temp directory
+// (saying so), resumes from step 4 and ends bit-identical to a run that never crashed.
+TEST_F(CheckpointFailures, KilledBetweenWriteAndRenameResumesFromTheLastGoodCheckpoint) {
+  const std::string cfg = write_config();
+  ASSERT_EQ(run_trainer("train " + cfg + " --set train.run_dir=" + run_dir("full")).exit_code, 0);
+  RunResult crashed = run_trainer("train " + cfg + " --set train.run_dir=" + run_dir("cut"),
+                                  "TRAINER_TEST_CRASH_BEFORE_RENAME=8");
+  EXPECT_NE(crashed.exit_code, 0) << crashed.output;
+  EXPECT_EQ(crashed.output.find("step-00000008"), std::string::npos)
+      << crashed.output;  // died before logging it
+  const fs::path ckpts = dir_ / "cut/checkpoints";
+  EXPECT_TRUE(fs::exists(ckpts / ".step-00000008.tmp"));
+  EXPECT_FALSE(fs::exists(ckpts / "step-00000008"));
+  EXPECT_NO_THROW(trainer::verify_checkpoint((ckpts / "step-00000004").string()));
+  EXPECT_EQ(csv_steps(dir_ / "cut/train_steps.csv"), 8);  // steps 5..8 were logged, then lost
+
+  RunResult resumed =
+      run_trainer("train " + cfg + " --set train.run_dir=" + run_dir("cut") + " --resume auto");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("removed " + (ckpts / ".step-00000008.tmp").string()), std::string::npos)
+      << resumed.output;
+  EXPECT_NE(resumed.output.find("resumed from " + (ckpts / "step-00000004").string()), std::string::npos)
+      << resumed.output;
+  EXPECT_FALSE(fs::exists(ckpts / ".step-00000008.tmp"));
+  EXPECT_EQ(read_file(dir_ / "full/train_steps.csv"), read_file(dir_ / "cut/train_steps.csv"));
+  EXPECT_EQ(read_file(dir_ / "full/checkpoints/final.safetensors"), read_file(ckpts / "final.safetensors"));
+}
+
+// A real full disk: checkpoint.dir on a tmpfs that holds one checkpoint but not two. Runs inside
+// `unshare -rm` (an unprivileged user + mount namespace); the tmpfs vanishes with the namespace, so
+// the script copies what is left on it out before leaving.
+class FullDisk : public CheckpointFailures {
+ protected:
+  void SetUp() override {
+    CheckpointFailures::SetUp();
+    if (std::system("unshare -rm sh -c 'mount -t tmpfs -o size=64k tmpfs /tmp' >/dev/null 2>&1") != 0)
+      GTEST_SKIP() << "this kernel does not let an unprivileged user mount a tmpfs (unshare -rm)";
+  }
+  // Trains with the checkpoints on a tmpfs of `bytes`; what it held at the end is copied to `name`.
+  RunResult train_on_tmpfs(const std::string& cfg, int64_t bytes, const std::string& name) {
+    const std::string mnt = (dir_ / (name + ".mnt")).string(), copy = (dir_ / name).string();
+    fs::create_directories(mnt);
+    const std::string script = "mount -t tmpfs -o size=" + std::to_string(bytes) + " tmpfs " + mnt + " && " +
+                               trainer::testing::trainer_binary() + " train " + cfg +
+                               " --set train.run_dir=" + run_dir(name + ".run") +
+                               " --set checkpoint.dir=" + mnt + "/ckpt; rc=$?; cp -a " + mnt + "/ckpt " +
+                               copy + "; exit $rc";
+    FILE* pipe = popen(("unshare -rm bash -c '" + script + "' 2>&1").c_str(), "r");
+    std::string out;
+    char buf[4096];
+    while (size_t n = fread(buf, 1, sizeof buf, pipe)) out.append(buf, n);
+    const int status = pclose(pipe);
+    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+  }
+  // Bytes of tmpfs pages one checkpoint of this config takes.
+  int64_t checkpoint_pages_bytes(const std::string& cfg) {
+    RunResult r =
+        run_trainer("train " + cfg + " --set train.run_dir=" + run_dir("probe") + " --set train.max_steps=4");
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    int64_t bytes = 0;
+    for (const auto& f : fs::directory_iterator(dir_ / "probe/checkpoints/step-00000004"))
+      bytes += (static_cast<int64_t>(f.file_size()) + 4095) / 4096 * 4096;
+    return bytes;
+  }
+};
+
+// checkpoint.on_error = "continue" (the default): the step-8 checkpoint fails with ENOSPC, the run
+// trains on to the end, then fails on the final checkpoint (an error, exit 1); step-4 survives,
+// verifies, and a run resumes from it.
+TEST_F(FullDisk, PeriodicFailureContinuesAndTheLastGoodCheckpointSurvives) {
+  const std::string cfg = write_config();
+  const int64_t one = checkpoint_pages_bytes(cfg);
+  RunResult r = train_on_tmpfs(cfg, one + one / 2, "cont");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("No space left on device"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("earlier checkpoints are intact, training continues"), std::string::npos)
+      << r.output;
+  EXPECT_EQ(csv_steps(dir_ / "cont.run/train_steps.csv"), 16);  // trained to the end
+  std::vector<std::string> names;
+  for (const auto& d : fs::directory_iterator(dir_ / "cont")) names.push_back(d.path().filename().string());
+  EXPECT_EQ(names, std::vector<std::string>{"step-00000004"});  // no partial or temp checkpoint left
+  EXPECT_EQ(trainer::verify_checkpoint((dir_ / "cont/step-00000004").string()).step, 4);
+  RunResult resumed = run_trainer("train " + cfg + " --set train.run_dir=" + run_dir("again") + " --resume " +
+                                  (dir_ / "cont/step-00000004").string());
+  EXPECT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resumed from"), std::string::npos) << resumed.output;
+}
+
+// checkpoint.on_error = "stop": the run ends at the step whose checkpoint failed, with the error.
+TEST_F(FullDisk, OnErrorStopEndsTheRunAtTheFailedCheckpoint) {
+  const std::string cfg = write_config("on_error = \"stop\"\n");
+  const int64_t one = checkpoint_pages_bytes(cfg);
+  RunResult r = train_on_tmpfs(cfg, one + one / 2, "stop");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("step-00000008 not written"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("No space left on device"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("training continues"), std::string::npos) << r.output;
+  EXPECT_EQ(csv_steps(dir_ / "stop.run/train_steps.csv"), 8);
+  EXPECT_EQ(trainer::verify_checkpoint((dir_ / "stop/step-00000004").string()).step, 4);
+  EXPECT_FALSE(fs::exists(dir_ / "stop/step-00000008"));
+}
+
+}  // namespace
