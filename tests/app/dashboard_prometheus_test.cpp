@@ -85,12 +85,13 @@ TEST_F(DashboardOnPrometheus, EveryQueryReturnsSeriesForBothRanksOfATwoRankRun) 
   testing::TrainerRanks ranks(2, {"train", cfg.string(), "--set", "train.run_dir=" + (dir_ / "run").string()},
                               dir_);
 
-  // Wait until both ranks have been scraped often enough for every rate() window, and fix that moment:
-  // every query is then evaluated at it, so it does not matter when the ranks are stopped.
-  const std::string ready_query = "count_over_time(trainer_steps_total[" + rate_window +
-                                  "]) >= 6 and "
-                                  "increase(trainer_steps_total[" +
-                                  rate_window + "]) > 0";
+  // Wait until both ranks have been scraped often enough for every rate() window, with the last scrape
+  // a success (a failed one marks the series stale, hiding gauges from instant queries), and fix that
+  // moment: every query is then evaluated at it, so it does not matter when the ranks are stopped.
+  const std::string window = "[" + rate_window + "]";
+  const std::string ready_query = "count_over_time(trainer_steps_total" + window +
+                                  ") >= 6 and increase(trainer_steps_total" + window +
+                                  ") > 0 and on (instance) up == 1";
   std::string at;
   json last;
   while (at.empty() && Clock::now() < deadline) {
