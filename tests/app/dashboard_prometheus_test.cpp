@@ -1,8 +1,8 @@
 // The Grafana dashboard against a real Prometheus server scraping a real 2-rank CPU training run: every
 // panel query returns series, and each rank appears in each of them (selected alone through the rank
-// variable, and by its label where the query keeps it). Skipped when the `prometheus` binary is
-// absent. No timing asserts: every wait polls against a generous deadline, so a loaded machine only
-// makes it slower.
+// variable, and by its label where the query keeps it); each rank's /metrics passes `promtool check
+// metrics`. Skipped when the `prometheus` binary is absent. No timing asserts: every wait polls
+// against a generous deadline, so a loaded machine only makes it slower.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "app/trainer_ranks.h"
+#include "metrics/command.h"
 #include "metrics/dashboard_util.h"
 #include "metrics/prometheus_server.h"
 
@@ -111,6 +112,17 @@ TEST_F(DashboardOnPrometheus, EveryQueryReturnsSeriesForBothRanksOfATwoRankRun) 
   ASSERT_FALSE(at.empty()) << "both ranks not scraped enough before the deadline; last answer: "
                            << last.dump() << "\nprometheus log:\n"
                            << prom.log() << ranks.outputs();
+  // The trainer's own /metrics passes promtool's format and naming lint too.
+  if (const std::string promtool = testing::find_executable("promtool"); !promtool.empty()) {
+    for (int r = 0; r < ranks.size(); ++r) {
+      const testing::HttpResponse scrape = testing::http_get(metrics_port + r, "/metrics");
+      ASSERT_EQ(scrape.status, 200) << "rank " << r;
+      const fs::path path = dir_ / ("metrics" + std::to_string(r) + ".txt");
+      std::ofstream(path) << scrape.body;
+      const testing::CommandResult c = testing::run_command(promtool + " check metrics < " + path.string());
+      EXPECT_EQ(c.exit_code, 0) << "rank " << r << ": " << c.output;
+    }
+  }
   for (int r = 0; r < ranks.size(); ++r) ranks.rank(r).signal(SIGTERM);  // done with training
 
   auto query = [&](const std::string& expr) {
