@@ -11,7 +11,7 @@ namespace trainer {
 std::unique_ptr<PhaseClock> phase_clock_for(const Device& device, const Comm& comm) {
 #ifdef TRAINER_WITH_CUDA
   if (device.is_cuda()) {
-    // Without NCCL (world size 1) gradients are never communicated on another stream.
+    // Without NCCL (world size 1, or the CPU communicator) no gradient work runs on another stream.
     const auto* nccl = dynamic_cast<const NcclComm*>(&comm);
     cudaStream_t compute = cuda_stream();
     cudaStream_t comm_stream = nccl ? static_cast<cudaStream_t>(nccl->stream()) : compute;
