@@ -16,6 +16,7 @@
 #include "app/device_setup.h"
 #include "app/evaluate.h"
 #include "app/experiment.h"
+#include "app/phase_clock.h"
 #include "app/summary.h"
 #include "app/train_signals.h"
 #include "data/distributed_sampler.h"
@@ -229,7 +230,7 @@ int run_training(const Config& config, const TrainOptions& options) {
   xo.build = {build.version, build.cuda_version, build.cudnn_version, build.nccl_version};
   Exporter exporter(xo);
   if (exporter.enabled()) log.line("metrics: " + exporter.url());
-  StepTimer timer;
+  StepTimer timer(phase_clock_for(device, pg->comm()));  // CUDA events on a GPU
 
   // ---- where to start: a fresh run, or exactly where a checkpoint left off
   CheckpointManager checkpoints(ckpt_dir, config.checkpoint);

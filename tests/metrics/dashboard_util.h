@@ -175,15 +175,16 @@ inline PromqlRefs variable_refs(const std::string& q) {
 }
 
 // What Grafana would send for "All" selected: multi-value variables become the regex .*, and the rate
-// interval a window long enough for several 1 s scrapes.
-inline std::string substitute_variables(std::string e, const std::string& rate_interval = "10s") {
+// interval a window long enough for several 1 s scrapes. `rank` selects ranks as the rank variable would.
+inline std::string substitute_variables(std::string e, const std::string& rate_interval = "10s",
+                                        const std::string& rank = ".*") {
   const std::pair<std::string, std::string> subs[] = {{"$__rate_interval", rate_interval},
                                                       {"$__interval", rate_interval},
                                                       {"$__range", "1m"},
                                                       {"${host}", ".*"},
-                                                      {"${rank}", ".*"},
+                                                      {"${rank}", rank},
                                                       {"$host", ".*"},
-                                                      {"$rank", ".*"}};
+                                                      {"$rank", rank}};
   for (const auto& [from, to] : subs)
     for (std::size_t pos; (pos = e.find(from)) != std::string::npos;) e.replace(pos, from.size(), to);
   return e;

@@ -2,116 +2,22 @@
 // queries parse, the series exist under the names and labels the dashboard expects, and rate() windows
 // work with the histogram. Skipped when the `prometheus` binary is absent (scripts/install-deps.sh
 // installs Debian's package). Everything listens on 127.0.0.1; every wait is bounded.
-#include <fcntl.h>
+#include "metrics/prometheus_server.h"
+
 #include <gtest/gtest.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
-#include <cmath>
-#include <filesystem>
-#include <fstream>
 #include <thread>
 
 #include "metrics/dashboard_util.h"
 #include "metrics/exporter.h"
-#include "metrics/http_client.h"
-
-extern char** environ;
 
 namespace trainer {
 namespace {
 
-namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
-
-std::string find_prometheus() {
-  for (const char* p : {"/usr/bin/prometheus", "/usr/local/bin/prometheus"})
-    if (::access(p, X_OK) == 0) return p;
-  return "";
-}
-
-// A throwaway Prometheus: temp config and storage, listening on a free port on 127.0.0.1.
-class PrometheusServer {
- public:
-  PrometheusServer(const std::string& binary, int target_port) {
-    dir_ = fs::temp_directory_path() / ("trainer_metrics_prom_" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_ / "data");
-    port_ = testing::free_port();
-    {
-      std::ofstream cfg(dir_ / "prometheus.yml");
-      cfg << "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n"
-             "scrape_configs:\n  - job_name: trainer\n    static_configs:\n      - targets: ['127.0.0.1:"
-          << target_port << "']\n";
-    }
-    const std::vector<std::string> args = {binary, "--config.file=" + (dir_ / "prometheus.yml").string(),
-                                           "--storage.tsdb.path=" + (dir_ / "data").string(),
-                                           "--web.listen-address=127.0.0.1:" + std::to_string(port_),
-                                           "--log.level=warn"};
-    std::vector<char*> argv;
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    const std::string log = (dir_ / "prometheus.log").string();
-    posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_adddup2(&actions, 1, 2);
-    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-    const int rc = posix_spawn(&pid_, binary.c_str(), &actions, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&actions);
-    if (rc != 0) pid_ = -1;
-  }
-  ~PrometheusServer() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGTERM);
-      const auto deadline = Clock::now() + std::chrono::seconds(10);
-      int status = 0;
-      while (::waitpid(pid_, &status, WNOHANG) == 0) {
-        if (Clock::now() > deadline) {
-          ::kill(pid_, SIGKILL);
-          ::waitpid(pid_, &status, 0);
-          break;
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      }
-    }
-    std::error_code ignored;
-    fs::remove_all(dir_, ignored);
-  }
-  PrometheusServer(const PrometheusServer&) = delete;
-  PrometheusServer& operator=(const PrometheusServer&) = delete;
-
-  bool started() const { return pid_ > 0; }
-  bool running() const { return pid_ > 0 && ::waitpid(pid_, nullptr, WNOHANG) == 0; }
-  int port() const { return port_; }
-  std::string log() const {
-    try {
-      return testing::read_text((dir_ / "prometheus.log").string());
-    } catch (...) {
-      return "";
-    }
-  }
-  // GET /api/v1/query; the parsed JSON, or null when there was no HTTP answer.
-  json query(const std::string& expr) const {
-    const auto r = testing::http_get(port_, "/api/v1/query?query=" + testing::url_encode(expr));
-    if (r.status == 0) return nullptr;
-    try {
-      return json::parse(r.body);
-    } catch (...) {
-      return json{{"status", "unparsable"}, {"body", r.body}};
-    }
-  }
-
- private:
-  fs::path dir_;
-  int port_ = 0;
-  pid_t pid_ = -1;
-};
 
 // Updates every metric a few times a second, like a training loop.
 class FakeTraining {
@@ -161,7 +67,7 @@ double first_value(const json& response) {
 }
 
 TEST(PrometheusServer, RunsEveryDashboardQuery) {
-  const std::string binary = find_prometheus();
+  const std::string binary = testing::find_executable("prometheus");
   if (binary.empty())
     GTEST_SKIP() << "no prometheus binary (Debian package `prometheus`, scripts/install-deps.sh)";
   const auto deadline = Clock::now() + std::chrono::seconds(28);
@@ -175,7 +81,7 @@ TEST(PrometheusServer, RunsEveryDashboardQuery) {
   o.build = {"0.1.0", "", "", ""};
   Exporter exporter(o);
   FakeTraining training(exporter);
-  PrometheusServer prom(binary, exporter.port());
+  testing::PrometheusServer prom(binary, {exporter.port()});
   ASSERT_TRUE(prom.started()) << "cannot start " << binary;
 
   // Wait until Prometheus has scraped the exporter at least 3 times (rate() needs 2 points in its window).

@@ -1,0 +1,168 @@
+// The Grafana dashboard against a real Prometheus server scraping a real 2-rank CPU training run: every
+// panel query returns series, and each rank appears in each of them (selected alone through the rank
+// variable, and by its label where the query keeps it); each rank's /metrics passes `promtool check
+// metrics`. Skipped when the `prometheus` binary is absent. No timing asserts: every wait polls
+// against a generous deadline, so a loaded machine only makes it slower.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <thread>
+
+#include "app/trainer_ranks.h"
+#include "metrics/command.h"
+#include "metrics/dashboard_util.h"
+#include "metrics/prometheus_server.h"
+
+namespace trainer {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+
+// Two consecutive free ports: the ranks' exporters listen on metrics.port + LOCAL_RANK.
+int free_port_pair() {
+  for (int attempt = 0; attempt < 50; ++attempt) {
+    const int port = testing::free_port();
+    try {
+      testing::PortHolder next(port + 1);
+      return port;
+    } catch (const std::exception&) {
+    }
+  }
+  throw std::runtime_error("no two consecutive free ports");
+}
+
+// A tiny model on synthetic data, far more steps than the test needs: the test stops the ranks once
+// Prometheus has what it needs, so how fast this machine trains does not matter.
+const char* kConfig =
+    "[model]\nname = \"mlp\"\nin_channels = 1\n"
+    "[data]\ndataset = \"synthetic\"\nsynthetic_samples = 512\nsynthetic_image_size = 12\nbatch_size = 16\n"
+    "[train]\ndevice = \"cpu\"\nepochs = 100000\nmax_steps = 10000000\nlog_every_steps = 100000\n"
+    "eval_every_epochs = 0\n"
+    "[checkpoint]\nevery_epochs = 0\nsave_final = false\non_signal = false\n";
+
+// The ranks' label values in the series of a query's result ("" for a series without a rank label).
+std::multiset<std::string> ranks_in(const json& response) {
+  std::multiset<std::string> ranks;
+  for (const auto& s : response["data"]["result"]) ranks.insert(s["metric"].value("rank", ""));
+  return ranks;
+}
+
+class DashboardOnPrometheus : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    prometheus_ = testing::find_executable("prometheus");
+    if (prometheus_.empty())
+      GTEST_SKIP() << "no prometheus binary (Debian package `prometheus`, scripts/install-deps.sh)";
+    dir_ = fs::temp_directory_path() / ("trainer_dash_prom_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    std::error_code ignored;
+    if (!dir_.empty()) fs::remove_all(dir_, ignored);
+  }
+
+  std::string prometheus_;
+  fs::path dir_;
+};
+
+TEST_F(DashboardOnPrometheus, EveryQueryReturnsSeriesForBothRanksOfATwoRankRun) {
+  const auto deadline = Clock::now() + std::chrono::seconds(90);
+  const std::string rate_window = "5s";  // Grafana's $__rate_interval here: 20 scrapes at 250 ms
+  const int metrics_port = free_port_pair();
+  const fs::path cfg = dir_ / "cfg.toml";
+  std::ofstream(cfg) << kConfig << "[metrics]\nport = " << metrics_port << "\nhost_label = \"ci-host\"\n";
+
+  testing::PrometheusServer prom(prometheus_, {metrics_port, metrics_port + 1}, "250ms");
+  ASSERT_TRUE(prom.started()) << "cannot start " << prometheus_;
+  testing::TrainerRanks ranks(2, {"train", cfg.string(), "--set", "train.run_dir=" + (dir_ / "run").string()},
+                              dir_);
+
+  // Wait until both ranks have been scraped often enough for every rate() window, with the last scrape
+  // a success (a failed one marks the series stale, hiding gauges from instant queries), and fix that
+  // moment: every query is then evaluated at it, so it does not matter when the ranks are stopped.
+  const std::string window = "[" + rate_window + "]";
+  const std::string ready_query = "count_over_time(trainer_steps_total" + window +
+                                  ") >= 6 and increase(trainer_steps_total" + window +
+                                  ") > 0 and on (instance) up == 1";
+  std::string at;
+  json last;
+  while (at.empty() && Clock::now() < deadline) {
+    for (int r = 0; r < ranks.size(); ++r)
+      ASSERT_TRUE(ranks.rank(r).running()) << "rank " << r << " ended early\n" << ranks.outputs();
+    ASSERT_TRUE(prom.running()) << "prometheus exited:\n" << prom.log();
+    last = prom.query(ready_query);
+    if (last.is_object() && last.value("status", "") == "success" &&
+        ranks_in(last) == std::multiset<std::string>{"0", "1"}) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%.3f", last["data"]["result"][0]["value"][0].get<double>());
+      at = buf;
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    }
+  }
+  ASSERT_FALSE(at.empty()) << "both ranks not scraped enough before the deadline; last answer: "
+                           << last.dump() << "\nprometheus log:\n"
+                           << prom.log() << ranks.outputs();
+  // The trainer's own /metrics passes promtool's format and naming lint too.
+  if (const std::string promtool = testing::find_executable("promtool"); !promtool.empty()) {
+    for (int r = 0; r < ranks.size(); ++r) {
+      const testing::HttpResponse scrape = testing::http_get(metrics_port + r, "/metrics");
+      ASSERT_EQ(scrape.status, 200) << "rank " << r;
+      const fs::path path = dir_ / ("metrics" + std::to_string(r) + ".txt");
+      std::ofstream(path) << scrape.body;
+      const testing::CommandResult c = testing::run_command(promtool + " check metrics < " + path.string());
+      EXPECT_EQ(c.exit_code, 0) << "rank " << r << ": " << c.output;
+    }
+  }
+  for (int r = 0; r < ranks.size(); ++r) ranks.rank(r).signal(SIGTERM);  // done with training
+
+  auto query = [&](const std::string& expr) {
+    const json r = prom.query(expr, at);
+    EXPECT_TRUE(r.is_object() && r.value("status", "") == "success") << expr << "\n" << r.dump();
+    return r.is_object() && r.contains("data") ? r : json{{"data", {{"result", json::array()}}}};
+  };
+
+  // The rank variable's query (label_values(trainer_build_info{host=~"$host"}, rank)) finds both ranks.
+  EXPECT_EQ(ranks_in(query(R"(count by (rank) (trainer_build_info{host=~"ci-host"}))")),
+            (std::multiset<std::string>{"0", "1"}));
+
+  const auto queries = testing::dashboard_queries(testing::load_dashboard());
+  ASSERT_GE(queries.size(), 20u);
+  for (const auto& q : queries) {
+    SCOPED_TRACE(q.panel + " / " + q.ref + ": " + q.expr);
+    // All ranks selected: queries that keep the rank label show both ranks, except topk/bottomk, which
+    // pick ranks by design (the straggler panel's slowest rank).
+    const json all = query(testing::substitute_variables(q.expr, rate_window));
+    EXPECT_FALSE(all["data"]["result"].empty()) << all.dump();
+    const std::multiset<std::string> all_ranks = ranks_in(all);
+    const std::set<std::string> distinct(all_ranks.begin(), all_ranks.end());
+    const bool picks_ranks =
+        q.expr.find("topk(") != std::string::npos || q.expr.find("bottomk(") != std::string::npos;
+    if (!all_ranks.count("") && !picks_ranks)
+      EXPECT_EQ(distinct, (std::set<std::string>{"0", "1"})) << all.dump();
+    // One rank selected: the panel still has data, from that rank only; so every rank feeds every panel,
+    // including the ones that aggregate ranks away.
+    for (const std::string rank : {"0", "1"}) {
+      const json one = query(testing::substitute_variables(q.expr, rate_window, rank));
+      EXPECT_FALSE(one["data"]["result"].empty()) << "rank " << rank << ": " << one.dump();
+      for (const std::string& r : ranks_in(one))
+        if (!r.empty()) EXPECT_EQ(r, rank) << one.dump();
+    }
+  }
+
+  // Stopped by SIGTERM (the ranks agree on the stop and exit with 128 + 15), not crashed.
+  const auto codes = ranks.wait_until(Clock::now() + std::chrono::seconds(30));
+  for (int r = 0; r < ranks.size(); ++r) EXPECT_EQ(codes[r], 143) << "rank " << r << "\n" << ranks.outputs();
+}
+
+}  // namespace
+}  // namespace trainer
