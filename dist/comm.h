@@ -1,8 +1,8 @@
 #pragma once
 // The communicator interface every data-parallel piece talks to: all-reduce, reduce-scatter, broadcast,
-// all-gather and barrier over the ranks of one job. Backends: CpuComm (dist/cpu_comm.h, TCP between processes, for CPU
-// tensors), SingleProcessComm (world size 1: every call is free), and the NCCL one to come for CUDA
-// tensors.
+// all-gather and barrier over the ranks of one job. Backends: CpuComm (dist/cpu_comm.h, TCP between
+// processes, for CPU tensors), SingleProcessComm (world size 1: every call is free), and the NCCL one to come
+// for CUDA tensors.
 //
 // Contract, for every backend:
 //   - Every rank issues the same collectives in the same order, with tensors of the same shape and dtype

@@ -789,7 +789,8 @@ void CpuComm::reduce_scatter(Tensor& input, Tensor& output, ReduceOp op) {
   if (dt == DType::i64 && op == ReduceOp::avg)
     throw DistError("reduce_scatter: avg of an i64 tensor is not an integer; use sum and divide");
   // The ring accumulates in place: straight in the caller's input when it is a contiguous CPU tensor.
-  Tensor buffer = input.device().is_cpu() && input.is_contiguous() ? input : input.to(Device::cpu()).contiguous();
+  Tensor buffer =
+      input.device().is_cpu() && input.is_contiguous() ? input : input.to(Device::cpu()).contiguous();
   const int64_t k = output.numel();
   enqueue("reduce_scatter", [this, &buffer, op](OpContext& ctx) {
     ctx.op = kReduceScatter;

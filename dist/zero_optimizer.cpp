@@ -36,8 +36,7 @@ ZeroOptimizer::ZeroOptimizer(std::shared_ptr<Comm> comm, std::unique_ptr<Optimiz
   } else {
     throw std::invalid_argument("ZeRO: optimizer '" + inner->name() + "' is not supported (sgd, adamw are)");
   }
-  if (inner->step_count() != 0)
-    throw std::invalid_argument("ZeRO: wrap the optimizer before its first step");
+  if (inner->step_count() != 0) throw std::invalid_argument("ZeRO: wrap the optimizer before its first step");
   for (const ParamGroup& group : param_groups()) {
     for (const NamedParameter& p : group.params) {
       if (!p.param.requires_grad()) continue;
@@ -139,7 +138,9 @@ void ZeroOptimizer::update_shard(Tensor& param_shard, const Tensor& grad_shard) 
   for (Param& p : params_) ++p.steps;
   for (const Piece& piece : pieces_) {
     const Param& p = params_[piece.param];
-    auto part = [&](const Tensor& t) { return t.slice(0, piece.shard_begin, piece.shard_begin + piece.length); };
+    auto part = [&](const Tensor& t) {
+      return t.slice(0, piece.shard_begin, piece.shard_begin + piece.length);
+    };
     Tensor w = part(param_shard);
     const Tensor g = part(grad_shard);
     Backend& be = backend_for(w);
@@ -205,8 +206,9 @@ std::vector<std::pair<std::string, Tensor>> ZeroOptimizer::state_tensors() const
   gathered_.clear();
   for (const Param& p : params_) {
     for (size_t k = 0; k < state_slots().size(); ++k) {
-      Tensor t = stepped ? full[k].slice(0, p.flat_begin, p.flat_begin + p.var.numel()).view(p.var.shape()).clone()
-                         : Tensor::zeros(p.var.shape(), p.var.dtype(), p.var.device());
+      Tensor t =
+          stepped ? full[k].slice(0, p.flat_begin, p.flat_begin + p.var.numel()).view(p.var.shape()).clone()
+                  : Tensor::zeros(p.var.shape(), p.var.dtype(), p.var.device());
       out.emplace_back(entry(state_slots()[k], p.name), std::move(t));
     }
     out.emplace_back(entry("step", p.name), Tensor::scalar(static_cast<double>(p.steps), DType::i64));
@@ -216,10 +218,12 @@ std::vector<std::pair<std::string, Tensor>> ZeroOptimizer::state_tensors() const
 
 void ZeroOptimizer::load_state(const std::vector<std::pair<std::string, Tensor>>& state, int64_t step_count) {
   const std::string where = name() + " state (ZeRO): ";
-  if (step_count < 0) throw std::invalid_argument(where + "negative step count " + std::to_string(step_count));
+  if (step_count < 0)
+    throw std::invalid_argument(where + "negative step count " + std::to_string(step_count));
   std::map<std::string, const Tensor*> given;
   for (const auto& [key, tensor] : state)
-    if (!given.emplace(key, &tensor).second) throw std::invalid_argument(where + "duplicate entry '" + key + "'");
+    if (!given.emplace(key, &tensor).second)
+      throw std::invalid_argument(where + "duplicate entry '" + key + "'");
   auto take = [&](const std::string& key) -> const Tensor& {
     auto it = given.find(key);
     if (it == given.end() || !it->second->defined())
@@ -238,7 +242,8 @@ void ZeroOptimizer::load_state(const std::vector<std::pair<std::string, Tensor>>
         const Tensor& t = take(entry(slot, p.name));
         if (t.shape() != p.var.shape())
           throw std::invalid_argument(where + "entry '" + entry(slot, p.name) + "' has shape " +
-                                      shape_str(t.shape()) + ", the parameter has " + shape_str(p.var.shape()));
+                                      shape_str(t.shape()) + ", the parameter has " +
+                                      shape_str(p.var.shape()));
         slot_tensors.back().push_back(&t);
       }
       const Tensor& t = take(entry("step", p.name));
@@ -249,8 +254,7 @@ void ZeroOptimizer::load_state(const std::vector<std::pair<std::string, Tensor>>
       steps.push_back(static_cast<int64_t>(value));
     }
   }
-  if (!given.empty())
-    throw std::invalid_argument(where + "unexpected entry '" + given.begin()->first + "'");
+  if (!given.empty()) throw std::invalid_argument(where + "unexpected entry '" + given.begin()->first + "'");
 
   for (size_t i = 0; i < steps.size(); ++i) params_[i].steps = steps[i];
   if (!state_slots().empty()) {

@@ -65,9 +65,9 @@ class ZeroOptimizer final : public Optimizer {
   void load_state(const std::vector<std::pair<std::string, Tensor>>& state, int64_t step_count) override;
 
   int stage() const { return options_.stage; }
-  int64_t flat_numel() const { return total_; }          // T: trainable elements
+  int64_t flat_numel() const { return total_; }             // T: trainable elements
   int64_t padded_numel() const { return shard_ * world_; }  // P
-  int64_t shard_numel() const { return shard_; }          // P / N
+  int64_t shard_numel() const { return shard_; }            // P / N
   // Bytes of optimizer state this rank holds (allocated at construction: the shard's moments).
   int64_t local_state_bytes() const;
   // One line for the start-up log: stage, ranks, shard size, local_state_bytes() and the unsharded size.
@@ -92,11 +92,11 @@ class ZeroOptimizer final : public Optimizer {
     int64_t steps = 0;       // updates received (the same on every rank)
   };
 
-  Tensor reduce_gradients();         // step 1: this rank's [shard_] of the averaged gradient
-  void clip(Tensor& grad_shard);     // step 2
+  Tensor reduce_gradients();      // step 1: this rank's [shard_] of the averaged gradient
+  void clip(Tensor& grad_shard);  // step 2
   void update_shard(Tensor& param_shard, const Tensor& grad_shard);  // step 3
-  Tensor param_shard() const;        // this rank's range of the current parameters, [shard_]
-  void all_gather_params(const Tensor& param_shard);                 // step 4
+  Tensor param_shard() const;                         // this rank's range of the current parameters, [shard_]
+  void all_gather_params(const Tensor& param_shard);  // step 4
 
   std::shared_ptr<Comm> comm_;
   ZeroOptions options_;
@@ -107,8 +107,8 @@ class ZeroOptimizer final : public Optimizer {
   std::vector<Param> params_;
   std::vector<Piece> pieces_;  // this rank's, in flat order
   int64_t total_ = 0, shard_ = 0;
-  std::vector<Tensor> slots_;        // [shard_] per state slot
-  Tensor flat_grad_;                 // stage 1: [P], kept between steps
+  std::vector<Tensor> slots_;             // [shard_] per state slot
+  Tensor flat_grad_;                      // stage 1: [P], kept between steps
   mutable std::vector<Tensor> gathered_;  // rank 0 after gather_state(): [P] per slot
 };
 

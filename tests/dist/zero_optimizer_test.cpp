@@ -1,11 +1,11 @@
 #include "dist/zero_optimizer.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <unistd.h>
 
 #include "dist/error.h"
 #include "dist/gradient_reducer.h"
@@ -39,7 +39,8 @@ constexpr int64_t kElements = 83;
 Tensor data(int rank, int step, int micro) {
   std::vector<float> v;
   for (int i = 0; i < 4; ++i)
-    for (int j = 0; j < 6; ++j) v.push_back(std::sin(0.9f * i + 1.3f * j + 7.0f * step + 3.1f * micro + 31.0f * rank));
+    for (int j = 0; j < 6; ++j)
+      v.push_back(std::sin(0.9f * i + 1.3f * j + 7.0f * step + 3.1f * micro + 31.0f * rank));
   return Tensor::from_vector(v, {4, 6});
 }
 
@@ -147,7 +148,8 @@ class ZeroMatchesStageZero : public ::testing::TestWithParam<std::tuple<int, Opt
 TEST_P(ZeroMatchesStageZero, ParametersAfterTwentySteps) {
   const int world = std::get<0>(GetParam());
   const Opt opt = std::get<1>(GetParam());
-  std::vector<std::vector<std::vector<std::vector<float>>>> result(world, std::vector<std::vector<std::vector<float>>>(3));
+  std::vector<std::vector<std::vector<std::vector<float>>>> result(
+      world, std::vector<std::vector<std::vector<float>>>(3));
   with_world(world, [&](int rank, std::shared_ptr<Comm> comm) {
     for (int stage = 0; stage <= 2; ++stage) {
       Mlp model;
@@ -161,7 +163,8 @@ TEST_P(ZeroMatchesStageZero, ParametersAfterTwentySteps) {
     for (int stage = 1; stage <= 2; ++stage) {
       EXPECT_LT(worst_relative_difference(result[rank][stage], result[rank][0]), 1e-6)
           << "stage " << stage << " rank " << rank;
-      EXPECT_EQ(result[rank][stage], result[0][stage]) << "stage " << stage << ": rank " << rank << " differs";
+      EXPECT_EQ(result[rank][stage], result[0][stage])
+          << "stage " << stage << ": rank " << rank << " differs";
     }
     // The run must have moved the weights, or the comparison proves nothing.
     Mlp initial;
@@ -225,7 +228,8 @@ TEST_P(ZeroResume, FromAGatheredCheckpointIsBitExact) {
     dynamic_cast<ZeroOptimizer&>(*optimizer).gather_state();
     if (rank == 0) {
       auto state = optimizer->state_tensors();
-      state.emplace_back("optimizer_steps", Tensor::scalar(static_cast<double>(optimizer->step_count()), DType::i64));
+      state.emplace_back("optimizer_steps",
+                         Tensor::scalar(static_cast<double>(optimizer->step_count()), DType::i64));
       save_safetensors(path, state);
     }
     comm->barrier();
@@ -279,7 +283,8 @@ TEST(ZeroOptimizer, CheckpointHasTheWrappedOptimizersFormat) {
       EXPECT_EQ(got[i].first, want[i].first);
       EXPECT_EQ(got[i].second.shape(), want[i].second.shape()) << got[i].first;
       const auto x = got[i].second.to_vector<double>(), y = want[i].second.to_vector<double>();
-      for (size_t k = 0; k < x.size(); ++k) EXPECT_NEAR(x[k], y[k], 1e-6 * (1 + std::abs(y[k]))) << got[i].first;
+      for (size_t k = 0; k < x.size(); ++k)
+        EXPECT_NEAR(x[k], y[k], 1e-6 * (1 + std::abs(y[k]))) << got[i].first;
     }
   });
 }
@@ -300,7 +305,8 @@ TEST(ZeroOptimizer, AParameterWithoutGradientIsNamedOnEveryRank) {
 
 TEST(ZeroOptimizer, RejectsUnsupportedStages) {
   Mlp model;
-  EXPECT_THROW(ZeroOptimizer(std::make_shared<SingleProcessComm>(), make_optimizer(model, Opt::sgd), ZeroOptions{3, 0.0}),
+  EXPECT_THROW(ZeroOptimizer(std::make_shared<SingleProcessComm>(), make_optimizer(model, Opt::sgd),
+                             ZeroOptions{3, 0.0}),
                std::invalid_argument);
 }
 
