@@ -18,7 +18,10 @@
 //   4. the updated shards are all-gathered into every rank's parameters.
 // Stage 1 keeps the flat gradient buffer between steps (no allocation per step); stage 2 frees each
 // parameter's gradient as soon as it is copied into the buffer and the buffer as soon as it is reduced,
-// so only the [P / N] shard of gradients outlives the reduce-scatter.
+// so only the [P / N] shard of gradients outlives the reduce-scatter. Not done (yet): reducing buckets
+// from gradient-ready hooks during backward, as DeepSpeed's stage 2 does; here the full gradients exist
+// at the end of backward (where the loss scaler checks them), so stage 2 lowers the memory of the
+// update and the all-gather, not the peak at the end of backward.
 //
 // Gradient accumulation needs nothing: micro-batches accumulate into the parameters' gradients and the
 // reduction happens once, in step(). The loss scaler may unscale and check the local gradients before

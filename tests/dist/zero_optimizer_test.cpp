@@ -10,6 +10,7 @@
 #include "dist/error.h"
 #include "dist/gradient_reducer.h"
 #include "multi_process.h"
+#include "nn/allocator.h"
 #include "nn/amp/loss_scaler.h"
 #include "nn/functional.h"
 #include "nn/modules/linear.h"
@@ -203,6 +204,32 @@ TEST(ZeroOptimizer, OptimizerStatePerRankIsOneNth) {
         EXPECT_LE(zero.local_state_bytes() * world - full_bytes, slots * 4 * (world - 1));
       });
     }
+  }
+}
+
+// The same, measured by the CPU allocator of each rank's own process: what constructing the
+// ZeroOptimizer allocates (its state, eagerly) is what it reports, 1/N of a replicated optimizer's.
+TEST(ZeroOptimizerProcesses, AllocatorMeasuresOneNthOfTheState) {
+  for (int world : {2, 3}) {
+    const int port = free_port();
+    const auto out = run_processes(world, [&](int rank) {
+      Rank me(rank, world, port, 10s);
+      Mlp model;
+      auto plain = make_optimizer(model, Opt::adamw);
+      const int64_t before = cpu_memory_stats().allocated_bytes;
+      ZeroOptimizer zero(me.comm, std::move(plain), ZeroOptions{1, 0.0});
+      const int64_t measured = cpu_memory_stats().allocated_bytes - before;
+      const int64_t shard_bytes = 2 * ((kElements + world - 1) / world) * 4;
+      // The allocator rounds each of the 2 moment tensors up to 64 bytes.
+      if (zero.local_state_bytes() != shard_bytes || measured < shard_bytes ||
+          measured >= shard_bytes + 2 * 64)
+        throw std::runtime_error("rank " + std::to_string(rank) + ": allocated " + std::to_string(measured) +
+                                 " bytes, reports " + std::to_string(zero.local_state_bytes()) +
+                                 ", expected " + std::to_string(shard_bytes) +
+                                 " (replicated: " + std::to_string(2 * kElements * 4) + ")");
+      me.comm->shutdown();
+    });
+    for (const auto& o : out) EXPECT_TRUE(o.ok()) << all_errors(out);
   }
 }
 
