@@ -30,6 +30,7 @@ const char* kPlanUsage =
     "a\n"
     "CUDA device) it recommends the simplest strategy that fits with 10% headroom. With --bus-bandwidth it\n"
     "prints the ring all-reduce time of the gradients per step, 2(N-1)/N x bytes / bandwidth.\n"
+    "The row of the config's dist.zero_stage is marked; its optimizer state per rank is printed in bytes.\n"
     "The dataset need not be present: its shape is enough (random images are used for the dry run).\n";
 
 double parse_number(const std::string& flag, const std::string& value) {
@@ -214,14 +215,17 @@ std::vector<StrategyMemory> strategy_memory(int64_t params, const BytesPerParam&
   const double p = static_cast<double>(params), n = ranks;
   std::vector<StrategyMemory> out;
   const char* names[] = {"DP", "ZeRO-1", "ZeRO-2", "ZeRO-3"};
+  // A sharded quantity holds ceil(params / ranks) elements per rank: the flat vector of all parameters
+  // is padded to a multiple of the ranks (dist/zero_optimizer.h).
+  const double shard = std::ceil(p / n);
   for (int s = 0; s < 4; ++s) {
     StrategyMemory m;
     m.strategy = static_cast<Strategy>(s);
     m.name = names[s];
-    m.weights = p * b.weights / (s >= 3 ? n : 1);
-    m.gradients = p * b.gradients / (s >= 2 ? n : 1);
-    m.master = p * b.master / (s >= 1 ? n : 1);
-    m.optimizer = p * b.optimizer / (s >= 1 ? n : 1);
+    m.weights = (s >= 3 ? shard : p) * b.weights;
+    m.gradients = (s >= 2 ? shard : p) * b.gradients;
+    m.master = (s >= 1 ? shard : p) * b.master;
+    m.optimizer = (s >= 1 ? shard : p) * b.optimizer;
     m.activations = static_cast<double>(activation_bytes);
     out.push_back(m);
   }
@@ -268,10 +272,17 @@ int plan_command(const std::vector<std::string>& args) {
   std::printf("\nper-rank memory at %d rank%s:\n%-8s %12s %12s %12s %14s %12s %12s\n", a.procs,
               a.procs == 1 ? "" : "s", "strategy", "weights", "gradients", "fp32 master", "optim state",
               "activations", "total");
+  const int stage = config.dist.zero_stage;
   for (const StrategyMemory& m : rows)
-    std::printf("%-8s %12s %12s %12s %14s %12s %12s\n", m.name.c_str(), mib(m.weights).c_str(),
+    std::printf("%-8s %12s %12s %12s %14s %12s %12s%s\n", m.name.c_str(), mib(m.weights).c_str(),
                 mib(m.gradients).c_str(), mib(m.master).c_str(), mib(m.optimizer).c_str(),
-                mib(m.activations).c_str(), mib(m.total()).c_str());
+                mib(m.activations).c_str(), mib(m.total()).c_str(),
+                static_cast<int>(m.strategy) == stage ? "  <- dist.zero_stage" : "");
+  // In bytes, to compare with what `trainer train` logs at start-up ("optimizer state N bytes on this
+  // rank"): the same count, padding included.
+  std::printf("\ndist.zero_stage = %d (%s): optimizer state %s bytes per rank, %s unsharded\n", stage,
+              rows[stage].name.c_str(), with_commas(std::llround(rows[stage].optimizer)).c_str(),
+              with_commas(std::llround(rows[0].optimizer)).c_str());
 
   if (a.bus_gbps > 0) {
     const double grad_bytes = static_cast<double>(r.params) * b.gradients;

@@ -24,7 +24,9 @@ struct StrategyMemory {
   double total() const { return weights + gradients + master + optimizer + activations; }
 };
 // Per-rank memory of each strategy at `ranks` ranks: ZeRO-1 shards optimizer state and master weights,
-// ZeRO-2 also gradients, ZeRO-3 also weights, each by 1/ranks; activations are never sharded.
+// ZeRO-2 also gradients, ZeRO-3 also weights, each to ceil(params / ranks) elements (the flat parameter
+// vector is padded to a multiple of the ranks, as dist/zero_optimizer.h does); activations are never
+// sharded.
 std::vector<StrategyMemory> strategy_memory(int64_t params, const BytesPerParam& b, int64_t activation_bytes,
                                             int ranks);
 

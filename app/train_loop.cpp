@@ -27,6 +27,7 @@
 #include "dist/gradient_reducer.h"
 #include "dist/process_group.h"
 #include "dist/sync_batch_norm.h"
+#include "dist/zero_optimizer.h"
 #include "metrics/exporter.h"
 #include "metrics/log.h"
 #include "metrics/step_timer.h"
@@ -211,7 +212,19 @@ int run_training(const Config& config, const TrainOptions& options) {
   // Every rank starts from rank 0's weights and buffers; gradients are averaged in buckets while
   // backward runs (nothing happens at world size 1).
   broadcast_state(pg->comm(), e.model->state_dict());
-  GradientReducer reducer(pg->comm_ptr(), e.model->named_parameters());
+  // dist.zero_stage 1|2: the optimizer keeps the state of this rank's shard only and reduces the
+  // gradients itself (reduce-scatter, clipping over the shards, all-gather), so the reducer stays idle.
+  ZeroOptimizer* zero = nullptr;
+  if (config.dist.zero_stage > 0) {
+    auto z =
+        std::make_unique<ZeroOptimizer>(pg->comm_ptr(), std::move(e.optimizer),
+                                        ZeroOptions{config.dist.zero_stage, config.optim.clip_grad_norm});
+    zero = z.get();
+    e.optimizer = std::move(z);
+    log.line(zero->describe());
+  }
+  GradientReducer reducer(zero ? std::make_shared<SingleProcessComm>() : pg->comm_ptr(),
+                          e.model->named_parameters());
   const Dataset& train = *e.data.train;
   log.line("data:  " + train.fingerprint());
   log.line("test:  " + e.data.test->fingerprint());
@@ -308,6 +321,7 @@ int run_training(const Config& config, const TrainOptions& options) {
   // Only rank 0 writes; the others wait for it, so no rank runs ahead of a checkpoint in progress.
   auto save_checkpoint = [&](bool final) {
     if (average_bn_stats) average_bn_running_stats(*e.model, pg->comm());
+    if (zero) zero->gather_state();  // the full optimizer state, for rank 0 to write
     st.loss_scale = scaler.scale();
     st.loss_scale_growth_tracker = scaler.growth_tracker();
     if (writer) {
@@ -420,7 +434,7 @@ int run_training(const Config& config, const TrainOptions& options) {
       const bool finite = !scaler.enabled() || scaler.unscale_and_check(params, all_ranks_finite);
       const double lr = e.base_lr * e.schedule->factor(st.step);
       if (finite) {
-        if (config.optim.clip_grad_norm > 0) clip_grad_norm(params, config.optim.clip_grad_norm);
+        if (config.optim.clip_grad_norm > 0 && !zero) clip_grad_norm(params, config.optim.clip_grad_norm);
         e.optimizer->set_lr(lr);
         e.optimizer->step();
       } else {

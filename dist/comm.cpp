@@ -25,6 +25,13 @@ std::string_view reduce_op_name(ReduceOp op) {
   return "?";
 }
 
+void check_reduce_scatter_shapes(const Tensor& input, const Tensor& output, int world_size) {
+  if (input.dtype() != output.dtype() || input.numel() != output.numel() * world_size || output.dim() != 1)
+    throw DistError("reduce_scatter: the input " + input.str() + " must hold world_size (" +
+                    std::to_string(world_size) + ") x the output's elements, and the output " + output.str() +
+                    " must be 1-D of the same dtype");
+}
+
 Tensor Comm::all_gather_cat(const Tensor& tensor) {
   std::vector<Tensor> parts = all_gather(tensor);
   if (tensor.dim() == 0) throw DistError("all_gather_cat needs tensors with at least one dim, got a scalar");
@@ -44,6 +51,11 @@ Tensor Comm::all_gather_cat(const Tensor& tensor) {
 
 std::shared_ptr<Work> SingleProcessComm::all_reduce_async(Tensor, ReduceOp) {
   return std::make_shared<CompletedWork>();
+}
+
+void SingleProcessComm::reduce_scatter(Tensor& input, Tensor& output, ReduceOp) {
+  check_reduce_scatter_shapes(input, output, 1);
+  if (output.raw_data() != input.raw_data()) output.copy_(input.reshape({input.numel()}));
 }
 
 void SingleProcessComm::broadcast(Tensor&, int root) {

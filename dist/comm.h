@@ -1,8 +1,8 @@
 #pragma once
-// The communicator interface every data-parallel piece talks to: all-reduce, broadcast, all-gather and
-// barrier over the ranks of one job. Backends: CpuComm (dist/cpu_comm.h, TCP between processes, for CPU
-// tensors), SingleProcessComm (world size 1: every call is free), and the NCCL one to come for CUDA
-// tensors.
+// The communicator interface every data-parallel piece talks to: all-reduce, reduce-scatter, broadcast,
+// all-gather and barrier over the ranks of one job. Backends: CpuComm (dist/cpu_comm.h, TCP between
+// processes, for CPU tensors), SingleProcessComm (world size 1: every call is free), and the NCCL one to come
+// for CUDA tensors.
 //
 // Contract, for every backend:
 //   - Every rank issues the same collectives in the same order, with tensors of the same shape and dtype
@@ -56,6 +56,12 @@ class Comm {
   // In place on every rank: sum, mean (sum / world_size) or max. f32, f64; i64 for sum and max.
   virtual std::shared_ptr<Work> all_reduce_async(Tensor tensor, ReduceOp op) = 0;
   void all_reduce(Tensor& tensor, ReduceOp op) { all_reduce_async(tensor, op)->wait(); }
+  // Reduces every rank's `input` (numel world_size * k, the same on every rank) and leaves chunk `rank` of
+  // the result in `output` (numel k, contiguous): output[i] = op over ranks of input[rank * k + i]. sum,
+  // avg, max as all_reduce. The ZeRO optimizer's gradient reduction (dist/zero_optimizer.h): half the
+  // traffic of an all-reduce, and each rank receives only the shard it updates. `input` may be used as
+  // scratch space (the CPU ring accumulates in it): its contents are unspecified afterwards.
+  virtual void reduce_scatter(Tensor& input, Tensor& output, ReduceOp op) = 0;
   // Copies root's tensor into every rank's tensor (same shape and dtype on every rank).
   virtual void broadcast(Tensor& tensor, int root) = 0;
   // Every rank's tensor, in rank order, contiguous, on the input's device. Safe for tensors whose dim 0
@@ -81,6 +87,10 @@ class Comm {
   virtual void shutdown() = 0;
 };
 
+// Throws DistError unless reduce_scatter's tensors fit: same dtype, input numel = world_size x output
+// numel, 1-D output. Shared by the backends.
+void check_reduce_scatter_shapes(const Tensor& input, const Tensor& output, int world_size);
+
 // World size 1: nothing to communicate, every call returns at once without copying.
 class SingleProcessComm : public Comm {
  public:
@@ -88,6 +98,7 @@ class SingleProcessComm : public Comm {
   int world_size() const override { return 1; }
   std::string backend_name() const override { return "single"; }
   std::shared_ptr<Work> all_reduce_async(Tensor tensor, ReduceOp op) override;
+  void reduce_scatter(Tensor& input, Tensor& output, ReduceOp op) override;
   void broadcast(Tensor& tensor, int root) override;
   std::vector<Tensor> all_gather(const Tensor& tensor) override;
   void barrier() override {}

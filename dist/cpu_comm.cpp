@@ -31,7 +31,8 @@ enum OpCode : uint8_t {
   kAllGatherMeta,
   kAllGatherData,
   kBarrier,
-  kShutdown
+  kShutdown,
+  kReduceScatter
 };
 
 const char* op_name(uint8_t op) {
@@ -50,6 +51,8 @@ const char* op_name(uint8_t op) {
       return "barrier";
     case kShutdown:
       return "shutdown";
+    case kReduceScatter:
+      return "reduce_scatter";
   }
   return "unknown";
 }
@@ -162,7 +165,8 @@ struct CpuComm::OpContext {
     std::string s = std::string(op_name(op)) + " #" + std::to_string(seq);
     if (total > 0) {
       s += " (" + format_bytes(total) + " of " + std::string(dtype_name(static_cast<DType>(dtype)));
-      if (op == kAllReduce) s += ", " + std::string(reduce_op_name(static_cast<ReduceOp>(reduce)));
+      if (op == kAllReduce || op == kReduceScatter)
+        s += ", " + std::string(reduce_op_name(static_cast<ReduceOp>(reduce)));
       s += ")";
     }
     return s;
@@ -703,16 +707,17 @@ void CpuComm::all_reduce_flat(char* data, size_t count, DType dtype, ReduceOp op
   if (acc != data && nbytes) std::memcpy(data, acc, nbytes);
 }
 
-void CpuComm::all_reduce_ring(char* data, size_t count, DType dtype, ReduceOp op, OpContext& ctx) {
+int CpuComm::ring_reduce_scatter(char* data, size_t count, DType dtype, ReduceOp op, int offset,
+                                 OpContext& ctx) {
   const int n = world_size_, r = rank_;
   const size_t es = dtype_size(dtype);
   const int left = (r - 1 + n) % n, right = (r + 1) % n;
   auto begin = [&](int c) { return count * static_cast<size_t>(c) / static_cast<size_t>(n); };
   auto length = [&](int c) { return begin(c + 1) - begin(c); };
   char* tmp = scratch_buffers((count / n + 1) * es)[left];
-  // Reduce-scatter: after n-1 steps rank r holds the full reduction of chunk r+1.
+  // After n-1 steps rank r holds the full reduction of chunk r+1+offset.
   for (int s = 0; s < n - 1; ++s) {
-    const int send_c = (r - s + n) % n, recv_c = (r - s - 1 + 2 * n) % n;
+    const int send_c = (r - s + offset + n) % n, recv_c = (r - s - 1 + offset + 2 * n) % n;
     std::vector<Transfer> transfers{make_send(right, ctx, s, data + begin(send_c) * es, length(send_c) * es),
                                     make_recv(left, s, tmp, length(recv_c) * es)};
     ctx.detail = "ring reduce-scatter step " + std::to_string(s + 1) + " of " + std::to_string(n - 1) +
@@ -720,10 +725,18 @@ void CpuComm::all_reduce_ring(char* data, size_t count, DType dtype, ReduceOp op
     progress(transfers, ctx);
     reduce_bytes(data + begin(recv_c) * es, tmp, length(recv_c), dtype, op);
   }
-  if (op == ReduceOp::avg) {
-    const int owned = (r + 1) % n;
-    divide_bytes(data + begin(owned) * es, length(owned), dtype, n);
-  }
+  const int owned = (r + 1 + offset) % n;
+  if (op == ReduceOp::avg) divide_bytes(data + begin(owned) * es, length(owned), dtype, n);
+  return owned;
+}
+
+void CpuComm::all_reduce_ring(char* data, size_t count, DType dtype, ReduceOp op, OpContext& ctx) {
+  const int n = world_size_, r = rank_;
+  const size_t es = dtype_size(dtype);
+  const int left = (r - 1 + n) % n, right = (r + 1) % n;
+  auto begin = [&](int c) { return count * static_cast<size_t>(c) / static_cast<size_t>(n); };
+  auto length = [&](int c) { return begin(c + 1) - begin(c); };
+  ring_reduce_scatter(data, count, dtype, op, 0, ctx);
   // All-gather: pass the finished chunks around the ring.
   for (int s = 0; s < n - 1; ++s) {
     const int send_c = (r + 1 - s + n) % n, recv_c = (r - s + n) % n;
@@ -765,6 +778,31 @@ std::shared_ptr<Work> CpuComm::all_reduce_async(Tensor tensor, ReduceOp op) {
     run_all_reduce(buffer, op, ctx);
     if (!direct) tensor.copy_(buffer);
   });
+}
+
+void CpuComm::reduce_scatter(Tensor& input, Tensor& output, ReduceOp op) {
+  check_reduce_scatter_shapes(input, output, world_size_);
+  const DType dt = input.dtype();
+  if (dt != DType::f32 && dt != DType::f64 && dt != DType::i64)
+    throw DistError("reduce_scatter on the CPU communicator supports f32, f64 and i64 tensors, got " +
+                    std::string(dtype_name(dt)));
+  if (dt == DType::i64 && op == ReduceOp::avg)
+    throw DistError("reduce_scatter: avg of an i64 tensor is not an integer; use sum and divide");
+  // The ring accumulates in place: straight in the caller's input when it is a contiguous CPU tensor.
+  Tensor buffer =
+      input.device().is_cpu() && input.is_contiguous() ? input : input.to(Device::cpu()).contiguous();
+  const int64_t k = output.numel();
+  enqueue("reduce_scatter", [this, &buffer, op](OpContext& ctx) {
+    ctx.op = kReduceScatter;
+    ctx.total = buffer.nbytes();
+    ctx.dtype = static_cast<uint8_t>(buffer.dtype());
+    ctx.reduce = static_cast<uint8_t>(op);
+    if (world_size_ == 1) return;
+    // offset n-1: rank r ends up owning chunk r, as the contract says.
+    ring_reduce_scatter(static_cast<char*>(buffer.raw_data()), static_cast<size_t>(buffer.numel()),
+                        buffer.dtype(), op, world_size_ - 1, ctx);
+  })->wait();
+  output.copy_(buffer.reshape({buffer.numel()}).slice(0, rank_ * k, (rank_ + 1) * k));
 }
 
 void CpuComm::broadcast(Tensor& tensor, int root) {

@@ -7,7 +7,7 @@
 //
 // Algorithms: all_reduce of up to 64 KiB sends every rank's tensor to every other rank and reduces in
 // rank order (lowest latency; exact diagnostics); larger ones run a ring (reduce-scatter then
-// all-gather, bandwidth optimal); broadcast is root-to-all; all_gather and barrier are all-to-all.
+// all-gather, bandwidth optimal); reduce_scatter is the ring's first phase alone; broadcast is root-to-all; all_gather and barrier are all-to-all.
 //
 // Failure handling: every wait is a poll() with the collective's deadline. Each message carries the
 // op, its sequence number, dtype and sizes, so ranks issuing different collectives (or different
@@ -54,6 +54,7 @@ class CpuComm : public Comm {
   int world_size() const override { return world_size_; }
   std::string backend_name() const override { return "cpu"; }
   std::shared_ptr<Work> all_reduce_async(Tensor tensor, ReduceOp op) override;
+  void reduce_scatter(Tensor& input, Tensor& output, ReduceOp op) override;
   void broadcast(Tensor& tensor, int root) override;
   std::vector<Tensor> all_gather(const Tensor& tensor) override;
   void barrier() override;
@@ -87,6 +88,9 @@ class CpuComm : public Comm {
   void run_all_reduce(Tensor& t, ReduceOp op, OpContext& ctx);
   void all_reduce_flat(char* data, size_t count, DType dtype, ReduceOp op, OpContext& ctx);
   void all_reduce_ring(char* data, size_t count, DType dtype, ReduceOp op, OpContext& ctx);
+  // The ring's reduce-scatter phase, in place on `data` cut into world_size chunks; returns the chunk
+  // this rank holds reduced afterwards, (rank + 1 + offset) % world_size (avg already divided).
+  int ring_reduce_scatter(char* data, size_t count, DType dtype, ReduceOp op, int offset, OpContext& ctx);
   // Sends `send` to every peer and receives recv_len[p] bytes from each peer p into recv[p].
   void run_flat_exchange(const void* send, size_t send_len, const std::vector<char*>& recv,
                          const std::vector<size_t>& recv_len, uint32_t aux, OpContext& ctx);

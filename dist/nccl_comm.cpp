@@ -573,6 +573,42 @@ std::shared_ptr<Work> NcclComm::all_reduce_async(Tensor tensor, ReduceOp op) {
   return std::make_shared<NcclWork>(impl_, std::move(p), tensor, buffer, copy_back);
 }
 
+void NcclComm::reduce_scatter(Tensor& input, Tensor& output, ReduceOp op) {
+  check_reduce_scatter_shapes(input, output, impl_->world);
+  const DType dt = input.dtype();
+  ncclDataType_t nt;
+  if (!nccl_dtype(dt, &nt))
+    throw DistError("NCCL reduce_scatter: unsupported dtype " + std::string(dtype_name(dt)));
+  if ((dt == DType::i64 || dt == DType::u8) && op == ReduceOp::avg)
+    throw DistError("reduce_scatter: avg of an integer tensor is not an integer; use sum and divide");
+  const Device dev = Device::cuda(impl_->options.device);
+  for (const Tensor* t : {&input, &output})
+    if (t->device().is_cuda() && t->device() != dev)
+      throw DistError("NCCL reduce_scatter: a tensor is on " + t->device().str() +
+                      " but this communicator drives " + dev.str());
+  if (output.numel() == 0) return;
+  const Tensor send = input.device() == dev ? input.contiguous() : input.to(dev).contiguous();
+  CopyBack copy_back = CopyBack::none;
+  Tensor recv = output;
+  if (output.device().is_cpu()) {
+    recv = output.to(dev).contiguous();
+    copy_back = CopyBack::host;
+  } else if (!output.is_contiguous()) {
+    recv = output.contiguous();
+    copy_back = CopyBack::device;
+  }
+  const ncclRedOp_t red = op == ReduceOp::sum ? ncclSum : op == ReduceOp::avg ? ncclAvg : ncclMax;
+  const std::string detail = format_bytes(send.nbytes()) + " of " + std::string(dtype_name(dt)) + ", " +
+                             std::string(reduce_op_name(op));
+  const void* send_data = send.raw_data();
+  void* recv_data = recv.raw_data();
+  const size_t count = static_cast<size_t>(recv.numel());
+  auto p = impl_->launch("reduce_scatter", detail, {send, recv}, [&](ncclComm_t c, cudaStream_t s) {
+    return ncclReduceScatter(send_data, recv_data, count, nt, red, c, s);
+  });
+  NcclWork(impl_, std::move(p), output, recv, copy_back).wait();
+}
+
 void NcclComm::broadcast(Tensor& tensor, int root) {
   if (root < 0 || root >= impl_->world)
     throw DistError("broadcast from root " + std::to_string(root) + " in a world of size " +

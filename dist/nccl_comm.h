@@ -83,6 +83,7 @@ class NcclComm : public Comm {
   // communication stream, returns at once; wait() orders the compute stream after it. CPU tensors
   // work too (staged through the device; wait() then blocks the host).
   std::shared_ptr<Work> all_reduce_async(Tensor tensor, ReduceOp op) override;
+  void reduce_scatter(Tensor& input, Tensor& output, ReduceOp op) override;
   void broadcast(Tensor& tensor, int root) override;
   std::vector<Tensor> all_gather(const Tensor& tensor) override;
   // A 1-element all-reduce, then the host waits for the communication stream to pass it.

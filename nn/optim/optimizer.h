@@ -38,7 +38,8 @@ class Optimizer {
   Optimizer& operator=(const Optimizer&) = delete;
 
   // Updates every parameter whose gradient is defined; the others (and their state) stay untouched.
-  void step();
+  // Virtual, like state_tensors() and load_state(), for the sharded optimizer (dist/zero_optimizer.h).
+  virtual void step();
   // Drops every gradient (PyTorch's set_to_none=True).
   void zero_grad();
 
@@ -53,13 +54,16 @@ class Optimizer {
   // optimizer keeps no state (SGD without momentum).
   const std::vector<std::string>& state_slots() const { return slots_; }
   // The state as named tensors, in parameter order; see the header comment for the names.
-  std::vector<std::pair<std::string, Tensor>> state_tensors() const;
+  virtual std::vector<std::pair<std::string, Tensor>> state_tensors() const;
   // Restores what state_tensors() returned (tensors are copied into this optimizer's own storage on
   // the parameters' devices and dtypes). Throws, changing nothing, on a missing, unexpected,
   // duplicated or mis-shaped entry, naming it.
-  void load_state(const std::vector<std::pair<std::string, Tensor>>& state, int64_t step_count);
+  virtual void load_state(const std::vector<std::pair<std::string, Tensor>>& state, int64_t step_count);
 
  protected:
+  // For subclasses that override step() and load_state().
+  void set_step_count(int64_t count) { step_count_ = count; }
+
   struct ParamState {
     int64_t steps = 0;          // updates received; 0 = uninitialised
     std::vector<Tensor> slots;  // one per state slot, allocated at the first update or on load

@@ -6,7 +6,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <chrono>
+#include <map>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -93,6 +95,8 @@ class DistributedTrain : public ::testing::Test {
     return results;
   }
 
+  void expect_two_rank_resume_after_sigterm_is_bit_exact(const std::string& overrides);
+
   fs::path dir_;
   int port_ = 0;
 };
@@ -154,18 +158,18 @@ TEST_F(DistributedTrain, ThreeRanksEqualOneRankWithThreeTimesTheBatch) {
 
 // Snapshot + restore equals an uninterrupted run with 2 ranks too: SIGTERM at the same step on both
 // ranks (as a launcher forwards it) writes one checkpoint (rank 0), and --resume auto on both ranks
-// continues mid-epoch to bit-identical weights and losses.
-TEST_F(DistributedTrain, TwoRankResumeAfterSigtermIsBitExact) {
+// continues mid-epoch to bit-identical weights and losses. `overrides` are added to every command.
+void DistributedTrain::expect_two_rank_resume_after_sigterm_is_bit_exact(const std::string& overrides) {
   const std::string cfg = write_config(
       // No BatchNorm: per-rank running statistics are not part of the checkpoint (rank 0's, averaged,
       // are), so with BN the final running stats match an uninterrupted run only up to rounding.
       "[model]\nname = \"mlp\"\nin_channels = 1\n"
       "[data]\ndataset = \"synthetic\"\nsynthetic_samples = 512\nsynthetic_image_size = 12\nbatch_size = 32\n"
       "hflip = true\n[train]\nepochs = 2\n[checkpoint]\nevery_steps = 3\n");
-  const std::string full = " --set train.run_dir=" + (dir_ / "full").string();
+  const std::string full = overrides + " --set train.run_dir=" + (dir_ / "full").string();
   auto a = run_ranks({"train " + cfg + full, "train " + cfg + full});
   ASSERT_EQ(a[0].exit_code, 0) << a[0].output;
-  const std::string cut = " --set train.run_dir=" + (dir_ / "cut").string();
+  const std::string cut = overrides + " --set train.run_dir=" + (dir_ / "cut").string();
   const std::string sig = "TRAINER_TEST_SIGTERM_AT_STEP=11";
   auto b = run_ranks({"train " + cfg + cut, "train " + cfg + cut}, {sig, sig});
   EXPECT_EQ(b[0].exit_code, 143) << b[0].output;
@@ -263,6 +267,95 @@ TEST_F(DistributedTrain, ResumeOnOneOrThreeRanksContinuesWithTheUnseenSamples) {
   EXPECT_NE(r3[0].output.find("step 11 -> 7"), std::string::npos) << r3[0].output;
   EXPECT_NE(slurp(dir_ / "three/summary.json").find("\"steps\": 10"), std::string::npos)
       << slurp(dir_ / "three/summary.json");
+}
+
+TEST_F(DistributedTrain, TwoRankResumeAfterSigtermIsBitExact) { expect_two_rank_resume_after_sigterm_is_bit_exact(""); }
+
+// ZeRO acceptance: resuming from a checkpoint of sharded optimizer state (gathered to rank 0, which
+// writes it) is bit-exact, for both stages, with AdamW's two moments.
+TEST_F(DistributedTrain, ZeroStage1ResumeAfterSigtermIsBitExact) {
+  expect_two_rank_resume_after_sigterm_is_bit_exact(" --set dist.zero_stage=1 --set optim.name=adamw --set optim.lr=0.002");
+}
+TEST_F(DistributedTrain, ZeroStage2ResumeAfterSigtermIsBitExact) {
+  expect_two_rank_resume_after_sigterm_is_bit_exact(" --set dist.zero_stage=2 --set optim.name=adamw --set optim.lr=0.002");
+}
+
+// ZeRO acceptance through the training loop: 20 steps with stages 1 and 2 end at stage 0's weights
+// (relative difference < 1e-6) on 2 and 3 ranks, SGD with momentum and weight decay, and AdamW, with
+// gradient accumulation and clipping.
+TEST_F(DistributedTrain, ZeroStagesEndAtStageZerosWeights) {
+  const std::string cfg = write_config(
+      "[model]\nname = \"mlp\"\nin_channels = 1\n"
+      "[data]\ndataset = \"synthetic\"\nsynthetic_samples = 960\nsynthetic_image_size = 12\nbatch_size = 8\n"
+      "[train]\nepochs = 1\nmax_steps = 20\ngrad_accum_steps = 2\neval_every_epochs = 0\n"
+      "[optim]\nclip_grad_norm = 0.5\n[checkpoint]\nevery_epochs = 0\n");
+  for (int world : {2, 3}) {
+    for (const std::string optim : {" --set optim.name=sgd --set optim.lr=0.05 --set optim.weight_decay=0.001",
+                                    " --set optim.name=adamw --set optim.lr=0.002"}) {
+      std::vector<std::map<std::string, Tensor>> weights;
+      for (int stage = 0; stage <= 2; ++stage) {
+        const std::string run = (dir_ / ("w" + std::to_string(world) + "s" + std::to_string(stage))).string();
+        fs::remove_all(run);
+        port_ = free_port();
+        const std::string args = "train " + cfg + optim + " --set dist.zero_stage=" + std::to_string(stage) +
+                                 " --set train.run_dir=" + run;
+        auto r = run_ranks(std::vector<std::string>(world, args));
+        for (const auto& rank : r) ASSERT_EQ(rank.exit_code, 0) << rank.output;
+        EXPECT_NE(slurp(run + "/summary.json").find("\"steps\": 20"), std::string::npos);
+        weights.push_back(load_safetensors(run + "/checkpoints/final.safetensors"));
+      }
+      for (int stage = 1; stage <= 2; ++stage) {
+        for (auto& [name, t] : weights[0]) {
+          const auto x = t.to_vector<double>(), y = weights[stage].at(name).to_vector<double>();
+          double worst = 0, scale = 1e-30;
+          for (size_t i = 0; i < x.size(); ++i) {
+            worst = std::max(worst, std::abs(x[i] - y[i]));
+            scale = std::max(scale, std::abs(x[i]));
+          }
+          EXPECT_LT(worst / scale, 1e-6) << world << " ranks, stage " << stage << optim << ": " << name;
+        }
+      }
+    }
+  }
+}
+
+// The number in "optimizer state N bytes" of one text.
+long long bytes_after(const std::string& text, const std::string& marker) {
+  const size_t at = text.find(marker);
+  if (at == std::string::npos) return -1;
+  std::string digits;
+  for (size_t i = at + marker.size(); i < text.size() && (std::isdigit(text[i]) || text[i] == ','); ++i)
+    if (text[i] != ',') digits += text[i];
+  return digits.empty() ? -1 : std::stoll(digits);
+}
+
+// ZeRO acceptance: the optimizer state each rank measures (the bytes of its shard tensors, logged at
+// start-up) is what `trainer plan` reports for the configured stage, and 1/N of the unsharded state.
+TEST_F(DistributedTrain, ZeroOptimizerStatePerRankIsWhatPlanReports) {
+  const std::string cfg = write_config(std::string(kMlpConfig) + "\n");
+  const std::string set = " --set optim.name=adamw --set dist.zero_stage=1 --set train.max_steps=1";
+  for (int world : {2, 3}) {
+    auto plan = run_ranks({"plan " + cfg + set + " --procs " + std::to_string(world)});
+    ASSERT_EQ(plan[0].exit_code, 0) << plan[0].output;
+    const long long reported = bytes_after(plan[0].output, "dist.zero_stage = 1 (ZeRO-1): optimizer state ");
+    const long long unsharded = bytes_after(plan[0].output, "bytes per rank, ");
+    ASSERT_GT(reported, 0) << plan[0].output;
+    EXPECT_NE(plan[0].output.find("ZeRO-1 "), std::string::npos);
+    EXPECT_NE(plan[0].output.find("<- dist.zero_stage"), std::string::npos) << plan[0].output;
+    // 1/N, up to the padding of the flat parameter vector (< N elements of 2 moments of 4 bytes).
+    EXPECT_GE(reported * world, unsharded);
+    EXPECT_LT(reported * world - unsharded, world * 8);
+
+    port_ = free_port();
+    const std::string run = (dir_ / ("plan" + std::to_string(world))).string();
+    auto r = run_ranks(std::vector<std::string>(world, "train " + cfg + set + " --set train.run_dir=" + run));
+    for (int rank = 0; rank < world; ++rank) {
+      ASSERT_EQ(r[rank].exit_code, 0) << r[rank].output;
+      const std::string log = slurp(run + (rank == 0 ? "/train.log" : "/train.rank" + std::to_string(rank) + ".log"));
+      EXPECT_EQ(bytes_after(log, "optimizer state "), reported) << "rank " << rank << "\n" << log;
+      EXPECT_EQ(bytes_after(log, "bytes on this rank ("), unsharded) << log;
+    }
+  }
 }
 
 TEST_F(DistributedTrain, RanksWithDifferentConfigsStopAtStartNamingTheKey) {

@@ -98,6 +98,51 @@ TEST(CpuComm, AllReduceOtherDtypesAndLayouts) {
   }));
 }
 
+// Every rank keeps chunk `rank` of the reduction: the ZeRO optimizer's gradient shards.
+TEST(CpuComm, ReduceScatterLeavesEachRankItsChunkOfTheReduction) {
+  for (int world : {1, 2, 3, 4}) {
+    const int64_t k = 1001;
+    expect_no_errors(with_comms(world, [&](int rank, Comm& comm) {
+      for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg, ReduceOp::max}) {
+        Tensor input = Tensor::from_vector(rank_values(rank, world * k), {world * k});
+        Tensor output = Tensor::zeros({k});
+        comm.reduce_scatter(input, output, op);
+        const std::vector<float> got = output.to_vector<float>();
+        for (int64_t i = 0; i < k; ++i) {
+          double want = op == ReduceOp::max ? -1e30 : 0.0;
+          for (int r = 0; r < world; ++r) {
+            const double v = rank_values(r, world * k)[rank * k + i];
+            want = op == ReduceOp::max ? std::max(want, v) : want + v;
+          }
+          if (op == ReduceOp::avg) want /= world;
+          ASSERT_NEAR(got[i], want, 1e-4 * (1 + std::abs(want)))
+              << "world " << world << " rank " << rank << " " << reduce_op_name(op) << " element " << i;
+        }
+      }
+    }));
+  }
+}
+
+TEST(CpuComm, ReduceScatterChecksShapesAndNamesMismatches) {
+  expect_no_errors(with_comms(2, [](int, Comm& comm) {
+    Tensor input = Tensor::zeros({7}), output = Tensor::zeros({3});
+    EXPECT_THROW(comm.reduce_scatter(input, output, ReduceOp::sum), DistError);  // 7 != 2 x 3, nothing sent
+  }));
+  const std::vector<std::string> errors = with_comms(
+      2,
+      [](int rank, Comm& comm) {
+        Tensor input = Tensor::zeros({rank == 0 ? 8 : 6}), output = Tensor::zeros({rank == 0 ? 4 : 3});
+        comm.reduce_scatter(input, output, ReduceOp::avg);
+      },
+      5s);
+  bool seen = false;
+  for (const auto& e : errors) {
+    EXPECT_NE(e, "");
+    seen = seen || e.find("tensor mismatch in reduce_scatter #0 (32 B of f32, avg)") != std::string::npos;
+  }
+  EXPECT_TRUE(seen) << errors[0] << "\n" << errors[1];
+}
+
 TEST(CpuComm, Broadcast) {
   expect_no_errors(with_comms(3, [](int rank, Comm& comm) {
     Tensor t = Tensor::full({3, 40000}, rank == 1 ? 7.0 : -1.0);

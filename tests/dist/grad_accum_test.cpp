@@ -28,6 +28,9 @@ class CountingComm : public Comm {
     ++all_reduces;
     return inner_->all_reduce_async(std::move(tensor), op);
   }
+  void reduce_scatter(Tensor& input, Tensor& output, ReduceOp op) override {
+    inner_->reduce_scatter(input, output, op);
+  }
   void broadcast(Tensor& tensor, int root) override { inner_->broadcast(tensor, root); }
   std::vector<Tensor> all_gather(const Tensor& tensor) override { return inner_->all_gather(tensor); }
   void barrier() override { inner_->barrier(); }
