@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 
 #include "app/cli.h"
 #include "app/config.h"
@@ -11,6 +12,7 @@
 #include "app/device_setup.h"
 #include "app/experiment.h"
 #include "nn/allocator.h"
+#include "nn/amp/autocast.h"
 #include "nn/functional.h"
 #ifdef TRAINER_WITH_CUDA
 #include "nn/cuda/caching_allocator.h"
@@ -23,7 +25,8 @@ namespace {
 const char* kPlanUsage =
     "usage: trainer plan CONFIG --procs N [--device-memory GiB] [--bus-bandwidth GB/s] [--set k=v ...]\n\n"
     "Estimates memory per rank for CONFIG at N ranks under plain data parallelism (DP) and ZeRO stages 1-3:\n"
-    "weights, gradients, fp32 master weights (bf16/fp16 only) and optimizer moments (SGD with momentum: 1,\n"
+    "weights and gradients (fp32 in every precision: autocast's weights are the master copy) and optimizer\n"
+    "moments (SGD with momentum: 1,\n"
     "AdamW: 2) from the parameter count, plus activation memory measured by one dry-run forward + backward\n"
     "step at data.batch_size on train.device. ZeRO-1 shards optimizer state and master weights across the\n"
     "ranks, ZeRO-2 also gradients, ZeRO-3 also weights. With --device-memory (default: the GPU's memory on "
@@ -182,12 +185,19 @@ DryRun dry_run(const Config& config) {
   DryRun r;
   r.params = e.model->parameter_count();
   r.device = device.str();
+  // On a GPU the step runs as training will (autocast, channels-last); the CPU has fp32 only.
+  const std::optional<DType> half = device.is_cuda() ? autocast_dtype_for(config) : std::nullopt;
+  const MemoryFormat format = device.is_cuda() ? input_memory_format(config) : MemoryFormat::contiguous;
   auto step = [&]() {
     Tensor images =
-        Tensor::full({b, train.channels(), train.height(), train.width()}, 0.5, DType::f32, device);
+        Tensor::full({b, train.channels(), train.height(), train.width()}, 0.5, DType::f32, device)
+            .contiguous(format);
     Tensor labels = Tensor::zeros({b}, DType::i64, device);
-    Variable logits = (*e.model)(Variable(images));
-    Variable loss = F::cross_entropy(logits, labels, config.train.label_smoothing);
+    Variable loss;
+    {
+      AutocastScope autocast(half);
+      loss = F::cross_entropy((*e.model)(Variable(images)), labels, config.train.label_smoothing);
+    }
     loss.backward();
   };
   step();
@@ -203,9 +213,12 @@ DryRun dry_run(const Config& config) {
 
 BytesPerParam bytes_per_param(const std::string& precision, const std::string& optimizer, double momentum) {
   BytesPerParam b;
-  const bool half = precision == "bf16" || precision == "fp16";
-  b.weights = b.gradients = half ? 2 : 4;
-  b.master = half ? 4 : 0;
+  // Autocast (nn/amp/autocast.h) keeps the weights and their gradients in fp32: the weights are the
+  // master copy, and the half copies the forward pass casts live only during the step (they are part
+  // of the measured activations). So every precision stores 4 + 4 bytes per parameter.
+  (void)precision;
+  b.weights = b.gradients = 4;
+  b.master = 0;
   b.optimizer = optimizer == "adamw" ? 8 : (momentum > 0 ? 4 : 0);
   return b;
 }
@@ -261,12 +274,10 @@ int plan_command(const std::vector<std::string>& args) {
       "gradients)\n",
       mib(static_cast<double>(activations)).c_str(), r.device.c_str(),
       mib(static_cast<double>(r.peak_bytes)).c_str(), mib(static_cast<double>(r.baseline_bytes)).c_str());
-  if (half) {
+  if (half && r.device == "cpu") {
     activations /= 2;
-    std::printf(
-        "note: the dry run computes in fp32 (%s training is not implemented yet); activations halved to "
-        "%s for %s\n",
-        precision.c_str(), mib(static_cast<double>(activations)).c_str(), precision.c_str());
+    std::printf("note: the CPU computes in fp32 only; activations halved to %s as the estimate for %s\n",
+                mib(static_cast<double>(activations)).c_str(), precision.c_str());
   }
   const std::vector<StrategyMemory> rows = strategy_memory(r.params, b, activations, a.procs);
   std::printf("\nper-rank memory at %d rank%s:\n%-8s %12s %12s %12s %14s %12s %12s\n", a.procs,

@@ -183,6 +183,7 @@ struct Point {
   std::string device = "cpu";
   std::string math = "fp32";  // fp32 | tf32 | bf16 | fp16 (autocast; fp16 with the loss scaler)
   bool channels_last = false;
+  std::string stem = "cifar";  // cifar | imagenet (torchvision's 7x7 stride-2 stem and max-pool)
   int trace_steps = 0;  // CUDA only: steps traced with CUPTI after the timed ones
 };
 
@@ -203,7 +204,7 @@ Result run(const Point& p) {
   if (p.device != "cpu" && device.is_cpu()) throw std::runtime_error("this build has no CUDA backend");
   ModelOptions m;
   m.name = p.model;
-  m.stem = "cifar";
+  m.stem = p.stem;
   m.in_channels = p.channels;
   m.num_classes = 10;
   m.image_size = p.image;
@@ -300,6 +301,8 @@ int main(int argc, char** argv) {
       custom.math = v;
     else if (k == "--layout")
       custom.channels_last = std::string(v) == "cl";
+    else if (k == "--stem")
+      custom.stem = v;
     else if (k == "--trace")
       custom.trace_steps = std::atoi(v);
     else {

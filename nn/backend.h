@@ -75,6 +75,10 @@ class Backend {
   virtual Tensor broadcast_to(const Tensor& a, const Shape& shape) = 0;
   // Whether every element is finite (the loss scaler's check).
   virtual bool all_finite(const Tensor& a) = 0;
+  // dst *= alpha in place, and sets flag (i64 [1] on dst's device) to 1 when an element of dst is inf
+  // or NaN; the flag is never cleared, so one read after many calls checks them all (the loss scaler
+  // unscales every gradient with one host synchronisation per step instead of one per tensor).
+  virtual void scale_and_flag_nonfinite(Tensor& dst, double alpha, Tensor& flag) = 0;
 
   // ---- matmul (nn/cpu/matmul.cpp): op(a) @ op(b) for 2-D tensors.
   virtual Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) = 0;

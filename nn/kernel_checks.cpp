@@ -46,4 +46,11 @@ AdamWScalars adamw_scalars(const AdamWParams& p) {
   return {p.lr / (1.0 - std::pow(p.beta1, step)), std::sqrt(1.0 - std::pow(p.beta2, step))};
 }
 
+void check_flag(const Tensor& flag, Device device, const char* op) {
+  if (flag.dtype() != DType::i64 || flag.numel() != 1 || flag.device() != device)
+    throw std::invalid_argument(std::string(op) + ": the flag must be i64 [1] on " + device.str() + ", got " +
+                                std::string(dtype_name(flag.dtype())) + " " + shape_str(flag.shape()) +
+                                " on " + flag.device().str());
+}
+
 }  // namespace trainer

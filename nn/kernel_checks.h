@@ -14,6 +14,8 @@ void check_targets_shape(const Tensor& targets, int64_t n, const char* op);
 // Checks shape and that every target is in [0, k); returns them as a contiguous host tensor.
 Tensor host_targets_in_range(const Tensor& targets, int64_t n, int64_t k, const char* op);
 void check_label_smoothing(double eps, const char* op);
+// Checks a non-finite flag: i64 [1] on `device`.
+void check_flag(const Tensor& flag, Device device, const char* op);
 
 // torch.optim.AdamW's per-step scalars (single-tensor path), computed on the host in double.
 struct AdamWScalars {

@@ -7,9 +7,11 @@
 
 namespace trainer {
 
-LossScaler::LossScaler(LossScalerOptions options) : options_(options), scale_(options.enabled ? options.init_scale : 1.0) {
-  if (options_.enabled && (options_.init_scale <= 0 || options_.growth_factor <= 1 || options_.backoff_factor <= 0 ||
-                           options_.backoff_factor >= 1 || options_.growth_interval < 1))
+LossScaler::LossScaler(LossScalerOptions options)
+    : options_(options), scale_(options.enabled ? options.init_scale : 1.0) {
+  if (options_.enabled &&
+      (options_.init_scale <= 0 || options_.growth_factor <= 1 || options_.backoff_factor <= 0 ||
+       options_.backoff_factor >= 1 || options_.growth_interval < 1))
     throw std::invalid_argument(
         "LossScaler: need init_scale > 0, growth_factor > 1, 0 < backoff_factor < 1, growth_interval >= 1");
 }
@@ -18,15 +20,21 @@ Variable LossScaler::scale_loss(const Variable& loss) const {
   return options_.enabled ? F::mul(loss, scale_) : loss;
 }
 
-bool LossScaler::unscale_and_check(const std::vector<Variable>& params, const std::function<bool(bool)>& agree) {
-  bool finite = true;
+bool LossScaler::unscale_and_check(const std::vector<Variable>& params,
+                                   const std::function<bool(bool)>& agree) {
+  // One flag per device, read once at the end: a read is a host synchronisation.
+  std::vector<Tensor> flags;
   for (const Variable& p : params) {
     if (!p.grad().defined()) continue;
     Tensor g = p.grad();
-    Backend& k = backend_for(g);
-    if (options_.enabled) k.scale(g, 1.0 / scale_);
-    finite = finite && k.all_finite(g);
+    Tensor* flag = nullptr;
+    for (Tensor& f : flags)
+      if (f.device() == g.device()) flag = &f;
+    if (!flag) flag = &flags.emplace_back(Tensor::zeros({1}, DType::i64, g.device()));
+    backend_for(g).scale_and_flag_nonfinite(g, options_.enabled ? 1.0 / scale_ : 1.0, *flag);
   }
+  bool finite = true;
+  for (const Tensor& f : flags) finite = finite && f.to(Device::cpu()).data<int64_t>()[0] == 0;
   return agree ? agree(finite) : finite;
 }
 

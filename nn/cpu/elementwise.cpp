@@ -4,6 +4,7 @@
 
 #include "nn/cpu/cpu_backend.h"
 #include "nn/cpu/strided.h"
+#include "nn/kernel_checks.h"
 
 namespace trainer {
 namespace {
@@ -19,41 +20,64 @@ Shape broadcast_strides(const Tensor& t, const Shape& shape) {
   return strides;
 }
 
-template <class T> T apply(BinaryOp op, T a, T b) {
+template <class T>
+T apply(BinaryOp op, T a, T b) {
   switch (op) {
-    case BinaryOp::add: return a + b;
-    case BinaryOp::sub: return a - b;
-    case BinaryOp::mul: return a * b;
-    case BinaryOp::div: return a / b;
+    case BinaryOp::add:
+      return a + b;
+    case BinaryOp::sub:
+      return a - b;
+    case BinaryOp::mul:
+      return a * b;
+    case BinaryOp::div:
+      return a / b;
   }
   return T(0);
 }
 
-template <class T> T apply(UnaryOp op, T x) {
+template <class T>
+T apply(UnaryOp op, T x) {
   switch (op) {
-    case UnaryOp::neg: return -x;
-    case UnaryOp::relu: return x > T(0) ? x : T(0);
-    case UnaryOp::sigmoid: return T(1) / (T(1) + std::exp(-x));
-    case UnaryOp::exp: return std::exp(x);
-    case UnaryOp::log: return std::log(x);
-    case UnaryOp::sqrt: return std::sqrt(x);
-    case UnaryOp::square: return x * x;
-    case UnaryOp::abs: return std::abs(x);
+    case UnaryOp::neg:
+      return -x;
+    case UnaryOp::relu:
+      return x > T(0) ? x : T(0);
+    case UnaryOp::sigmoid:
+      return T(1) / (T(1) + std::exp(-x));
+    case UnaryOp::exp:
+      return std::exp(x);
+    case UnaryOp::log:
+      return std::log(x);
+    case UnaryOp::sqrt:
+      return std::sqrt(x);
+    case UnaryOp::square:
+      return x * x;
+    case UnaryOp::abs:
+      return std::abs(x);
   }
   return T(0);
 }
 
 // d op(x) / dx * g, using whichever of x and y = op(x) is cheaper.
-template <class T> T apply_backward(UnaryOp op, T g, T x, T y) {
+template <class T>
+T apply_backward(UnaryOp op, T g, T x, T y) {
   switch (op) {
-    case UnaryOp::neg: return -g;
-    case UnaryOp::relu: return y > T(0) ? g : T(0);
-    case UnaryOp::sigmoid: return g * y * (T(1) - y);
-    case UnaryOp::exp: return g * y;
-    case UnaryOp::log: return g / x;
-    case UnaryOp::sqrt: return g / (T(2) * y);
-    case UnaryOp::square: return g * T(2) * x;
-    case UnaryOp::abs: return x > T(0) ? g : (x < T(0) ? -g : T(0));
+    case UnaryOp::neg:
+      return -g;
+    case UnaryOp::relu:
+      return y > T(0) ? g : T(0);
+    case UnaryOp::sigmoid:
+      return g * y * (T(1) - y);
+    case UnaryOp::exp:
+      return g * y;
+    case UnaryOp::log:
+      return g / x;
+    case UnaryOp::sqrt:
+      return g / (T(2) * y);
+    case UnaryOp::square:
+      return g * T(2) * x;
+    case UnaryOp::abs:
+      return x > T(0) ? g : (x < T(0) ? -g : T(0));
   }
   return T(0);
 }
@@ -77,9 +101,15 @@ Tensor CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b) {
     if (a.shape() == b.shape() && a.is_contiguous() && b.is_contiguous()) {
       const int64_t n = out.numel();
       switch (op) {  // the common cases, written so the compiler vectorises them
-        case BinaryOp::add: for (int64_t i = 0; i < n; ++i) o[i] = pa[i] + pb[i]; return;
-        case BinaryOp::mul: for (int64_t i = 0; i < n; ++i) o[i] = pa[i] * pb[i]; return;
-        default: for (int64_t i = 0; i < n; ++i) o[i] = apply(op, pa[i], pb[i]); return;
+        case BinaryOp::add:
+          for (int64_t i = 0; i < n; ++i) o[i] = pa[i] + pb[i];
+          return;
+        case BinaryOp::mul:
+          for (int64_t i = 0; i < n; ++i) o[i] = pa[i] * pb[i];
+          return;
+        default:
+          for (int64_t i = 0; i < n; ++i) o[i] = apply(op, pa[i], pb[i]);
+          return;
       }
     }
     int64_t i = 0;
@@ -157,6 +187,12 @@ void CpuBackend::scale(Tensor& dst, double alpha) {
     const scalar_t a = static_cast<scalar_t>(alpha);
     for (int64_t i = 0; i < dst.numel(); ++i) d[i] *= a;
   });
+}
+
+void CpuBackend::scale_and_flag_nonfinite(Tensor& dst, double alpha, Tensor& flag) {
+  check_flag(flag, dst.device(), "scale_and_flag_nonfinite");
+  scale(dst, alpha);
+  if (!all_finite(dst)) flag.data<int64_t>()[0] = 1;
 }
 
 }  // namespace trainer

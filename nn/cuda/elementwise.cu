@@ -2,6 +2,7 @@
 // scale. Half types compute in f32. Dense inputs keep their memory format (so channels-last
 // activations stay channels-last); broadcasting binary ops return contiguous tensors, as on the CPU.
 #include "nn/cuda/kernels.cuh"
+#include "nn/kernel_checks.h"
 
 namespace trainer {
 namespace cuda {
@@ -205,6 +206,24 @@ void CudaBackend::axpy(Tensor& dst, const Tensor& src, double alpha) {
     const acc a = static_cast<acc>(alpha);
     map(dst.numel(), d, static_cast<const scalar_t*>(d), p, static_cast<const scalar_t*>(nullptr),
         [=] __device__(acc x, acc y, acc) { return x + a * y; });
+  });
+}
+
+void CudaBackend::scale_and_flag_nonfinite(Tensor& dst, double alpha, Tensor& flag) {
+  using namespace cuda;
+  check_device(dst, "scale_and_flag_nonfinite", "destination");
+  check_flag(flag, dst.device(), "scale_and_flag_nonfinite");
+  if (!is_dense(dst)) throw std::invalid_argument("scale_and_flag_nonfinite: destination must be contiguous");
+  int64_t* pf = static_cast<int64_t*>(flag.raw_data());
+  CUDA_DISPATCH_FLOAT(dst.dtype(), "scale_and_flag_nonfinite", [&] {
+    using acc = acc_t<scalar_t>;
+    scalar_t* d = static_cast<scalar_t*>(dst.raw_data());
+    const acc a = static_cast<acc>(alpha);
+    for_each(dst.numel(), [=] __device__(int64_t i) {
+      const acc x = to_acc(d[i]) * a;
+      if (!isfinite(x)) *pf = 1;  // racing writers all store 1
+      d[i] = from_acc<scalar_t>(x);
+    });
   });
 }
 
