@@ -22,8 +22,11 @@ Variable avg_pool2d(const Variable& x, const Pool2dParams& p) {
 Variable global_avg_pool(const Variable& x) {
   Tensor y = backend_for(x.data()).global_avg_pool(x.data());  // [N, C]
   const Shape x_shape = x.shape();
-  return record_op("global_avg_pool", y, {x}, [x_shape](const Tensor& g) -> std::vector<Tensor> {
-    return {backend_for(g).global_avg_pool_backward(g, x_shape)};
+  // The gradient goes back in the input's layout: a channels-last network would otherwise run the
+  // backward of its last block in NCHW and convert at every kernel that wants NHWC.
+  const MemoryFormat format = x.data().suggest_memory_format();
+  return record_op("global_avg_pool", y, {x}, [x_shape, format](const Tensor& g) -> std::vector<Tensor> {
+    return {backend_for(g).global_avg_pool_backward(g, x_shape).contiguous(format)};
   });
 }
 
