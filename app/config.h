@@ -50,6 +50,7 @@ struct TrainConfig {
   int max_steps = 0;               // 0 = no limit
   std::string device = "auto";     // auto | cpu | cuda
   std::string precision = "fp32";  // fp32 | tf32 | bf16 | fp16
+  bool deterministic = false;      // bitwise reproducible GPU runs (cuda_set_deterministic)
   std::int64_t seed = 0;
   int grad_accum_steps = 1;
   double label_smoothing = 0.0;
@@ -88,7 +89,7 @@ struct ScheduleConfig {
 struct DistConfig {
   std::string backend = "auto";  // auto | nccl | gloo
   int timeout_seconds = 300;
-  int zero_stage = 0;  // 0..2
+  int zero_stage = 0;         // 0..2
   std::string nccl_debug;     // NCCL_DEBUG for this run ("" = leave the environment alone)
   std::string socket_ifname;  // NCCL_SOCKET_IFNAME for this run ("" = leave the environment alone)
   bool operator==(const DistConfig&) const = default;

@@ -19,6 +19,7 @@ Device setup_device(const Config& config, int local_rank) {
         "train.device = \"cpu\"");
   init_cuda_backend(local_rank);  // throws with a hint when local_rank >= count
   cuda_set_allow_tf32(config.train.precision == "tf32");
+  cuda_set_deterministic(config.train.deterministic);
   return Device::cuda(local_rank);
 #else
   if (wanted == "cuda")

@@ -14,6 +14,7 @@ namespace {
 CudaContext g_context;
 bool g_initialised = false;
 bool g_allow_tf32 = false;
+bool g_deterministic = false;
 std::mutex g_init_mutex;
 thread_local int t_current_device = -1;
 
@@ -123,6 +124,9 @@ void cuda_synchronize() { CUDA_CHECK(cudaStreamSynchronize(cuda_stream())); }
 
 void cuda_set_allow_tf32(bool allow) { g_allow_tf32 = allow; }
 bool cuda_allow_tf32() { return g_allow_tf32; }
+
+void cuda_set_deterministic(bool deterministic) { g_deterministic = deterministic; }
+bool cuda_deterministic() { return g_deterministic; }
 
 void init_cuda_backend(int device_index) {
   std::lock_guard<std::mutex> lock(g_init_mutex);

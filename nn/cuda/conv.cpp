@@ -283,7 +283,7 @@ Key make_key(ConvOp op, DType dtype, bool nhwc, const Shape& xs, const Shape& ws
           p.dilation_w,
           p.groups,
           alignment,
-          0};
+          cuda_deterministic() ? 1 : 0};
 }
 
 Tensor workspace(size_t bytes) {
@@ -467,6 +467,7 @@ bool numerics_allowed(cudnnBackendDescriptor_t cfg, DType dtype, int64_t& engine
         notes[i] == CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION)
       return false;
     if (notes[i] == CUDNN_NUMERICAL_NOTE_TENSOR_CORE && (strict_fp32 || dtype == DType::f64)) return false;
+    if (notes[i] == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC && cuda_deterministic()) return false;
   }
   cudnnBackendBehaviorNote_t behaviour[CUDNN_BEHAVIOR_NOTE_TYPE_COUNT];
   count = 0;
@@ -552,6 +553,9 @@ cudnnBackendDescriptor_t graph_plan(ConvOp op, DType dtype, bool nhwc, const Sha
   std::vector<Timed> timed;
   for (size_t i = 0; i < candidates.size(); ++i) {
     if (candidates[i].workspace > max_ws) continue;
+    // Deterministic mode: the first candidate in cuDNN's heuristic order that runs (the order depends
+    // only on the device, the shapes and the cuDNN version; timings differ from run to run).
+    if (cuda_deterministic() && !timed.empty()) break;
     const float ms =
         time_plan(handle, candidates[i].plan.get(), ptrs, max_ws ? ws_tensor.raw_data() : nullptr);
     if (debug())
@@ -594,9 +598,17 @@ void pick_legacy(Plan& plan, const Perf* perf, int count, size_t limit, float& t
         perf[i].mathType == CUDNN_TENSOR_OP_MATH || perf[i].mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
     if (plan.legacy->strict_fp32 && tensor_op) continue;
     if (perf[i].mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) continue;  // would round f32 inputs to f16
+    if (cuda_deterministic() && perf[i].determinism != CUDNN_DETERMINISTIC) continue;
     timed.push_back({perf[i].time, perf[i].memory, i});
   }
-  const int i = choose_timed(timed);
+  // Deterministic mode: the lowest algorithm number, not the fastest (Find's timings vary by run).
+  int i = -1;
+  if (cuda_deterministic()) {
+    for (const Timed& t : timed)
+      if (i < 0 || perf[t.index].algo < perf[i].algo) i = t.index;
+  } else {
+    i = choose_timed(timed);
+  }
   if (i < 0) return;
   plan.none = false;
   plan.algo = static_cast<int>(perf[i].algo);
@@ -679,7 +691,9 @@ const Plan& plan_for(ConvOp op, DType dtype, bool nhwc, const Shape& xs, const S
     }
   }
   std::unique_ptr<Plan> plan;
-  if (!graph_only || !graph) plan = legacy_plan(op, dtype, nhwc, xs, wsh, ys, p, ptrs, legacy_ms);
+  // Deterministic mode compares no timings: the graph plan when there is one, else the legacy one.
+  const bool compare = !graph_only && !cuda_deterministic();
+  if (compare || !graph) plan = legacy_plan(op, dtype, nhwc, xs, wsh, ys, p, ptrs, legacy_ms);
   if (graph) {
     // The graph plan unless the legacy algorithm is faster, or as fast with a smaller workspace.
     const bool legacy_wins =

@@ -41,6 +41,12 @@ void cuda_synchronize();
 // results then match the CPU to ~1e-5 relative.
 void cuda_set_allow_tf32(bool allow);
 bool cuda_allow_tf32();
+// Bitwise reproducible results across runs and processes (train.deterministic), like PyTorch's
+// torch.use_deterministic_algorithms + cudnn.deterministic: convolutions use only engines cuDNN marks
+// deterministic, chosen by cuDNN's heuristic order instead of by timing (timings differ between runs,
+// and so would the algorithm and its rounding); max-pool backward accumulates exactly. Costs speed.
+void cuda_set_deterministic(bool deterministic);
+bool cuda_deterministic();
 // One line on how the convolutions seen so far run (graph-API plans, legacy algorithms, workspace).
 std::string cuda_conv_summary();
 

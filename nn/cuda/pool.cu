@@ -3,6 +3,8 @@
 // channels-last activations stay channels-last. Max-pool backward scatters with atomics (the kernel
 // geometry is not passed to it); indices outside the input plane are skipped, not reported, since a
 // check would stall the stream. Avg-pool backward gathers, so its sums are deterministic.
+#include <type_traits>
+
 #include "nn/cuda/kernels.cuh"
 
 namespace trainer {
@@ -93,6 +95,20 @@ __device__ __forceinline__ AvgWindow avg_window(const PoolGeometry& g, int64_t o
   return {h0, h1, w0, w1, g.count_include_pad ? padded : (h1 - h0) * (w1 - w0)};
 }
 
+// Adds each output gradient into the input element its index points at (atomics: windows may overlap).
+template <class scalar_t, class acc>
+void scatter_max_grads(int64_t n, int64_t C, int64_t H, int64_t W, int64_t OH, int64_t OW, bool cl,
+                       const scalar_t* pg, Strides4 sg, const int64_t* pi, Strides4 si, acc* pd,
+                       Strides4 sd) {
+  for_each(n, [=] __device__(int64_t i) {
+    const Nchw o = unravel(i, C, OH, OW, cl);
+    const int64_t idx = pi[o.n * si.n + o.c * si.c + o.h * si.h + o.w * si.w];
+    if (idx < 0 || idx >= H * W) return;
+    atomicAdd(pd + o.n * sd.n + o.c * sd.c + (idx / W) * sd.h + (idx % W) * sd.w,
+              static_cast<acc>(to_acc(pg[o.n * sg.n + o.c * sg.c + o.h * sg.h + o.w * sg.w])));
+  });
+}
+
 }  // namespace
 }  // namespace cuda
 
@@ -148,24 +164,23 @@ Tensor CudaBackend::max_pool2d_backward(const Tensor& grad_y, const Tensor& indi
   const MemoryFormat f = cl ? MemoryFormat::channels_last : MemoryFormat::contiguous;
   const DType dtype = grad_y.dtype();
   check_floating(dtype, "max_pool2d_backward");
-  // Half types accumulate in an f32 buffer, converted at the end.
-  const DType acc_dtype = dtype == DType::f64 ? DType::f64 : DType::f32;
+  // Half types accumulate in an f32 buffer, converted at the end. Deterministic mode accumulates
+  // f32/f16/bf16 in f64: overlapping windows add a few float values into one element, and their sum
+  // in f64 is exact (whatever the order the atomics run in) unless the values span over 2^27.
+  const DType acc_dtype = dtype == DType::f64 || cuda_deterministic() ? DType::f64 : DType::f32;
   Tensor acc_buf = empty(x_shape, acc_dtype, f);
   acc_buf.zero_();
   const Strides4 sg = strides4(grad_y), si = strides4(indices), sd = strides4(acc_buf);
   const int64_t C = x_shape[1], H = x_shape[2], W = x_shape[3], OH = grad_y.size(2), OW = grad_y.size(3);
   CUDA_DISPATCH_FLOAT(dtype, "max_pool2d_backward", [&] {
-    using acc = acc_t<scalar_t>;
     const scalar_t* pg = static_cast<const scalar_t*>(grad_y.raw_data());
     const int64_t* pi = static_cast<const int64_t*>(indices.raw_data());
-    acc* pd = static_cast<acc*>(acc_buf.raw_data());
-    for_each(grad_y.numel(), [=] __device__(int64_t i) {
-      const Nchw o = unravel(i, C, OH, OW, cl);
-      const int64_t idx = pi[o.n * si.n + o.c * si.c + o.h * si.h + o.w * si.w];
-      if (idx < 0 || idx >= H * W) return;
-      atomicAdd(pd + o.n * sd.n + o.c * sd.c + (idx / W) * sd.h + (idx % W) * sd.w,
-                to_acc(pg[o.n * sg.n + o.c * sg.c + o.h * sg.h + o.w * sg.w]));
-    });
+    if (acc_dtype == DType::f64)
+      scatter_max_grads(grad_y.numel(), C, H, W, OH, OW, cl, pg, sg, pi, si,
+                        static_cast<double*>(acc_buf.raw_data()), sd);
+    else
+      scatter_max_grads(grad_y.numel(), C, H, W, OH, OW, cl, pg, sg, pi, si,
+                        static_cast<float*>(acc_buf.raw_data()), sd);
   });
   return acc_dtype == dtype ? acc_buf : acc_buf.to(dtype);
 }
