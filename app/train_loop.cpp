@@ -244,6 +244,14 @@ int run_training(const Config& config, const TrainOptions& options) {
   Exporter exporter(xo);
   if (exporter.enabled()) log.line("metrics: " + exporter.url());
   StepTimer timer(phase_clock_for(device, pg->comm()));  // CUDA events on a GPU
+  // allreduce_total: from the moment the first gradient bucket is launched (its gradients are ready on
+  // the compute stream) to the end of finish() (the compute stream has waited for the last bucket).
+  // Both ends on the compute timeline; on the CPU both are host times.
+  bool allreduce_open = false;
+  reducer.set_first_launch_observer([&] {
+    timer.begin(Phase::allreduce_total, Timeline::compute);
+    allreduce_open = true;
+  });
 
   // ---- where to start: a fresh run, or exactly where a checkpoint left off
   CheckpointManager checkpoints(ckpt_dir, config.checkpoint);
@@ -259,11 +267,12 @@ int run_training(const Config& config, const TrainOptions& options) {
     st = load_checkpoint(*path, *e.model, *e.optimizer);
     if (st.world_size != e.world_size) {
       if (!config.checkpoint.allow_world_size_change)
-        throw config_error_at(config, "checkpoint.allow_world_size_change",
-                              fmt("the checkpoint was written by %d ranks, this run has %d. HINT: resume with "
-                                  "the same number of processes, or set checkpoint.allow_world_size_change = "
-                                  "true (the rest of the epoch is then re-sharded: each sample still seen once)",
-                                  st.world_size, e.world_size));
+        throw config_error_at(
+            config, "checkpoint.allow_world_size_change",
+            fmt("the checkpoint was written by %d ranks, this run has %d. HINT: resume with "
+                "the same number of processes, or set checkpoint.allow_world_size_change = "
+                "true (the rest of the epoch is then re-sharded: each sample still seen once)",
+                st.world_size, e.world_size));
       log.line(remap_world_size(st, train.size(), config.data.drop_last, e.world_size, config.data.batch_size,
                                 config.train.grad_accum_steps));
     }
@@ -334,7 +343,8 @@ int run_training(const Config& config, const TrainOptions& options) {
         // The previous checkpoints are intact; by default a periodic failure (full disk, say) must not
         // kill hours of training (checkpoint.on_error), but the final one must not fail silently.
         if (final || config.checkpoint.on_error == "stop") throw;
-        log.error(std::string("warning: ") + err.what() + "; earlier checkpoints are intact, training continues");
+        log.error(std::string("warning: ") + err.what() +
+                  "; earlier checkpoints are intact, training continues");
       }
     }
     pg->comm().barrier();
@@ -428,6 +438,8 @@ int run_training(const Config& config, const TrainOptions& options) {
       timer.begin(Phase::allreduce_exposed);
       reducer.finish();
       timer.end(Phase::allreduce_exposed);
+      if (allreduce_open) timer.end(Phase::allreduce_total);
+      allreduce_open = false;
       // ---- optimizer: unscale and check after the all-reduce (every rank skips the same steps), clip,
       // step
       timer.begin(Phase::optimizer);

@@ -40,9 +40,11 @@ struct GradientReducer::State {
   bool sync = true;
   double last_wait_seconds = 0.0;
   int last_launched_in_backward = 0;
+  std::function<void()> first_launch_observer;
 
   void launch_ready_buckets() {
     while (next_launch < static_cast<int>(buckets.size()) && buckets[next_launch].pending == 0) {
+      if (next_launch == 0 && first_launch_observer) first_launch_observer();
       Bucket& b = buckets[next_launch++];
       b.work = comm->all_reduce_async(b.flat, ReduceOp::avg);
     }
@@ -138,6 +140,10 @@ GradientReducer::~GradientReducer() {
 
 void GradientReducer::set_sync(bool sync) { state_->sync = sync; }
 bool GradientReducer::sync() const { return state_->sync; }
+void GradientReducer::set_first_launch_observer(std::function<void()> observer) {
+  state_->first_launch_observer = std::move(observer);
+}
+
 bool GradientReducer::active() const { return state_->comm && state_->comm->world_size() > 1; }
 int GradientReducer::bucket_count() const { return static_cast<int>(state_->buckets.size()); }
 double GradientReducer::last_wait_seconds() const { return state_->last_wait_seconds; }

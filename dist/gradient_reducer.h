@@ -19,6 +19,7 @@
 // otherwise wait for its bucket forever), unless find_unused_parameters is on.
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -54,6 +55,10 @@ class GradientReducer {
   // parameters' grad(). Throws DistError naming the parameters that got no gradient (and tells the
   // other ranks, so nobody waits). Does nothing when sync is off or at world size 1.
   void finish();
+
+  // Called when the first bucket of a synchronised backward is launched, on the thread running
+  // backward (the training loop starts its allreduce_total phase there).
+  void set_first_launch_observer(std::function<void()> observer);
 
   bool active() const;  // world size > 1
   int bucket_count() const;

@@ -74,6 +74,13 @@ TEST(StepPhases, AddUpToTheStepTimeWithin5PercentOnATwoRankRun) {
     // and `other` is what they leave.
     EXPECT_LE(phases, step[i] * (1 + 1e-6) + 1e-9) << "row " << i;
     EXPECT_NEAR(csv["other_seconds"].at(i), std::max(0.0, step[i] - phases), 1e-6 * step[i] + 1e-9);
+    // allreduce_total runs from the first bucket's launch (inside backward) to the end of the wait, so
+    // it covers the exposed part and lies within the step.
+    const double total = csv["allreduce_total_seconds"].at(i),
+                 exposed = csv["allreduce_exposed_seconds"].at(i);
+    EXPECT_GT(total, 0.0) << "row " << i;
+    EXPECT_GE(total * (1 + 1e-6) + 1e-9, exposed) << "row " << i;
+    EXPECT_LE(total, step[i] * (1 + 1e-6) + 1e-9) << "row " << i;
     step_total += step[i];
     phases_total += phases;
   }
