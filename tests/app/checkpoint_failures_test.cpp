@@ -21,35 +21,18 @@ using trainer::testing::read_file;
 using trainer::testing::run_trainer;
 using trainer::testing::RunResult;
 
-class CheckpointFailures : public ::testing::Test {
+class CheckpointFailures : public trainer::testing::TrainerRunTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("trainer_ckptfail_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
+  CheckpointFailures() : TrainerRunTest("trainer_ckptfail_") {}
 
   // 16 steps in 2 epochs of 8, a checkpoint every 4 steps.
   std::string write_config(const std::string& extra = "") {
-    const fs::path path = dir_ / "small.toml";
-    std::ofstream(path)
-        << "[model]\nname = \"cnn\"\nin_channels = 1\n"
-           "[data]\ndataset = \"synthetic\"\nsynthetic_samples = 256\nsynthetic_image_size = 12\n"
-           "batch_size = 32\nrandom_crop_padding = 2\nhflip = true\n"
-           "[train]\nepochs = 2\n"
-           "[checkpoint]\nevery_steps = 4\nkeep_last = 3\n"
-        << extra;
-    return path.string();
+    return write_small_config("[train]\nepochs = 2\n[checkpoint]\nevery_steps = 4\nkeep_last = 3\n" + extra);
   }
-  std::string run_dir(const std::string& name) { return (dir_ / name).string(); }
   static int64_t csv_steps(const fs::path& csv) {
     const std::string s = read_file(csv);
     return std::count(s.begin(), s.end(), '\n') - 1;  // less the header
   }
-
-  fs::path dir_;
 };
 
 // The process is SIGKILLed by the test hook with checkpoint step-8 complete in its temp directory but

@@ -21,45 +21,32 @@ using trainer::testing::read_file;
 using trainer::testing::run_trainer;
 using trainer::testing::RunResult;
 
-class TrainCommand : public ::testing::Test {
+class TrainCommand : public trainer::testing::TrainerRunTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("trainer_e2e_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
+  TrainCommand() : TrainerRunTest("trainer_e2e_") {}
 
   // A small synthetic run that takes a second or two.
   std::string write_config(const std::string& extra = "") {
-    const fs::path path = dir_ / "small.toml";
-    std::ofstream(path) << "[model]\nname = \"cnn\"\nin_channels = 1\n"
-                           "[data]\ndataset = \"synthetic\"\nsynthetic_samples = 256\nsynthetic_image_size = 12\n"
-                           "batch_size = 32\nrandom_crop_padding = 2\nhflip = true\n"
-                           "[train]\nepochs = 2\nlog_every_steps = 4\n"
-                           "[optim]\nlr = 0.05\n"
-                        << extra;
-    return path.string();
+    return write_small_config("[train]\nepochs = 2\nlog_every_steps = 4\n[optim]\nlr = 0.05\n" + extra);
   }
-  std::string run_dir(const std::string& name) { return (dir_ / name).string(); }
-
-  fs::path dir_;
 };
 
 TEST_F(TrainCommand, TrainsAndWritesRunDirectoryAndSummary) {
   const std::string summary = (dir_ / "summary.json").string();
-  RunResult r = run_trainer("train " + write_config() + " --set train.run_dir=" + run_dir("a") + " --summary " + summary);
+  RunResult r = run_trainer("train " + write_config() + " --set train.run_dir=" + run_dir("a") +
+                            " --summary " + summary);
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  for (const char* f : {"config.toml", "train.log", "train_steps.csv", "summary.json", "checkpoints/final.safetensors"})
+  for (const char* f :
+       {"config.toml", "train.log", "train_steps.csv", "summary.json", "checkpoints/final.safetensors"})
     EXPECT_TRUE(fs::exists(dir_ / "a" / f)) << f;
   const std::string json = read_file(summary);
-  for (const char* key : {"\"epochs\": 2", "\"steps\": 16", "\"world_size\": 1", "\"train_seconds\"",
-                          "\"samples_per_second\"", "\"final_test_accuracy\"", "\"best_test_accuracy\"",
-                          "\"final_train_loss\""})
+  for (const char* key :
+       {"\"epochs\": 2", "\"steps\": 16", "\"world_size\": 1", "\"train_seconds\"", "\"samples_per_second\"",
+        "\"final_test_accuracy\"", "\"best_test_accuracy\"", "\"final_train_loss\""})
     EXPECT_NE(json.find(key), std::string::npos) << key << " in " << json;
   // The weights load back for evaluation.
-  RunResult e = run_trainer("eval " + write_config() + " --weights " + run_dir("a") + "/checkpoints/final.safetensors");
+  RunResult e =
+      run_trainer("eval " + write_config() + " --weights " + run_dir("a") + "/checkpoints/final.safetensors");
   EXPECT_EQ(e.exit_code, 0) << e.output;
   EXPECT_NE(e.output.find("top1"), std::string::npos);
 }
@@ -67,9 +54,12 @@ TEST_F(TrainCommand, TrainsAndWritesRunDirectoryAndSummary) {
 // --dump-logits: what scripts/torchvision_logits_check.py compares with PyTorch.
 TEST_F(TrainCommand, EvalDumpsImagesLabelsAndLogits) {
   const std::string cfg = write_config();
-  ASSERT_EQ(run_trainer("train " + cfg + " --set train.run_dir=" + run_dir("a") + " --set train.max_steps=2").exit_code, 0);
+  ASSERT_EQ(run_trainer("train " + cfg + " --set train.run_dir=" + run_dir("a") + " --set train.max_steps=2")
+                .exit_code,
+            0);
   const std::string dump = (dir_ / "dump.safetensors").string();
-  RunResult e = run_trainer("eval " + cfg + " --weights " + run_dir("a") + "/checkpoints/final.safetensors --dump-logits " + dump);
+  RunResult e = run_trainer("eval " + cfg + " --weights " + run_dir("a") +
+                            "/checkpoints/final.safetensors --dump-logits " + dump);
   ASSERT_EQ(e.exit_code, 0) << e.output;
   auto t = trainer::load_safetensors(dump);
   ASSERT_EQ(t.size(), 3u);
@@ -80,19 +70,32 @@ TEST_F(TrainCommand, EvalDumpsImagesLabelsAndLogits) {
 }
 
 TEST_F(TrainCommand, SameSeedGivesBitIdenticalLossesWhateverTheWorkerCount) {
-  ASSERT_EQ(run_trainer("train " + write_config() + " --set train.run_dir=" + run_dir("w0") + " --set data.workers=0").exit_code, 0);
-  ASSERT_EQ(run_trainer("train " + write_config() + " --set train.run_dir=" + run_dir("w0b") + " --set data.workers=0").exit_code, 0);
-  ASSERT_EQ(run_trainer("train " + write_config() + " --set train.run_dir=" + run_dir("w3") + " --set data.workers=3").exit_code, 0);
+  ASSERT_EQ(run_trainer("train " + write_config() + " --set train.run_dir=" + run_dir("w0") +
+                        " --set data.workers=0")
+                .exit_code,
+            0);
+  ASSERT_EQ(run_trainer("train " + write_config() + " --set train.run_dir=" + run_dir("w0b") +
+                        " --set data.workers=0")
+                .exit_code,
+            0);
+  ASSERT_EQ(run_trainer("train " + write_config() + " --set train.run_dir=" + run_dir("w3") +
+                        " --set data.workers=3")
+                .exit_code,
+            0);
   const std::string a = read_file(dir_ / "w0/train_steps.csv");
   EXPECT_GT(std::count(a.begin(), a.end(), '\n'), 16);
   EXPECT_EQ(a, read_file(dir_ / "w0b/train_steps.csv"));
   EXPECT_EQ(a, read_file(dir_ / "w3/train_steps.csv"));
-  ASSERT_EQ(run_trainer("train " + write_config() + " --set train.run_dir=" + run_dir("s1") + " --set train.seed=1").exit_code, 0);
+  ASSERT_EQ(
+      run_trainer("train " + write_config() + " --set train.run_dir=" + run_dir("s1") + " --set train.seed=1")
+          .exit_code,
+      0);
   EXPECT_NE(a, read_file(dir_ / "s1/train_steps.csv"));
 }
 
 TEST_F(TrainCommand, MaxStepsBoundsTheRun) {
-  RunResult r = run_trainer("train " + write_config() + " --set train.run_dir=" + run_dir("m") + " --set train.max_steps=3");
+  RunResult r = run_trainer("train " + write_config() + " --set train.run_dir=" + run_dir("m") +
+                            " --set train.max_steps=3");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const std::string csv = read_file(dir_ / "m/train_steps.csv");
   EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 4);  // header + 3 steps
@@ -131,7 +134,8 @@ TEST_F(TrainCommand, TruncatedIdxFileStopsWithFileAndProblem) {
     write_be32(lab, 100);
     lab << std::string(100, '\1');
   }
-  RunResult r = run_trainer("train " + write_config() + " --set data.dataset=fashion_mnist --set data.root=" + root.string());
+  RunResult r = run_trainer("train " + write_config() +
+                            " --set data.dataset=fashion_mnist --set data.root=" + root.string());
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.output.find("train-images-idx3-ubyte"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("truncated"), std::string::npos) << r.output;
@@ -140,7 +144,8 @@ TEST_F(TrainCommand, TruncatedIdxFileStopsWithFileAndProblem) {
 TEST_F(TrainCommand, UsageAndConfigErrorsExitNonZeroWithAMessage) {
   RunResult bad_set = run_trainer("train " + write_config() + " --set train.epochs=many");
   EXPECT_EQ(bad_set.exit_code, 1);
-  EXPECT_NE(bad_set.output.find("--set train.epochs=many: train.epochs"), std::string::npos) << bad_set.output;
+  EXPECT_NE(bad_set.output.find("--set train.epochs=many: train.epochs"), std::string::npos)
+      << bad_set.output;
   RunResult no_config = run_trainer("train");
   EXPECT_EQ(no_config.exit_code, 2);
   EXPECT_NE(no_config.output.find("missing CONFIG"), std::string::npos);
@@ -162,22 +167,27 @@ TEST_F(TrainCommand, UsageAndConfigErrorsExitNonZeroWithAMessage) {
 TEST_F(TrainCommand, ResumeAfterSigtermIsBitExact) {
   const std::string cfg = write_config("[checkpoint]\nevery_steps = 5\n");
   ASSERT_EQ(run_trainer("train " + cfg + " --set train.run_dir=" + run_dir("full")).exit_code, 0);
-  RunResult killed = run_trainer("train " + cfg + " --set train.run_dir=" + run_dir("cut"), "TRAINER_TEST_SIGTERM_AT_STEP=11");
+  RunResult killed = run_trainer("train " + cfg + " --set train.run_dir=" + run_dir("cut"),
+                                 "TRAINER_TEST_SIGTERM_AT_STEP=11");
   EXPECT_EQ(killed.exit_code, 128 + 15) << killed.output;
   EXPECT_NE(killed.output.find("step-00000011"), std::string::npos) << killed.output;
-  RunResult resumed = run_trainer("train " + cfg + " --set train.run_dir=" + run_dir("cut") + " --resume auto");
+  RunResult resumed =
+      run_trainer("train " + cfg + " --set train.run_dir=" + run_dir("cut") + " --resume auto");
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("resumed from"), std::string::npos) << resumed.output;
   EXPECT_EQ(read_file(dir_ / "full/train_steps.csv"), read_file(dir_ / "cut/train_steps.csv"));
-  EXPECT_EQ(read_file(dir_ / "full/checkpoints/final.safetensors"), read_file(dir_ / "cut/checkpoints/final.safetensors"));
+  EXPECT_EQ(read_file(dir_ / "full/checkpoints/final.safetensors"),
+            read_file(dir_ / "cut/checkpoints/final.safetensors"));
 }
 
 TEST_F(TrainCommand, ResumeAutoSkipsACorruptCheckpoint) {
   const std::string cfg = write_config("[checkpoint]\nevery_steps = 4\nkeep_last = 5\n");
-  RunResult first = run_trainer("train " + cfg + " --set train.run_dir=" + run_dir("c"), "TRAINER_TEST_SIGTERM_AT_STEP=9");
+  RunResult first =
+      run_trainer("train " + cfg + " --set train.run_dir=" + run_dir("c"), "TRAINER_TEST_SIGTERM_AT_STEP=9");
   ASSERT_EQ(first.exit_code, 143) << first.output;
   {  // corrupt the newest checkpoint's weights
-    std::fstream f(dir_ / "c/checkpoints/step-00000009/model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+    std::fstream f(dir_ / "c/checkpoints/step-00000009/model.safetensors",
+                   std::ios::in | std::ios::out | std::ios::binary);
     f.seekp(-2, std::ios::end);
     f.put('\x55');
   }
@@ -193,7 +203,8 @@ TEST_F(TrainCommand, FullDiskDuringCheckpointIsReportedAndLosesNothing) {
   const std::string cfg = write_config("[checkpoint]\nevery_steps = 4\n");
   RunResult r = run_trainer("train " + cfg + " --set train.run_dir=" + run_dir("f"), "", "ulimit -f 64;");
   EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_NE(r.output.find("earlier checkpoints are intact, training continues"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("earlier checkpoints are intact, training continues"), std::string::npos)
+      << r.output;
   EXPECT_NE(r.output.find("not written"), std::string::npos) << r.output;
   for (const auto& d : fs::directory_iterator(dir_ / "f/checkpoints"))
     EXPECT_EQ(d.path().filename().string().find(".tmp"), std::string::npos) << d.path();

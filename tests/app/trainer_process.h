@@ -1,7 +1,9 @@
 #pragma once
 // Running the built `trainer` binary from a test, as a user runs it (TRAINER_BIN, set by ctest, or the
 // build directory's binary), and reading what it wrote.
+#include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -34,6 +36,37 @@ inline RunResult run_trainer(const std::string& args, const std::string& env = "
   const int status = pclose(pipe);
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
 }
+
+// A fixture with a fresh directory per test (removed afterwards) and a small synthetic training config:
+// cnn on 256 12x12 images, batch 32 (8 steps per epoch), 2 epochs; `extra` is appended as TOML.
+class TrainerRunTest : public ::testing::Test {
+ protected:
+  explicit TrainerRunTest(std::string prefix) : prefix_(std::move(prefix)) {}
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           (prefix_ + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  std::string write_small_config(const std::string& extra) {
+    const std::filesystem::path path = dir_ / "small.toml";
+    std::ofstream(path)
+        << "[model]\nname = \"cnn\"\nin_channels = 1\n"
+           "[data]\ndataset = \"synthetic\"\nsynthetic_samples = 256\nsynthetic_image_size = 12\n"
+           "batch_size = 32\nrandom_crop_padding = 2\nhflip = true\n"
+        << extra;
+    return path.string();
+  }
+  std::string run_dir(const std::string& name) { return (dir_ / name).string(); }
+
+  std::filesystem::path dir_;
+
+ private:
+  std::string prefix_;
+};
 
 inline std::string read_file(const std::filesystem::path& p) {
   std::ifstream in(p, std::ios::binary);
