@@ -5,6 +5,7 @@
 #include "nn/cpu/cpu_backend.h"
 #include "nn/cpu/strided.h"
 #include "nn/kernel_checks.h"
+#include "nn/unary_backward.h"
 
 namespace trainer {
 namespace {
@@ -54,30 +55,6 @@ T apply(UnaryOp op, T x) {
       return x * x;
     case UnaryOp::abs:
       return std::abs(x);
-  }
-  return T(0);
-}
-
-// d op(x) / dx * g, using whichever of x and y = op(x) is cheaper.
-template <class T>
-T apply_backward(UnaryOp op, T g, T x, T y) {
-  switch (op) {
-    case UnaryOp::neg:
-      return -g;
-    case UnaryOp::relu:
-      return y > T(0) ? g : T(0);
-    case UnaryOp::sigmoid:
-      return g * y * (T(1) - y);
-    case UnaryOp::exp:
-      return g * y;
-    case UnaryOp::log:
-      return g / x;
-    case UnaryOp::sqrt:
-      return g / (T(2) * y);
-    case UnaryOp::square:
-      return g * T(2) * x;
-    case UnaryOp::abs:
-      return x > T(0) ? g : (x < T(0) ? -g : T(0));
   }
   return T(0);
 }
@@ -162,7 +139,7 @@ Tensor CpuBackend::unary_backward(UnaryOp op, const Tensor& grad, const Tensor& 
       return;
     }
     for (int64_t i = 0; i < n; ++i)
-      o[i] = apply_backward(op, pg[i], px ? px[i] : scalar_t(0), py ? py[i] : scalar_t(0));
+      o[i] = unary_backward_value(op, pg[i], px ? px[i] : scalar_t(0), py ? py[i] : scalar_t(0));
   });
   return out;
 }

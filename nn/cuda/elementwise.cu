@@ -3,6 +3,7 @@
 // activations stay channels-last); broadcasting binary ops return contiguous tensors, as on the CPU.
 #include "nn/cuda/kernels.cuh"
 #include "nn/kernel_checks.h"
+#include "nn/unary_backward.h"
 
 namespace trainer {
 namespace cuda {
@@ -51,29 +52,6 @@ __device__ __forceinline__ T apply(UnaryOp op, T x) {
       return x * x;
     case UnaryOp::abs:
       return ::fabs(x);
-  }
-  return T(0);
-}
-
-template <class T>
-__device__ __forceinline__ T apply_backward(UnaryOp op, T g, T x, T y) {
-  switch (op) {
-    case UnaryOp::neg:
-      return -g;
-    case UnaryOp::relu:
-      return y > T(0) ? g : T(0);
-    case UnaryOp::sigmoid:
-      return g * y * (T(1) - y);
-    case UnaryOp::exp:
-      return g * y;
-    case UnaryOp::log:
-      return g / x;
-    case UnaryOp::sqrt:
-      return g / (T(2) * y);
-    case UnaryOp::square:
-      return g * T(2) * x;
-    case UnaryOp::abs:
-      return x > T(0) ? g : (x < T(0) ? -g : T(0));
   }
   return T(0);
 }
@@ -186,7 +164,7 @@ Tensor CudaBackend::unary_backward(UnaryOp op, const Tensor& grad, const Tensor&
     const scalar_t* py = ys.defined() ? static_cast<const scalar_t*>(ys.raw_data()) : nullptr;
     scalar_t* o = static_cast<scalar_t*>(out.raw_data());
     map(out.numel(), o, pg, px, py,
-        [=] __device__(acc g, acc x, acc y) { return apply_backward(op, g, x, y); });
+        [=] __device__(acc g, acc x, acc y) { return unary_backward_value(op, g, x, y); });
   });
   return out;
 }
