@@ -221,6 +221,7 @@ void LinePrefixer::take_line(const std::string& line, std::string* out) {
   if (line.find_first_not_of(" \t\r") != std::string::npos) {
     last_line_ = line;
     if (!last_line_.empty() && last_line_.back() == '\r') last_line_.pop_back();
+    if (last_line_.find("error:") != std::string::npos) error_line_ = last_line_;
   }
 }
 
@@ -446,7 +447,7 @@ int launch_command(const std::vector<std::string>& args) {
 
   if (first_failed >= 0) {
     const Child& c = children[static_cast<size_t>(first_failed)];
-    const std::string last = c.err.last_line();
+    const std::string last = c.err.error_line();
     write_all(
         STDERR_FILENO,
         "trainer launch: rank " + std::to_string(c.rank) + " failed (" + describe_status(c.status) + "); " +

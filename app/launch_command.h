@@ -43,12 +43,16 @@ class LinePrefixer {
   std::string flush();
   // The last non-blank complete (or flushed) line, without prefix and newline.
   const std::string& last_line() const { return last_line_; }
+  // The last line holding "error:" (the trainer's own error line, which context lines may follow);
+  // the last line when there is none.
+  const std::string& error_line() const { return error_line_.empty() ? last_line_ : error_line_; }
 
  private:
   void take_line(const std::string& line, std::string* out);
   std::string prefix_;
   std::string pending_;
   std::string last_line_;
+  std::string error_line_;
 };
 
 int launch_command(const std::vector<std::string>& args);

@@ -13,6 +13,8 @@
 #include "app/doctor_command.h"
 #include "app/launch_command.h"
 #include "app/plan_command.h"
+#include "dist/error.h"
+#include "dist/heartbeat.h"
 
 namespace {
 
@@ -57,10 +59,17 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "trainer: unknown command '%s'\n\n%s", command.c_str(), kUsage);
     return 2;
   } catch (const UsageError& e) {
-    std::fprintf(stderr, "trainer %s: %s\nSee `trainer %s --help`.\n", command.c_str(), e.what(), command.c_str());
+    std::fprintf(stderr, "trainer %s: %s\nSee `trainer %s --help`.\n", command.c_str(), e.what(),
+                 command.c_str());
     return 2;
   } catch (const ConfigError& e) {
     std::fprintf(stderr, "trainer: config error: %s\n", e.what());
+    return 1;
+  } catch (const DistError& e) {
+    // A collective failed: say what every rank was doing (dead, stuck elsewhere, behind).
+    std::string context = failure_context();
+    if (!context.empty()) context = "\n" + context;
+    std::fprintf(stderr, "trainer: error: %s%s\n", e.what(), context.c_str());
     return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "trainer: error: %s\n", e.what());

@@ -164,6 +164,8 @@ int run_training(const Config& config, const TrainOptions& options) {
   dopt.connect_timeout = dopt.timeout;  // a rank that never starts is reported after dist.timeout_seconds
   dopt.build = build.str();
   std::unique_ptr<ProcessGroup> pg = ProcessGroup::init(env, dopt);
+  const DescribeRanksOnFailure describe_ranks_on_failure(
+      pg->heartbeat());  // for a failed collective's message
   const int rank = pg->rank(), world = pg->world_size();
   const bool writer = rank == 0;  // only rank 0 writes checkpoints, the summary and the shared files
 
@@ -337,6 +339,7 @@ int run_training(const Config& config, const TrainOptions& options) {
       const std::string dropout_state = e.dropout_generator->state();
       st.rng_states.assign(world, dropout_state);
       try {
+        if (Heartbeat* h = pg->heartbeat()) h->set_phase("checkpoint");
         const std::string path = checkpoints.save(*e.model, *e.optimizer, st, config_toml);
         log.line("checkpoint: " + path);
       } catch (const CheckpointError& err) {
@@ -366,6 +369,15 @@ int run_training(const Config& config, const TrainOptions& options) {
   // Test hook: deliver SIGTERM to ourselves after this step, to exercise the signal path exactly.
   const char* signal_at = std::getenv("TRAINER_TEST_SIGTERM_AT_STEP");
   const int64_t sigterm_at_step = signal_at ? std::atoll(signal_at) : -1;
+  // Test hook: TRAINER_TEST_STALL="RANK:STEP:SECONDS" makes that rank wait in data_wait before that
+  // step (a stuck data loader), so the others' collective times out.
+  int stall_rank = -1;
+  long long stall_step = -1;
+  double stall_seconds = 0;
+  if (const char* stall = std::getenv("TRAINER_TEST_STALL"))
+    std::sscanf(stall, "%d:%lld:%lf", &stall_rank, &stall_step, &stall_seconds);
+  Heartbeat* heartbeat = pg->heartbeat();  // tells the other ranks where this one is, for their errors
+  if (heartbeat) timer.set_phase_observer([heartbeat](Phase p) { heartbeat->set_phase(phase_name(p)); });
 
   for (; st.epoch < config.train.epochs && !done; ++st.epoch) {
     const int epoch = static_cast<int>(st.epoch);
@@ -398,6 +410,8 @@ int run_training(const Config& config, const TrainOptions& options) {
       if (!timer.in_step()) timer.begin_step();
       // ---- data
       timer.begin(Phase::data_wait);
+      if (rank == stall_rank && st.step == stall_step)
+        std::this_thread::sleep_for(std::chrono::duration<double>(stall_seconds));
       std::optional<Batch> batch = loader.next();
       timer.end(Phase::data_wait);
       if (!batch) break;
@@ -459,6 +473,7 @@ int run_training(const Config& config, const TrainOptions& options) {
       e.optimizer->zero_grad();
       timer.end(Phase::optimizer);
       ++st.step;
+      if (heartbeat) heartbeat->set_step(st.step);
       if (auto t = timer.end_step()) observe_step(*t);
       exporter.add_step(step_samples);
       step_samples = 0;
@@ -527,6 +542,7 @@ int run_training(const Config& config, const TrainOptions& options) {
     if (last || (every > 0 && (epoch + 1) % every == 0)) {
       const auto eval_start = Clock::now();
       if (average_bn_stats) average_bn_running_stats(*e.model, pg->comm());
+      if (heartbeat) heartbeat->set_phase("evaluation");
       EvalMetrics m = evaluate(e, *e.data.test, &pg->comm());
       summary.final_test_accuracy = m.top1();
       summary.final_test_top5 = m.top5();

@@ -97,6 +97,9 @@ std::unique_ptr<ProcessGroup> ProcessGroup::init(const ProcessEnv& env, const Di
       co.connect_timeout = options.connect_timeout;
       pg->comm_ = CpuComm::create(*pg->store_, env.rank, env.world_size, co);
     }
+    TcpStoreOptions ho = so;  // the heartbeat's own connection, like the NCCL watchdog's
+    ho.is_server = false;
+    pg->heartbeat_ = std::make_unique<Heartbeat>(std::make_unique<TcpStore>(ho), env.rank, env.world_size);
   } catch (const DistError& e) {
     std::string message = e.what();
     // The classic SLURM mistake: trainer run straight from the batch script is one process that
@@ -111,7 +114,8 @@ std::unique_ptr<ProcessGroup> ProcessGroup::init(const ProcessEnv& env, const Di
 }
 
 ProcessGroup::~ProcessGroup() {
-  comm_.reset();  // before the store: rank 0's store outlives its own communicator
+  heartbeat_.reset();  // its connection to rank 0's store first
+  comm_.reset();       // before the store: rank 0's store outlives its own communicator
   store_.reset();
 }
 

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "dist/comm.h"
+#include "dist/heartbeat.h"
 #include "dist/process_env.h"
 #include "dist/store.h"
 #include "nn/device.h"
@@ -50,6 +51,8 @@ class ProcessGroup {
   int world_size() const { return env_.world_size; }
   // Null at world size 1.
   Store* store() { return store_.get(); }
+  // What this rank reports to the others (dist/heartbeat.h); nullptr at world size 1.
+  Heartbeat* heartbeat() { return heartbeat_.get(); }
   Comm& comm() { return *comm_; }
   const std::shared_ptr<Comm>& comm_ptr() const { return comm_; }
 
@@ -63,6 +66,7 @@ class ProcessGroup {
   DistOptions options_;
   std::unique_ptr<Store> store_;
   std::shared_ptr<Comm> comm_;
+  std::unique_ptr<Heartbeat> heartbeat_;
 };
 
 }  // namespace trainer

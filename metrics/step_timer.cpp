@@ -146,6 +146,7 @@ void StepTimer::begin(Phase p, Timeline where) {
   open_[idx(p)] = true;
   open_where_[idx(p)] = where;
   open_mark_[idx(p)] = clock_->mark(where);
+  if (phase_observer_) phase_observer_(p);
 }
 
 void StepTimer::end(Phase p) {

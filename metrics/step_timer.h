@@ -29,6 +29,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -150,6 +151,8 @@ class StepTimer {
   void begin(Phase p, Timeline where);
   void end(Phase p);
   // Adds seconds measured elsewhere (e.g. by the gradient reducer's thread) to this step's `p`.
+  // Called with each phase begin() opens (the heartbeat reports it to the other ranks).
+  void set_phase_observer(std::function<void(Phase)> observer) { phase_observer_ = std::move(observer); }
   void add(Phase p, double seconds);
   // Closes the step. Returns the times of the oldest step that can be read now: this one with a lag-0
   // clock, the one `lag()` steps back otherwise (nullopt while fewer steps have ended).
@@ -192,6 +195,7 @@ class StepTimer {
   bool in_step_ = false;
   int64_t steps_begun_ = 0;
   std::vector<RollingWindow> windows_;  // one per phase
+  std::function<void(Phase)> phase_observer_;
 };
 
 // Times a scope as one interval of a phase: { PhaseScope s(timer, Phase::forward); ... }.

@@ -358,6 +358,21 @@ TEST_F(DistributedTrain, ZeroOptimizerStatePerRankIsWhatPlanReports) {
   }
 }
 
+// A rank stuck outside any collective (its data loader hangs before step 2): the other rank's
+// all-reduce times out, and its error says where every rank is, through the heartbeat, instead of
+// only "rank 1 did not arrive".
+TEST_F(DistributedTrain, ATimedOutCollectiveSaysWhereEachRankIs) {
+  const std::string cfg = write_config(std::string(kMlpConfig) + "\n");
+  const std::string args = "train " + cfg + " --set dist.timeout_seconds=2 --set train.run_dir=" + (dir_ / "r").string();
+  auto r = run_ranks({args, args}, {"TRAINER_TEST_STALL=1:1:6", "TRAINER_TEST_STALL=1:1:6"});
+  EXPECT_EQ(r[0].exit_code, 1) << r[0].output;
+  EXPECT_NE(r[0].output.find("timed out after 2 s on rank 0: rank(s) 1 did not arrive"), std::string::npos)
+      << r[0].output;
+  EXPECT_NE(r[0].output.find("what each rank last reported"), std::string::npos) << r[0].output;
+  EXPECT_NE(r[0].output.find("rank 1: step 1, in data_wait for"), std::string::npos) << r[0].output;
+  EXPECT_NE(r[0].output.find("alive, but not in a collective"), std::string::npos) << r[0].output;
+}
+
 TEST_F(DistributedTrain, RanksWithDifferentConfigsStopAtStartNamingTheKey) {
   const std::string cfg = write_config(kMlpConfig);
   auto r = run_ranks({"train " + cfg + " --set train.run_dir=" + (dir_ / "x").string(),

@@ -109,6 +109,14 @@ TEST(LaunchLinePrefixer, KeepsLineBoundariesAcrossReads) {
   EXPECT_EQ(p.flush(), "");
 }
 
+TEST(LaunchLinePrefixer, TheErrorLineIsKeptWhenContextLinesFollowIt) {
+  LinePrefixer p("");
+  const std::string text = "step 5\ntrainer: error: all_reduce #13 timed out\n  rank 1: step 5, in data_wait\n";
+  p.feed(text.data(), text.size());
+  EXPECT_EQ(p.last_line(), "  rank 1: step 5, in data_wait");
+  EXPECT_EQ(p.error_line(), "trainer: error: all_reduce #13 timed out");
+}
+
 // ---- the binary ----
 
 // The launcher as a child of the test, its stdout and stderr read into `output` by a thread.
