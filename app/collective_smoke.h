@@ -49,6 +49,11 @@ constexpr float kAverageTolerance = 1e-5f;
 CollectiveSmoke cpu_all_reduce_smoke(int ranks, const std::vector<size_t>& sizes, int iterations,
                                      std::chrono::milliseconds timeout);
 
+// What this machine's local ranks would use: NCCL across every visible GPU when there are 2 or more
+// (CUDA builds), else the CPU communicator between 2 threads; a few sizes up to 256 MiB (NCCL) or
+// 16 MiB (CPU), the largest last.
+CollectiveSmoke local_all_reduce_smoke(int visible_gpus, std::chrono::milliseconds timeout);
+
 #ifdef TRAINER_WITH_CUDA
 // Every visible GPU, one NCCL communicator each, from this thread. Needs 2 or more GPUs.
 CollectiveSmoke nccl_all_reduce_smoke(const std::vector<size_t>& sizes, int iterations,

@@ -89,21 +89,20 @@ void check_peer_topology(DoctorReport& r, const SystemInfo& s) {
 }
 
 void check_collectives(DoctorReport& r, const SystemInfo& s, std::chrono::milliseconds timeout) {
-#ifdef TRAINER_WITH_CUDA
-  if (s.gpus.size() >= 2) {
-    const CollectiveSmoke nccl = nccl_all_reduce_smoke({1u << 20, 32u << 20, 256u << 20}, 20, timeout);
-    report_smoke(r, nccl, "NCCL across " + std::to_string(nccl.ranks) + " GPUs of this process",
+  const int gpus = static_cast<int>(s.gpus.size());
+  const CollectiveSmoke smoke = local_all_reduce_smoke(gpus, timeout);
+  if (smoke.backend == "nccl") {
+    report_smoke(r, smoke, "NCCL across " + std::to_string(smoke.ranks) + " GPUs of this process",
                  "multi-GPU training uses NCCL the same way; fix this before a long run");
     return;
   }
-  r.skip("nccl allreduce", std::to_string(s.gpus.size()) +
-                               " GPU visible, needs 2 or more; testing the CPU "
-                               "communicator instead");
+#ifdef TRAINER_WITH_CUDA
+  r.skip("nccl allreduce",
+         std::to_string(gpus) + " GPU visible, needs 2 or more; testing the CPU communicator instead");
 #else
   r.skip("nccl allreduce", "CPU-only build; testing the CPU communicator instead");
 #endif
-  const CollectiveSmoke cpu = cpu_all_reduce_smoke(2, {64u << 10, 1u << 20, 16u << 20}, 5, timeout);
-  report_smoke(r, cpu, "cpu communicator, 2 ranks (threads of this process, TCP on 127.0.0.1)",
+  report_smoke(r, smoke, "cpu communicator, 2 ranks (threads of this process, TCP on 127.0.0.1)",
                "CPU data parallelism uses this communicator: check that loopback TCP works (firewall, "
                "ulimit -n) and that the machine is not overloaded");
 }

@@ -290,6 +290,22 @@ TEST_F(Plan, Resnet18ParameterCountAndShardedOptimizerState) {
   EXPECT_NE(tight.output.find("recommendation: none fits"), std::string::npos) << tight.output;
 }
 
+TEST_F(Plan, AllReduceTimeFromGivenOrMeasuredBusBandwidth) {
+  RunResult given = run_trainer("plan " + tiny_config() + " --procs 4 --bus-bandwidth 100");
+  ASSERT_EQ(given.exit_code, 0) << given.output;
+  EXPECT_TRUE(std::regex_search(
+      given.output, std::regex(R"(gradients per step at 100 GB/s bus bandwidth \(given; .*: [0-9.]+ ms)")))
+      << given.output;
+  // No GPU here: measured by the CPU communicator between 2 local ranks, as `trainer doctor` does.
+  RunResult measured = run_trainer("plan " + tiny_config() + " --procs 4 --bus-bandwidth measure");
+  ASSERT_EQ(measured.exit_code, 0) << measured.output;
+  EXPECT_TRUE(std::regex_search(
+      measured.output,
+      std::regex(
+          R"(at [0-9.e+-]+ GB/s bus bandwidth \(measured: cpu all-reduce of 16 MiB across 2 local ranks; .*: [0-9.]+ ms)")))
+      << measured.output;
+}
+
 TEST_F(Doctor, PassesWithValidConfigAndFailsWithMissingDataRoot) {
   RunResult ok = run_trainer("doctor " + tiny_config() + " --set train.run_dir=" + (dir_ / "run").string());
   EXPECT_EQ(ok.exit_code, 0) << ok.output;
