@@ -125,6 +125,7 @@ std::string environment_json(const SystemInfo& s, const TrainerBuild& b) {
     << ",\n    \"hostname\": " << json_quote(s.hostname)
     << ",\n    \"cpu_model\": " << json_quote(s.cpu_model) << ",\n    \"cpu_cores\": " << s.cpu_cores
     << ",\n    \"blas_core\": " << json_quote(s.blas_core)
+    << ",\n    \"nccl_runtime_version\": " << json_quote(s.nccl_runtime_version)
     << ",\n    \"cuda_driver_version\": " << json_quote(s.cuda_driver_version)
     << ",\n    \"cuda_visible_devices\": " << json_quote(s.cuda_visible_devices) << ",\n    \"gpus\": [";
   for (size_t i = 0; i < s.gpus.size(); ++i)

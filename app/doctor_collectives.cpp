@@ -49,7 +49,7 @@ void check_peer_topology(DoctorReport& r, const SystemInfo& s) {
     return;
   }
   if (t.devices() < 2) {
-    r.skip("peer-to-peer", std::to_string(t.devices()) + " GPU visible: nothing to connect");
+    r.skip("peer-to-peer", std::to_string(t.devices()) + " GPU(s) visible: nothing to connect");
     return;
   }
   std::string missing;
@@ -98,7 +98,7 @@ void check_collectives(DoctorReport& r, const SystemInfo& s, std::chrono::millis
   }
 #ifdef TRAINER_WITH_CUDA
   r.skip("nccl allreduce",
-         std::to_string(gpus) + " GPU visible, needs 2 or more; testing the CPU communicator instead");
+         std::to_string(gpus) + " GPU(s) visible, needs 2 or more; testing the CPU communicator instead");
 #else
   r.skip("nccl allreduce", "CPU-only build; testing the CPU communicator instead");
 #endif

@@ -103,7 +103,8 @@ void check_machine(Report& r, const SystemInfo& s) {
                gib(static_cast<double>(g.total_memory_bytes)) + " sm_" + std::to_string(g.compute_major) +
                std::to_string(g.compute_minor);
     r.pass("gpu", std::to_string(s.gpus.size()) + " visible (" + names + "), driver CUDA " +
-                      s.cuda_driver_version + ", runtime " + s.cuda_runtime_version +
+                      s.cuda_driver_version + ", runtime " + s.cuda_runtime_version + ", NCCL " +
+                      (s.nccl_runtime_version.empty() ? "unknown" : s.nccl_runtime_version) +
                       ", CUDA_VISIBLE_DEVICES " + s.cuda_visible_devices);
   }
   std::string nccl;
