@@ -77,8 +77,12 @@ class LocalRing {
     for (int d = 0; d < n_; ++d) {
       for (size_t i = 0; i < count; ++i) host[i] = smoke_fill_value(i, d);
       cuda_check(cudaSetDevice(d), "cudaSetDevice", d);
-      cuda_check(cudaMemcpy(buffers_[d], host.data(), count * sizeof(float), cudaMemcpyHostToDevice),
-                 "cudaMemcpy", d);
+      // On the GPU's own stream: a plain cudaMemcpy from pageable memory may still be in flight when it
+      // returns, and the non-blocking stream would not wait for it. Pageable sources are staged before
+      // the call returns, so `host` can be refilled for the next GPU at once.
+      cuda_check(cudaMemcpyAsync(buffers_[d], host.data(), count * sizeof(float), cudaMemcpyHostToDevice,
+                                 streams_[d]),
+                 "cudaMemcpyAsync", d);
     }
   }
 
