@@ -1,44 +1,33 @@
 #include "app/bench_command.h"
 
-#include <arpa/inet.h>
-#include <fcntl.h>
-#include <netinet/in.h>
-#include <spawn.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <charconv>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <map>
 #include <sstream>
 #include <stdexcept>
 
+#include "app/bench_runs.h"
+#include "app/bench_to_accuracy.h"
 #include "app/build_info.h"
-#include "app/chart_png.h"
 #include "app/cli.h"
 #include "app/config.h"
 #include "app/system_info.h"
-
-extern char** environ;
 
 namespace trainer {
 namespace {
 
 namespace fs = std::filesystem;
+using namespace bench;
 
 const char* kBenchUsage =
     "usage: trainer bench CONFIG --procs 1,2,4 [--precisions fp32,tf32] [--batch 128,512]\n"
     "                    [--steps N] [--warmup N] [--repeats R] [--data synthetic|real] [--out DIR]\n"
-    "                    [--set section.key=value ...]\n\n"
+    "                    [--to-accuracy X] [--set section.key=value ...]\n\n"
     "Measures training throughput of CONFIG at each number of local processes (and precision and per-rank\n"
     "batch): every point is `trainer launch --nproc-per-node P -- train CONFIG` with train.max_steps =\n"
     "warmup + steps, evaluation only at the end (not timed), no checkpoints, optim.lr_scaling = linear and\n"
@@ -53,26 +42,20 @@ const char* kBenchUsage =
     "  --steps N            timed steps per run (default 20)\n"
     "  --warmup N           untimed steps first (default 5)\n"
     "  --repeats R          runs per point (default 1)\n"
-    "  --data synthetic|real  synthetic (default) replaces the dataset by random images of its shape;\n"
-    "                       real reads the config's dataset\n"
+    "  --data synthetic|real  synthetic (default without --to-accuracy) replaces the dataset by random\n"
+    "                       images of its shape; real (default with --to-accuracy) reads the config's "
+    "dataset\n"
     "  --out DIR            bench directory (default runs/bench-<config>-<time>)\n"
     "  --set k=v            passed to every run's `train`\n"
-    "  --to-accuracy X      NOT IMPLEMENTED YET: time-to-accuracy runs (an error when given)\n\n"
+    "  --to-accuracy X      time to accuracy instead of throughput: each run trains until the test top-1\n"
+    "                       reaches X (a fraction, e.g. 0.9), evaluating after every epoch, for at most\n"
+    "                       train.epochs epochs (train.target_accuracy = X); --steps and --warmup do not\n"
+    "                       apply. Reports epochs and training seconds (evaluation excluded) to reach X,\n"
+    "                       or 'not reached', and the speedup from those seconds\n\n"
     "Writes bench.csv, bench.json (results + build, host, CPU, GPUs, driver, CUDA/cuDNN versions and every\n"
     "NCCL_* variable) and speedup.png into the bench directory; each run's output is in its\n"
     "<point>/output.log.\n\n"
     "example: trainer bench configs/fashion_mnist_cnn.toml --procs 1,2 --steps 20 --warmup 5\n";
-
-struct BenchArgs {
-  std::string config_path;
-  std::vector<int> procs, batches;
-  std::vector<std::string> precisions;
-  int steps = 20, warmup = 5, repeats = 1;
-  std::string data = "synthetic";
-  std::string out;
-  std::vector<std::string> overrides;
-  bool help = false;
-};
 
 int parse_positive(const std::string& flag, const std::string& value) {
   int v = 0;
@@ -81,14 +64,6 @@ int parse_positive(const std::string& flag, const std::string& value) {
   if (value.empty() || ec != std::errc() || p != end || v < 1)
     throw UsageError(flag + " expects a positive whole number, got '" + value + "'");
   return v;
-}
-
-std::vector<std::string> split_list(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream in(s);
-  for (std::string item; std::getline(in, item, ',');)
-    if (!item.empty()) out.push_back(item);
-  return out;
 }
 
 BenchArgs parse_bench_args(const std::vector<std::string>& args) {
@@ -132,9 +107,12 @@ BenchArgs parse_bench_args(const std::vector<std::string>& args) {
     } else if (arg == "--set") {
       a.overrides.push_back(take());
     } else if (arg == "--to-accuracy") {
-      throw UsageError(
-          "--to-accuracy is not implemented yet: bench measures steady-state throughput only. "
-          "HINT: run `trainer train` to the target and read summary.json, or leave the flag out");
+      const std::string v = take();
+      char* end = nullptr;
+      a.to_accuracy = std::strtod(v.c_str(), &end);
+      if (v.empty() || *end != '\0' || !(a.to_accuracy > 0 && a.to_accuracy <= 1))
+        throw UsageError("--to-accuracy expects a test top-1 fraction in (0, 1], e.g. 0.9 for 90%, got '" +
+                         v + "'");
     } else if (arg.rfind("-", 0) == 0) {
       throw UsageError("unknown option " + arg);
     } else if (a.config_path.empty()) {
@@ -147,90 +125,11 @@ BenchArgs parse_bench_args(const std::vector<std::string>& args) {
   if (a.config_path.empty())
     throw UsageError("missing CONFIG (a TOML file, e.g. configs/fashion_mnist_cnn.toml)");
   if (a.procs.empty()) throw UsageError("--procs LIST is required, e.g. --procs 1,2,4");
+  if (a.data.empty()) a.data = a.to_accuracy > 0 ? "real" : "synthetic";
   std::sort(a.procs.begin(), a.procs.end());
   a.procs.erase(std::unique(a.procs.begin(), a.procs.end()), a.procs.end());
   return a;
 }
-
-// A TCP port nothing listens on now, for one run's rendezvous store (concurrent benches and tests
-// must not meet on 29500).
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return 29500;
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof addr;
-  int port = 29500;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0)
-    port = ntohs(addr.sin_port);
-  ::close(fd);
-  return port;
-}
-
-std::string self_executable() {
-  char buf[4096];
-  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
-  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "/proc/self/exe";
-}
-
-std::string last_lines(const fs::path& path, size_t n) {
-  std::ifstream in(path);
-  std::vector<std::string> lines;
-  for (std::string l; std::getline(in, l);) lines.push_back(l);
-  std::string out;
-  for (size_t i = lines.size() > n ? lines.size() - n : 0; i < lines.size(); ++i)
-    out += "  " + lines[i] + "\n";
-  return out;
-}
-
-// Runs this binary with `args`, stdout and stderr into `log`; returns the wait status.
-int run_self(const std::vector<std::string>& args, const fs::path& log) {
-  const std::string exe = self_executable();
-  std::vector<std::string> argv_s{exe};
-  argv_s.insert(argv_s.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (auto& s : argv_s) argv.push_back(s.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&fa, STDOUT_FILENO, STDERR_FILENO);
-  pid_t pid = 0;
-  const int rc = ::posix_spawn(&pid, exe.c_str(), &fa, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  if (rc != 0) throw std::runtime_error("bench: cannot start " + exe + ": " + std::strerror(rc));
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  return status;
-}
-
-// The steady-state rows of a run's step_times.csv: column name -> values, steps after `warmup` only.
-std::map<std::string, std::vector<double>> read_step_times(const fs::path& path, int warmup) {
-  std::ifstream in(path);
-  if (!in) throw std::runtime_error("bench: " + path.string() + " is missing: the run wrote no step times");
-  std::string line;
-  std::getline(in, line);
-  const std::vector<std::string> header = split_list(line);
-  std::map<std::string, std::vector<double>> cols;
-  while (std::getline(in, line)) {
-    const std::vector<std::string> cells = split_list(line);
-    if (cells.size() != header.size() || std::atoll(cells[0].c_str()) <= warmup) continue;
-    for (size_t i = 0; i < cells.size(); ++i) cols[header[i]].push_back(std::atof(cells[i].c_str()));
-  }
-  return cols;
-}
-
-double mean_of(const std::vector<double>& v) {
-  double s = 0;
-  for (double x : v) s += x;
-  return v.empty() ? 0.0 : s / static_cast<double>(v.size());
-}
-
-double sum_of(const std::vector<double>& v) { return mean_of(v) * static_cast<double>(v.size()); }
 
 struct Point {
   int procs = 1, batch = 0;
@@ -258,51 +157,6 @@ void summarise(Point& p) {
     const double hi = t.half_width < t.mean ? g / (t.mean - t.half_width) : 2 * p.ips - lo;
     p.ips_half_width = (hi - lo) / 2;
   }
-}
-
-std::string fmt(const char* f, auto... args) {
-  char buf[512];
-  std::snprintf(buf, sizeof buf, f, args...);
-  return buf;
-}
-
-std::string environment_json(const SystemInfo& s, const TrainerBuild& b) {
-  std::ostringstream o;
-  o << "{\n    \"build\": " << json_quote(b.str()) << ",\n    \"version\": " << json_quote(b.version)
-    << ",\n    \"cuda_version\": " << json_quote(b.cuda_version)
-    << ",\n    \"cudnn_version\": " << json_quote(b.cudnn_version)
-    << ",\n    \"nccl_version\": " << json_quote(b.nccl_version)
-    << ",\n    \"hostname\": " << json_quote(s.hostname)
-    << ",\n    \"cpu_model\": " << json_quote(s.cpu_model) << ",\n    \"cpu_cores\": " << s.cpu_cores
-    << ",\n    \"blas_core\": " << json_quote(s.blas_core)
-    << ",\n    \"cuda_driver_version\": " << json_quote(s.cuda_driver_version)
-    << ",\n    \"cuda_visible_devices\": " << json_quote(s.cuda_visible_devices) << ",\n    \"gpus\": [";
-  for (size_t i = 0; i < s.gpus.size(); ++i)
-    o << (i ? ", " : "") << "{\"index\": " << s.gpus[i].index << ", \"name\": " << json_quote(s.gpus[i].name)
-      << ", \"memory_bytes\": " << s.gpus[i].total_memory_bytes << "}";
-  o << "],\n    \"nccl_env\": {";
-  for (size_t i = 0; i < s.nccl_env.size(); ++i)
-    o << (i ? ", " : "") << json_quote(s.nccl_env[i].first) << ": " << json_quote(s.nccl_env[i].second);
-  o << "}\n  }";
-  return o.str();
-}
-
-// Overrides that make `config` train on random images of its dataset's shape.
-std::vector<std::string> synthetic_overrides(const Config& c, int64_t samples) {
-  std::vector<std::string> o = {"data.dataset=synthetic",
-                                "data.synthetic_samples=" + std::to_string(samples)};
-  const std::string& d = c.data.dataset;
-  if (d == "fashion_mnist") {
-    o.push_back("data.synthetic_image_size=28");
-    if (c.model.in_channels == 0) o.push_back("model.in_channels=1");
-  } else if (d == "cifar10" || d == "cifar100") {
-    o.push_back("data.synthetic_image_size=32");
-    o.push_back(std::string("data.synthetic_classes=") + (d == "cifar100" ? "100" : "10"));
-  } else if (d == "image_folder") {
-    o.push_back("data.synthetic_image_size=" +
-                std::to_string(c.data.image_size > 0 ? c.data.image_size : 224));
-  }
-  return o;
 }
 
 }  // namespace
@@ -342,6 +196,7 @@ int bench_command(const std::vector<std::string>& args) {
                                                  fmt("-%lld", static_cast<long long>(std::time(nullptr))))
                            : fs::path(a.out);
   fs::create_directories(out);
+  if (a.to_accuracy > 0) return bench_to_accuracy(a, config, precisions, batches, out);
   const int accum = config.train.grad_accum_steps;
   const int total_steps = a.warmup + a.steps;
 
@@ -375,43 +230,20 @@ int bench_command(const std::vector<std::string>& args) {
           } else {
             sets.push_back("train.epochs=1000000");
           }
-          const std::vector<std::string> fixed = {"data.batch_size=" + std::to_string(batch),
-                                                  "train.precision=" + precision,
-                                                  "train.max_steps=" + std::to_string(total_steps),
-                                                  "train.eval_every_epochs=0",
-                                                  "train.run_dir=" + fs::absolute(dir).string(),
-                                                  "optim.lr_scaling=linear",
-                                                  "checkpoint.save_final=false",
-                                                  "checkpoint.every_epochs=0",
-                                                  "checkpoint.every_steps=0",
-                                                  "metrics.port=0"};
+          const auto fixed = point_overrides(batch, precision, dir);
           sets.insert(sets.end(), fixed.begin(), fixed.end());
-          std::vector<std::string> cmd = {"launch",
-                                          "--nproc-per-node",
-                                          std::to_string(procs),
-                                          "--master-port",
-                                          std::to_string(free_port()),
-                                          "--",
-                                          "train",
-                                          a.config_path};
-          for (const std::string& s : sets) {
-            cmd.push_back("--set");
-            cmd.push_back(s);
-          }
+          sets.push_back("train.max_steps=" + std::to_string(total_steps));
+          sets.push_back("train.eval_every_epochs=0");
           ++run_index;
           std::printf("bench: [%zu/%zu] %d process%s, batch %d/rank, %s, repeat %d/%d ... ", run_index,
                       n_runs, procs, procs == 1 ? "" : "es", batch, precision.c_str(), r, a.repeats);
           std::fflush(stdout);
-          const auto start = std::chrono::steady_clock::now();
-          const int status = run_self(cmd, dir / "output.log");
-          const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-          if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
+          double secs = 0;
+          try {
+            secs = run_point(a.config_path, procs, sets, dir);
+          } catch (...) {
             std::printf("failed\n");
-            throw std::runtime_error(fmt("bench: the run in %s failed (%s %d) after %.1fs; its last lines:\n",
-                                         dir.c_str(), WIFEXITED(status) ? "exit status" : "signal",
-                                         WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status), secs) +
-                                     last_lines(dir / "output.log", 8) + "HINT: the whole output is in " +
-                                     (dir / "output.log").string());
+            throw;
           }
           auto cols = read_step_times(dir / "step_times.csv", a.warmup);
           const std::vector<double>& steps = cols["step_seconds"];
@@ -491,31 +323,20 @@ int bench_command(const std::vector<std::string>& args) {
   std::ofstream(out / "bench.json") << js.str();
 
   // ---- chart: one line per (precision, batch)
-  static const uint8_t colours[][3] = {
-      {31, 119, 180}, {214, 39, 40}, {44, 160, 44}, {148, 103, 189}, {255, 127, 14}};
-  ChartPanel sp{"speedup", "processes", static_cast<double>(a.procs.back()), 1.0, true, {}};
-  ChartPanel ef{"efficiency", "processes", static_cast<double>(a.procs.back()), 1.2, true, {}};
-  sp.series.push_back({{0, sp.x_max}, {0, sp.x_max}, 150, 150, 150, true, false});
-  ef.series.push_back({{0, ef.x_max}, {1, 1}, 150, 150, 150, true, false});
-  size_t k = 0;
+  std::vector<SpeedupCurve> curves;
   for (const std::string& precision : precisions)
     for (int batch : batches) {
-      const uint8_t* c = colours[k++ % 5];
-      ChartSeries s{{}, {}, c[0], c[1], c[2], false, true}, e = s;
+      SpeedupCurve c;
       for (const Point& p : points)
         if (p.precision == precision && p.batch == batch) {
-          s.x.push_back(p.procs);
-          s.y.push_back(p.speedup);
-          e.x.push_back(p.procs);
-          e.y.push_back(p.efficiency);
-          sp.y_max = std::max(sp.y_max, p.speedup * 1.1);
-          ef.y_max = std::max(ef.y_max, p.efficiency * 1.1);
+          c.procs.push_back(p.procs);
+          c.speedup.push_back(p.speedup);
+          c.efficiency.push_back(p.efficiency);
         }
-      sp.series.push_back(s);
-      ef.series.push_back(e);
+      curves.push_back(c);
     }
-  sp.y_max = std::max(sp.y_max, sp.x_max);
-  std::ofstream(out / "speedup.png", std::ios::binary) << render_chart_png({sp, ef});
+  std::ofstream(out / "speedup.png", std::ios::binary)
+      << speedup_chart_png(static_cast<double>(a.procs.back()), curves);
   std::printf("\nwrote %s, %s, %s\n", (out / "bench.csv").c_str(), (out / "bench.json").c_str(),
               (out / "speedup.png").c_str());
   return 0;

@@ -3,6 +3,7 @@
 #ifdef TRAINER_WITH_CUDA
 #include <cuda_runtime_api.h>
 #include <cudnn_version.h>
+#include <nccl.h>
 #endif
 
 namespace trainer {
@@ -12,9 +13,12 @@ TrainerBuild trainer_build() {
   info.version = TRAINER_VERSION;
 #ifdef TRAINER_WITH_CUDA
   info.cuda = true;
-  info.cuda_version = std::to_string(CUDART_VERSION / 1000) + "." + std::to_string(CUDART_VERSION % 1000 / 10);
+  info.cuda_version =
+      std::to_string(CUDART_VERSION / 1000) + "." + std::to_string(CUDART_VERSION % 1000 / 10);
   info.cudnn_version = std::to_string(CUDNN_MAJOR) + "." + std::to_string(CUDNN_MINOR) + "." +
                        std::to_string(CUDNN_PATCHLEVEL);
+  info.nccl_version =
+      std::to_string(NCCL_MAJOR) + "." + std::to_string(NCCL_MINOR) + "." + std::to_string(NCCL_PATCH);
 #endif
 #if defined(__clang__)
   info.compiler = "clang " __clang_version__;

@@ -10,7 +10,7 @@ struct TrainerBuild {
   bool cuda = false;
   std::string cuda_version;   // "13.0", or "" without the CUDA backend
   std::string cudnn_version;  // "9.19.0", or ""
-  std::string nccl_version;   // "" until the NCCL backend lands
+  std::string nccl_version;   // nccl.h's, in CUDA builds; "" otherwise
   std::string compiler;
   std::string str() const;    // one line for logs
 };

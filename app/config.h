@@ -56,6 +56,8 @@ struct TrainConfig {
   double label_smoothing = 0.0;
   int log_every_steps = 50;
   int eval_every_epochs = 1;  // 0 = only at the end
+  // Stop after the evaluation that reaches this test top-1 (0 = off): `trainer bench --to-accuracy`.
+  double target_accuracy = 0.0;
   std::string run_dir;        // empty = default_run_dir()
   bool operator==(const TrainConfig&) const = default;
 };

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -20,6 +21,8 @@
 #include "app/config.h"
 #include "app/datasets.h"
 #include "app/device_setup.h"
+#include "app/doctor_collectives.h"
+#include "app/doctor_report.h"
 #include "app/system_info.h"
 #include "dist/process_env.h"
 
@@ -32,33 +35,15 @@ const char* kDoctorUsage =
     "usage: trainer doctor [CONFIG] [--set section.key=value ...]\n\n"
     "Checks this machine (and CONFIG, when given) before a run and prints one PASS / WARN / FAIL line per\n"
     "check, with a HINT for what to do: build, CPU and OpenBLAS kernels, GPUs and driver (CUDA builds),\n"
-    "CUDA_VISIBLE_DEVICES and NCCL_* variables, launcher variables (RANK, WORLD_SIZE, ... / SLURM /\n"
-    "OpenMPI) and MASTER_PORT; with CONFIG: the config loads, the dataset opens, the device is usable,\n"
-    "the run directory is writable with at least 1 GiB free, and the metrics ports are free.\n"
+    "CUDA_VISIBLE_DEVICES and NCCL_* variables, the peer-to-peer matrix of the GPUs, a collective smoke\n"
+    "test (an all-reduce whose result is checked, with its bus bandwidth at a few sizes: NCCL across every\n"
+    "visible GPU when there are 2 or more, else the CPU communicator between 2 local ranks; it gives up\n"
+    "after 60 s), launcher variables (RANK, WORLD_SIZE, ... / SLURM / OpenMPI) and MASTER_PORT; with\n"
+    "CONFIG: the config loads, the dataset opens, the device is usable, the run directory is writable\n"
+    "with at least 1 GiB free, and the metrics ports are free. SKIP marks a check this machine cannot run.\n"
     "Exit status 0 when nothing FAILs, 1 otherwise.\n";
 
-class Report {
- public:
-  void pass(const std::string& what, const std::string& detail) { line("PASS", what, detail, ""); }
-  void warn(const std::string& what, const std::string& detail, const std::string& hint) {
-    line("WARN", what, detail, hint);
-  }
-  void fail(const std::string& what, const std::string& detail, const std::string& hint) {
-    line("FAIL", what, detail, hint);
-    ++failures_;
-  }
-  int failures() const { return failures_; }
-
- private:
-  void line(const char* verdict, const std::string& what, const std::string& detail,
-            const std::string& hint) {
-    std::printf("%s  %-14s %s\n", verdict, what.c_str(), detail.c_str());
-    // Errors from the config and launcher code carry their own HINT already.
-    if (!hint.empty() && detail.find("HINT:") == std::string::npos)
-      std::printf("      %-14s HINT: %s\n", "", hint.c_str());
-  }
-  int failures_ = 0;
-};
+using Report = DoctorReport;
 
 // Whether `port` can be bound on 127.0.0.1 now; errno-style reason otherwise.
 std::string port_problem(int port) {
@@ -118,7 +103,8 @@ void check_machine(Report& r, const SystemInfo& s) {
                gib(static_cast<double>(g.total_memory_bytes)) + " sm_" + std::to_string(g.compute_major) +
                std::to_string(g.compute_minor);
     r.pass("gpu", std::to_string(s.gpus.size()) + " visible (" + names + "), driver CUDA " +
-                      s.cuda_driver_version + ", runtime " + s.cuda_runtime_version +
+                      s.cuda_driver_version + ", runtime " + s.cuda_runtime_version + ", NCCL " +
+                      (s.nccl_runtime_version.empty() ? "unknown" : s.nccl_runtime_version) +
                       ", CUDA_VISIBLE_DEVICES " + s.cuda_visible_devices);
   }
   std::string nccl;
@@ -274,7 +260,10 @@ int doctor_command(const std::vector<std::string>& args) {
     }
   }
   Report r;
-  check_machine(r, system_info());
+  const SystemInfo sys = system_info();
+  check_machine(r, sys);
+  check_peer_topology(r, sys);
+  check_collectives(r, sys, std::chrono::seconds(60));
   const ProcessEnv env = check_launcher(r);
   if (!config_path.empty()) check_config(r, config_path, overrides, env);
   std::printf("%s\n", r.failures() ? (std::to_string(r.failures()) + " check(s) FAILED").c_str()

@@ -1,16 +1,19 @@
 #include "app/plan_command.h"
 
 #include <charconv>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <optional>
 
 #include "app/cli.h"
+#include "app/collective_smoke.h"
 #include "app/config.h"
 #include "app/datasets.h"
 #include "app/device_setup.h"
 #include "app/experiment.h"
+#include "app/system_info.h"
 #include "nn/allocator.h"
 #include "nn/amp/autocast.h"
 #include "nn/functional.h"
@@ -23,7 +26,8 @@ namespace trainer {
 namespace {
 
 const char* kPlanUsage =
-    "usage: trainer plan CONFIG --procs N [--device-memory GiB] [--bus-bandwidth GB/s] [--set k=v ...]\n\n"
+    "usage: trainer plan CONFIG --procs N [--device-memory GiB] [--bus-bandwidth GB/s|measure]\n"
+    "                   [--set k=v ...]\n\n"
     "Estimates memory per rank for CONFIG at N ranks under plain data parallelism (DP) and ZeRO stages 1-3:\n"
     "weights and gradients (fp32 in every precision: autocast's weights are the master copy) and optimizer\n"
     "moments (SGD with momentum: 1,\n"
@@ -32,7 +36,10 @@ const char* kPlanUsage =
     "ranks, ZeRO-2 also gradients, ZeRO-3 also weights. With --device-memory (default: the GPU's memory on "
     "a\n"
     "CUDA device) it recommends the simplest strategy that fits with 10% headroom. With --bus-bandwidth it\n"
-    "prints the ring all-reduce time of the gradients per step, 2(N-1)/N x bytes / bandwidth.\n"
+    "prints the ring all-reduce time of the gradients per step, 2(N-1)/N x bytes / bandwidth; `measure`\n"
+    "takes the bandwidth of `trainer doctor`'s all-reduce smoke test at its largest size (NCCL across\n"
+    "this host's GPUs when there are 2 or more, else the CPU communicator between 2 local ranks): a\n"
+    "local figure, an upper bound for ranks on several hosts.\n"
     "The row of the config's dist.zero_stage is marked; its optimizer state per rank is printed in bytes.\n"
     "The dataset need not be present: its shape is enough (random images are used for the dry run).\n";
 
@@ -48,6 +55,7 @@ struct PlanArgs {
   std::string config_path;
   int procs = 0;
   double device_memory_gib = 0, bus_gbps = 0;
+  bool measure_bus = false;  // --bus-bandwidth measure
   std::vector<std::string> overrides;
   bool help = false;
 };
@@ -75,9 +83,13 @@ PlanArgs parse_plan_args(const std::vector<std::string>& args) {
       a.procs = static_cast<int>(v);
     } else if (arg == "--device-memory")
       a.device_memory_gib = parse_number(arg, take());
-    else if (arg == "--bus-bandwidth")
-      a.bus_gbps = parse_number(arg, take());
-    else if (arg == "--set")
+    else if (arg == "--bus-bandwidth") {
+      const std::string v = take();
+      if (v == "measure")
+        a.measure_bus = true;
+      else
+        a.bus_gbps = parse_number(arg, v);
+    } else if (arg == "--set")
       a.overrides.push_back(take());
     else if (arg.rfind("-", 0) == 0)
       throw UsageError("unknown option " + arg);
@@ -295,13 +307,25 @@ int plan_command(const std::vector<std::string>& args) {
               rows[stage].name.c_str(), with_commas(std::llround(rows[stage].optimizer)).c_str(),
               with_commas(std::llround(rows[0].optimizer)).c_str());
 
-  if (a.bus_gbps > 0) {
+  double bus_gbps = a.bus_gbps;
+  std::string bus_source = "given";
+  if (a.measure_bus) {
+    const CollectiveSmoke s =
+        local_all_reduce_smoke(static_cast<int>(system_info().gpus.size()), std::chrono::seconds(60));
+    if (!s.correct)
+      throw std::runtime_error("--bus-bandwidth measure: the all-reduce smoke test failed: " + s.error +
+                               "\nHINT: `trainer doctor` runs the same test; or pass --bus-bandwidth GB/s");
+    bus_gbps = s.timings.back().bus_gb_per_s;
+    bus_source = "measured: " + s.backend + " all-reduce of " + std::to_string(s.timings.back().bytes >> 20) +
+                 " MiB across " + std::to_string(s.ranks) + " local ranks";
+  }
+  if (bus_gbps > 0) {
     const double grad_bytes = static_cast<double>(r.params) * b.gradients;
-    const double seconds = 2.0 * (a.procs - 1) / a.procs * grad_bytes / (a.bus_gbps * 1e9);
+    const double seconds = 2.0 * (a.procs - 1) / a.procs * grad_bytes / (bus_gbps * 1e9);
     std::printf(
-        "\nall-reduce of %s of gradients per step at %.0f GB/s bus bandwidth (ring, 2(N-1)/N x bytes / "
+        "\nall-reduce of %s of gradients per step at %.3g GB/s bus bandwidth (%s; ring, 2(N-1)/N x bytes / "
         "bandwidth): %.2f ms\n",
-        mib(grad_bytes).c_str(), a.bus_gbps, seconds * 1e3);
+        mib(grad_bytes).c_str(), bus_gbps, bus_source.c_str(), seconds * 1e3);
   }
 
   double memory = a.device_memory_gib * 1024.0 * 1024.0 * 1024.0;

@@ -12,6 +12,7 @@
 #include "dist/process_env.h"
 #ifdef TRAINER_WITH_CUDA
 #include <cuda_runtime_api.h>
+#include <nccl.h>
 
 #include "nn/cuda/cuda_backend.h"
 #endif
@@ -49,6 +50,9 @@ SystemInfo system_info() {
   int v = 0;
   if (cudaDriverGetVersion(&v) == cudaSuccess) s.cuda_driver_version = version_string(v);
   if (cudaRuntimeGetVersion(&v) == cudaSuccess) s.cuda_runtime_version = version_string(v);
+  if (ncclGetVersion(&v) == ncclSuccess)  // NCCL >= 2.9 encodes 2.28.9 as 22809
+    s.nccl_runtime_version =
+        std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100);
   const int n = cuda_device_count();
   for (int i = 0; i < n; ++i) {
     cudaDeviceProp p{};

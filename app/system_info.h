@@ -25,6 +25,8 @@ struct SystemInfo {
   bool cuda_build = false;
   std::string cuda_driver_version;  // "13.0", or "" without CUDA / driver
   std::string cuda_runtime_version;
+  // The NCCL library loaded at run time (a GPU host's wheel may differ from the headers built against).
+  std::string nccl_runtime_version;
   std::vector<GpuInfo> gpus;  // empty without CUDA or without a visible device
   std::vector<std::pair<std::string, std::string>> nccl_env;  // every NCCL_* variable, sorted
 };

@@ -555,6 +555,12 @@ int run_training(const Config& config, const TrainOptions& options) {
           fmt(" | test loss %.4f top1 %.2f%% top5 %.2f%%", m.mean_loss(), 100 * m.top1(), 100 * m.top5());
       if (!std::isnan(m.auc())) eval_part += fmt(" auc %.4f", m.auc());
       eval_part += fmt(" (%lld images, %.1fs)", static_cast<long long>(m.count()), seconds_since(eval_start));
+      // Every rank holds the same merged metrics, so every rank stops after this epoch.
+      const double target = config.train.target_accuracy;
+      if (target > 0 && m.top1() >= target) {
+        done = true;
+        eval_part += fmt(" | target %.2f%% reached", 100 * target);
+      }
     }
     log.line(fmt("epoch %d/%d: train loss %.4f, %.1fs, %.0f img/s", epoch + 1, config.train.epochs,
                  summary.final_train_loss, epoch_seconds,

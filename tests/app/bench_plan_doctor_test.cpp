@@ -8,17 +8,17 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <sstream>
 #include <string>
-
-#include "trainer_process.h"
 
 #include "app/bench_command.h"
 #include "app/plan_command.h"
 #include "nn/allocator.h"
 #include "nn/models/registry.h"
 #include "nn/tensor.h"
+#include "trainer_process.h"
 
 namespace {
 
@@ -90,13 +90,120 @@ TEST_F(Bench, OneAndTwoProcessesWriteTableCsvJsonAndChart) {
   EXPECT_EQ(std::count(steps.begin(), steps.end(), '\n'), 7) << steps;
 }
 
-TEST_F(Bench, ToAccuracyIsRefusedClearly) {
-  RunResult r = run_trainer("bench " + tiny_config() + " --procs 1 --to-accuracy 0.9");
+// Splits a CSV row into its cells (empty cells kept).
+std::vector<std::string> cells(const std::string& row) {
+  std::vector<std::string> out;
+  std::stringstream in(row);
+  for (std::string c; std::getline(in, c, ',');) out.push_back(c);
+  if (!row.empty() && row.back() == ',') out.push_back("");
+  return out;
+}
+
+// bench.csv as header -> cell per row.
+std::vector<std::map<std::string, std::string>> csv_rows(const std::string& text) {
+  std::istringstream in(text);
+  std::string line;
+  std::getline(in, line);
+  const std::vector<std::string> header = cells(line);
+  std::vector<std::map<std::string, std::string>> rows;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    const std::vector<std::string> c = cells(line);
+    EXPECT_EQ(c.size(), header.size()) << line;
+    std::map<std::string, std::string> row;
+    for (size_t i = 0; i < header.size() && i < c.size(); ++i) row[header[i]] = c[i];
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+TEST_F(Bench, ToAccuracyReportsEpochsAndTimeToTheTarget) {
+  // 5% test top-1 on 10 classes: reached after the first epoch by any model.
+  const fs::path out = dir_ / "tta";
+  RunResult r = run_trainer("bench " + tiny_config() +
+                            " --procs 1,2 --to-accuracy 0.05 --set data.synthetic_samples=320 "
+                            "--set train.epochs=3 --out " +
+                            out.string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* col : {"procs", "target", "epochs", "time to accuracy", "wall s", "best top1", "speedup",
+                          "efficiency", "allreduce_exposed", "data_wait"})
+    EXPECT_NE(r.output.find(col), std::string::npos) << col << "\n" << r.output;
+  const std::string csv = read_file(out / "bench.csv");
+  EXPECT_EQ(
+      csv.rfind("procs,batch_per_rank,global_batch,precision,lr,target_accuracy,reached,epochs,"
+                "time_to_accuracy_seconds,time_to_accuracy_ci95,wall_seconds,best_test_accuracy,speedup,"
+                "efficiency,allreduce_exposed_pct,data_wait_pct,repeats\n",
+                0),
+      0u)
+      << csv;
+  const auto rows = csv_rows(csv);
+  ASSERT_EQ(rows.size(), 2u) << csv;
+  EXPECT_EQ(rows[0].at("procs"), "1");
+  EXPECT_EQ(rows[1].at("procs"), "2");
+  EXPECT_EQ(rows[1].at("global_batch"), "32");
+  for (const auto& row : rows) {
+    EXPECT_EQ(row.at("target_accuracy"), "0.05");
+    EXPECT_EQ(row.at("reached"), "true") << csv;
+    const int epochs = std::stoi(row.at("epochs"));
+    EXPECT_GE(epochs, 1);
+    EXPECT_LE(epochs, 3);
+    EXPECT_GE(std::stod(row.at("best_test_accuracy")), 0.05);
+    EXPECT_GT(std::stod(row.at("time_to_accuracy_seconds")), 0.0);
+    // The run's wall clock holds its training seconds plus start-up and evaluation.
+    EXPECT_GT(std::stod(row.at("wall_seconds")), std::stod(row.at("time_to_accuracy_seconds")));
+  }
+  // Speedup comes from the times to accuracy.
+  EXPECT_EQ(rows[0].at("speedup"), "1.0000");
+  const double t1 = std::stod(rows[0].at("time_to_accuracy_seconds"));
+  const double t2 = std::stod(rows[1].at("time_to_accuracy_seconds"));
+  EXPECT_NEAR(std::stod(rows[1].at("speedup")), t1 / t2, 1e-3 * t1 / t2 + 1e-3);
+  EXPECT_NEAR(std::stod(rows[1].at("efficiency")), t1 / t2 / 2, 1e-3 * t1 / t2 + 1e-3);
+  // Each run stopped at the epoch that reached the target.
+  const std::string log = read_file(out / "p1-b16-fp32-r1" / "output.log");
+  EXPECT_NE(log.find("target 5.00% reached"), std::string::npos) << log;
+
+  const std::string json = read_file(out / "bench.json");
+  for (const char* key : {"\"mode\": \"time_to_accuracy\"", "\"target_accuracy\": 0.05", "\"environment\"",
+                          "\"reached\": true", "\"time_to_accuracy_seconds\": ", "\"speedup\": 1.0000"})
+    EXPECT_NE(json.find(key), std::string::npos) << key << "\n" << json;
+  const std::string png = read_file(out / "speedup.png");
+  ASSERT_GE(png.size(), 8u);
+  EXPECT_EQ(png.substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
+}
+
+TEST_F(Bench, ToAccuracyNotReachedHasNoTimeAndNoSpeedup) {
+  // A learning rate too small to learn anything, and a target no untrained model reaches.
+  const fs::path out = dir_ / "tta";
+  RunResult r =
+      run_trainer("bench " + tiny_config() +
+                  " --procs 1,2 --to-accuracy 1 --set data.synthetic_samples=160 --set train.epochs=2 "
+                  "--set optim.lr=0.000000001 --out " +
+                  out.string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("not reached"), std::string::npos) << r.output;
+  const auto rows = csv_rows(read_file(out / "bench.csv"));
+  ASSERT_EQ(rows.size(), 2u);
+  for (const auto& row : rows) {
+    EXPECT_EQ(row.at("reached"), "false");
+    EXPECT_EQ(row.at("epochs"), "2");  // every epoch of train.epochs ran
+    EXPECT_EQ(row.at("time_to_accuracy_seconds"), "");
+    EXPECT_EQ(row.at("speedup"), "");
+    EXPECT_LT(std::stod(row.at("best_test_accuracy")), 1.0);
+  }
+  const std::string json = read_file(out / "bench.json");
+  EXPECT_NE(json.find("\"reached\": false"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"time_to_accuracy_seconds\": null"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"speedup\": null"), std::string::npos) << json;
+}
+
+TEST_F(Bench, ToAccuracyOutsideZeroToOneIsAUsageError) {
+  RunResult r = run_trainer("bench " + tiny_config() + " --procs 1 --to-accuracy 90");
   EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_NE(r.output.find("--to-accuracy is not implemented"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--to-accuracy expects a test top-1 fraction in (0, 1]"), std::string::npos)
+      << r.output;
   RunResult h = run_trainer("bench --help");
   EXPECT_EQ(h.exit_code, 0);
-  EXPECT_NE(h.output.find("NOT IMPLEMENTED"), std::string::npos) << h.output;
+  EXPECT_NE(h.output.find("--to-accuracy X"), std::string::npos) << h.output;
 }
 
 TEST(BenchStats, StudentIntervalAndQuantiles) {
@@ -183,6 +290,22 @@ TEST_F(Plan, Resnet18ParameterCountAndShardedOptimizerState) {
   EXPECT_NE(tight.output.find("recommendation: none fits"), std::string::npos) << tight.output;
 }
 
+TEST_F(Plan, AllReduceTimeFromGivenOrMeasuredBusBandwidth) {
+  RunResult given = run_trainer("plan " + tiny_config() + " --procs 4 --bus-bandwidth 100");
+  ASSERT_EQ(given.exit_code, 0) << given.output;
+  EXPECT_TRUE(std::regex_search(
+      given.output, std::regex(R"(gradients per step at 100 GB/s bus bandwidth \(given; .*: [0-9.]+ ms)")))
+      << given.output;
+  // No GPU here: measured by the CPU communicator between 2 local ranks, as `trainer doctor` does.
+  RunResult measured = run_trainer("plan " + tiny_config() + " --procs 4 --bus-bandwidth measure");
+  ASSERT_EQ(measured.exit_code, 0) << measured.output;
+  EXPECT_TRUE(std::regex_search(
+      measured.output,
+      std::regex(
+          R"(at [0-9.e+-]+ GB/s bus bandwidth \(measured: cpu all-reduce of 16 MiB across 2 local ranks; .*: [0-9.]+ ms)")))
+      << measured.output;
+}
+
 TEST_F(Doctor, PassesWithValidConfigAndFailsWithMissingDataRoot) {
   RunResult ok = run_trainer("doctor " + tiny_config() + " --set train.run_dir=" + (dir_ / "run").string());
   EXPECT_EQ(ok.exit_code, 0) << ok.output;
@@ -190,6 +313,17 @@ TEST_F(Doctor, PassesWithValidConfigAndFailsWithMissingDataRoot) {
                            "PASS  dataset", "PASS  run dir", "all checks passed"})
     EXPECT_NE(ok.output.find(line), std::string::npos) << line << "\n" << ok.output;
   EXPECT_EQ(ok.output.find("FAIL"), std::string::npos) << ok.output;
+  // No GPU here: the topology and NCCL checks say why they are skipped, and the CPU communicator's
+  // all-reduce is checked between 2 local ranks, with a bus bandwidth row per size.
+  for (const char* line : {"SKIP  peer-to-peer   CPU-only build", "SKIP  nccl allreduce CPU-only build",
+                           "PASS  allreduce      cpu communicator, 2 ranks",
+                           "sum and average correct on every rank", "size        time/op     bus bandwidth"})
+    EXPECT_NE(ok.output.find(line), std::string::npos) << line << "\n" << ok.output;
+  for (const char* size : {"64 KiB", "1 MiB", "16 MiB"})
+    EXPECT_TRUE(
+        std::regex_search(ok.output, std::regex(std::string(" ") + size + R"( +[0-9.]+ ms +[0-9.]+ GB/s)")))
+        << size << "\n"
+        << ok.output;
 
   const fs::path bad = dir_ / "bad.toml";
   std::ofstream(bad) << "[data]\ndataset = \"cifar10\"\nroot = \"" << (dir_ / "no-such-dir").string()

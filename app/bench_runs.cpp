@@ -1,0 +1,223 @@
+#include "app/bench_runs.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+#include "app/chart_png.h"
+
+extern char** environ;
+
+namespace trainer::bench {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A TCP port nothing listens on now, for one run's rendezvous store (concurrent benches and tests
+// must not meet on 29500).
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return 29500;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  int port = 29500;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0)
+    port = ntohs(addr.sin_port);
+  ::close(fd);
+  return port;
+}
+
+std::string self_executable() {
+  char buf[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "/proc/self/exe";
+}
+
+std::string last_lines(const fs::path& path, size_t n) {
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  for (std::string l; std::getline(in, l);) lines.push_back(l);
+  std::string out;
+  for (size_t i = lines.size() > n ? lines.size() - n : 0; i < lines.size(); ++i)
+    out += "  " + lines[i] + "\n";
+  return out;
+}
+
+// Runs this binary with `args`, stdout and stderr into `log`; returns the wait status.
+int run_self(const std::vector<std::string>& args, const fs::path& log) {
+  const std::string exe = self_executable();
+  std::vector<std::string> argv_s{exe};
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& s : argv_s) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&fa, STDOUT_FILENO, STDERR_FILENO);
+  pid_t pid = 0;
+  const int rc = ::posix_spawn(&pid, exe.c_str(), &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) throw std::runtime_error("bench: cannot start " + exe + ": " + std::strerror(rc));
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return status;
+}
+
+}  // namespace
+
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  for (std::string item; std::getline(in, item, ',');)
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+std::map<std::string, std::vector<double>> read_step_times(const fs::path& path, int warmup) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("bench: " + path.string() + " is missing: the run wrote no step times");
+  std::string line;
+  std::getline(in, line);
+  const std::vector<std::string> header = split_list(line);
+  std::map<std::string, std::vector<double>> cols;
+  while (std::getline(in, line)) {
+    const std::vector<std::string> cells = split_list(line);
+    if (cells.size() != header.size() || std::atoll(cells[0].c_str()) <= warmup) continue;
+    for (size_t i = 0; i < cells.size(); ++i) cols[header[i]].push_back(std::atof(cells[i].c_str()));
+  }
+  return cols;
+}
+
+double mean_of(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x;
+  return v.empty() ? 0.0 : s / static_cast<double>(v.size());
+}
+
+double sum_of(const std::vector<double>& v) { return mean_of(v) * static_cast<double>(v.size()); }
+
+std::string environment_json(const SystemInfo& s, const TrainerBuild& b) {
+  std::ostringstream o;
+  o << "{\n    \"build\": " << json_quote(b.str()) << ",\n    \"version\": " << json_quote(b.version)
+    << ",\n    \"cuda_version\": " << json_quote(b.cuda_version)
+    << ",\n    \"cudnn_version\": " << json_quote(b.cudnn_version)
+    << ",\n    \"nccl_version\": " << json_quote(b.nccl_version)
+    << ",\n    \"hostname\": " << json_quote(s.hostname)
+    << ",\n    \"cpu_model\": " << json_quote(s.cpu_model) << ",\n    \"cpu_cores\": " << s.cpu_cores
+    << ",\n    \"blas_core\": " << json_quote(s.blas_core)
+    << ",\n    \"nccl_runtime_version\": " << json_quote(s.nccl_runtime_version)
+    << ",\n    \"cuda_driver_version\": " << json_quote(s.cuda_driver_version)
+    << ",\n    \"cuda_visible_devices\": " << json_quote(s.cuda_visible_devices) << ",\n    \"gpus\": [";
+  for (size_t i = 0; i < s.gpus.size(); ++i)
+    o << (i ? ", " : "") << "{\"index\": " << s.gpus[i].index << ", \"name\": " << json_quote(s.gpus[i].name)
+      << ", \"memory_bytes\": " << s.gpus[i].total_memory_bytes << "}";
+  o << "],\n    \"nccl_env\": {";
+  for (size_t i = 0; i < s.nccl_env.size(); ++i)
+    o << (i ? ", " : "") << json_quote(s.nccl_env[i].first) << ": " << json_quote(s.nccl_env[i].second);
+  o << "}\n  }";
+  return o.str();
+}
+
+std::vector<std::string> synthetic_overrides(const Config& c, int64_t samples) {
+  std::vector<std::string> o = {"data.dataset=synthetic",
+                                "data.synthetic_samples=" + std::to_string(samples)};
+  const std::string& d = c.data.dataset;
+  if (d == "fashion_mnist") {
+    o.push_back("data.synthetic_image_size=28");
+    if (c.model.in_channels == 0) o.push_back("model.in_channels=1");
+  } else if (d == "cifar10" || d == "cifar100") {
+    o.push_back("data.synthetic_image_size=32");
+    o.push_back(std::string("data.synthetic_classes=") + (d == "cifar100" ? "100" : "10"));
+  } else if (d == "image_folder") {
+    o.push_back("data.synthetic_image_size=" +
+                std::to_string(c.data.image_size > 0 ? c.data.image_size : 224));
+  }
+  return o;
+}
+
+std::vector<std::string> point_overrides(int batch, const std::string& precision, const fs::path& dir) {
+  return {"data.batch_size=" + std::to_string(batch),
+          "train.precision=" + precision,
+          "train.run_dir=" + fs::absolute(dir).string(),
+          "optim.lr_scaling=linear",
+          "checkpoint.save_final=false",
+          "checkpoint.every_epochs=0",
+          "checkpoint.every_steps=0",
+          "metrics.port=0"};
+}
+
+double run_point(const std::string& config_path, int procs, const std::vector<std::string>& sets,
+                 const fs::path& dir) {
+  std::vector<std::string> cmd = {
+      "launch", "--nproc-per-node", std::to_string(procs), "--master-port", std::to_string(free_port()), "--",
+      "train",  config_path};
+  for (const std::string& s : sets) {
+    cmd.push_back("--set");
+    cmd.push_back(s);
+  }
+  const auto start = std::chrono::steady_clock::now();
+  const int status = run_self(cmd, dir / "output.log");
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0))
+    throw std::runtime_error(fmt("bench: the run in %s failed (%s %d) after %.1fs; its last lines:\n",
+                                 dir.c_str(), WIFEXITED(status) ? "exit status" : "signal",
+                                 WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status), secs) +
+                             last_lines(dir / "output.log", 8) + "HINT: the whole output is in " +
+                             (dir / "output.log").string());
+  return secs;
+}
+
+double summary_number(const fs::path& path, const std::string& key) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string s = text.str(), quoted = "\"" + key + "\":";
+  const size_t at = s.find(quoted);
+  if (!in || at == std::string::npos)
+    throw std::runtime_error("bench: " + path.string() + " has no \"" + key +
+                             "\". HINT: the run ended before writing its summary; see output.log beside it");
+  return std::strtod(s.c_str() + at + quoted.size(), nullptr);
+}
+
+std::string speedup_chart_png(double max_procs, const std::vector<SpeedupCurve>& curves) {
+  static const uint8_t colours[][3] = {
+      {31, 119, 180}, {214, 39, 40}, {44, 160, 44}, {148, 103, 189}, {255, 127, 14}};
+  ChartPanel sp{"speedup", "processes", max_procs, 1.0, true, {}};
+  ChartPanel ef{"efficiency", "processes", max_procs, 1.2, true, {}};
+  sp.series.push_back({{0, sp.x_max}, {0, sp.x_max}, 150, 150, 150, true, false});  // ideal
+  ef.series.push_back({{0, ef.x_max}, {1, 1}, 150, 150, 150, true, false});
+  size_t k = 0;
+  for (const SpeedupCurve& c : curves) {
+    const uint8_t* rgb = colours[k++ % 5];
+    ChartSeries s{c.procs, c.speedup, rgb[0], rgb[1], rgb[2], false, true};
+    ChartSeries e{c.procs, c.efficiency, rgb[0], rgb[1], rgb[2], false, true};
+    for (double v : c.speedup) sp.y_max = std::max(sp.y_max, v * 1.1);
+    for (double v : c.efficiency) ef.y_max = std::max(ef.y_max, v * 1.1);
+    sp.series.push_back(s);
+    ef.series.push_back(e);
+  }
+  sp.y_max = std::max(sp.y_max, sp.x_max);
+  return render_chart_png({sp, ef});
+}
+
+}  // namespace trainer::bench

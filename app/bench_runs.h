@@ -1,0 +1,72 @@
+#pragma once
+// The pieces both `trainer bench` modes share (app/bench_command.cpp: steady-state throughput;
+// app/bench_to_accuracy.cpp: time to a test accuracy): the parsed arguments, running one point as
+// `trainer launch --nproc-per-node P -- train CONFIG --set ...` of this same binary in its own
+// directory, reading what the run left there, the environment record and the speedup chart.
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "app/build_info.h"
+#include "app/config.h"
+#include "app/system_info.h"
+
+namespace trainer::bench {
+
+struct BenchArgs {
+  std::string config_path;
+  std::vector<int> procs, batches;
+  std::vector<std::string> precisions;
+  int steps = 20, warmup = 5, repeats = 1;
+  std::string data;          // "synthetic" | "real"; "" = the mode's default
+  double to_accuracy = 0.0;  // > 0: time-to-accuracy mode
+  std::string out;
+  std::vector<std::string> overrides;
+  bool help = false;
+};
+
+std::vector<std::string> split_list(const std::string& s);
+
+// snprintf into a std::string (results are short: numbers and paths).
+std::string fmt(const char* f, auto... args) {
+  char buf[512];
+  std::snprintf(buf, sizeof buf, f, args...);
+  return buf;
+}
+
+double mean_of(const std::vector<double>& v);
+double sum_of(const std::vector<double>& v);
+
+// Overrides that make `config` train on random images of its dataset's shape.
+std::vector<std::string> synthetic_overrides(const Config& c, int64_t samples);
+
+// What every run of a point sets: its batch and precision, its own run directory, linear LR scaling, no
+// checkpoints and no metrics exporter (ports would collide between concurrent ranks and benches).
+std::vector<std::string> point_overrides(int batch, const std::string& precision,
+                                         const std::filesystem::path& dir);
+
+// Runs `trainer launch --nproc-per-node procs -- train CONFIG --set s...` (a free store port each time)
+// with its output in dir/output.log. Throws with the log's last lines when the run fails. Returns the
+// wall-clock seconds of the whole run (start-up and evaluation included).
+double run_point(const std::string& config_path, int procs, const std::vector<std::string>& sets,
+                 const std::filesystem::path& dir);
+
+// The rows of a run's step_times.csv after `warmup` steps: column name -> values.
+std::map<std::string, std::vector<double>> read_step_times(const std::filesystem::path& path, int warmup);
+
+// A number from a run's summary.json (flat, written by app/summary.cpp); throws when absent.
+double summary_number(const std::filesystem::path& path, const std::string& key);
+
+// The "environment" object of bench.json: build, host, CPU, GPUs, driver, CUDA/cuDNN/NCCL, NCCL_*.
+std::string environment_json(const SystemInfo& s, const TrainerBuild& b);
+
+// One line per (precision, batch) in the speedup and efficiency panels.
+struct SpeedupCurve {
+  std::vector<double> procs, speedup, efficiency;
+};
+std::string speedup_chart_png(double max_procs, const std::vector<SpeedupCurve>& curves);
+
+}  // namespace trainer::bench

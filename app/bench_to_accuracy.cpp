@@ -1,0 +1,224 @@
+#include "app/bench_to_accuracy.h"
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "app/bench_command.h"
+#include "app/system_info.h"
+
+namespace trainer {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace bench;
+
+struct AccuracyPoint {
+  int procs = 1, batch = 0;
+  int64_t global_batch = 0;
+  std::string precision;
+  double lr = 0.0;
+  int repeats_reached = 0;
+  std::vector<double> train_seconds, wall_seconds, best_accuracy;     // per repeat
+  std::vector<int> epochs;                                            // per repeat
+  double allreduce_exposed = 0.0, data_wait = 0.0, step_total = 0.0;  // summed seconds
+  MeanInterval time_to_accuracy;
+  double speedup = NAN, efficiency = NAN;  // NaN: this point or its baseline did not reach the target
+  std::vector<std::string> run_dirs;
+  bool reached() const { return repeats_reached == static_cast<int>(epochs.size()); }
+};
+
+std::string json_number(double v, const char* f) { return std::isnan(v) ? "null" : fmt(f, v); }
+std::string csv_number(double v, const char* f) { return std::isnan(v) ? "" : fmt(f, v); }
+
+std::string joined(const std::vector<double>& v, const char* f) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + fmt(f, v[i]);
+  return s;
+}
+
+// One run of a point: train to the target, read its summary and step times. Whether it reached it.
+bool run_repeat(const BenchArgs& a, const Config& config, AccuracyPoint& p, const fs::path& dir) {
+  std::vector<std::string> sets = a.overrides;
+  if (a.data == "synthetic" && config.data.dataset != "synthetic") {
+    const auto s = synthetic_overrides(config, config.data.synthetic_samples);
+    sets.insert(sets.end(), s.begin(), s.end());
+  }
+  const auto fixed = point_overrides(p.batch, p.precision, dir);
+  sets.insert(sets.end(), fixed.begin(), fixed.end());
+  sets.push_back(fmt("train.target_accuracy=%.17g", a.to_accuracy));
+  sets.push_back("train.eval_every_epochs=1");
+  p.wall_seconds.push_back(run_point(a.config_path, p.procs, sets, dir));
+  const fs::path summary = dir / "summary.json";
+  const double best = summary_number(summary, "best_test_accuracy");
+  // The loop stopped right after the epoch that reached the target: its epochs and training seconds
+  // are the time to accuracy. (best is read back from 10 digits: compare with that slack.)
+  const bool reached = best >= a.to_accuracy - 1e-9;
+  p.repeats_reached += reached ? 1 : 0;
+  p.epochs.push_back(static_cast<int>(summary_number(summary, "epochs")));
+  p.best_accuracy.push_back(best);
+  if (reached) p.train_seconds.push_back(summary_number(summary, "train_seconds"));
+  auto cols = read_step_times(dir / "step_times.csv", 0);
+  p.step_total += sum_of(cols["step_seconds"]);
+  p.allreduce_exposed += sum_of(cols["allreduce_exposed_seconds"]);
+  p.data_wait += sum_of(cols["data_wait_seconds"]);
+  p.run_dirs.push_back(dir.string());
+  return reached;
+}
+
+double fraction(double part, double total) { return total > 0 ? part / total : 0.0; }
+
+}  // namespace
+
+int bench_to_accuracy(const BenchArgs& a, const Config& config, const std::vector<std::string>& precisions,
+                      const std::vector<int>& batches, const fs::path& out) {
+  const int accum = config.train.grad_accum_steps;
+  const size_t n_runs = precisions.size() * batches.size() * a.procs.size() * static_cast<size_t>(a.repeats);
+  std::printf("bench: %s, %zu runs to test top-1 %.2f%% (at most %d epochs each), data %s, into %s\n",
+              a.config_path.c_str(), n_runs, 100 * a.to_accuracy, config.train.epochs, a.data.c_str(),
+              out.c_str());
+  std::fflush(stdout);
+  std::vector<AccuracyPoint> points;
+  size_t run_index = 0;
+  for (const std::string& precision : precisions)
+    for (int batch : batches)
+      for (int procs : a.procs) {
+        AccuracyPoint p;
+        p.procs = procs;
+        p.batch = batch;
+        p.precision = precision;
+        p.global_batch = static_cast<int64_t>(batch) * accum * procs;
+        p.lr = config.optim.lr * static_cast<double>(p.global_batch) / config.optim.base_batch_size;
+        for (int r = 1; r <= a.repeats; ++r) {
+          const fs::path dir = out / fmt("p%d-b%d-%s-r%d", procs, batch, precision.c_str(), r);
+          fs::remove_all(dir);
+          fs::create_directories(dir);
+          std::printf("bench: [%zu/%zu] %d process%s, batch %d/rank, %s, repeat %d/%d ... ", ++run_index,
+                      n_runs, procs, procs == 1 ? "" : "es", batch, precision.c_str(), r, a.repeats);
+          std::fflush(stdout);
+          bool reached = false;
+          try {
+            reached = run_repeat(a, config, p, dir);
+          } catch (...) {
+            std::printf("failed\n");
+            throw;
+          }
+          if (reached)
+            std::printf("%.2f%% after %d epoch%s, %.1fs of training (%.1fs in all)\n",
+                        100 * p.best_accuracy.back(), p.epochs.back(), p.epochs.back() == 1 ? "" : "s",
+                        p.train_seconds.back(), p.wall_seconds.back());
+          else
+            std::printf("not reached: best %.2f%% in %d epochs (%.1fs in all)\n",
+                        100 * p.best_accuracy.back(), p.epochs.back(), p.wall_seconds.back());
+          std::fflush(stdout);
+        }
+        if (p.reached()) p.time_to_accuracy = mean_interval95(p.train_seconds);
+        points.push_back(p);
+      }
+
+  // Speedup in time to accuracy over the fewest processes of the same precision and batch.
+  for (AccuracyPoint& p : points) {
+    const AccuracyPoint* base = nullptr;
+    for (const AccuracyPoint& q : points)
+      if (q.precision == p.precision && q.batch == p.batch && (!base || q.procs < base->procs)) base = &q;
+    if (!p.reached() || !base->reached()) continue;
+    p.speedup = base->time_to_accuracy.mean / p.time_to_accuracy.mean;
+    p.efficiency = p.speedup / (static_cast<double>(p.procs) / base->procs);
+  }
+
+  // ---- table
+  std::printf("\n%5s %10s %7s %9s %9s %7s %7s %24s %9s %9s %8s %10s %18s %9s\n", "procs", "batch/rank",
+              "global", "precision", "lr", "target", "epochs", "time to accuracy (95% CI)", "wall s",
+              "best top1", "speedup", "efficiency", "allreduce_exposed", "data_wait");
+  std::ostringstream csv;
+  csv << "procs,batch_per_rank,global_batch,precision,lr,target_accuracy,reached,epochs,"
+         "time_to_accuracy_seconds,time_to_accuracy_ci95,wall_seconds,best_test_accuracy,speedup,efficiency,"
+         "allreduce_exposed_pct,data_wait_pct,repeats\n";
+  for (const AccuracyPoint& p : points) {
+    const double ar = 100 * fraction(p.allreduce_exposed, p.step_total);
+    const double dw = 100 * fraction(p.data_wait, p.step_total);
+    const double epochs = mean_of(std::vector<double>(p.epochs.begin(), p.epochs.end()));
+    const double wall = mean_of(p.wall_seconds), best = mean_of(p.best_accuracy);
+    std::string tta = "not reached";
+    if (p.reached()) {
+      // One repeat has no interval: say so rather than print a misleading ± 0.
+      tta = p.train_seconds.size() >= 2
+                ? fmt("%.2f s ± %.2f", p.time_to_accuracy.mean, p.time_to_accuracy.half_width)
+                : fmt("%.2f s ± n/a", p.time_to_accuracy.mean);
+      tta.insert(0, tta.size() - 1 < 24 ? 24 - (tta.size() - 1) : 0, ' ');  // '±' is 2 bytes, 1 column
+    } else {
+      tta.insert(0, 24 - tta.size(), ' ');
+    }
+    std::printf("%5d %10d %7lld %9s %9.4g %6.2f%% %7.3g %s %9.1f %8.2f%% %8s %10s %17.1f%% %8.1f%%\n",
+                p.procs, p.batch, static_cast<long long>(p.global_batch), p.precision.c_str(), p.lr,
+                100 * a.to_accuracy, epochs, tta.c_str(), wall, 100 * best,
+                std::isnan(p.speedup) ? "-" : fmt("%.2f", p.speedup).c_str(),
+                std::isnan(p.efficiency) ? "-" : fmt("%.1f%%", 100 * p.efficiency).c_str(), ar, dw);
+    csv << p.procs << ',' << p.batch << ',' << p.global_batch << ',' << p.precision << ','
+        << fmt("%.6g", p.lr) << ',' << fmt("%.6g", a.to_accuracy) << ',' << (p.reached() ? "true" : "false")
+        << ',' << fmt("%g", epochs) << ','
+        << (p.reached() ? fmt("%.4f", p.time_to_accuracy.mean) : std::string()) << ','
+        << (p.reached() && p.train_seconds.size() >= 2 ? fmt("%.4f", p.time_to_accuracy.half_width)
+                                                       : std::string())
+        << ',' << fmt("%.3f", wall) << ',' << fmt("%.6f", best) << ',' << csv_number(p.speedup, "%.4f") << ','
+        << csv_number(p.efficiency, "%.4f") << ',' << fmt("%.2f", ar) << ',' << fmt("%.2f", dw) << ','
+        << a.repeats << '\n';
+  }
+  std::ofstream(out / "bench.csv") << csv.str();
+
+  // ---- JSON
+  std::ostringstream js;
+  js << "{\n  \"mode\": \"time_to_accuracy\",\n  \"config\": " << json_quote(a.config_path)
+     << ",\n  \"data\": " << json_quote(a.data) << ",\n  \"target_accuracy\": " << fmt("%.6g", a.to_accuracy)
+     << ",\n  \"max_epochs\": " << config.train.epochs << ",\n  \"repeats\": " << a.repeats
+     << ",\n  \"overrides\": [";
+  for (size_t i = 0; i < a.overrides.size(); ++i) js << (i ? ", " : "") << json_quote(a.overrides[i]);
+  js << "],\n  \"environment\": " << environment_json(system_info(), trainer_build())
+     << ",\n  \"points\": [\n";
+  for (size_t i = 0; i < points.size(); ++i) {
+    const AccuracyPoint& p = points[i];
+    js << "    {\"procs\": " << p.procs << ", \"batch_per_rank\": " << p.batch
+       << ", \"global_batch\": " << p.global_batch << ", \"precision\": " << json_quote(p.precision)
+       << ", \"lr\": " << fmt("%.6g", p.lr) << ", \"reached\": " << (p.reached() ? "true" : "false")
+       << ", \"epochs\": [";
+    for (size_t r = 0; r < p.epochs.size(); ++r) js << (r ? ", " : "") << p.epochs[r];
+    js << "], \"time_to_accuracy_seconds\": "
+       << (p.reached() ? fmt("%.4f", p.time_to_accuracy.mean) : std::string("null"))
+       << ", \"time_to_accuracy_ci95\": "
+       << (p.reached() && p.train_seconds.size() >= 2 ? fmt("%.4f", p.time_to_accuracy.half_width)
+                                                      : std::string("null"))
+       << ", \"repeat_train_seconds\": [" << joined(p.train_seconds, "%.4f") << "], \"wall_seconds\": ["
+       << joined(p.wall_seconds, "%.3f") << "], \"best_test_accuracy\": [" << joined(p.best_accuracy, "%.6f")
+       << "], \"speedup\": " << json_number(p.speedup, "%.4f")
+       << ", \"efficiency\": " << json_number(p.efficiency, "%.4f")
+       << ", \"allreduce_exposed_fraction\": " << fmt("%.4f", fraction(p.allreduce_exposed, p.step_total))
+       << ", \"data_wait_fraction\": " << fmt("%.4f", fraction(p.data_wait, p.step_total))
+       << ", \"run_dirs\": [";
+    for (size_t r = 0; r < p.run_dirs.size(); ++r) js << (r ? ", " : "") << json_quote(p.run_dirs[r]);
+    js << "]}" << (i + 1 < points.size() ? "," : "") << "\n";
+  }
+  js << "  ]\n}\n";
+  std::ofstream(out / "bench.json") << js.str();
+
+  // ---- chart: points that reached the target
+  std::vector<SpeedupCurve> curves;
+  for (const std::string& precision : precisions)
+    for (int batch : batches) {
+      SpeedupCurve c;
+      for (const AccuracyPoint& p : points)
+        if (p.precision == precision && p.batch == batch && !std::isnan(p.speedup)) {
+          c.procs.push_back(p.procs);
+          c.speedup.push_back(p.speedup);
+          c.efficiency.push_back(p.efficiency);
+        }
+      curves.push_back(c);
+    }
+  std::ofstream(out / "speedup.png", std::ios::binary)
+      << speedup_chart_png(static_cast<double>(a.procs.back()), curves);
+  std::printf("\nwrote %s, %s, %s\n", (out / "bench.csv").c_str(), (out / "bench.json").c_str(),
+              (out / "speedup.png").c_str());
+  return 0;
+}
+
+}  // namespace trainer
