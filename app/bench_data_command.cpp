@@ -70,15 +70,24 @@ BenchDataArgs parse(const std::vector<std::string>& args) {
       if (i + 1 >= args.size()) throw UsageError(flag + " needs a value");
       return args[++i];
     };
-    if (flag == "--help" || flag == "-h") a.help = true;
-    else if (flag == "--root") a.root = value();
-    else if (flag == "--out") a.out = value();
-    else if (flag == "--images") a.images = positive(flag, value());
-    else if (flag == "--jpeg-size") a.jpeg_size = positive(flag, value());
-    else if (flag == "--crop") a.crop = positive(flag, value());
-    else if (flag == "--jpeg-batch") a.jpeg_batch = positive(flag, value());
-    else if (flag == "--cifar-samples") a.cifar_samples = positive(flag, value());
-    else if (flag == "--workers") a.workers = static_cast<int>(positive(flag, value()));
+    if (flag == "--help" || flag == "-h")
+      a.help = true;
+    else if (flag == "--root")
+      a.root = value();
+    else if (flag == "--out")
+      a.out = value();
+    else if (flag == "--images")
+      a.images = positive(flag, value());
+    else if (flag == "--jpeg-size")
+      a.jpeg_size = positive(flag, value());
+    else if (flag == "--crop")
+      a.crop = positive(flag, value());
+    else if (flag == "--jpeg-batch")
+      a.jpeg_batch = positive(flag, value());
+    else if (flag == "--cifar-samples")
+      a.cifar_samples = positive(flag, value());
+    else if (flag == "--workers")
+      a.workers = static_cast<int>(positive(flag, value()));
     else if (flag == "--batches") {
       a.batches.clear();
       std::stringstream list(value());
@@ -97,7 +106,8 @@ class ScratchDir {
  public:
   ScratchDir() {
     std::string pattern = (fs::temp_directory_path() / "trainer-bench-data-XXXXXX").string();
-    if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("cannot create a directory in " + pattern);
+    if (mkdtemp(pattern.data()) == nullptr)
+      throw std::runtime_error("cannot create a directory in " + pattern);
     path_ = pattern;
   }
   ~ScratchDir() {
@@ -132,8 +142,8 @@ void write_csv(const fs::path& path, const std::vector<LoaderBenchPoint>& points
   out << "benchmark,batch_size,workers,cores_used,images,batches,seconds,images_per_s,images_per_s_per_core,"
          "batches_per_s\n";
   for (const auto& p : points)
-    out << p.benchmark << ',' << p.batch_size << ',' << p.workers << ',' << p.cores_used << ',' << p.images << ','
-        << p.batches << ',' << fixed(p.seconds, 4) << ',' << fixed(p.images_per_second(), 1) << ','
+    out << p.benchmark << ',' << p.batch_size << ',' << p.workers << ',' << p.cores_used << ',' << p.images
+        << ',' << p.batches << ',' << fixed(p.seconds, 4) << ',' << fixed(p.images_per_second(), 1) << ','
         << fixed(p.images_per_second_per_core(), 1) << ',' << fixed(p.batches_per_second(), 2) << '\n';
   if (!out) throw std::runtime_error("cannot write " + path.string());
 }
@@ -157,24 +167,26 @@ void write_json(const fs::path& path, const std::vector<LoaderBenchPoint>& point
   for (size_t i = 0; i < points.size(); ++i) {
     const auto& p = points[i];
     out << "    {\"benchmark\": " << json_string(p.benchmark) << ", \"batch_size\": " << p.batch_size
-        << ", \"workers\": " << p.workers << ", \"cores_used\": " << p.cores_used << ", \"images\": " << p.images
-        << ", \"batches\": " << p.batches << ", \"seconds\": " << fixed(p.seconds, 4)
+        << ", \"workers\": " << p.workers << ", \"cores_used\": " << p.cores_used
+        << ", \"images\": " << p.images << ", \"batches\": " << p.batches
+        << ", \"seconds\": " << fixed(p.seconds, 4)
         << ", \"images_per_s\": " << fixed(p.images_per_second(), 1)
         << ", \"images_per_s_per_core\": " << fixed(p.images_per_second_per_core(), 1)
-        << ", \"batches_per_s\": " << fixed(p.batches_per_second(), 2) << "}" << (i + 1 < points.size() ? "," : "")
-        << "\n";
+        << ", \"batches_per_s\": " << fixed(p.batches_per_second(), 2) << "}"
+        << (i + 1 < points.size() ? "," : "") << "\n";
   }
   out << "  ]\n}\n";
   if (!out) throw std::runtime_error("cannot write " + path.string());
 }
 
 void print_table(const std::vector<LoaderBenchPoint>& points) {
-  std::printf("%-16s %6s %7s %5s %8s %8s %10s %13s %10s\n", "benchmark", "batch", "workers", "cores", "images",
-              "seconds", "images/s", "images/s/core", "batches/s");
+  std::printf("%-16s %6s %7s %5s %8s %8s %10s %13s %10s\n", "benchmark", "batch", "workers", "cores",
+              "images", "seconds", "images/s", "images/s/core", "batches/s");
   for (const auto& p : points)
     std::printf("%-16s %6lld %7d %5d %8lld %8.2f %10.1f %13.1f %10.2f\n", p.benchmark.c_str(),
-                static_cast<long long>(p.batch_size), p.workers, p.cores_used, static_cast<long long>(p.images),
-                p.seconds, p.images_per_second(), p.images_per_second_per_core(), p.batches_per_second());
+                static_cast<long long>(p.batch_size), p.workers, p.cores_used,
+                static_cast<long long>(p.images), p.seconds, p.images_per_second(),
+                p.images_per_second_per_core(), p.batches_per_second());
 }
 
 }  // namespace
@@ -234,7 +246,8 @@ int bench_data_command(const std::vector<std::string>& args) {
   print_table(points);
   write_csv(out_dir / "loader_bench.csv", points);
   write_json(out_dir / "loader_bench.json", points, a, cores, jpeg_source);
-  std::printf("wrote %s and %s\n", (out_dir / "loader_bench.csv").c_str(), (out_dir / "loader_bench.json").c_str());
+  std::printf("wrote %s and %s\n", (out_dir / "loader_bench.csv").c_str(),
+              (out_dir / "loader_bench.json").c_str());
   return 0;
 }
 

@@ -94,8 +94,9 @@ DeviceBatch DevicePrefetcher::to_device(const Batch& batch) {
     throw std::logic_error("DevicePrefetcher::to_device: batch " + std::to_string(batch.batch_index) +
                            " is not the batch next() returned last");
   const std::vector<Tensor>& on_device = g.current->upload.device_tensors_for_compute();
-  return {cuda::normalize_u8_nhwc(on_device[0], normalization_.mean, normalization_.std, normalization_.format),
-          on_device[1]};
+  return {
+      cuda::normalize_u8_nhwc(on_device[0], normalization_.mean, normalization_.std, normalization_.format),
+      on_device[1]};
 #else
   return {};
 #endif

@@ -21,7 +21,9 @@ struct LoaderBenchPoint {
   double seconds = 0.0;
 
   double images_per_second() const { return seconds > 0 ? static_cast<double>(images) / seconds : 0.0; }
-  double images_per_second_per_core() const { return cores_used > 0 ? images_per_second() / cores_used : 0.0; }
+  double images_per_second_per_core() const {
+    return cores_used > 0 ? images_per_second() / cores_used : 0.0;
+  }
   double batches_per_second() const { return seconds > 0 ? static_cast<double>(batches) / seconds : 0.0; }
 };
 

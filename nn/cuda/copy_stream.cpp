@@ -13,7 +13,9 @@ cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
 }  // namespace
 
 AsyncUpload::AsyncUpload(AsyncUpload&& other) noexcept
-    : host_(std::move(other.host_)), device_(std::move(other.device_)), done_(std::exchange(other.done_, nullptr)) {}
+    : host_(std::move(other.host_)),
+      device_(std::move(other.device_)),
+      done_(std::exchange(other.done_, nullptr)) {}
 
 AsyncUpload& AsyncUpload::operator=(AsyncUpload&& other) noexcept {
   if (this != &other) {

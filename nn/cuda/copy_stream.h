@@ -67,8 +67,8 @@ class CopyStream {
   void* stream() const { return stream_; }  // cudaStream_t
 
  private:
-  void* stream_ = nullptr;          // cudaStream_t
-  void* compute_ready_ = nullptr;   // cudaEvent_t, re-recorded on the compute stream per upload
+  void* stream_ = nullptr;         // cudaStream_t
+  void* compute_ready_ = nullptr;  // cudaEvent_t, re-recorded on the compute stream per upload
 };
 
 }  // namespace trainer::cuda

@@ -41,7 +41,8 @@ Tensor normalize_u8_nhwc(const Tensor& u8_nhwc, const std::vector<float>& mean, 
     stats.mean[c] = mean[mean.size() == 1 ? 0 : static_cast<size_t>(c)];
     stats.std[c] = std[std.size() == 1 ? 0 : static_cast<size_t>(c)];
     if (!(stats.std[c] > 0.0f))
-      throw std::invalid_argument("normalize_u8_nhwc: std must be positive, got " + std::to_string(stats.std[c]));
+      throw std::invalid_argument("normalize_u8_nhwc: std must be positive, got " +
+                                  std::to_string(stats.std[c]));
   }
 
   Tensor output = empty({batch, channels, height, width}, DType::f32, format);  // [B, C, H, W]

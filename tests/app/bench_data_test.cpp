@@ -27,20 +27,25 @@ std::vector<std::string> lines_of(const std::string& text) {
 TEST(BenchData, WritesTableCsvAndJsonWithEveryPoint) {
   const fs::path out = fs::temp_directory_path() / ("bench_data_test_" + std::to_string(getpid()));
   fs::remove_all(out);
-  const auto r = run_trainer("bench-data --images 6 --jpeg-size 40 --crop 24 --jpeg-batch 4 --cifar-samples 50 "
-                             "--batches 8,16 --workers 2 --out " + out.string());
+  const auto r = run_trainer(
+      "bench-data --images 6 --jpeg-size 40 --crop 24 --jpeg-batch 4 --cifar-samples 50 "
+      "--batches 8,16 --workers 2 --out " +
+      out.string());
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("images/s/core"), std::string::npos) << r.output;
 
   // 1 and 2 workers for the JPEG benchmark and for each of the two CIFAR batch sizes.
   const auto csv = lines_of(read_file(out / "loader_bench.csv"));
   ASSERT_EQ(csv.size(), 1u + 2 + 4) << read_file(out / "loader_bench.csv");
-  EXPECT_EQ(csv[0],
-            "benchmark,batch_size,workers,cores_used,images,batches,seconds,images_per_s,images_per_s_per_core,"
-            "batches_per_s");
-  const std::regex row(R"((jpeg_rrc24|cifar_crop_flip),(\d+),([12]),([12]),(\d+),(\d+),[0-9.]+,[0-9.]+,[0-9.]+,[0-9.]+)");
-  const std::vector<std::string> expected = {"jpeg_rrc24,4,1", "jpeg_rrc24,4,2", "cifar_crop_flip,8,1",
-                                             "cifar_crop_flip,8,2", "cifar_crop_flip,16,1", "cifar_crop_flip,16,2"};
+  EXPECT_EQ(
+      csv[0],
+      "benchmark,batch_size,workers,cores_used,images,batches,seconds,images_per_s,images_per_s_per_core,"
+      "batches_per_s");
+  const std::regex row(
+      R"((jpeg_rrc24|cifar_crop_flip),(\d+),([12]),([12]),(\d+),(\d+),[0-9.]+,[0-9.]+,[0-9.]+,[0-9.]+)");
+  const std::vector<std::string> expected = {"jpeg_rrc24,4,1",       "jpeg_rrc24,4,2",
+                                             "cifar_crop_flip,8,1",  "cifar_crop_flip,8,2",
+                                             "cifar_crop_flip,16,1", "cifar_crop_flip,16,2"};
   for (size_t i = 1; i < csv.size(); ++i) {
     std::smatch m;
     ASSERT_TRUE(std::regex_match(csv[i], m, row)) << csv[i];
@@ -53,7 +58,8 @@ TEST(BenchData, WritesTableCsvAndJsonWithEveryPoint) {
                           "\"images_per_s_per_core\"", "\"batches_per_s\""})
     EXPECT_NE(json.find(key), std::string::npos) << key << " missing in\n" << json;
   size_t entries = 0;
-  for (size_t at = json.find("\"benchmark\""); at != std::string::npos; at = json.find("\"benchmark\"", at + 1))
+  for (size_t at = json.find("\"benchmark\""); at != std::string::npos;
+       at = json.find("\"benchmark\"", at + 1))
     ++entries;
   EXPECT_EQ(entries, 6u);
   fs::remove_all(out);

@@ -21,7 +21,8 @@ using gpu_test::on_gpu;
 
 bool same_bytes(const Tensor& a, const Tensor& b) {
   const Tensor x = a.to(Device::cpu()).contiguous(), y = b.to(Device::cpu()).contiguous();
-  return x.shape() == y.shape() && x.dtype() == y.dtype() && std::memcmp(x.raw_data(), y.raw_data(), x.nbytes()) == 0;
+  return x.shape() == y.shape() && x.dtype() == y.dtype() &&
+         std::memcmp(x.raw_data(), y.raw_data(), x.nbytes()) == 0;
 }
 
 // Every u8 value in every channel, in both output layouts: equal bit for bit (the kernel uses the
