@@ -69,7 +69,8 @@ std::optional<Batch> DevicePrefetcher::next() {
     g.ahead = g.load(loader_);
     g.started = true;
   }
-  // The batch consumed last is done with: its copy completed before its compute started.
+  // The batch returned last is done with; dropping its upload waits for its copy event, which
+  // completed long ago (its compute has been queued behind it since).
   g.current = std::move(g.ahead);
   g.ahead.reset();
   if (!g.current) return std::nullopt;

@@ -9,6 +9,9 @@ class CudaHostAllocator final : public Allocator {
  public:
   void* allocate(size_t nbytes) override {
     if (nbytes == 0) return nullptr;
+    // Loader workers call this, and a thread starts on device 0: without selecting ours, every rank
+    // would create a context (hundreds of MiB) on GPU 0.
+    CUDA_CHECK(cudaSetDevice(cuda_context().device));
     void* ptr = nullptr;
     CUDA_CHECK(cudaHostAlloc(&ptr, nbytes, cudaHostAllocPortable));
     return ptr;
