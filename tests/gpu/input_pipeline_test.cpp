@@ -8,10 +8,10 @@
 #include "data/device_prefetcher.h"
 #include "data/normalize.h"
 #include "data/synthetic.h"
-#include "gpu/gpu_test_util.h"
 #include "nn/cuda/copy_stream.h"
 #include "nn/cuda/normalize_input.h"
 #include "nn/cuda/pinned_allocator.h"
+#include "tests/gpu/gpu_test_util.h"
 
 namespace trainer {
 namespace {
