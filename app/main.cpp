@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "app/bench_command.h"
+#include "app/bench_data_command.h"
 #include "app/blas_kernels.h"
 #include "app/build_info.h"
 #include "app/cli.h"
@@ -26,6 +27,7 @@ const char* kUsage =
     "  config CONFIG [--set k=v ...]                    print the resolved configuration\n"
     "  launch --nproc-per-node N -- COMMAND [...]       run COMMAND as N local ranks, like torchrun\n"
     "  bench CONFIG --procs 1,2,4 [...]                 measure throughput and speedup over processes\n"
+    "  bench-data [--out DIR] [...]                     measure the data loader alone: JPEG and CIFAR\n"
     "  plan CONFIG --procs N [--device-memory GiB]      memory per rank under DP and ZeRO-1/2/3\n"
     "  doctor [CONFIG]                                  pre-flight checks of this machine (and CONFIG)\n"
     "  version                                          print the build\n\n"
@@ -49,6 +51,7 @@ int main(int argc, char** argv) {
     if (command == "config") return config_command(args);
     if (command == "launch") return launch_command(args);
     if (command == "bench") return bench_command(args);
+    if (command == "bench-data") return bench_data_command(args);
     if (command == "plan") return plan_command(args);
     if (command == "doctor") return doctor_command(args);
     if (command == "version" || command == "--version") {

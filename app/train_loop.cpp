@@ -20,8 +20,8 @@
 #include "app/summary.h"
 #include "app/train_signals.h"
 #include "data/distributed_sampler.h"
+#include "data/device_prefetcher.h"
 #include "data/loader.h"
-#include "data/normalize.h"
 #include "dist/bn_stats.h"
 #include "dist/consistency.h"
 #include "dist/gradient_reducer.h"
@@ -392,7 +392,10 @@ int run_training(const Config& config, const TrainOptions& options) {
     lo.num_workers = config.data.workers < 0 ? default_loader_workers() : config.data.workers;
     lo.queue_depth = config.data.prefetch_batches;
     lo.first_batch = st.batch_in_epoch;
+    lo.allocate_batch = batch_allocator_for(device);  // pinned on a GPU, for asynchronous uploads
     DataLoader loader(e.data.train, sampler.indices_from(st.epoch_sample_offset), lo);
+    // On a GPU: uploads batch k+1 on a copy stream during step k and normalises on the device.
+    DevicePrefetcher input(loader, device, {e.normalization.mean, e.normalization.std, input_format});
     // Ranks that would run different numbers of steps hang in an all-reduce at the epoch's end: stop
     // here instead, naming them.
     check_epoch_steps(pg->comm(), epoch, loader.num_batches() - lo.first_batch);
@@ -412,14 +415,13 @@ int run_training(const Config& config, const TrainOptions& options) {
       timer.begin(Phase::data_wait);
       if (rank == stall_rank && st.step == stall_step)
         std::this_thread::sleep_for(std::chrono::duration<double>(stall_seconds));
-      std::optional<Batch> batch = loader.next();
+      std::optional<Batch> batch = input.next();
       timer.end(Phase::data_wait);
       if (!batch) break;
       timer.begin(Phase::h2d);
-      Tensor images = to_float_normalized(batch->images, e.normalization.mean, e.normalization.std)
-                          .to(device)
-                          .contiguous(input_format);
-      const Tensor labels = batch->labels.to(device);
+      const DeviceBatch on_device = input.to_device(*batch);
+      Tensor images = on_device.images;
+      const Tensor labels = on_device.labels;
       timer.end(Phase::h2d);
       // ---- forward (autocast for bf16/fp16: convolutions and matmuls in half, loss in fp32)
       timer.begin(Phase::forward);
@@ -567,7 +569,7 @@ int run_training(const Config& config, const TrainOptions& options) {
                  (st.samples_seen - samples_before_epoch) / std::max(epoch_seconds, 1e-9)) +
              eval_part);
     // The next epoch starts at its first batch with fresh loss sums.
-    const bool epoch_complete = !done || loader.next() == std::nullopt;
+    const bool epoch_complete = !done || input.next() == std::nullopt;
     if (epoch_complete) {
       st.batch_in_epoch = 0;
       st.epoch_sample_offset = 0;

@@ -12,6 +12,9 @@ class Storage {
   Storage(size_t nbytes, Device device)
       : nbytes_(nbytes), device_(device), allocator_(&allocator_for(device)),
         data_(allocator_->allocate(nbytes)) {}
+  // Memory from a given allocator rather than the device's default (pinned host memory, say).
+  Storage(size_t nbytes, Device device, Allocator& allocator)
+      : nbytes_(nbytes), device_(device), allocator_(&allocator), data_(allocator_->allocate(nbytes)) {}
   ~Storage() { allocator_->deallocate(data_, nbytes_); }
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;

@@ -68,6 +68,14 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device, MemoryForma
   return Tensor(std::move(storage), shape, std::move(strides), 0, dtype);
 }
 
+Tensor Tensor::empty_from(Allocator& allocator, const Shape& shape, DType dtype) {
+  for (int64_t d : shape)
+    if (d < 0) throw std::invalid_argument("negative dimension in shape " + shape_str(shape));
+  auto storage = std::make_shared<Storage>(static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype),
+                                           Device::cpu(), allocator);
+  return Tensor(std::move(storage), shape, contiguous_strides(shape), 0, dtype);
+}
+
 Tensor Tensor::full(const Shape& shape, double value, DType dtype, Device device) {
   Tensor t = empty(shape, dtype, device);
   t.fill_(value);

@@ -32,6 +32,9 @@ class Tensor {
 
   static Tensor empty(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu(),
                       MemoryFormat format = MemoryFormat::contiguous);
+  // A contiguous host tensor whose storage comes from `allocator` instead of the CPU default: page-locked
+  // memory lets the GPU copy from it asynchronously (data/device_prefetcher.h).
+  static Tensor empty_from(Allocator& allocator, const Shape& shape, DType dtype);
   static Tensor zeros(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
   static Tensor ones(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
   static Tensor full(const Shape& shape, double value, DType dtype = DType::f32,

@@ -1,0 +1,67 @@
+// `trainer train` on the GPU goes through the prefetcher (pinned batches, copy stream, normalisation on
+// the device): its inputs are bit-identical to the CPU's, so the first step's loss (forward only, from
+// the same initial weights) agrees with a CPU run to float32 rounding of the model's arithmetic.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "app/trainer_process.h"
+#include "tests/gpu/gpu_test_util.h"
+
+namespace trainer {
+namespace {
+
+namespace fs = std::filesystem;
+using trainer::testing::read_file;
+using trainer::testing::run_trainer;
+
+std::vector<double> losses(const fs::path& csv) {
+  std::stringstream in(read_file(csv));
+  std::vector<double> out;
+  std::string line;
+  std::getline(in, line);  // step,epoch,loss,lr
+  while (std::getline(in, line)) {
+    std::stringstream fields(line);
+    std::string step, epoch, loss;
+    std::getline(fields, step, ',');
+    std::getline(fields, epoch, ',');
+    std::getline(fields, loss, ',');
+    out.push_back(std::stod(loss));
+  }
+  return out;
+}
+
+TEST(TrainInput, GpuRunThroughThePrefetcherMatchesTheCpu) {
+  REQUIRE_GPU();
+  const fs::path dir = fs::temp_directory_path() / ("trainer_gpu_input_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const fs::path cfg = dir / "small.toml";
+  std::ofstream(cfg)
+      << "[model]\nname = \"cnn\"\nin_channels = 1\n"
+         "[data]\ndataset = \"synthetic\"\nsynthetic_samples = 256\nsynthetic_image_size = 12\n"
+         "batch_size = 32\nrandom_crop_padding = 2\nhflip = true\nworkers = 2\n"
+         "[train]\nepochs = 2\nlog_every_steps = 4\n[optim]\nlr = 0.05\n";
+  for (const char* device : {"cpu", "cuda"}) {
+    const auto r = run_trainer("train " + cfg.string() + " --set train.device=" + device +
+                               " --set train.run_dir=" + (dir / device).string());
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+  }
+  const std::vector<double> cpu = losses(dir / "cpu" / "train_steps.csv");
+  const std::vector<double> gpu = losses(dir / "cuda" / "train_steps.csv");
+  ASSERT_EQ(cpu.size(), 16u);  // 8 batches per epoch, 2 epochs: every batch arrived, none twice
+  ASSERT_EQ(gpu.size(), cpu.size());
+  EXPECT_NEAR(gpu[0], cpu[0], 1e-5 * std::abs(cpu[0]));
+  for (size_t i = 0; i < cpu.size(); ++i)
+    EXPECT_NEAR(gpu[i], cpu[i], 1e-2 * std::abs(cpu[i])) << "step " << i + 1;
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace trainer
