@@ -31,6 +31,7 @@ struct DataConfig {
   int eval_batch_size = 512;
   int workers = -1;  // -1 = auto
   int prefetch_batches = 4;
+  bool gpu_input_pipeline = false;  // pinned batches, copy stream, normalisation on the GPU
   bool shuffle = true;
   bool drop_last = true;
   int random_crop_padding = 0;

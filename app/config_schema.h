@@ -79,6 +79,7 @@ void visit_fields(C& c, Visit&& visit) {
   visit("data", "eval_batch_size", d.eval_batch_size, at_least(1));
   visit("data", "workers", d.workers, or_special(at_least(0), -1, "auto"));
   visit("data", "prefetch_batches", d.prefetch_batches, at_least(1));
+  visit("data", "gpu_input_pipeline", d.gpu_input_pipeline, any());
   visit("data", "shuffle", d.shuffle, any());
   visit("data", "drop_last", d.drop_last, any());
   visit("data", "random_crop_padding", d.random_crop_padding, at_least(0));

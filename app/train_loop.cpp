@@ -19,8 +19,8 @@
 #include "app/phase_clock.h"
 #include "app/summary.h"
 #include "app/train_signals.h"
-#include "data/distributed_sampler.h"
 #include "data/device_prefetcher.h"
+#include "data/distributed_sampler.h"
 #include "data/loader.h"
 #include "dist/bn_stats.h"
 #include "dist/consistency.h"
@@ -392,10 +392,12 @@ int run_training(const Config& config, const TrainOptions& options) {
     lo.num_workers = config.data.workers < 0 ? default_loader_workers() : config.data.workers;
     lo.queue_depth = config.data.prefetch_batches;
     lo.first_batch = st.batch_in_epoch;
-    lo.allocate_batch = batch_allocator_for(device);  // pinned on a GPU, for asynchronous uploads
+    // data.gpu_input_pipeline: pinned batches; batch k+1 uploads on a copy stream during step k and is
+    // normalised on the device. Otherwise the host normalises and the copy below is synchronous.
+    const Device input_device = device.is_cuda() && config.data.gpu_input_pipeline ? device : Device::cpu();
+    lo.allocate_batch = batch_allocator_for(input_device);
     DataLoader loader(e.data.train, sampler.indices_from(st.epoch_sample_offset), lo);
-    // On a GPU: uploads batch k+1 on a copy stream during step k and normalises on the device.
-    DevicePrefetcher input(loader, device, {e.normalization.mean, e.normalization.std, input_format});
+    DevicePrefetcher input(loader, input_device, {e.normalization.mean, e.normalization.std, input_format});
     // Ranks that would run different numbers of steps hang in an all-reduce at the epoch's end: stop
     // here instead, naming them.
     check_epoch_steps(pg->comm(), epoch, loader.num_batches() - lo.first_batch);
@@ -420,8 +422,8 @@ int run_training(const Config& config, const TrainOptions& options) {
       if (!batch) break;
       timer.begin(Phase::h2d);
       const DeviceBatch on_device = input.to_device(*batch);
-      Tensor images = on_device.images;
-      const Tensor labels = on_device.labels;
+      Tensor images = on_device.images.to(device).contiguous(input_format);  // no-ops on the GPU pipeline
+      const Tensor labels = on_device.labels.to(device);
       timer.end(Phase::h2d);
       // ---- forward (autocast for bf16/fp16: convolutions and matmuls in half, loss in fp32)
       timer.begin(Phase::forward);
