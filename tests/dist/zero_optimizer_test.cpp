@@ -80,11 +80,14 @@ std::function<bool(bool)> agree_on(Comm& comm) {
 
 // Steps [from, to) of the training loop's sequence with 2 micro-batches of accumulation, an fp16-style
 // loss scaler (scale 1024) and clipping: stage 0 through the GradientReducer and the plain optimizer,
-// stages 1 and 2 through the ZeroOptimizer.
+// stages 1 and 2 through the ZeroOptimizer (stage 2: its own reducer reduces during backward, and the
+// scaler checks the reduced shard).
 void train(Mlp& model, Optimizer& opt, std::shared_ptr<Comm> comm, const RunSetup& s, int from, int to) {
   const int rank = comm->rank();
-  GradientReducer reducer(s.stage == 0 ? comm : std::make_shared<SingleProcessComm>(),
-                          model.named_parameters());
+  GradientReducer plain(s.stage == 0 ? comm : std::make_shared<SingleProcessComm>(),
+                        model.named_parameters());
+  auto* zero = dynamic_cast<ZeroOptimizer*>(&opt);
+  GradientReducer& reducer = zero && zero->gradient_reducer() ? *zero->gradient_reducer() : plain;
   LossScalerOptions lo;
   lo.init_scale = 1024;
   LossScaler scaler(lo);
@@ -96,17 +99,28 @@ void train(Mlp& model, Optimizer& opt, std::shared_ptr<Comm> comm, const RunSetu
       scaler.scale_loss(loss).backward();
     }
     reducer.finish();
-    if (!scaler.unscale_and_check(params, agree_on(*comm))) throw std::runtime_error("unexpected inf");
+    const bool finite = zero ? scaler.unscale_and_check(zero->gradients_to_unscale(), agree_on(*comm))
+                             : scaler.unscale_and_check(params, agree_on(*comm));
+    if (!finite) throw std::runtime_error("unexpected inf");
     if (s.stage == 0 && s.clip > 0) clip_grad_norm(params, s.clip);
     opt.step();
     opt.zero_grad();
   }
 }
 
+// Stage 2 with buckets small enough that the Mlp's 4 parameters make 4 buckets, each cut by the shards.
+ZeroOptions zero_options(Module& model, int stage, double clip) {
+  ZeroOptions o{stage, clip};
+  for (const NamedParameter& p : model.named_parameters()) o.registration_order.push_back(p.name);
+  o.buckets.first_bucket_cap_bytes = 40;
+  o.buckets.bucket_cap_bytes = 100;
+  return o;
+}
+
 std::unique_ptr<Optimizer> make(Mlp& model, std::shared_ptr<Comm> comm, const RunSetup& s) {
   std::unique_ptr<Optimizer> opt = make_optimizer(model, s.opt);
   if (s.stage == 0) return opt;
-  return std::make_unique<ZeroOptimizer>(comm, std::move(opt), ZeroOptions{s.stage, s.clip});
+  return std::make_unique<ZeroOptimizer>(comm, std::move(opt), zero_options(model, s.stage, s.clip));
 }
 
 std::vector<std::vector<float>> weights(const Mlp& m) {
