@@ -171,15 +171,17 @@ void ZeroOptimizer::check_gradients() {
 }
 
 void ZeroOptimizer::reduce_bucket(int b) {
-  const Bucket& bucket = buckets_[b];
+  Bucket& bucket = buckets_[b];
   const Tensor& like = params_.front().var.data();
   const int64_t padded = bucket.chunk * world_;
-  // Stage 1 keeps its one buffer; stage 2's lives for this call only, so at most one bucket's flat
-  // copy exists at a time.
-  Tensor flat = options_.stage == 1 && flat_grad_.defined()
-                    ? flat_grad_
-                    : Tensor::empty({padded}, like.dtype(), like.device());
-  if (options_.stage == 1) flat_grad_ = flat;
+  // One buffer of the largest bucket, kept between steps and reused by every bucket (DeepSpeed's
+  // reduction bucket; stage 1's one bucket is the whole flat vector).
+  if (!flat_grad_.defined()) {
+    int64_t largest = 0;
+    for (const Bucket& other : buckets_) largest = std::max(largest, other.chunk * world_);
+    flat_grad_ = Tensor::empty({largest}, like.dtype(), like.device());
+  }
+  Tensor flat = flat_grad_.slice(0, 0, padded);
   if (padded > bucket.numel) flat.slice(0, bucket.numel, padded).zero_();  // the padding
   for (int i : bucket.params) {
     Param& p = params_[i];
@@ -193,12 +195,16 @@ void ZeroOptimizer::reduce_bucket(int b) {
     p.reduced = true;
   }
   if (!grad_shard_.defined()) grad_shard_ = Tensor::empty({shard_}, like.dtype(), like.device());
-  if (!has_grad_shard_) grad_shard_.zero_();
-  has_grad_shard_ = true;
   Tensor mine = grad_shard_.slice(0, bucket.shard_begin, bucket.shard_begin + bucket.chunk);
+  if (!bucket.in_shard) {  // the first reduction since zero_grad() writes the shard directly
+    comm_->reduce_scatter(flat, mine, ReduceOp::avg);
+    bucket.in_shard = true;
+    return;
+  }
+  // Micro-batches reduced separately (a backward after this bucket's reduction) add up.
   Tensor reduced = Tensor::empty({bucket.chunk}, like.dtype(), like.device());
   comm_->reduce_scatter(flat, reduced, ReduceOp::avg);
-  backend_for(mine).axpy(mine, reduced, 1.0);  // accumulates over micro-batches reduced separately
+  backend_for(mine).axpy(mine, reduced, 1.0);
 }
 
 void ZeroOptimizer::reduce_remaining() {
@@ -229,7 +235,7 @@ std::vector<Tensor> ZeroOptimizer::gradients_to_unscale() {
 void ZeroOptimizer::zero_grad() {
   Optimizer::zero_grad();
   for (Param& p : params_) p.reduced = false;
-  has_grad_shard_ = false;
+  for (Bucket& b : buckets_) b.in_shard = false;
 }
 
 void ZeroOptimizer::clip(Tensor& grad_shard) {

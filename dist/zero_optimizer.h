@@ -122,6 +122,7 @@ class ZeroOptimizer final : public Optimizer {
     int64_t numel = 0;        // n, without padding
     int64_t chunk = 0;        // c = ceil(n / N): each rank's part
     int64_t shard_begin = 0;  // where the chunk sits in every rank's shard
+    bool in_shard = false;    // reduced into the gradient shard since the last zero_grad()
   };
 
   void build_layout(const std::vector<std::vector<int>>& buckets);
@@ -150,10 +151,10 @@ class ZeroOptimizer final : public Optimizer {
                                              // shard_begin offset by rank * S (positions in [N * S])
   int64_t total_ = 0, shard_ = 0;
   std::vector<Tensor> slots_;  // [S] per state slot
-  Tensor flat_grad_;           // stage 1: [N * S], kept between steps
-  Tensor grad_shard_;          // [S], kept allocated; valid while has_grad_shard_
-  bool has_grad_shard_ = false;
-  std::unique_ptr<GradientReducer> reducer_;  // stage 2, world size > 1
+  // The largest bucket, padded, kept between steps and reused by every bucket (stage 1: [N * S]).
+  Tensor flat_grad_;
+  Tensor grad_shard_;  // [S], kept allocated; a bucket's chunk is valid while the bucket is in_shard
+  std::unique_ptr<GradientReducer> reducer_;  // stage 2 (inactive at world size 1: no hooks)
   mutable std::vector<Tensor> gathered_;      // rank 0 after gather_state(): [N * S] per slot
 };
 
