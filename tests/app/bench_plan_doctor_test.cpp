@@ -12,13 +12,12 @@
 #include <sstream>
 #include <string>
 
-#include "trainer_process.h"
-
 #include "app/bench_command.h"
 #include "app/plan_command.h"
 #include "nn/allocator.h"
 #include "nn/models/registry.h"
 #include "nn/tensor.h"
+#include "trainer_process.h"
 
 namespace {
 
@@ -126,6 +125,13 @@ TEST(PlanMath, BytesPerParameterAndZeroSharding) {
   EXPECT_DOUBLE_EQ(rows[2].weights, rows[0].weights);
   EXPECT_DOUBLE_EQ(rows[3].weights, rows[0].weights / 4);
   EXPECT_DOUBLE_EQ(rows[3].activations, 500);
+  // Buckets of 10 and 990 elements at 4 ranks: the ZeRO-2 shard is ceil(10/4) + ceil(990/4) = 251
+  // elements; gradients add the reduction buffer (992, the larger bucket padded) and the bucket being
+  // filled (990).
+  const auto bucketed = strategy_memory(1000, bf16, 500, 4, {10, 990});
+  EXPECT_DOUBLE_EQ(bucketed[2].optimizer, 251.0 * 8);
+  EXPECT_DOUBLE_EQ(bucketed[2].gradients, (251.0 + 992 + 990) * 4);
+  EXPECT_DOUBLE_EQ(bucketed[1].optimizer, rows[1].optimizer);
 }
 
 TEST(PlanMemoryStats, CpuAllocatorCountsAllocatedAndPeakBytes) {
