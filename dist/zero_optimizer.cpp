@@ -208,12 +208,13 @@ void ZeroOptimizer::reduce_bucket(int b) {
 }
 
 void ZeroOptimizer::reduce_remaining() {
-  check_gradients();
+  // Under find_unused_parameters a parameter without gradient reduces zeros, as in DDP.
+  if (!options_.buckets.find_unused_parameters) check_gradients();
   if (reducer_ && reducer_->pending()) reducer_->finish();  // buckets backward left, unused parameters
   for (size_t b = 0; b < buckets_.size(); ++b) {
-    bool any = false;
     // Stage 2 releases what it reduces, so a gradient present is a new one (a backward after the
     // reduction accumulates by linearity); stage 1 keeps them and reduces each once per step.
+    bool any = !buckets_[b].in_shard;
     for (int i : buckets_[b].params)
       any = any || (params_[i].var.grad().defined() && (options_.stage == 2 || !params_[i].reduced));
     if (any) reduce_bucket(static_cast<int>(b));

@@ -344,6 +344,27 @@ TEST(ZeroOptimizer, AParameterWithoutGradientIsNamedOnEveryRank) {
   for (const auto& e : errors) EXPECT_NE(e.find("'fc1.weight' has no gradient"), std::string::npos) << e;
 }
 
+// With find_unused_parameters, stage 2 reduces zeros for a parameter no rank used (as DDP does), so
+// the step goes on; SGD without momentum or weight decay then leaves that parameter as it was.
+TEST(ZeroOptimizer, Stage2FindUnusedParametersReducesZeros) {
+  with_world(2, [](int rank, std::shared_ptr<Comm> comm) {
+    Mlp model;
+    SgdOptions so;
+    so.lr = 0.1;
+    ZeroOptions zo = zero_options(model, 2, 0.0);
+    zo.buckets.find_unused_parameters = true;
+    ZeroOptimizer zero(comm, std::make_unique<Sgd>(model.named_parameters(), so), zo);
+    const std::vector<float> fc1_before = model.fc1->weight().data().to_vector<float>();
+    const std::vector<float> fc2_before = model.fc2->weight().data().to_vector<float>();
+    F::sum(model.fc2->forward(Variable(Tensor::full({2, 8}, 0.5 + rank)))).backward();  // fc1 unused
+    zero.gradient_reducer()->finish();
+    zero.step();
+    for (const Variable& p : model.parameters()) EXPECT_FALSE(p.grad().defined());
+    EXPECT_EQ(model.fc1->weight().data().to_vector<float>(), fc1_before);
+    EXPECT_NE(model.fc2->weight().data().to_vector<float>(), fc2_before);
+  });
+}
+
 TEST(ZeroOptimizer, RejectsUnsupportedStages) {
   Mlp model;
   EXPECT_THROW(ZeroOptimizer(std::make_shared<SingleProcessComm>(), make_optimizer(model, Opt::sgd),
