@@ -365,6 +365,36 @@ TEST(ZeroOptimizer, Stage2FindUnusedParametersReducesZeros) {
   });
 }
 
+// Stage 2 with the loss scaler: an overflowing step is skipped on every rank (the verdict on the shard is
+// agreed), and zero_grad() leaves nothing of it in the gradient shard: skip + clean step equals the clean
+// step alone, bit for bit.
+TEST(ZeroOptimizer, Stage2SkippedStepLeavesNothingInTheShard) {
+  with_world(2, [](int rank, std::shared_ptr<Comm> comm) {
+    auto run = [&](bool overflow_first) {
+      Mlp model;
+      auto zero = make(model, comm, RunSetup{2, Opt::adamw});
+      auto& z = dynamic_cast<ZeroOptimizer&>(*zero);
+      GradientReducer& reducer = *z.gradient_reducer();
+      for (int step = overflow_first ? 0 : 1; step < 2; ++step) {
+        LossScalerOptions lo;
+        lo.init_scale = 1024;
+        LossScaler scaler(lo);
+        reducer.set_sync(true);
+        Variable loss = F::mean(F::square(model(Variable(data(rank, 0, 0)))));
+        // x 1e38 x 1024 overflows fp32: infinite gradients on step 0.
+        scaler.scale_loss(step == 0 ? F::mul(loss, 1e38) : loss).backward();
+        reducer.finish();
+        const bool finite = scaler.unscale_and_check(z.gradients_to_unscale(), agree_on(*comm));
+        EXPECT_EQ(finite, step == 1) << "step " << step;
+        if (finite) zero->step();
+        zero->zero_grad();
+      }
+      return weights(model);
+    };
+    EXPECT_EQ(run(true), run(false));
+  });
+}
+
 TEST(ZeroOptimizer, RejectsUnsupportedStages) {
   Mlp model;
   EXPECT_THROW(ZeroOptimizer(std::make_shared<SingleProcessComm>(), make_optimizer(model, Opt::sgd),
