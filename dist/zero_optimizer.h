@@ -69,7 +69,7 @@ class ZeroOptimizer final : public Optimizer {
   // trainable parameter must have a gradient (otherwise DistError, after telling the other ranks
   // through Comm::abort).
   void step() override;
-  // Drops the parameters' gradients and this rank's gradient shard.
+  // Drops the parameters' gradients and marks this rank's gradient shard empty (kept allocated).
   void zero_grad() override;
 
   // Stage 2: the reducer whose grad-ready hooks reduce-scatter each bucket during backward; the training

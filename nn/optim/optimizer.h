@@ -41,7 +41,7 @@ class Optimizer {
   // Virtual, like state_tensors() and load_state(), for the sharded optimizer (dist/zero_optimizer.h).
   virtual void step();
   // Drops every gradient (PyTorch's set_to_none=True). Virtual for the sharded optimizer, which also
-  // drops its gradient shard.
+  // resets its gradient shard.
   virtual void zero_grad();
 
   void set_lr(double lr);  // all groups; schedules call it before every step
