@@ -14,6 +14,7 @@
 #include "app/device_setup.h"
 #include "app/experiment.h"
 #include "app/system_info.h"
+#include "dist/gradient_reducer.h"
 #include "nn/allocator.h"
 #include "nn/amp/autocast.h"
 #include "nn/functional.h"
@@ -158,6 +159,7 @@ struct DryRun {
   int64_t peak_bytes = 0;        // during the measured step
   int64_t activation_bytes = 0;  // peak - baseline
   std::string device;
+  std::vector<int64_t> buckets;  // elements per gradient bucket, as the reducer and ZeRO-2 form them
 };
 
 int64_t allocated_now(Device d) {
@@ -197,6 +199,12 @@ DryRun dry_run(const Config& config) {
   DryRun r;
   r.params = e.model->parameter_count();
   r.device = device.str();
+  const std::vector<NamedParameter> named = e.model->named_parameters();
+  for (const std::vector<int>& bucket : plan_gradient_buckets(named, ReducerOptions{})) {
+    int64_t numel = 0;
+    for (int i : bucket) numel += named[static_cast<size_t>(i)].param.numel();
+    r.buckets.push_back(numel);
+  }
   // On a GPU the step runs as training will (autocast, channels-last); the CPU has fp32 only.
   const std::optional<DType> half = device.is_cuda() ? autocast_dtype_for(config) : std::nullopt;
   const MemoryFormat format = device.is_cuda() ? input_memory_format(config) : MemoryFormat::contiguous;
@@ -236,7 +244,7 @@ BytesPerParam bytes_per_param(const std::string& precision, const std::string& o
 }
 
 std::vector<StrategyMemory> strategy_memory(int64_t params, const BytesPerParam& b, int64_t activation_bytes,
-                                            int ranks) {
+                                            int ranks, const std::vector<int64_t>& buckets) {
   const double p = static_cast<double>(params), n = ranks;
   std::vector<StrategyMemory> out;
   const char* names[] = {"DP", "ZeRO-1", "ZeRO-2", "ZeRO-3"};
@@ -253,6 +261,19 @@ std::vector<StrategyMemory> strategy_memory(int64_t params, const BytesPerParam&
     m.optimizer = (s >= 1 ? shard : p) * b.optimizer;
     m.activations = static_cast<double>(activation_bytes);
     out.push_back(m);
+  }
+  if (!buckets.empty()) {
+    double shard2 = 0, largest = 0, largest_padded = 0;
+    for (int64_t numel : buckets) {
+      const double chunk = std::ceil(static_cast<double>(numel) / n);
+      shard2 += chunk;
+      largest = std::max(largest, static_cast<double>(numel));
+      largest_padded = std::max(largest_padded, chunk * n);
+    }
+    StrategyMemory& m = out[static_cast<int>(Strategy::zero2)];
+    m.gradients = (shard2 + largest_padded + largest) * b.gradients;
+    m.master = shard2 * b.master;
+    m.optimizer = shard2 * b.optimizer;
   }
   return out;
 }
@@ -291,7 +312,7 @@ int plan_command(const std::vector<std::string>& args) {
     std::printf("note: the CPU computes in fp32 only; activations halved to %s as the estimate for %s\n",
                 mib(static_cast<double>(activations)).c_str(), precision.c_str());
   }
-  const std::vector<StrategyMemory> rows = strategy_memory(r.params, b, activations, a.procs);
+  const std::vector<StrategyMemory> rows = strategy_memory(r.params, b, activations, a.procs, r.buckets);
   std::printf("\nper-rank memory at %d rank%s:\n%-8s %12s %12s %12s %14s %12s %12s\n", a.procs,
               a.procs == 1 ? "" : "s", "strategy", "weights", "gradients", "fp32 master", "optim state",
               "activations", "total");

@@ -26,9 +26,12 @@ struct StrategyMemory {
 // Per-rank memory of each strategy at `ranks` ranks: ZeRO-1 shards optimizer state and master weights,
 // ZeRO-2 also gradients, ZeRO-3 also weights, each to ceil(params / ranks) elements (the flat parameter
 // vector is padded to a multiple of the ranks, as dist/zero_optimizer.h does); activations are never
-// sharded.
+// sharded. With `buckets` (elements per gradient bucket, plan_gradient_buckets) ZeRO-2 is what
+// dist/zero_optimizer.h does: each bucket is padded to a multiple of the ranks, so a shard holds the sum
+// of ceil(bucket / ranks); its gradients add the reduction buffer (the largest padded bucket) and the
+// full gradients of the bucket backward is filling (the largest bucket).
 std::vector<StrategyMemory> strategy_memory(int64_t params, const BytesPerParam& b, int64_t activation_bytes,
-                                            int ranks);
+                                            int ranks, const std::vector<int64_t>& buckets = {});
 
 int plan_command(const std::vector<std::string>& args);
 

@@ -215,18 +215,20 @@ int run_training(const Config& config, const TrainOptions& options) {
   // backward runs (nothing happens at world size 1).
   broadcast_state(pg->comm(), e.model->state_dict());
   // dist.zero_stage 1|2: the optimizer keeps the state of this rank's shard only and reduces the
-  // gradients itself (reduce-scatter, clipping over the shards, all-gather), so the reducer stays idle.
+  // gradients itself (reduce-scatter, clipping over the shards, all-gather), so the DDP reducer stays idle.
+  // Stage 2 brings its own reducer, whose hooks reduce-scatter each bucket during backward.
   ZeroOptimizer* zero = nullptr;
   if (config.dist.zero_stage > 0) {
-    auto z =
-        std::make_unique<ZeroOptimizer>(pg->comm_ptr(), std::move(e.optimizer),
-                                        ZeroOptions{config.dist.zero_stage, config.optim.clip_grad_norm});
+    ZeroOptions zo{config.dist.zero_stage, config.optim.clip_grad_norm};
+    for (const NamedParameter& p : e.model->named_parameters()) zo.registration_order.push_back(p.name);
+    auto z = std::make_unique<ZeroOptimizer>(pg->comm_ptr(), std::move(e.optimizer), zo);
     zero = z.get();
     e.optimizer = std::move(z);
     log.line(zero->describe());
   }
-  GradientReducer reducer(zero ? std::make_shared<SingleProcessComm>() : pg->comm_ptr(),
-                          e.model->named_parameters());
+  GradientReducer ddp_reducer(zero ? std::make_shared<SingleProcessComm>() : pg->comm_ptr(),
+                              e.model->named_parameters());
+  GradientReducer& reducer = zero && zero->gradient_reducer() ? *zero->gradient_reducer() : ddp_reducer;
   const Dataset& train = *e.data.train;
   log.line("data:  " + train.fingerprint());
   log.line("test:  " + e.data.test->fingerprint());
@@ -461,7 +463,9 @@ int run_training(const Config& config, const TrainOptions& options) {
       // ---- optimizer: unscale and check after the all-reduce (every rank skips the same steps), clip,
       // step
       timer.begin(Phase::optimizer);
-      const bool finite = !scaler.enabled() || scaler.unscale_and_check(params, all_ranks_finite);
+      const bool finite = !scaler.enabled() ||
+                          (zero ? scaler.unscale_and_check(zero->gradients_to_unscale(), all_ranks_finite)
+                                : scaler.unscale_and_check(params, all_ranks_finite));
       const double lr = e.base_lr * e.schedule->factor(st.step);
       if (finite) {
         if (config.optim.clip_grad_norm > 0 && !zero) clip_grad_norm(params, config.optim.clip_grad_norm);

@@ -41,12 +41,13 @@ struct GradientReducer::State {
   double last_wait_seconds = 0.0;
   int last_launched_in_backward = 0;
   std::function<void()> first_launch_observer;
+  BucketLauncher launcher;  // empty: all-reduce (DDP)
 
   void launch_ready_buckets() {
     while (next_launch < static_cast<int>(buckets.size()) && buckets[next_launch].pending == 0) {
       if (next_launch == 0 && first_launch_observer) first_launch_observer();
       Bucket& b = buckets[next_launch++];
-      b.work = comm->all_reduce_async(b.flat, ReduceOp::avg);
+      b.work = launcher ? launcher(next_launch - 1) : comm->all_reduce_async(b.flat, ReduceOp::avg);
     }
   }
 
@@ -61,7 +62,7 @@ struct GradientReducer::State {
     p.ready = true;
     ++ready_count;
     Bucket& b = buckets[p.bucket];
-    slot(b.flat, p.offset, p.var.shape()).copy_(p.var.grad());
+    if (!launcher) slot(b.flat, p.offset, p.var.shape()).copy_(p.var.grad());
     if (--b.pending == 0) launch_ready_buckets();
   }
 
@@ -76,46 +77,63 @@ struct GradientReducer::State {
   }
 };
 
-GradientReducer::GradientReducer(std::shared_ptr<Comm> comm, const std::vector<NamedParameter>& params,
-                                 const ReducerOptions& options)
-    : state_(std::make_shared<State>()) {
-  State& s = *state_;
-  s.comm = std::move(comm);
-  s.options = options;
-  if (!active()) return;
-  // Reverse registration order: the order backward makes gradients ready.
+std::vector<std::vector<int>> plan_gradient_buckets(const std::vector<NamedParameter>& params,
+                                                    const ReducerOptions& options) {
+  std::vector<std::vector<int>> buckets;
+  std::vector<size_t> used;                           // bytes per bucket
   std::map<std::pair<DType, std::string>, int> open;  // (dtype, device) -> bucket being filled
-  std::vector<int64_t> bucket_numel;
-  for (auto it = params.rbegin(); it != params.rend(); ++it) {
-    if (!it->param.requires_grad()) continue;
-    const Tensor& data = it->param.data();
+  // Reverse registration order: the order backward makes gradients ready.
+  for (int i = static_cast<int>(params.size()) - 1; i >= 0; --i) {
+    const Variable& param = params[static_cast<size_t>(i)].param;
+    if (!param.requires_grad()) continue;
+    const Tensor& data = param.data();
     const auto key = std::make_pair(data.dtype(), data.device().str());
-    const size_t bytes = data.nbytes();
     auto found = open.find(key);
     int b = found == open.end() ? -1 : found->second;
     if (b >= 0) {
       const size_t cap = b == 0 ? options.first_bucket_cap_bytes : options.bucket_cap_bytes;
-      const size_t used = static_cast<size_t>(bucket_numel[b]) * dtype_size(data.dtype());
-      if (used > 0 && used + bytes > cap) b = -1;
+      if (used[b] > 0 && used[b] + data.nbytes() > cap) b = -1;
     }
     if (b < 0) {
-      b = static_cast<int>(s.buckets.size());
-      s.buckets.emplace_back();
-      bucket_numel.push_back(0);
+      b = static_cast<int>(buckets.size());
+      buckets.emplace_back();
+      used.push_back(0);
       open[key] = b;
     }
-    State::Param p;
-    p.name = it->name;
-    p.var = it->param;
-    p.bucket = b;
-    p.offset = bucket_numel[b];
-    bucket_numel[b] += data.numel();
-    s.buckets[b].params.push_back(static_cast<int>(s.params.size()));
-    s.params.push_back(std::move(p));
+    buckets[b].push_back(i);
+    used[b] += data.nbytes();
   }
-  for (size_t b = 0; b < s.buckets.size(); ++b) {
-    const State::Param& first = s.params[s.buckets[b].params.front()];
-    s.buckets[b].flat = Tensor::zeros({bucket_numel[b]}, first.var.dtype(), first.var.device());
+  return buckets;
+}
+
+GradientReducer::GradientReducer(std::shared_ptr<Comm> comm, const std::vector<NamedParameter>& params,
+                                 const ReducerOptions& options, BucketLauncher launcher)
+    : state_(std::make_shared<State>()) {
+  State& s = *state_;
+  s.comm = std::move(comm);
+  s.options = options;
+  s.launcher = std::move(launcher);
+  if (!active()) return;
+  const std::vector<std::vector<int>> plan = plan_gradient_buckets(params, options);
+  for (size_t b = 0; b < plan.size(); ++b) {
+    State::Bucket& bucket = s.buckets.emplace_back();
+    int64_t numel = 0;
+    for (int index : plan[b]) {
+      const NamedParameter& named = params[static_cast<size_t>(index)];
+      State::Param p;
+      p.name = named.name;
+      p.var = named.param;
+      p.bucket = static_cast<int>(b);
+      p.offset = numel;
+      numel += named.param.numel();
+      bucket.params.push_back(static_cast<int>(s.params.size()));
+      s.params.push_back(std::move(p));
+    }
+    // A launcher reduces from the parameters' own gradients: no copy, no buffer.
+    if (!s.launcher) {
+      const Tensor& first = params[static_cast<size_t>(plan[b].front())].param.data();
+      bucket.flat = Tensor::zeros({numel}, first.dtype(), first.device());
+    }
   }
   s.reset();
   std::weak_ptr<State> weak = state_;
@@ -145,6 +163,7 @@ void GradientReducer::set_first_launch_observer(std::function<void()> observer) 
 }
 
 bool GradientReducer::active() const { return state_->comm && state_->comm->world_size() > 1; }
+bool GradientReducer::pending() const { return state_->ready_count > 0; }
 int GradientReducer::bucket_count() const { return static_cast<int>(state_->buckets.size()); }
 double GradientReducer::last_wait_seconds() const { return state_->last_wait_seconds; }
 int GradientReducer::last_buckets_launched_in_backward() const { return state_->last_launched_in_backward; }
@@ -197,12 +216,17 @@ void GradientReducer::finish() {
       p.ready = true;
       ++s.ready_count;
       State::Bucket& b = s.buckets[p.bucket];
-      slot(b.flat, p.offset, p.var.shape()).zero_();
+      if (!s.launcher) slot(b.flat, p.offset, p.var.shape()).zero_();
       --b.pending;
     }
     s.launch_ready_buckets();
   }
-  for (auto& b : s.buckets) b.work->wait();
+  for (auto& b : s.buckets)
+    if (b.work) b.work->wait();
+  if (s.launcher) {  // it reduced into its own storage: nothing to write back
+    s.last_wait_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    return;
+  }
   for (auto& p : s.params) {
     const Tensor averaged = slot(s.buckets[p.bucket].flat, p.offset, p.var.shape());
     Tensor& grad = p.var.grad();

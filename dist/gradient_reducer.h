@@ -38,11 +38,28 @@ struct ReducerOptions {
   bool find_unused_parameters = false;
 };
 
+// The buckets GradientReducer forms from `params` (registration order; requires_grad false skipped):
+// indices into `params`, bucket by bucket in launch order, each in the order backward makes gradients
+// ready (reverse registration order), cut at the byte caps and by (dtype, device). Shared with ZeRO
+// stage 2, whose shard layout follows the buckets (dist/zero_optimizer.h).
+std::vector<std::vector<int>> plan_gradient_buckets(const std::vector<NamedParameter>& params,
+                                                    const ReducerOptions& options);
+
+// What a synchronised backward does with a bucket whose gradients are all ready, instead of the
+// all-reduce: called with the bucket's index (launch order, as plan_gradient_buckets numbers them) on the
+// thread running backward, strictly in index order; the parameters' grad() hold this backward's
+// (accumulated) gradients, or are undefined for unused ones under find_unused_parameters. Returns the
+// collective in flight, or nullptr when it finished. ZeRO stage 2 reduce-scatters the bucket into its
+// shard and releases the gradients here.
+using BucketLauncher = std::function<std::shared_ptr<Work>(int bucket)>;
+
 class GradientReducer {
  public:
-  // `params`: the model's named_parameters(); those with requires_grad false are skipped.
+  // `params`: the model's named_parameters(); those with requires_grad false are skipped. Without a
+  // launcher (DDP) every bucket is all-reduced (average) and finish() writes the averages back into
+  // grad(); with one, the launcher owns the reduction and finish() only waits for it (no flat buffers).
   GradientReducer(std::shared_ptr<Comm> comm, const std::vector<NamedParameter>& params,
-                  const ReducerOptions& options = {});
+                  const ReducerOptions& options = {}, BucketLauncher launcher = {});
   ~GradientReducer();
   GradientReducer(const GradientReducer&) = delete;
   GradientReducer& operator=(const GradientReducer&) = delete;
@@ -61,6 +78,8 @@ class GradientReducer {
   void set_first_launch_observer(std::function<void()> observer);
 
   bool active() const;  // world size > 1
+  // A synchronised backward has delivered gradients since the last finish().
+  bool pending() const;
   int bucket_count() const;
   // Parameter names per bucket, in launch order (for the start-up log and tests).
   std::vector<std::vector<std::string>> bucket_parameter_names() const;

@@ -22,11 +22,16 @@ Variable LossScaler::scale_loss(const Variable& loss) const {
 
 bool LossScaler::unscale_and_check(const std::vector<Variable>& params,
                                    const std::function<bool(bool)>& agree) {
+  std::vector<Tensor> grads;
+  for (const Variable& p : params)
+    if (p.grad().defined()) grads.push_back(p.grad());
+  return unscale_and_check(grads, agree);
+}
+
+bool LossScaler::unscale_and_check(const std::vector<Tensor>& grads, const std::function<bool(bool)>& agree) {
   // One flag per device, read once at the end: a read is a host synchronisation.
   std::vector<Tensor> flags;
-  for (const Variable& p : params) {
-    if (!p.grad().defined()) continue;
-    Tensor g = p.grad();
+  for (Tensor g : grads) {  // a handle: scaled in place
     Tensor* flag = nullptr;
     for (Tensor& f : flags)
       if (f.device() == g.device()) flag = &f;

@@ -37,6 +37,8 @@ class LossScaler {
   // Multiplies every defined gradient by 1/scale and reports whether all are finite. `agree` combines
   // the local verdict across ranks (any rank's inf skips the step everywhere); identity by default.
   bool unscale_and_check(const std::vector<Variable>& params, const std::function<bool(bool)>& agree = {});
+  // The same for gradient tensors held elsewhere (ZeRO stage 2's reduced shard).
+  bool unscale_and_check(const std::vector<Tensor>& grads, const std::function<bool(bool)>& agree = {});
 
   // After the step decision: found_inf halves the scale and resets the tracker (the caller skipped the
   // optimizer step); otherwise counts a clean step and doubles the scale every growth_interval.

@@ -40,8 +40,9 @@ class Optimizer {
   // Updates every parameter whose gradient is defined; the others (and their state) stay untouched.
   // Virtual, like state_tensors() and load_state(), for the sharded optimizer (dist/zero_optimizer.h).
   virtual void step();
-  // Drops every gradient (PyTorch's set_to_none=True).
-  void zero_grad();
+  // Drops every gradient (PyTorch's set_to_none=True). Virtual for the sharded optimizer, which also
+  // resets its gradient shard.
+  virtual void zero_grad();
 
   void set_lr(double lr);  // all groups; schedules call it before every step
   double lr() const { return lr_; }

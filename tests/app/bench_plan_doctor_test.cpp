@@ -233,6 +233,13 @@ TEST(PlanMath, BytesPerParameterAndZeroSharding) {
   EXPECT_DOUBLE_EQ(rows[2].weights, rows[0].weights);
   EXPECT_DOUBLE_EQ(rows[3].weights, rows[0].weights / 4);
   EXPECT_DOUBLE_EQ(rows[3].activations, 500);
+  // Buckets of 10 and 990 elements at 4 ranks: the ZeRO-2 shard is ceil(10/4) + ceil(990/4) = 251
+  // elements; gradients add the reduction buffer (992, the larger bucket padded) and the bucket being
+  // filled (990).
+  const auto bucketed = strategy_memory(1000, bf16, 500, 4, {10, 990});
+  EXPECT_DOUBLE_EQ(bucketed[2].optimizer, 251.0 * 8);
+  EXPECT_DOUBLE_EQ(bucketed[2].gradients, (251.0 + 992 + 990) * 4);
+  EXPECT_DOUBLE_EQ(bucketed[1].optimizer, rows[1].optimizer);
 }
 
 TEST(PlanMemoryStats, CpuAllocatorCountsAllocatedAndPeakBytes) {

@@ -80,11 +80,14 @@ std::function<bool(bool)> agree_on(Comm& comm) {
 
 // Steps [from, to) of the training loop's sequence with 2 micro-batches of accumulation, an fp16-style
 // loss scaler (scale 1024) and clipping: stage 0 through the GradientReducer and the plain optimizer,
-// stages 1 and 2 through the ZeroOptimizer.
+// stages 1 and 2 through the ZeroOptimizer (stage 2: its own reducer reduces during backward, and the
+// scaler checks the reduced shard).
 void train(Mlp& model, Optimizer& opt, std::shared_ptr<Comm> comm, const RunSetup& s, int from, int to) {
   const int rank = comm->rank();
-  GradientReducer reducer(s.stage == 0 ? comm : std::make_shared<SingleProcessComm>(),
-                          model.named_parameters());
+  GradientReducer plain(s.stage == 0 ? comm : std::make_shared<SingleProcessComm>(),
+                        model.named_parameters());
+  auto* zero = dynamic_cast<ZeroOptimizer*>(&opt);
+  GradientReducer& reducer = zero && zero->gradient_reducer() ? *zero->gradient_reducer() : plain;
   LossScalerOptions lo;
   lo.init_scale = 1024;
   LossScaler scaler(lo);
@@ -96,17 +99,28 @@ void train(Mlp& model, Optimizer& opt, std::shared_ptr<Comm> comm, const RunSetu
       scaler.scale_loss(loss).backward();
     }
     reducer.finish();
-    if (!scaler.unscale_and_check(params, agree_on(*comm))) throw std::runtime_error("unexpected inf");
+    const bool finite = zero ? scaler.unscale_and_check(zero->gradients_to_unscale(), agree_on(*comm))
+                             : scaler.unscale_and_check(params, agree_on(*comm));
+    if (!finite) throw std::runtime_error("unexpected inf");
     if (s.stage == 0 && s.clip > 0) clip_grad_norm(params, s.clip);
     opt.step();
     opt.zero_grad();
   }
 }
 
+// Stage 2 with buckets small enough that the Mlp's 4 parameters make 4 buckets, each cut by the shards.
+ZeroOptions zero_options(Module& model, int stage, double clip) {
+  ZeroOptions o{stage, clip};
+  for (const NamedParameter& p : model.named_parameters()) o.registration_order.push_back(p.name);
+  o.buckets.first_bucket_cap_bytes = 40;
+  o.buckets.bucket_cap_bytes = 100;
+  return o;
+}
+
 std::unique_ptr<Optimizer> make(Mlp& model, std::shared_ptr<Comm> comm, const RunSetup& s) {
   std::unique_ptr<Optimizer> opt = make_optimizer(model, s.opt);
   if (s.stage == 0) return opt;
-  return std::make_unique<ZeroOptimizer>(comm, std::move(opt), ZeroOptions{s.stage, s.clip});
+  return std::make_unique<ZeroOptimizer>(comm, std::move(opt), zero_options(model, s.stage, s.clip));
 }
 
 std::vector<std::vector<float>> weights(const Mlp& m) {
@@ -328,6 +342,57 @@ TEST(ZeroOptimizer, AParameterWithoutGradientIsNamedOnEveryRank) {
     zero.step();
   });
   for (const auto& e : errors) EXPECT_NE(e.find("'fc1.weight' has no gradient"), std::string::npos) << e;
+}
+
+// With find_unused_parameters, stage 2 reduces zeros for a parameter no rank used (as DDP does), so
+// the step goes on; SGD without momentum or weight decay then leaves that parameter as it was.
+TEST(ZeroOptimizer, Stage2FindUnusedParametersReducesZeros) {
+  with_world(2, [](int rank, std::shared_ptr<Comm> comm) {
+    Mlp model;
+    SgdOptions so;
+    so.lr = 0.1;
+    ZeroOptions zo = zero_options(model, 2, 0.0);
+    zo.buckets.find_unused_parameters = true;
+    ZeroOptimizer zero(comm, std::make_unique<Sgd>(model.named_parameters(), so), zo);
+    const std::vector<float> fc1_before = model.fc1->weight().data().to_vector<float>();
+    const std::vector<float> fc2_before = model.fc2->weight().data().to_vector<float>();
+    F::sum(model.fc2->forward(Variable(Tensor::full({2, 8}, 0.5 + rank)))).backward();  // fc1 unused
+    zero.gradient_reducer()->finish();
+    zero.step();
+    for (const Variable& p : model.parameters()) EXPECT_FALSE(p.grad().defined());
+    EXPECT_EQ(model.fc1->weight().data().to_vector<float>(), fc1_before);
+    EXPECT_NE(model.fc2->weight().data().to_vector<float>(), fc2_before);
+  });
+}
+
+// Stage 2 with the loss scaler: an overflowing step is skipped on every rank (the verdict on the shard is
+// agreed), and zero_grad() leaves nothing of it in the gradient shard: skip + clean step equals the clean
+// step alone, bit for bit.
+TEST(ZeroOptimizer, Stage2SkippedStepLeavesNothingInTheShard) {
+  with_world(2, [](int rank, std::shared_ptr<Comm> comm) {
+    auto run = [&](bool overflow_first) {
+      Mlp model;
+      auto zero = make(model, comm, RunSetup{2, Opt::adamw});
+      auto& z = dynamic_cast<ZeroOptimizer&>(*zero);
+      GradientReducer& reducer = *z.gradient_reducer();
+      for (int step = overflow_first ? 0 : 1; step < 2; ++step) {
+        LossScalerOptions lo;
+        lo.init_scale = 1024;
+        LossScaler scaler(lo);
+        reducer.set_sync(true);
+        Variable loss = F::mean(F::square(model(Variable(data(rank, 0, 0)))));
+        // x 1e38 x 1024 overflows fp32: infinite gradients on step 0.
+        scaler.scale_loss(step == 0 ? F::mul(loss, 1e38) : loss).backward();
+        reducer.finish();
+        const bool finite = scaler.unscale_and_check(z.gradients_to_unscale(), agree_on(*comm));
+        EXPECT_EQ(finite, step == 1) << "step " << step;
+        if (finite) zero->step();
+        zero->zero_grad();
+      }
+      return weights(model);
+    };
+    EXPECT_EQ(run(true), run(false));
+  });
 }
 
 TEST(ZeroOptimizer, RejectsUnsupportedStages) {
