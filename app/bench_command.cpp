@@ -131,15 +131,11 @@ BenchArgs parse_bench_args(const std::vector<std::string>& args) {
   return a;
 }
 
-struct Point {
-  int procs = 1, batch = 0;
-  int64_t global_batch = 0;
-  std::string precision;
-  double lr = 0.0;
+struct Point : GridPoint {
   std::vector<double> repeat_ips;                                     // img/s of each repeat
   std::vector<double> step_seconds;                                   // every steady step of every repeat
   double allreduce_exposed = 0.0, data_wait = 0.0, step_total = 0.0;  // summed seconds
-  double ips = 0.0, ips_half_width = 0.0, speedup = 0.0, efficiency = 0.0;
+  double ips = 0.0, ips_half_width = 0.0;
   std::vector<std::string> run_dirs;
 };
 
@@ -197,7 +193,6 @@ int bench_command(const std::vector<std::string>& args) {
                            : fs::path(a.out);
   fs::create_directories(out);
   if (a.to_accuracy > 0) return bench_to_accuracy(a, config, precisions, batches, out);
-  const int accum = config.train.grad_accum_steps;
   const int total_steps = a.warmup + a.steps;
 
   std::vector<Point> points;
@@ -206,65 +201,57 @@ int bench_command(const std::vector<std::string>& args) {
   std::printf("bench: %s, %zu runs of %d steps (%d warm-up), data %s, into %s\n", a.config_path.c_str(),
               n_runs, total_steps, a.warmup, a.data.c_str(), out.c_str());
   std::fflush(stdout);
-  for (const std::string& precision : precisions)
-    for (int batch : batches)
-      for (int procs : a.procs) {
-        Point p;
-        p.procs = procs;
-        p.batch = batch;
-        p.precision = precision;
-        p.global_batch = static_cast<int64_t>(batch) * accum * procs;
-        p.lr = config.optim.lr * static_cast<double>(p.global_batch) / config.optim.base_batch_size;
-        for (int r = 1; r <= a.repeats; ++r) {
-          const fs::path dir = out / fmt("p%d-b%d-%s-r%d", procs, batch, precision.c_str(), r);
-          fs::remove_all(dir);
-          fs::create_directories(dir);
-          std::vector<std::string> sets = a.overrides;
-          if (a.data == "synthetic" && config.data.dataset != "synthetic") {
-            const auto s = synthetic_overrides(config, p.global_batch * total_steps);
-            sets.insert(sets.end(), s.begin(), s.end());
-            sets.push_back("train.epochs=1");
-          } else if (a.data == "synthetic") {
-            sets.push_back("data.synthetic_samples=" + std::to_string(p.global_batch * total_steps));
-            sets.push_back("train.epochs=1");
-          } else {
-            sets.push_back("train.epochs=1000000");
-          }
-          const auto fixed = point_overrides(batch, precision, dir);
-          sets.insert(sets.end(), fixed.begin(), fixed.end());
-          sets.push_back("train.max_steps=" + std::to_string(total_steps));
-          sets.push_back("train.eval_every_epochs=0");
-          ++run_index;
-          std::printf("bench: [%zu/%zu] %d process%s, batch %d/rank, %s, repeat %d/%d ... ", run_index,
-                      n_runs, procs, procs == 1 ? "" : "es", batch, precision.c_str(), r, a.repeats);
-          std::fflush(stdout);
-          double secs = 0;
-          try {
-            secs = run_point(a.config_path, procs, sets, dir);
-          } catch (...) {
-            std::printf("failed\n");
-            throw;
-          }
-          auto cols = read_step_times(dir / "step_times.csv", a.warmup);
-          const std::vector<double>& steps = cols["step_seconds"];
-          if (steps.empty())
-            throw std::runtime_error(
-                "bench: " + (dir / "step_times.csv").string() +
-                " has no step after the warm-up. HINT: the dataset may be smaller than " +
-                std::to_string(total_steps) + " global batches; lower --steps/--warmup");
-          const double mean_step = mean_of(steps);
-          p.repeat_ips.push_back(static_cast<double>(p.global_batch) / mean_step);
-          p.step_seconds.insert(p.step_seconds.end(), steps.begin(), steps.end());
-          p.step_total += sum_of(steps);
-          p.allreduce_exposed += sum_of(cols["allreduce_exposed_seconds"]);
-          p.data_wait += sum_of(cols["data_wait_seconds"]);
-          p.run_dirs.push_back(dir.string());
-          std::printf("%.0f img/s (%.1fs)\n", p.repeat_ips.back(), secs);
-          std::fflush(stdout);
-        }
-        summarise(p);
-        points.push_back(p);
+  for (const GridPoint& cell : measurement_grid(config, a, precisions, batches)) {
+    Point p;
+    static_cast<GridPoint&>(p) = cell;
+    const int procs = p.procs, batch = p.batch;
+    const std::string& precision = p.precision;
+    for (int r = 1; r <= a.repeats; ++r) {
+      const fs::path dir = out / fmt("p%d-b%d-%s-r%d", procs, batch, precision.c_str(), r);
+      fs::remove_all(dir);
+      fs::create_directories(dir);
+      std::vector<std::string> sets = a.overrides;
+      if (a.data == "synthetic" && config.data.dataset != "synthetic") {
+        const auto s = synthetic_overrides(config, p.global_batch * total_steps);
+        sets.insert(sets.end(), s.begin(), s.end());
+        sets.push_back("train.epochs=1");
+      } else if (a.data == "synthetic") {
+        sets.push_back("data.synthetic_samples=" + std::to_string(p.global_batch * total_steps));
+        sets.push_back("train.epochs=1");
+      } else {
+        sets.push_back("train.epochs=1000000");
       }
+      const auto fixed = point_overrides(batch, precision, dir);
+      sets.insert(sets.end(), fixed.begin(), fixed.end());
+      sets.push_back("train.max_steps=" + std::to_string(total_steps));
+      sets.push_back("train.eval_every_epochs=0");
+      print_run_start(++run_index, n_runs, p, r, a.repeats);
+      double secs = 0;
+      try {
+        secs = run_point(a.config_path, procs, sets, dir);
+      } catch (...) {
+        std::printf("failed\n");
+        throw;
+      }
+      auto cols = read_step_times(dir / "step_times.csv", a.warmup);
+      const std::vector<double>& steps = cols["step_seconds"];
+      if (steps.empty())
+        throw std::runtime_error("bench: " + (dir / "step_times.csv").string() +
+                                 " has no step after the warm-up. HINT: the dataset may be smaller than " +
+                                 std::to_string(total_steps) + " global batches; lower --steps/--warmup");
+      const double mean_step = mean_of(steps);
+      p.repeat_ips.push_back(static_cast<double>(p.global_batch) / mean_step);
+      p.step_seconds.insert(p.step_seconds.end(), steps.begin(), steps.end());
+      p.step_total += sum_of(steps);
+      p.allreduce_exposed += sum_of(cols["allreduce_exposed_seconds"]);
+      p.data_wait += sum_of(cols["data_wait_seconds"]);
+      p.run_dirs.push_back(dir.string());
+      std::printf("%.0f img/s (%.1fs)\n", p.repeat_ips.back(), secs);
+      std::fflush(stdout);
+    }
+    summarise(p);
+    points.push_back(p);
+  }
 
   // Speedup over the fewest processes of the same precision and batch (1 when measured).
   for (Point& p : points) {
@@ -323,22 +310,7 @@ int bench_command(const std::vector<std::string>& args) {
   std::ofstream(out / "bench.json") << js.str();
 
   // ---- chart: one line per (precision, batch)
-  std::vector<SpeedupCurve> curves;
-  for (const std::string& precision : precisions)
-    for (int batch : batches) {
-      SpeedupCurve c;
-      for (const Point& p : points)
-        if (p.precision == precision && p.batch == batch) {
-          c.procs.push_back(p.procs);
-          c.speedup.push_back(p.speedup);
-          c.efficiency.push_back(p.efficiency);
-        }
-      curves.push_back(c);
-    }
-  std::ofstream(out / "speedup.png", std::ios::binary)
-      << speedup_chart_png(static_cast<double>(a.procs.back()), curves);
-  std::printf("\nwrote %s, %s, %s\n", (out / "bench.csv").c_str(), (out / "bench.json").c_str(),
-              (out / "speedup.png").c_str());
+  write_chart_and_report(out, a.procs.back(), precisions, batches, points);
   return 0;
 }
 

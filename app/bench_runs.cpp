@@ -220,4 +220,32 @@ std::string speedup_chart_png(double max_procs, const std::vector<SpeedupCurve>&
   return render_chart_png({sp, ef});
 }
 
+std::vector<GridPoint> measurement_grid(const Config& config, const BenchArgs& a,
+                                        const std::vector<std::string>& precisions,
+                                        const std::vector<int>& batches) {
+  std::vector<GridPoint> grid;
+  for (const std::string& precision : precisions)
+    for (int batch : batches)
+      for (int procs : a.procs) {
+        GridPoint p;
+        p.procs = procs;
+        p.batch = batch;
+        p.precision = precision;
+        p.global_batch = static_cast<int64_t>(batch) * config.train.grad_accum_steps * procs;
+        p.lr = config.optim.lr * static_cast<double>(p.global_batch) / config.optim.base_batch_size;
+        grid.push_back(p);
+      }
+  return grid;
+}
+
+void print_run_start(size_t index, size_t count, const GridPoint& p, int repeat, int repeats) {
+  std::printf("bench: [%zu/%zu] %d process%s, batch %d/rank, %s, repeat %d/%d ... ", index, count, p.procs,
+              p.procs == 1 ? "" : "es", p.batch, p.precision.c_str(), repeat, repeats);
+  std::fflush(stdout);
+}
+
+void write_chart_file(const std::filesystem::path& path, const std::string& png) {
+  std::ofstream(path, std::ios::binary) << png;
+}
+
 }  // namespace trainer::bench

@@ -3,6 +3,7 @@
 // app/bench_to_accuracy.cpp: time to a test accuracy): the parsed arguments, running one point as
 // `trainer launch --nproc-per-node P -- train CONFIG --set ...` of this same binary in its own
 // directory, reading what the run left there, the environment record and the speedup chart.
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -63,10 +64,52 @@ double summary_number(const std::filesystem::path& path, const std::string& key)
 // The "environment" object of bench.json: build, host, CPU, GPUs, driver, CUDA/cuDNN/NCCL, NCCL_*.
 std::string environment_json(const SystemInfo& s, const TrainerBuild& b);
 
+// One cell of the measurement grid: a precision, a batch per rank and a process count, with the global
+// batch (x grad_accum_steps) and the linearly scaled LR (optim.lr x global / optim.base_batch_size).
+// speedup and efficiency are against 1 process; NaN where there is nothing to plot.
+struct GridPoint {
+  int procs = 1, batch = 0;
+  int64_t global_batch = 0;
+  std::string precision;
+  double lr = 0.0;
+  double speedup = NAN, efficiency = NAN;
+};
+// Every cell, in run order: precisions, then batches, then process counts.
+std::vector<GridPoint> measurement_grid(const Config& config, const BenchArgs& a,
+                                        const std::vector<std::string>& precisions,
+                                        const std::vector<int>& batches);
+
+// "bench: [3/8] 2 processes, batch 128/rank, bf16, repeat 1/2 ... " (no newline; flushed).
+void print_run_start(size_t index, size_t count, const GridPoint& p, int repeat, int repeats);
+
 // One line per (precision, batch) in the speedup and efficiency panels.
 struct SpeedupCurve {
   std::vector<double> procs, speedup, efficiency;
 };
 std::string speedup_chart_png(double max_procs, const std::vector<SpeedupCurve>& curves);
+void write_chart_file(const std::filesystem::path& path, const std::string& png);
+
+// Writes out/speedup.png from the points (any type derived from GridPoint; NaN speedups are left out)
+// and prints where bench.csv, bench.json and the chart are.
+template <class Point>
+void write_chart_and_report(const std::filesystem::path& out, int max_procs,
+                            const std::vector<std::string>& precisions, const std::vector<int>& batches,
+                            const std::vector<Point>& points) {
+  std::vector<SpeedupCurve> curves;
+  for (const std::string& precision : precisions)
+    for (int batch : batches) {
+      SpeedupCurve c;
+      for (const GridPoint& p : points)
+        if (p.precision == precision && p.batch == batch && !std::isnan(p.speedup)) {
+          c.procs.push_back(p.procs);
+          c.speedup.push_back(p.speedup);
+          c.efficiency.push_back(p.efficiency);
+        }
+      curves.push_back(c);
+    }
+  write_chart_file(out / "speedup.png", speedup_chart_png(static_cast<double>(max_procs), curves));
+  std::printf("\nwrote %s, %s, %s\n", (out / "bench.csv").c_str(), (out / "bench.json").c_str(),
+              (out / "speedup.png").c_str());
+}
 
 }  // namespace trainer::bench

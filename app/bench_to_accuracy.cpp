@@ -14,17 +14,12 @@ namespace {
 namespace fs = std::filesystem;
 using namespace bench;
 
-struct AccuracyPoint {
-  int procs = 1, batch = 0;
-  int64_t global_batch = 0;
-  std::string precision;
-  double lr = 0.0;
+struct AccuracyPoint : GridPoint {
   int repeats_reached = 0;
   std::vector<double> train_seconds, wall_seconds, best_accuracy;     // per repeat
   std::vector<int> epochs;                                            // per repeat
   double allreduce_exposed = 0.0, data_wait = 0.0, step_total = 0.0;  // summed seconds
-  MeanInterval time_to_accuracy;
-  double speedup = NAN, efficiency = NAN;  // NaN: this point or its baseline did not reach the target
+  MeanInterval time_to_accuracy;  // speedup, efficiency: NaN when this point or its baseline did not reach
   std::vector<std::string> run_dirs;
   bool reached() const { return repeats_reached == static_cast<int>(epochs.size()); }
 };
@@ -73,7 +68,6 @@ double fraction(double part, double total) { return total > 0 ? part / total : 0
 
 int bench_to_accuracy(const BenchArgs& a, const Config& config, const std::vector<std::string>& precisions,
                       const std::vector<int>& batches, const fs::path& out) {
-  const int accum = config.train.grad_accum_steps;
   const size_t n_runs = precisions.size() * batches.size() * a.procs.size() * static_cast<size_t>(a.repeats);
   std::printf("bench: %s, %zu runs to test top-1 %.2f%% (at most %d epochs each), data %s, into %s\n",
               a.config_path.c_str(), n_runs, 100 * a.to_accuracy, config.train.epochs, a.data.c_str(),
@@ -81,41 +75,35 @@ int bench_to_accuracy(const BenchArgs& a, const Config& config, const std::vecto
   std::fflush(stdout);
   std::vector<AccuracyPoint> points;
   size_t run_index = 0;
-  for (const std::string& precision : precisions)
-    for (int batch : batches)
-      for (int procs : a.procs) {
-        AccuracyPoint p;
-        p.procs = procs;
-        p.batch = batch;
-        p.precision = precision;
-        p.global_batch = static_cast<int64_t>(batch) * accum * procs;
-        p.lr = config.optim.lr * static_cast<double>(p.global_batch) / config.optim.base_batch_size;
-        for (int r = 1; r <= a.repeats; ++r) {
-          const fs::path dir = out / fmt("p%d-b%d-%s-r%d", procs, batch, precision.c_str(), r);
-          fs::remove_all(dir);
-          fs::create_directories(dir);
-          std::printf("bench: [%zu/%zu] %d process%s, batch %d/rank, %s, repeat %d/%d ... ", ++run_index,
-                      n_runs, procs, procs == 1 ? "" : "es", batch, precision.c_str(), r, a.repeats);
-          std::fflush(stdout);
-          bool reached = false;
-          try {
-            reached = run_repeat(a, config, p, dir);
-          } catch (...) {
-            std::printf("failed\n");
-            throw;
-          }
-          if (reached)
-            std::printf("%.2f%% after %d epoch%s, %.1fs of training (%.1fs in all)\n",
-                        100 * p.best_accuracy.back(), p.epochs.back(), p.epochs.back() == 1 ? "" : "s",
-                        p.train_seconds.back(), p.wall_seconds.back());
-          else
-            std::printf("not reached: best %.2f%% in %d epochs (%.1fs in all)\n",
-                        100 * p.best_accuracy.back(), p.epochs.back(), p.wall_seconds.back());
-          std::fflush(stdout);
-        }
-        if (p.reached()) p.time_to_accuracy = mean_interval95(p.train_seconds);
-        points.push_back(p);
+  for (const GridPoint& cell : measurement_grid(config, a, precisions, batches)) {
+    AccuracyPoint p;
+    static_cast<GridPoint&>(p) = cell;
+    const int procs = p.procs, batch = p.batch;
+    const std::string& precision = p.precision;
+    for (int r = 1; r <= a.repeats; ++r) {
+      const fs::path dir = out / fmt("p%d-b%d-%s-r%d", procs, batch, precision.c_str(), r);
+      fs::remove_all(dir);
+      fs::create_directories(dir);
+      print_run_start(++run_index, n_runs, p, r, a.repeats);
+      bool reached = false;
+      try {
+        reached = run_repeat(a, config, p, dir);
+      } catch (...) {
+        std::printf("failed\n");
+        throw;
       }
+      if (reached)
+        std::printf("%.2f%% after %d epoch%s, %.1fs of training (%.1fs in all)\n",
+                    100 * p.best_accuracy.back(), p.epochs.back(), p.epochs.back() == 1 ? "" : "s",
+                    p.train_seconds.back(), p.wall_seconds.back());
+      else
+        std::printf("not reached: best %.2f%% in %d epochs (%.1fs in all)\n", 100 * p.best_accuracy.back(),
+                    p.epochs.back(), p.wall_seconds.back());
+      std::fflush(stdout);
+    }
+    if (p.reached()) p.time_to_accuracy = mean_interval95(p.train_seconds);
+    points.push_back(p);
+  }
 
   // Speedup in time to accuracy over the fewest processes of the same precision and batch.
   for (AccuracyPoint& p : points) {
@@ -202,22 +190,7 @@ int bench_to_accuracy(const BenchArgs& a, const Config& config, const std::vecto
   std::ofstream(out / "bench.json") << js.str();
 
   // ---- chart: points that reached the target
-  std::vector<SpeedupCurve> curves;
-  for (const std::string& precision : precisions)
-    for (int batch : batches) {
-      SpeedupCurve c;
-      for (const AccuracyPoint& p : points)
-        if (p.precision == precision && p.batch == batch && !std::isnan(p.speedup)) {
-          c.procs.push_back(p.procs);
-          c.speedup.push_back(p.speedup);
-          c.efficiency.push_back(p.efficiency);
-        }
-      curves.push_back(c);
-    }
-  std::ofstream(out / "speedup.png", std::ios::binary)
-      << speedup_chart_png(static_cast<double>(a.procs.back()), curves);
-  std::printf("\nwrote %s, %s, %s\n", (out / "bench.csv").c_str(), (out / "bench.json").c_str(),
-              (out / "speedup.png").c_str());
+  write_chart_and_report(out, a.procs.back(), precisions, batches, points);
   return 0;
 }
 
