@@ -18,18 +18,7 @@ namespace {
 using namespace gpu_test;
 
 std::shared_ptr<Module> make_model(const std::string& name, int channels) {
-  ModelOptions o;
-  o.name = name;
-  o.in_channels = channels;
-  o.image_size = 16;
-  o.num_classes = 10;
-  o.stem = "cifar";
-  o.seed = 7;
-  o.dropout = 0.0;
-  auto model = create_model(o);
-  model->to(gpu());
-  model->train();
-  return model;
+  return gpu_model(name, channels, 16, "cifar", 7);
 }
 
 struct Batch {

@@ -18,16 +18,7 @@ struct RunResult {
 };
 
 RunResult train(bool channels_last) {
-  ModelOptions o;
-  o.name = "resnet18";
-  o.stem = "imagenet";
-  o.in_channels = 3;
-  o.image_size = 64;
-  o.num_classes = 10;
-  o.seed = 3;
-  auto model = create_model(o);
-  model->to(gpu());
-  model->train();
+  auto model = gpu_model("resnet18", 3, 64, "imagenet", 3);
   SgdOptions so;
   so.lr = 0.05, so.momentum = 0.9;
   Sgd opt(model->named_parameters(), so);

@@ -9,6 +9,7 @@
 
 #include "nn/backend.h"
 #include "nn/cuda/cuda_backend.h"
+#include "nn/models/registry.h"
 #include "nn/random.h"
 #include "nn/tensor.h"
 
@@ -36,6 +37,23 @@ inline Tensor on_gpu(const Tensor& t, MemoryFormat format = MemoryFormat::contig
   Tensor g = Tensor::empty(t.shape(), t.dtype(), gpu(), format);
   g.copy_(t);
   return g;
+}
+
+// A model on the GPU in training mode, 10 classes, no dropout (so two runs draw nothing at random).
+inline std::shared_ptr<Module> gpu_model(const std::string& name, int channels, int image,
+                                         const std::string& stem, uint64_t seed) {
+  ModelOptions o;
+  o.name = name;
+  o.in_channels = channels;
+  o.image_size = image;
+  o.num_classes = 10;
+  o.stem = stem;
+  o.seed = seed;
+  o.dropout = 0.0;
+  auto model = create_model(o);
+  model->to(gpu());
+  model->train();
+  return model;
 }
 
 // The values of a half tensor as f32 (what the CPU reference computes on).
