@@ -164,8 +164,8 @@ int run_training(const Config& config, const TrainOptions& options) {
   dopt.connect_timeout = dopt.timeout;  // a rank that never starts is reported after dist.timeout_seconds
   dopt.build = build.str();
   std::unique_ptr<ProcessGroup> pg = ProcessGroup::init(env, dopt);
-  const DescribeRanksOnFailure describe_ranks_on_failure(
-      pg->heartbeat());  // for a failed collective's message
+  // A failed collective's message says where every rank was (dist/heartbeat.h).
+  const DescribeRanksOnFailure describe_ranks_on_failure(pg->heartbeat());
   const int rank = pg->rank(), world = pg->world_size();
   const bool writer = rank == 0;  // only rank 0 writes checkpoints, the summary and the shared files
 
