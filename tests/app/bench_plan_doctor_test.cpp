@@ -320,10 +320,15 @@ TEST_F(Doctor, PassesWithValidConfigAndFailsWithMissingDataRoot) {
                            "PASS  dataset", "PASS  run dir", "all checks passed"})
     EXPECT_NE(ok.output.find(line), std::string::npos) << line << "\n" << ok.output;
   EXPECT_EQ(ok.output.find("FAIL"), std::string::npos) << ok.output;
-  // No GPU here: the topology and NCCL checks say why they are skipped, and the CPU communicator's
-  // all-reduce is checked between 2 local ranks, with a bus bandwidth row per size.
-  for (const char* line : {"SKIP  peer-to-peer   CPU-only build", "SKIP  nccl allreduce CPU-only build",
-                           "PASS  allreduce      cpu communicator, 2 ranks",
+  // Fewer than 2 GPUs here (a CPU-only build, or CUDA compiled in and no GPU): the topology and NCCL
+  // checks say why they are skipped, and the CPU communicator's all-reduce is checked between 2 local
+  // ranks, with a bus bandwidth row per size.
+  for (const char* check : {"peer-to-peer  ", "nccl allreduce"})
+    EXPECT_TRUE(std::regex_search(
+        ok.output, std::regex(std::string("SKIP  ") + check + R"( (CPU-only build|[01] GPU\(s\) visible))")))
+        << check << "\n"
+        << ok.output;
+  for (const char* line : {"PASS  allreduce      cpu communicator, 2 ranks",
                            "sum and average correct on every rank", "size        time/op     bus bandwidth"})
     EXPECT_NE(ok.output.find(line), std::string::npos) << line << "\n" << ok.output;
   for (const char* size : {"64 KiB", "1 MiB", "16 MiB"})
