@@ -540,7 +540,13 @@ int run_training(const Config& config, const TrainOptions& options) {
       return 128 + stop_signal;
     }
     const double epoch_seconds = seconds_since(epoch_start);
-    summary.final_train_loss = st.epoch_steps ? st.epoch_loss_sum / st.epoch_steps : 0.0;
+    // The epoch's train loss over every rank's batches, not rank 0's alone (one small all-reduce per
+    // epoch; every rank gets here, the stop signal being agreed).
+    Tensor loss_sums =
+        Tensor::from_vector<double>({st.epoch_loss_sum, static_cast<double>(st.epoch_steps)}, {2});
+    if (world > 1) pg->comm().all_reduce(loss_sums, ReduceOp::sum);
+    const std::vector<double> sums = loss_sums.to_vector<double>();
+    summary.final_train_loss = sums[1] > 0 ? sums[0] / sums[1] : 0.0;
     summary.epochs = epoch + 1;
 
     const bool last = done || epoch + 1 == config.train.epochs;

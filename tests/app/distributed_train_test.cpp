@@ -132,6 +132,14 @@ TEST_F(DistributedTrain, TwoRanksEqualOneRankWithTwiceTheBatch) {
   }
   // Evaluation is exact: each test sample counted once over the two shards.
   EXPECT_NE(two[0].output.find("(102 images"), std::string::npos) << two[0].output;
+  // The train loss is the mean over both ranks' batches (equal halves of the 1-rank batch), not rank 0's.
+  auto train_loss = [&](const char* run) {
+    const std::string json = slurp(dir_ / run / "summary.json");
+    const size_t at = json.find("\"final_train_loss\": ");
+    return at == std::string::npos ? -1.0 : std::stod(json.substr(at + 20));
+  };
+  ASSERT_GT(train_loss("one"), 0.0);
+  EXPECT_NEAR(train_loss("two"), train_loss("one"), 1e-5 * train_loss("one"));
 }
 
 TEST_F(DistributedTrain, ThreeRanksEqualOneRankWithThreeTimesTheBatch) {
