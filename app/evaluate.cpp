@@ -43,6 +43,13 @@ EvalMetrics evaluate(Experiment& e, const Dataset& dataset, Comm* comm) {
       AutocastScope autocast(autocast_dtype_for(c));  // evaluate in the precision the model trains in
       logits = (*e.model)(Variable(x)).data().to(DType::f32);
     }
+    // Non-finite outputs mean non-finite weights: say so, instead of failing later in the metrics
+    // (ROC-AUC refuses NaN scores). Every rank holds the same weights, so every rank stops here.
+    if (!backend_for(logits).all_finite(logits))
+      throw std::runtime_error(
+          "evaluation: the model's outputs are NaN or infinite, so its weights are: training diverged. HINT: "
+          "lower optim.lr, add warmup (schedule.warmup_epochs) or clipping (optim.clip_grad_norm); --resume "
+          "auto restarts from the last checkpoint");
     auto [loss, probs] = backend_for(logits).cross_entropy(logits, labels, 0.0);
     metrics.add_batch(logits, labels, loss, probs);
   }

@@ -1,18 +1,18 @@
 // Multi-process training on this machine's CPU: ranks started by hand with torchrun's variables, as a
 // launcher would, on loopback.
-#include <gtest/gtest.h>
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <cctype>
 #include <chrono>
-#include <map>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 #include <sstream>
 #include <string>
@@ -78,11 +78,11 @@ class DistributedTrain : public ::testing::Test {
     std::string script;
     for (int r = 0; r < n; ++r) {
       const std::string out = (dir_ / ("rank" + std::to_string(r) + ".out")).string();
-      script += "(RANK=" + std::to_string(r) + " WORLD_SIZE=" + std::to_string(n) + " LOCAL_RANK=" +
-                std::to_string(r) + " LOCAL_WORLD_SIZE=" + std::to_string(n) +
+      script += "(RANK=" + std::to_string(r) + " WORLD_SIZE=" + std::to_string(n) +
+                " LOCAL_RANK=" + std::to_string(r) + " LOCAL_WORLD_SIZE=" + std::to_string(n) +
                 " MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port_) + " " +
-                (r < static_cast<int>(prefix.size()) ? prefix[r] : "") + " " + bin + " " + rank_args[r] + " > " +
-                out + " 2>&1; echo $? > " + out + ".rc) & ";
+                (r < static_cast<int>(prefix.size()) ? prefix[r] : "") + " " + bin + " " + rank_args[r] +
+                " > " + out + " 2>&1; echo $? > " + out + ".rc) & ";
     }
     script += "wait";
     const int rc = std::system(("bash -c '" + script + "'").c_str());
@@ -112,7 +112,8 @@ const char* kMlpConfig =
 // because every global batch holds the same samples and gradients are averaged.
 TEST_F(DistributedTrain, TwoRanksEqualOneRankWithTwiceTheBatch) {
   const std::string cfg = write_config(kMlpConfig);
-  auto one = run_ranks({"train " + cfg + " --set data.batch_size=64 --set train.run_dir=" + (dir_ / "one").string()});
+  auto one = run_ranks(
+      {"train " + cfg + " --set data.batch_size=64 --set train.run_dir=" + (dir_ / "one").string()});
   ASSERT_EQ(one[0].exit_code, 0) << one[0].output;
   const std::string two_dir = (dir_ / "two").string();
   auto two = run_ranks({"train " + cfg + " --set data.batch_size=32 --set train.run_dir=" + two_dir,
@@ -144,10 +145,12 @@ TEST_F(DistributedTrain, TwoRanksEqualOneRankWithTwiceTheBatch) {
 
 TEST_F(DistributedTrain, ThreeRanksEqualOneRankWithThreeTimesTheBatch) {
   const std::string cfg = write_config(std::string(kMlpConfig) + "\n");
-  auto one = run_ranks({"train " + cfg + " --set data.batch_size=96 --set train.epochs=4 --set train.run_dir=" +
-                        (dir_ / "one").string()});
+  auto one =
+      run_ranks({"train " + cfg + " --set data.batch_size=96 --set train.epochs=4 --set train.run_dir=" +
+                 (dir_ / "one").string()});
   ASSERT_EQ(one[0].exit_code, 0) << one[0].output;
-  const std::string three = " --set data.batch_size=32 --set train.epochs=4 --set train.run_dir=" + (dir_ / "three").string();
+  const std::string three =
+      " --set data.batch_size=32 --set train.epochs=4 --set train.run_dir=" + (dir_ / "three").string();
   auto r = run_ranks({"train " + cfg + three, "train " + cfg + three, "train " + cfg + three});
   for (const auto& rank : r) ASSERT_EQ(rank.exit_code, 0) << rank.output;
   EXPECT_NE(slurp(dir_ / "three/summary.json").find("\"steps\": 20"), std::string::npos);
@@ -188,7 +191,8 @@ void DistributedTrain::expect_two_rank_resume_after_sigterm_is_bit_exact(const s
   ASSERT_EQ(c[1].exit_code, 0) << c[1].output;
   EXPECT_NE(c[0].output.find("resumed from"), std::string::npos) << c[0].output;
   EXPECT_EQ(slurp(dir_ / "full/train_steps.csv"), slurp(dir_ / "cut/train_steps.csv"));
-  EXPECT_EQ(slurp(dir_ / "full/checkpoints/final.safetensors"), slurp(dir_ / "cut/checkpoints/final.safetensors"));
+  EXPECT_EQ(slurp(dir_ / "full/checkpoints/final.safetensors"),
+            slurp(dir_ / "cut/checkpoints/final.safetensors"));
 }
 
 // The same with a real kill: rank 0 dies by SIGKILL (test hook) while writing the step-12 checkpoint,
@@ -216,7 +220,8 @@ TEST_F(DistributedTrain, TwoRanksKilledWhileWritingACheckpointResumeBitExact) {
   EXPECT_NE(c[0].output.find("step-00000009: step 9, epoch 2, batch 1 of the epoch"), std::string::npos)
       << c[0].output;
   EXPECT_EQ(slurp(dir_ / "full/train_steps.csv"), slurp(dir_ / "cut/train_steps.csv"));
-  EXPECT_EQ(slurp(dir_ / "full/checkpoints/final.safetensors"), slurp(dir_ / "cut/checkpoints/final.safetensors"));
+  EXPECT_EQ(slurp(dir_ / "full/checkpoints/final.safetensors"),
+            slurp(dir_ / "cut/checkpoints/final.safetensors"));
 }
 
 // A checkpoint written by 2 ranks, mid-epoch (SIGTERM after step 11: epoch 2, 192 of 512 samples
@@ -243,12 +248,15 @@ TEST_F(DistributedTrain, ResumeOnOneOrThreeRanksContinuesWithTheUnseenSamples) {
   const std::string one = " --set train.run_dir=" + (dir_ / "one").string() + " --set data.batch_size=64";
   auto refused = run_ranks({"train " + cfg + one + " --resume auto"});
   EXPECT_NE(refused[0].exit_code, 0);
-  EXPECT_NE(refused[0].output.find("checkpoint.allow_world_size_change"), std::string::npos) << refused[0].output;
-  auto r1 = run_ranks({"train " + cfg + one + " --resume auto --set checkpoint.allow_world_size_change=true"});
+  EXPECT_NE(refused[0].output.find("checkpoint.allow_world_size_change"), std::string::npos)
+      << refused[0].output;
+  auto r1 =
+      run_ranks({"train " + cfg + one + " --resume auto --set checkpoint.allow_world_size_change=true"});
   ASSERT_EQ(r1[0].exit_code, 0) << r1[0].output;
-  EXPECT_NE(r1[0].output.find("world size 2 -> 1: epoch 2 continues after 192 of its 512 samples; the 320 not yet "
-                              "seen keep their global order"),
-            std::string::npos)
+  EXPECT_NE(
+      r1[0].output.find("world size 2 -> 1: epoch 2 continues after 192 of its 512 samples; the 320 not yet "
+                        "seen keep their global order"),
+      std::string::npos)
       << r1[0].output;
   EXPECT_NE(slurp(dir_ / "one/summary.json").find("\"steps\": 16"), std::string::npos);
   auto x = load_safetensors((dir_ / "full/checkpoints/final.safetensors").string());
@@ -265,9 +273,10 @@ TEST_F(DistributedTrain, ResumeOnOneOrThreeRanksContinuesWithTheUnseenSamples) {
                             " --resume auto --set checkpoint.allow_world_size_change=true";
   auto r3 = run_ranks({"train " + cfg + three, "train " + cfg + three, "train " + cfg + three});
   for (const auto& rank : r3) ASSERT_EQ(rank.exit_code, 0) << rank.output;
-  EXPECT_NE(r3[0].output.find("world size 2 -> 3: epoch 2 continues after 192 of its 512 samples; the 320 not yet "
-                              "seen"),
-            std::string::npos)
+  EXPECT_NE(
+      r3[0].output.find("world size 2 -> 3: epoch 2 continues after 192 of its 512 samples; the 320 not yet "
+                        "seen"),
+      std::string::npos)
       << r3[0].output;
   // 704 samples seen = step 7 of 96-sample global batches; the 320 unseen samples are 106 per rank
   // (data.drop_last: the sampler drops 2, the loader the last partial batch), 3 batches of 32: steps
@@ -277,15 +286,19 @@ TEST_F(DistributedTrain, ResumeOnOneOrThreeRanksContinuesWithTheUnseenSamples) {
       << slurp(dir_ / "three/summary.json");
 }
 
-TEST_F(DistributedTrain, TwoRankResumeAfterSigtermIsBitExact) { expect_two_rank_resume_after_sigterm_is_bit_exact(""); }
+TEST_F(DistributedTrain, TwoRankResumeAfterSigtermIsBitExact) {
+  expect_two_rank_resume_after_sigterm_is_bit_exact("");
+}
 
 // ZeRO acceptance: resuming from a checkpoint of sharded optimizer state (gathered to rank 0, which
 // writes it) is bit-exact, for both stages, with AdamW's two moments.
 TEST_F(DistributedTrain, ZeroStage1ResumeAfterSigtermIsBitExact) {
-  expect_two_rank_resume_after_sigterm_is_bit_exact(" --set dist.zero_stage=1 --set optim.name=adamw --set optim.lr=0.002");
+  expect_two_rank_resume_after_sigterm_is_bit_exact(
+      " --set dist.zero_stage=1 --set optim.name=adamw --set optim.lr=0.002");
 }
 TEST_F(DistributedTrain, ZeroStage2ResumeAfterSigtermIsBitExact) {
-  expect_two_rank_resume_after_sigterm_is_bit_exact(" --set dist.zero_stage=2 --set optim.name=adamw --set optim.lr=0.002");
+  expect_two_rank_resume_after_sigterm_is_bit_exact(
+      " --set dist.zero_stage=2 --set optim.name=adamw --set optim.lr=0.002");
 }
 
 // ZeRO acceptance through the training loop: 20 steps with stages 1 and 2 end at stage 0's weights
@@ -298,8 +311,9 @@ TEST_F(DistributedTrain, ZeroStagesEndAtStageZerosWeights) {
       "[train]\nepochs = 1\nmax_steps = 20\ngrad_accum_steps = 2\neval_every_epochs = 0\n"
       "[optim]\nclip_grad_norm = 0.5\n[checkpoint]\nevery_epochs = 0\n");
   for (int world : {2, 3}) {
-    for (const std::string optim : {" --set optim.name=sgd --set optim.lr=0.05 --set optim.weight_decay=0.001",
-                                    " --set optim.name=adamw --set optim.lr=0.002"}) {
+    for (const std::string optim :
+         {" --set optim.name=sgd --set optim.lr=0.05 --set optim.weight_decay=0.001",
+          " --set optim.name=adamw --set optim.lr=0.002"}) {
       std::vector<std::map<std::string, Tensor>> weights;
       for (int stage = 0; stage <= 2; ++stage) {
         const std::string run = (dir_ / ("w" + std::to_string(world) + "s" + std::to_string(stage))).string();
@@ -343,8 +357,8 @@ long long bytes_after(const std::string& text, const std::string& marker) {
 TEST_F(DistributedTrain, ZeroOptimizerStatePerRankIsWhatPlanReports) {
   const std::string cfg = write_config(std::string(kMlpConfig) + "\n");
   for (const auto& [stage, world] : std::vector<std::pair<int, int>>{{1, 2}, {1, 3}, {2, 2}, {2, 3}}) {
-    const std::string set = " --set optim.name=adamw --set dist.zero_stage=" + std::to_string(stage) +
-                            " --set train.max_steps=1";
+    const std::string set =
+        " --set optim.name=adamw --set dist.zero_stage=" + std::to_string(stage) + " --set train.max_steps=1";
     const std::string row = "ZeRO-" + std::to_string(stage);
     auto plan = run_ranks({"plan " + cfg + set + " --procs " + std::to_string(world)});
     ASSERT_EQ(plan[0].exit_code, 0) << plan[0].output;
@@ -364,7 +378,8 @@ TEST_F(DistributedTrain, ZeroOptimizerStatePerRankIsWhatPlanReports) {
     auto r = run_ranks(std::vector<std::string>(world, "train " + cfg + set + " --set train.run_dir=" + run));
     for (int rank = 0; rank < world; ++rank) {
       ASSERT_EQ(r[rank].exit_code, 0) << r[rank].output;
-      const std::string log = slurp(run + (rank == 0 ? "/train.log" : "/train.rank" + std::to_string(rank) + ".log"));
+      const std::string log =
+          slurp(run + (rank == 0 ? "/train.log" : "/train.rank" + std::to_string(rank) + ".log"));
       EXPECT_EQ(bytes_after(log, "optimizer state "), reported) << "rank " << rank << "\n" << log;
       EXPECT_EQ(bytes_after(log, "bytes on this rank ("), unsharded) << log;
     }
@@ -376,7 +391,8 @@ TEST_F(DistributedTrain, ZeroOptimizerStatePerRankIsWhatPlanReports) {
 // only "rank 1 did not arrive".
 TEST_F(DistributedTrain, ATimedOutCollectiveSaysWhereEachRankIs) {
   const std::string cfg = write_config(std::string(kMlpConfig) + "\n");
-  const std::string args = "train " + cfg + " --set dist.timeout_seconds=2 --set train.run_dir=" + (dir_ / "r").string();
+  const std::string args =
+      "train " + cfg + " --set dist.timeout_seconds=2 --set train.run_dir=" + (dir_ / "r").string();
   auto r = run_ranks({args, args}, {"TRAINER_TEST_STALL=1:1:6", "TRAINER_TEST_STALL=1:1:6"});
   EXPECT_EQ(r[0].exit_code, 1) << r[0].output;
   EXPECT_NE(r[0].output.find("timed out after 2 s on rank 0: rank(s) 1 did not arrive"), std::string::npos)
@@ -384,6 +400,21 @@ TEST_F(DistributedTrain, ATimedOutCollectiveSaysWhereEachRankIs) {
   EXPECT_NE(r[0].output.find("what each rank last reported"), std::string::npos) << r[0].output;
   EXPECT_NE(r[0].output.find("rank 1: step 1, in data_wait for"), std::string::npos) << r[0].output;
   EXPECT_NE(r[0].output.find("alive, but not in a collective"), std::string::npos) << r[0].output;
+}
+
+// Diverging on 2 ranks (2 steps per epoch: the weights are NaN by the first evaluation): every rank
+// stops with "training diverged" and a hint, from the loss check or from evaluation (which used to fail
+// in ROC-AUC with "a score is NaN"), and none waits for the other.
+TEST_F(DistributedTrain, ANanLossStopsEveryRank) {
+  const std::string cfg = write_config(std::string(kMlpConfig) + "\n");
+  const std::string args =
+      "train " + cfg + " --set optim.lr=1e12 --set train.run_dir=" + (dir_ / "nan").string();
+  auto r = run_ranks({args, args});
+  for (int rank : {0, 1}) {
+    EXPECT_EQ(r[rank].exit_code, 1) << r[rank].output;
+    EXPECT_NE(r[rank].output.find("training diverged. HINT: lower optim.lr"), std::string::npos)
+        << r[rank].output;
+  }
 }
 
 TEST_F(DistributedTrain, RanksWithDifferentConfigsStopAtStartNamingTheKey) {
@@ -411,9 +442,10 @@ TEST_F(DistributedTrain, ARankThatNeverStartsIsReportedAfterTheTimeout) {
   const char* bin_env = std::getenv("TRAINER_BIN");
   const std::string bin = bin_env ? bin_env : TRAINER_BINARY_DIR "/trainer";
   const auto start = std::chrono::steady_clock::now();
-  const std::string cmd = "RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
-                          std::to_string(port_) + " " + bin + " train " + cfg + " --set train.run_dir=" +
-                          (dir_ / "z").string() + " > " + (dir_ / "z.out").string() + " 2>&1";
+  const std::string cmd =
+      "RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
+      std::to_string(port_) + " " + bin + " train " + cfg + " --set train.run_dir=" + (dir_ / "z").string() +
+      " > " + (dir_ / "z.out").string() + " 2>&1";
   const int status = std::system(cmd.c_str());
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_NE(status, 0);
@@ -426,8 +458,10 @@ TEST_F(DistributedTrain, ARankThatNeverStartsIsReportedAfterTheTimeout) {
 TEST_F(DistributedTrain, ADeadRankStopsTheOthersWithAMessageInsteadOfAHang) {
   const std::string cfg = write_config(
       "[model]\nname = \"cnn\"\nin_channels = 1\n"
-      "[data]\ndataset = \"synthetic\"\nsynthetic_samples = 20000\nsynthetic_image_size = 16\nbatch_size = 16\n"
-      "[train]\nepochs = 5\n[dist]\ntimeout_seconds = 5\n[checkpoint]\nevery_epochs = 0\nsave_final = false\n");
+      "[data]\ndataset = \"synthetic\"\nsynthetic_samples = 20000\nsynthetic_image_size = 16\nbatch_size = "
+      "16\n"
+      "[train]\nepochs = 5\n[dist]\ntimeout_seconds = 5\n[checkpoint]\nevery_epochs = 0\nsave_final = "
+      "false\n");
   const auto start = std::chrono::steady_clock::now();
   auto r = run_ranks({"train " + cfg + " --set train.run_dir=" + (dir_ / "d").string(),
                       "train " + cfg + " --set train.run_dir=" + (dir_ / "d").string()},

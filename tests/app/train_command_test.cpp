@@ -31,6 +31,19 @@ class TrainCommand : public trainer::testing::TrainerRunTest {
   }
 };
 
+// A diverging run (an absurd learning rate) stops at the first non-finite loss with the step and a
+// hint, and writes no final checkpoint of NaN weights.
+TEST_F(TrainCommand, ANanLossStopsTheRunWithTheStepAndAHint) {
+  const RunResult r =
+      run_trainer("train " + write_config() + " --set optim.lr=1e12 --set train.run_dir=" + run_dir("nan"));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(r.output.find("loss is NaN at step") != std::string::npos ||
+              r.output.find("loss is infinite at step") != std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("training diverged. HINT: lower optim.lr"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(dir_ / "nan" / "checkpoints" / "final.safetensors"));
+}
+
 TEST_F(TrainCommand, TrainsAndWritesRunDirectoryAndSummary) {
   const std::string summary = (dir_ / "summary.json").string();
   RunResult r = run_trainer("train " + write_config() + " --set train.run_dir=" + run_dir("a") +
