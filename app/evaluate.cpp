@@ -33,6 +33,7 @@ EvalMetrics evaluate(Experiment& e, const Dataset& dataset, Comm* comm) {
   // Per-sample probabilities for ROC-AUC, unless they would take more than 256 MiB (then auc() is NaN).
   const bool keep_scores = dataset.size() * dataset.num_classes() <= (int64_t{1} << 26);
   EvalMetrics metrics(dataset.num_classes(), keep_scores);
+  bool outputs_finite = true;
   while (auto batch = loader.next()) {
     Tensor x = to_float_normalized(batch->images, e.normalization.mean, e.normalization.std)
                    .to(e.device)
@@ -43,17 +44,28 @@ EvalMetrics evaluate(Experiment& e, const Dataset& dataset, Comm* comm) {
       AutocastScope autocast(autocast_dtype_for(c));  // evaluate in the precision the model trains in
       logits = (*e.model)(Variable(x)).data().to(DType::f32);
     }
-    // Non-finite outputs mean non-finite weights: say so, instead of failing later in the metrics
-    // (ROC-AUC refuses NaN scores). Every rank holds the same weights, so every rank stops here.
-    if (!backend_for(logits).all_finite(logits))
-      throw std::runtime_error(
-          "evaluation: the model's outputs are NaN or infinite, so its weights are: training diverged. HINT: "
-          "lower optim.lr, add warmup (schedule.warmup_epochs) or clipping (optim.clip_grad_norm); --resume "
-          "auto restarts from the last checkpoint");
+    // Non-finite outputs (non-finite weights, or fp16 logits that overflowed): no metric is meaningful,
+    // and ROC-AUC would refuse the scores. Noted here, agreed by all ranks after the loop.
+    if (!backend_for(logits).all_finite(logits)) {
+      outputs_finite = false;
+      break;
+    }
     auto [loss, probs] = backend_for(logits).cross_entropy(logits, labels, 0.0);
     metrics.add_batch(logits, labels, loss, probs);
   }
   e.model->train(was_training);
+  // Every rank evaluates its own shard: agree before stopping, so every rank gives the same reason.
+  int64_t any_non_finite = outputs_finite ? 0 : 1;
+  if (comm && comm->world_size() > 1) {
+    Tensor flag = Tensor::from_vector<int64_t>({any_non_finite}, {1});
+    comm->all_reduce(flag, ReduceOp::max);
+    any_non_finite = flag.to_vector<int64_t>()[0];
+  }
+  if (any_non_finite)
+    throw std::runtime_error(
+        "evaluation: the model's outputs are NaN or infinite: training diverged (or, in fp16, the logits "
+        "overflowed). HINT: lower optim.lr, add warmup (schedule.warmup_epochs) or clipping "
+        "(optim.clip_grad_norm); --resume auto restarts from the last checkpoint");
   // Sums by all-reduce, per-sample scores by an exact all-gather in rank order (= dataset order).
   if (comm && comm->world_size() > 1) return combine_across_ranks(metrics, *comm);
   return metrics;

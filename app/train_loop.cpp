@@ -352,6 +352,7 @@ int run_training(const Config& config, const TrainOptions& options) {
                   "; earlier checkpoints are intact, training continues");
       }
     }
+    if (Heartbeat* h = pg->heartbeat()) h->set_phase("barrier after the checkpoint");
     pg->comm().barrier();
   };
   // Every rank must stop at the same step, or the ones still training wait forever: a stop signal
@@ -402,6 +403,7 @@ int run_training(const Config& config, const TrainOptions& options) {
     DevicePrefetcher input(loader, input_device, {e.normalization.mean, e.normalization.std, input_format});
     // Ranks that would run different numbers of steps hang in an all-reduce at the epoch's end: stop
     // here instead, naming them.
+    if (heartbeat) heartbeat->set_phase("epoch start (step-count check)");
     check_epoch_steps(pg->comm(), epoch, loader.num_batches() - lo.first_batch);
 
     e.model->train();
@@ -529,6 +531,7 @@ int run_training(const Config& config, const TrainOptions& options) {
       }
     }
     st.train_seconds = seconds_before_epoch + seconds_since(epoch_start);
+    if (heartbeat) heartbeat->set_phase("epoch end");  // its collectives follow (train loss, stop, eval)
     timer.discard_step();
     for (const auto& t : timer.flush()) observe_step(t);
     if (stop_signal) {

@@ -406,34 +406,38 @@ void CpuComm::send_abort_to_peers(const std::string& reason, int origin) {
   h.nbytes = text.size();
   std::string frame(reinterpret_cast<const char*>(&h), kHeader);
   frame += text;
-  // A peer reading our cut-off message gets its end first (bounded: a peer that stopped reading
-  // hears only the closed connection).
-  const net::Deadline deadline = net::deadline_after(std::chrono::milliseconds(1000));
-  for (int p = 0; p < world_size_; ++p) {
-    if (p == rank_ || !peers_[p].valid()) continue;
+  // Peers with no cut-off message get the ABORT at once; then each peer reading a cut-off message gets
+  // its end first, with a deadline of its own (a peer that stopped reading hears only the closed
+  // connection, and does not use up the time of the others).
+  auto send_abort = [&](int p, net::Deadline deadline) {
     int err = 0;
-    UnsentRest& rest = unsent_[p];
-    if (send_mid_frame_[p] && (rest.payload_len > 0 || !rest.header.empty()) &&
-        net::send_all(peers_[p].fd(), rest.header.data(), rest.header.size(), deadline, &err) ==
-            net::IoStatus::ok &&
-        net::send_all(peers_[p].fd(), rest.payload, rest.payload_len, deadline, &err) == net::IoStatus::ok)
-      send_mid_frame_[p] = false;
-    rest = UnsentRest{};
     if (!send_mid_frame_[p]) net::send_all(peers_[p].fd(), frame.data(), frame.size(), deadline, &err);
     peers_[p].shutdown_write();
+  };
+  for (int p = 0; p < world_size_; ++p)
+    if (p != rank_ && peers_[p].valid() && !send_mid_frame_[p])
+      send_abort(p, net::deadline_after(std::chrono::milliseconds(200)));
+  for (int p = 0; p < world_size_; ++p) {
+    if (p == rank_ || !peers_[p].valid() || !send_mid_frame_[p]) continue;
+    const net::Deadline deadline = net::deadline_after(std::chrono::milliseconds(1000));
+    int err = 0;
+    const std::string& rest = unsent_[p].bytes;
+    if (!rest.empty() &&
+        net::send_all(peers_[p].fd(), rest.data(), rest.size(), deadline, &err) == net::IoStatus::ok)
+      send_mid_frame_[p] = false;
+    unsent_[p] = UnsentRest{};
+    send_abort(p, deadline);
   }
 }
 
 void CpuComm::remember_unsent(const std::vector<Transfer>& transfers) {
   for (const Transfer& t : transfers) {
     if (!t.is_send || t.done == 0 || t.finished()) continue;
-    UnsentRest& rest = unsent_[t.peer];
-    rest.header.clear();
-    if (t.done < kHeader)
-      rest.header.assign(reinterpret_cast<const char*>(&t.header) + t.done, kHeader - t.done);
+    std::string& rest = unsent_[t.peer].bytes;
+    rest.clear();
+    if (t.done < kHeader) rest.assign(reinterpret_cast<const char*>(&t.header) + t.done, kHeader - t.done);
     const size_t payload_done = t.done > kHeader ? t.done - kHeader : 0;
-    rest.payload = t.data + payload_done;
-    rest.payload_len = t.len - payload_done;
+    rest.append(t.data + payload_done, t.len - payload_done);
   }
 }
 

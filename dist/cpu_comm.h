@@ -7,7 +7,8 @@
 //
 // Algorithms: all_reduce of up to 64 KiB sends every rank's tensor to every other rank and reduces in
 // rank order (lowest latency; exact diagnostics); larger ones run a ring (reduce-scatter then
-// all-gather, bandwidth optimal); reduce_scatter is the ring's first phase alone; broadcast is root-to-all; all_gather and barrier are all-to-all.
+// all-gather, bandwidth optimal); reduce_scatter is the ring's first phase alone; broadcast is root-to-all;
+// all_gather and barrier are all-to-all.
 //
 // Failure handling: every wait is a poll() with the collective's deadline. Each message carries the
 // op, its sequence number, dtype and sizes, so ranks issuing different collectives (or different
@@ -102,14 +103,12 @@ class CpuComm : public Comm {
   CpuCommOptions options_;
   std::vector<net::Socket> peers_;    // by rank; peers_[rank_] unused
   std::vector<bool> send_mid_frame_;  // a message to this peer was cut off (no ABORT can follow it)
-  // What is left of a message cut off by a failure: header bytes, then payload (still alive: the
-  // collective's buffers outlive the abort). Finishing it lets the ABORT with the root cause follow
-  // instead of a bare "connection closed"; the payload is the genuine data, so a receiver that
-  // completes its collective with it has the right result.
+  // What is left of a message cut off by a failure (header bytes, then payload), copied: the buffer it
+  // came from may belong to the failed task and be gone by the time the ABORT goes out. Finishing it
+  // lets the ABORT with the root cause follow instead of a bare "connection closed"; the payload is
+  // the genuine data, so a receiver that completes its collective with it has the right result.
   struct UnsentRest {
-    std::string header;
-    const char* payload = nullptr;
-    size_t payload_len = 0;
+    std::string bytes;
   };
   std::vector<UnsentRest> unsent_;  // by peer; worker thread only
   std::vector<bool> recv_mid_frame_;

@@ -1,5 +1,6 @@
 #include "dist/heartbeat.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <sstream>
 #include <vector>
@@ -17,29 +18,32 @@ int64_t wall_ms() {
 
 std::string key_of(int rank) { return "trainer/heartbeat/" + std::to_string(rank); }
 
-// "<sent ms> <step> <phase since ms> <phase>": the phase last, it is free text.
-std::string encode(int64_t sent_ms, int64_t step, int64_t phase_since_ms, const std::string& phase) {
-  return std::to_string(sent_ms) + ' ' + std::to_string(step) + ' ' + std::to_string(phase_since_ms) + ' ' +
+// "<sent ms> <step> <ms in the phase when sent> <phase>": the phase last, it is free text. The time in
+// the phase is measured on the sender's clock, so it is right whatever the skew between hosts.
+std::string encode(int64_t sent_ms, int64_t step, int64_t in_phase_ms, const std::string& phase) {
+  return std::to_string(sent_ms) + ' ' + std::to_string(step) + ' ' + std::to_string(in_phase_ms) + ' ' +
          phase;
 }
 
 struct Record {
-  int64_t sent_ms = 0, step = 0, phase_since_ms = 0;
+  int64_t sent_ms = 0, step = 0, in_phase_ms = 0;
   std::string phase;
 };
 
 bool decode(const std::string& text, Record& r) {
   std::istringstream in(text);
-  if (!(in >> r.sent_ms >> r.step >> r.phase_since_ms)) return false;
+  if (!(in >> r.sent_ms >> r.step >> r.in_phase_ms)) return false;
   in.get();
   std::getline(in, r.phase);
   return true;
 }
 
 // Phases in which a rank issues no collective: a peer waiting in one for long is waiting on this rank.
+// The training loop names every stretch with collectives outside the step (epoch start and end,
+// evaluation, the barrier after a checkpoint), so data_wait and h2d are never stale labels for them.
+// forward communicates with SyncBatchNorm, so it is not listed; nor is start-up (consistency checks).
 bool communicates(const std::string& phase) {
-  // forward communicates with SyncBatchNorm, so it is not listed.
-  return !(phase == "data_wait" || phase == "h2d" || phase == "checkpoint" || phase == "start-up");
+  return !(phase == "data_wait" || phase == "h2d" || phase == "checkpoint");
 }
 
 std::string seconds(int64_t ms) {
@@ -83,7 +87,9 @@ void Heartbeat::publish() {
   std::string value;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    value = encode(wall_ms(), step_.load(std::memory_order_relaxed), phase_since_ms_, phase_);
+    const int64_t now = wall_ms();
+    value = encode(now, step_.load(std::memory_order_relaxed), std::max<int64_t>(0, now - phase_since_ms_),
+                   phase_);
   }
   try {
     store_->set(key_of(rank_), value);
@@ -138,14 +144,14 @@ std::string Heartbeat::describe_ranks(std::chrono::milliseconds timeout) {
       continue;
     }
     const Record& rec = records[r];
-    const int64_t age = now - rec.sent_ms;
+    const int64_t age = std::max<int64_t>(0, now - rec.sent_ms);  // 0 when the reader's clock is behind
     if (age > stale_ms) {
       out << "no report for " << seconds(age) << " (last: step " << rec.step << ", " << rec.phase
           << "): the process died or is frozen";
       continue;
     }
-    out << "step " << rec.step << ", in " << rec.phase << " for " << seconds(now - rec.phase_since_ms)
-        << " (reported " << seconds(std::max<int64_t>(0, age)) << " ago)";
+    out << "step " << rec.step << ", in " << rec.phase << " for " << seconds(rec.in_phase_ms + age)
+        << " (reported " << seconds(age) << " ago)";
     if (rec.step < max_step) {
       out << ": " << (max_step - rec.step) << " step(s) behind";
     } else if (!communicates(rec.phase)) {

@@ -8,7 +8,8 @@
 //   rank 2: no report for 29.8 s (last: step 811, backward): the process died or is frozen
 //   rank 3: step 811, in allreduce_exposed ...: one step behind the others
 // (PyTorch's flight recorder dumps the same kind of history to files per rank, to be compared by hand.)
-// Ages use the wall clocks of the reporting and reading hosts; they assume roughly synchronised clocks.
+// The time in a phase is measured by the reporting rank; the age of a report compares the wall clocks
+// of two hosts, so "no report for N s" assumes clocks synchronised to well under 3 intervals (NTP).
 #include <atomic>
 #include <chrono>
 #include <condition_variable>

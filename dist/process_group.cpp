@@ -1,5 +1,7 @@
 #include "dist/process_group.h"
 
+#include <thread>
+
 #include "dist/consistency.h"
 #include "dist/cpu_comm.h"
 #include "dist/error.h"
@@ -99,6 +101,7 @@ std::unique_ptr<ProcessGroup> ProcessGroup::init(const ProcessEnv& env, const Di
     }
     TcpStoreOptions ho = so;  // the heartbeat's own connection, like the NCCL watchdog's
     ho.is_server = false;
+    ho.reply_timeout = std::chrono::seconds(3);  // a report and a failure's description stay short
     pg->heartbeat_ = std::make_unique<Heartbeat>(std::make_unique<TcpStore>(ho), env.rank, env.world_size);
   } catch (const DistError& e) {
     std::string message = e.what();
@@ -115,11 +118,17 @@ std::unique_ptr<ProcessGroup> ProcessGroup::init(const ProcessEnv& env, const Di
 
 ProcessGroup::~ProcessGroup() {
   heartbeat_.reset();  // its connection to rank 0's store first
-  comm_.reset();       // before the store: rank 0's store outlives its own communicator
+  comm_.reset();
+  // Rank 0 leaving on an error: the other ranks are now failing too and read every rank's heartbeat
+  // from this store for their messages. Keep serving a moment so that they can.
+  if (!shut_down_ && store_ && env_.rank == 0 && env_.world_size > 1)
+    std::this_thread::sleep_for(
+        std::chrono::seconds(2));  // before the store: rank 0's store outlives its own communicator
   store_.reset();
 }
 
 void ProcessGroup::shutdown() {
+  shut_down_ = true;
   if (comm_) comm_->shutdown();
 }
 

@@ -67,6 +67,7 @@ class ProcessGroup {
   std::unique_ptr<Store> store_;
   std::shared_ptr<Comm> comm_;
   std::unique_ptr<Heartbeat> heartbeat_;
+  bool shut_down_ = false;  // shutdown() ran: an orderly end
 };
 
 }  // namespace trainer

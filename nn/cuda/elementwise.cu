@@ -198,9 +198,9 @@ void CudaBackend::scale_and_flag_nonfinite(Tensor& dst, double alpha, Tensor& fl
     scalar_t* d = static_cast<scalar_t*>(dst.raw_data());
     const acc a = static_cast<acc>(alpha);
     for_each(dst.numel(), [=] __device__(int64_t i) {
-      const acc x = to_acc(d[i]) * a;
-      if (!isfinite(x)) *pf = 1;  // racing writers all store 1
-      d[i] = from_acc<scalar_t>(x);
+      d[i] = from_acc<scalar_t>(to_acc(d[i]) * a);
+      if (!isfinite(to_acc(d[i])))
+        *pf = 1;  // the stored value: rounding to half may overflow; racing writers all store 1
     });
   });
 }

@@ -412,8 +412,8 @@ TEST_F(DistributedTrain, ANanLossStopsEveryRank) {
   auto r = run_ranks({args, args});
   for (int rank : {0, 1}) {
     EXPECT_EQ(r[rank].exit_code, 1) << r[rank].output;
-    EXPECT_NE(r[rank].output.find("training diverged. HINT: lower optim.lr"), std::string::npos)
-        << r[rank].output;
+    EXPECT_NE(r[rank].output.find("training diverged"), std::string::npos) << r[rank].output;
+    EXPECT_NE(r[rank].output.find("HINT: lower optim.lr"), std::string::npos) << r[rank].output;
   }
 }
 
