@@ -542,12 +542,22 @@ cudnnBackendDescriptor_t graph_plan(ConvOp op, DType dtype, bool nhwc, const Sha
     if (!candidates.empty()) break;  // the fallback list only when the heuristics gave nothing usable
   }
   if (candidates.empty()) return nullptr;
+  // Deterministic mode runs the first candidate that works (below), so it allocates only what that
+  // one needs, and a failed allocation is an error: falling back to other engines would make the
+  // choice depend on the free memory of the moment.
+  const bool deterministic = cuda_deterministic();
   size_t max_ws = 0;
   for (const Candidate& c : candidates) max_ws = std::max(max_ws, c.workspace);
+  if (deterministic) max_ws = candidates.front().workspace;
   Tensor ws_tensor;
   try {
     if (max_ws) ws_tensor = workspace(max_ws);
-  } catch (const std::runtime_error&) {  // short of memory: only workspace-free candidates
+  } catch (const std::runtime_error& e) {  // short of memory: only workspace-free candidates
+    if (deterministic)
+      throw std::runtime_error(
+          std::string("train.deterministic: the deterministic convolution engine needs ") +
+          std::to_string(max_ws) + " bytes of workspace, which could not be allocated (" + e.what() +
+          "). HINT: lower data.batch_size or free GPU memory");
     max_ws = 0;
   }
   std::vector<Timed> timed;
