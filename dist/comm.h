@@ -91,6 +91,14 @@ class Comm {
 // numel, 1-D output. Shared by the backends.
 void check_reduce_scatter_shapes(const Tensor& input, const Tensor& output, int world_size);
 
+// all_gather's first phase, shared by the backends: every rank sends its dtype and shape as
+// kGatherMetaWords int64 words (dtype, number of dims, up to 8 sizes).
+constexpr int kGatherMetaWords = 10;
+std::vector<int64_t> gather_meta(const Tensor& t);  // throws DistError beyond 8 dims
+// From every rank's words (rank-major): throws DistError naming each rank's shape and dtype unless they
+// agree in dtype and in every dim but dim 0; returns the shapes.
+std::vector<Shape> check_gather_meta(const int64_t* metas, int world_size, const std::string& what);
+
 // World size 1: nothing to communicate, every call returns at once without copying.
 class SingleProcessComm : public Comm {
  public:

@@ -835,43 +835,24 @@ void CpuComm::broadcast(Tensor& tensor, int root) {
 }
 
 std::vector<Tensor> CpuComm::all_gather(const Tensor& tensor) {
-  if (tensor.dim() > 8) throw DistError("all_gather supports tensors of up to 8 dims");
   Tensor mine = tensor.to(Device::cpu()).contiguous();
+  const std::vector<int64_t> meta = gather_meta(mine);  // checked before anything is sent
   std::vector<Tensor> result(world_size_);
-  enqueue("all_gather", [this, &mine, &result](OpContext& ctx) {
+  enqueue("all_gather", [this, &mine, &meta, &result](OpContext& ctx) {
     // Phase 1: every rank's dtype and shape.
     ctx.op = kAllGatherMeta;
-    std::vector<int64_t> meta(10, 0);
-    meta[0] = static_cast<int64_t>(mine.dtype());
-    meta[1] = mine.dim();
-    for (int d = 0; d < mine.dim(); ++d) meta[2 + d] = mine.size(d);
     const size_t meta_bytes = meta.size() * sizeof(int64_t);
     const std::vector<char*> recv = scratch_buffers(meta_bytes);
     run_flat_exchange(meta.data(), meta_bytes, recv, std::vector<size_t>(world_size_, meta_bytes), 0, ctx);
-    std::vector<Shape> shapes(world_size_);
-    std::vector<DType> dtypes(world_size_);
-    for (int p = 0; p < world_size_; ++p) {
-      const int64_t* m = p == rank_ ? meta.data() : reinterpret_cast<const int64_t*>(recv[p]);
-      dtypes[p] = static_cast<DType>(m[0]);
-      shapes[p].assign(m + 2, m + 2 + m[1]);
-    }
-    auto same_but_dim0 = [&](int p) {
-      if (dtypes[p] != dtypes[0] || shapes[p].size() != shapes[0].size()) return false;
-      if (shapes[0].empty()) return true;
-      return std::equal(shapes[p].begin() + 1, shapes[p].end(), shapes[0].begin() + 1);
-    };
-    bool agree = true;
-    for (int p = 1; p < world_size_; ++p) agree = agree && same_but_dim0(p);
-    if (!agree) {
-      std::string list;
-      for (int p = 0; p < world_size_; ++p)
-        list += (p ? ", rank " : "rank ") + std::to_string(p) + ": " + shape_str(shapes[p]) + " " +
-                std::string(dtype_name(dtypes[p]));
-      const std::string message = "all_gather #" + std::to_string(ctx.seq) +
-                                  ": the ranks' tensors differ in dtype or in a dim other than dim 0 (" +
-                                  list +
-                                  "). HINT: only dim 0 (the number of samples) may differ between ranks";
-      throw CommFailure(message, rank_, message);
+    std::vector<int64_t> metas(static_cast<size_t>(kGatherMetaWords) * world_size_);
+    for (int p = 0; p < world_size_; ++p)
+      std::memcpy(metas.data() + kGatherMetaWords * p,
+                  p == rank_ ? meta.data() : reinterpret_cast<const int64_t*>(recv[p]), meta_bytes);
+    std::vector<Shape> shapes;
+    try {
+      shapes = check_gather_meta(metas.data(), world_size_, "all_gather #" + std::to_string(ctx.seq));
+    } catch (const DistError& e) {
+      throw CommFailure(e.what(), rank_, e.what());
     }
     // Phase 2: the data.
     ctx.op = kAllGatherData;
@@ -879,7 +860,7 @@ std::vector<Tensor> CpuComm::all_gather(const Tensor& tensor) {
     std::vector<size_t> lens(world_size_);
     std::vector<char*> into(world_size_, nullptr);
     for (int p = 0; p < world_size_; ++p) {
-      result[p] = p == rank_ ? mine : Tensor::empty(shapes[p], dtypes[p]);
+      result[p] = p == rank_ ? mine : Tensor::empty(shapes[p], mine.dtype());  // dtypes agree
       lens[p] = result[p].nbytes();
       into[p] = static_cast<char*>(result[p].raw_data());
     }

@@ -638,7 +638,6 @@ void NcclComm::broadcast(Tensor& tensor, int root) {
 }
 
 std::vector<Tensor> NcclComm::all_gather(const Tensor& tensor) {
-  if (tensor.dim() > 8) throw DistError("all_gather supports tensors of up to 8 dims");
   const Device dev = Device::cuda(impl_->options.device);
   if (tensor.device().is_cuda() && tensor.device() != dev)
     throw DistError("NCCL all_gather: the tensor is on " + tensor.device().str() +
@@ -646,45 +645,20 @@ std::vector<Tensor> NcclComm::all_gather(const Tensor& tensor) {
   const int world = impl_->world;
   const Tensor mine = tensor.device().is_cpu() ? tensor.to(dev).contiguous() : tensor.contiguous();
 
-  // Phase 1: every rank's dtype and shape (10 x i64 each).
-  std::vector<int64_t> meta(10, 0);
-  meta[0] = static_cast<int64_t>(mine.dtype());
-  meta[1] = mine.dim();
-  for (int d = 0; d < mine.dim(); ++d) meta[2 + d] = mine.size(d);
-  Tensor meta_dev = Tensor::from_vector<int64_t>(meta, {10}).to(dev);
-  Tensor metas_dev = Tensor::empty({10 * world}, DType::i64, dev);
+  // Phase 1: every rank's dtype and shape (kGatherMetaWords x i64 each).
+  const std::vector<int64_t> meta = gather_meta(mine);
+  Tensor meta_dev = Tensor::from_vector<int64_t>(meta, {kGatherMetaWords}).to(dev);
+  Tensor metas_dev = Tensor::empty({kGatherMetaWords * world}, DType::i64, dev);
   {
     void* send = meta_dev.raw_data();
     void* recv = metas_dev.raw_data();
     auto p = impl_->launch("all_gather", "sizes", {meta_dev, metas_dev}, [&](ncclComm_t c, cudaStream_t s) {
-      return ncclAllGather(send, recv, 10, ncclInt64, c, s);
+      return ncclAllGather(send, recv, kGatherMetaWords, ncclInt64, c, s);
     });
     impl_->host_wait(*p);
   }
   const std::vector<int64_t> metas = metas_dev.to_vector<int64_t>();
-  std::vector<Shape> shapes(world);
-  std::vector<DType> dtypes(world);
-  for (int p = 0; p < world; ++p) {
-    const int64_t* m = metas.data() + 10 * p;
-    dtypes[p] = static_cast<DType>(m[0]);
-    shapes[p].assign(m + 2, m + 2 + std::clamp<int64_t>(m[1], 0, 8));
-  }
-  auto same_but_dim0 = [&](int p) {
-    if (dtypes[p] != dtypes[0] || shapes[p].size() != shapes[0].size()) return false;
-    if (shapes[0].empty()) return true;
-    return std::equal(shapes[p].begin() + 1, shapes[p].end(), shapes[0].begin() + 1);
-  };
-  bool agree = true;
-  for (int p = 1; p < world; ++p) agree = agree && same_but_dim0(p);
-  if (!agree) {
-    std::string list;
-    for (int p = 0; p < world; ++p)
-      list += (p ? ", rank " : "rank ") + std::to_string(p) + ": " + shape_str(shapes[p]) + " " +
-              std::string(dtype_name(dtypes[p]));
-    // Every rank sees the same sizes, so every rank throws this same error.
-    throw DistError("NCCL all_gather: the ranks' tensors differ in dtype or in a dim other than dim 0 (" +
-                    list + "). HINT: only dim 0 (the number of samples) may differ between ranks");
-  }
+  const std::vector<Shape> shapes = check_gather_meta(metas.data(), world, "NCCL all_gather");
 
   // Phase 2: the data, each rank's rows padded to the largest dim 0, then trimmed.
   auto rows_of = [](const Shape& s) -> int64_t { return s.empty() ? 1 : s[0]; };
@@ -695,7 +669,7 @@ std::vector<Tensor> NcclComm::all_gather(const Tensor& tensor) {
   const int64_t block = max_rows * row_numel;  // elements per rank, padded
   std::vector<Tensor> result(world);
   if (block == 0) {
-    for (int p = 0; p < world; ++p) result[p] = Tensor::empty(shapes[p], dtypes[p], tensor.device());
+    for (int p = 0; p < world; ++p) result[p] = Tensor::empty(shapes[p], mine.dtype(), tensor.device());
     return result;
   }
   Tensor send = mine.reshape({mine.numel()});
