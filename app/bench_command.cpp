@@ -68,57 +68,43 @@ int parse_positive(const std::string& flag, const std::string& value) {
 
 BenchArgs parse_bench_args(const std::vector<std::string>& args) {
   BenchArgs a;
-  for (size_t i = 0; i < args.size(); ++i) {
-    std::string arg = args[i], value;
-    bool inline_value = false;
-    if (const size_t eq = arg.find('='); arg.rfind("--", 0) == 0 && eq != std::string::npos) {
-      value = arg.substr(eq + 1);
-      arg = arg.substr(0, eq);
-      inline_value = true;
-    }
-    auto take = [&]() -> std::string {
-      if (inline_value) return value;
-      if (i + 1 >= args.size()) throw UsageError(arg + " needs a value");
-      return args[++i];
-    };
+  ArgWalker w(args);
+  while (w.next()) {
+    const std::string& arg = w.arg();
     if (arg == "--help" || arg == "-h") {
       a.help = true;
     } else if (arg == "--procs") {
       a.procs.clear();
-      for (const auto& p : split_list(take())) a.procs.push_back(parse_positive(arg, p));
+      for (const auto& p : split_list(w.value())) a.procs.push_back(parse_positive(arg, p));
     } else if (arg == "--batch") {
       a.batches.clear();
-      for (const auto& b : split_list(take())) a.batches.push_back(parse_positive(arg, b));
+      for (const auto& b : split_list(w.value())) a.batches.push_back(parse_positive(arg, b));
     } else if (arg == "--precisions") {
-      a.precisions = split_list(take());
+      a.precisions = split_list(w.value());
     } else if (arg == "--steps") {
-      a.steps = parse_positive(arg, take());
+      a.steps = parse_positive(arg, w.value());
     } else if (arg == "--warmup") {
-      const std::string v = take();
+      const std::string v = w.value();
       a.warmup = v == "0" ? 0 : parse_positive(arg, v);
     } else if (arg == "--repeats") {
-      a.repeats = parse_positive(arg, take());
+      a.repeats = parse_positive(arg, w.value());
     } else if (arg == "--data") {
-      a.data = take();
+      a.data = w.value();
       if (a.data != "synthetic" && a.data != "real")
         throw UsageError("--data expects synthetic or real, got '" + a.data + "'");
     } else if (arg == "--out") {
-      a.out = take();
+      a.out = w.value();
     } else if (arg == "--set") {
-      a.overrides.push_back(take());
+      a.overrides.push_back(w.value());
     } else if (arg == "--to-accuracy") {
-      const std::string v = take();
+      const std::string v = w.value();
       char* end = nullptr;
       a.to_accuracy = std::strtod(v.c_str(), &end);
       if (v.empty() || *end != '\0' || !(a.to_accuracy > 0 && a.to_accuracy <= 1))
         throw UsageError("--to-accuracy expects a test top-1 fraction in (0, 1], e.g. 0.9 for 90%, got '" +
                          v + "'");
-    } else if (arg.rfind("-", 0) == 0) {
-      throw UsageError("unknown option " + arg);
-    } else if (a.config_path.empty()) {
-      a.config_path = arg;
     } else {
-      throw UsageError("unexpected argument '" + arg + "' (the config is already " + a.config_path + ")");
+      w.config_or_unknown(a.config_path);
     }
   }
   if (a.help) return a;

@@ -49,4 +49,29 @@ CommonArgs parse_common_args(const std::vector<std::string>& args, const std::ve
   return out;
 }
 
+bool ArgWalker::next() {
+  if (next_ >= args_.size()) return false;
+  arg_ = args_[next_++];
+  has_inline_value_ = false;
+  if (const size_t eq = arg_.find('='); arg_.rfind("--", 0) == 0 && eq != std::string::npos) {
+    inline_value_ = arg_.substr(eq + 1);
+    arg_.resize(eq);
+    has_inline_value_ = true;
+  }
+  return true;
+}
+
+std::string ArgWalker::value() {
+  if (has_inline_value_) return inline_value_;
+  if (next_ >= args_.size()) throw UsageError(arg_ + " needs a value");
+  return args_[next_++];
+}
+
+void ArgWalker::config_or_unknown(std::string& config_path) const {
+  if (arg_.rfind("-", 0) == 0) throw UsageError("unknown option " + arg_);
+  if (!config_path.empty())
+    throw UsageError("unexpected argument '" + arg_ + "' (the config is already " + config_path + ")");
+  config_path = arg_;
+}
+
 }  // namespace trainer

@@ -26,4 +26,24 @@ struct CommonArgs {
 // `allowed` lists the flags this subcommand accepts besides --set and --help ("--summary", ...).
 CommonArgs parse_common_args(const std::vector<std::string>& args, const std::vector<std::string>& allowed);
 
+// Walks a subcommand's own arguments, "--flag value" and "--flag=value" alike:
+//   ArgWalker w(args);
+//   while (w.next()) { if (w.arg() == "--procs") ... = w.value(); else w.config_or_unknown(a.config_path); }
+class ArgWalker {
+ public:
+  explicit ArgWalker(const std::vector<std::string>& args) : args_(args) {}
+  bool next();                                     // moves to the next argument; false after the last
+  const std::string& arg() const { return arg_; }  // the flag (without "=value"), or a positional one
+  std::string value();                             // the flag's value; UsageError when it has none
+  // For an argument the subcommand does not handle: the CONFIG path when it is the first positional
+  // one, else a UsageError (unknown option, or a second positional argument).
+  void config_or_unknown(std::string& config_path) const;
+
+ private:
+  const std::vector<std::string>& args_;
+  size_t next_ = 0;
+  std::string arg_, inline_value_;
+  bool has_inline_value_ = false;
+};
+
 }  // namespace trainer

@@ -63,41 +63,27 @@ struct PlanArgs {
 
 PlanArgs parse_plan_args(const std::vector<std::string>& args) {
   PlanArgs a;
-  for (size_t i = 0; i < args.size(); ++i) {
-    std::string arg = args[i], value;
-    bool inline_value = false;
-    if (const size_t eq = arg.find('='); arg.rfind("--", 0) == 0 && eq != std::string::npos) {
-      value = arg.substr(eq + 1);
-      arg = arg.substr(0, eq);
-      inline_value = true;
-    }
-    auto take = [&]() -> std::string {
-      if (inline_value) return value;
-      if (i + 1 >= args.size()) throw UsageError(arg + " needs a value");
-      return args[++i];
-    };
+  ArgWalker w(args);
+  while (w.next()) {
+    const std::string& arg = w.arg();
     if (arg == "--help" || arg == "-h")
       a.help = true;
     else if (arg == "--procs") {
-      const double v = parse_number(arg, take());
+      const double v = parse_number(arg, w.value());
       if (v != std::floor(v)) throw UsageError("--procs expects a whole number");
       a.procs = static_cast<int>(v);
     } else if (arg == "--device-memory")
-      a.device_memory_gib = parse_number(arg, take());
+      a.device_memory_gib = parse_number(arg, w.value());
     else if (arg == "--bus-bandwidth") {
-      const std::string v = take();
+      const std::string v = w.value();
       if (v == "measure")
         a.measure_bus = true;
       else
         a.bus_gbps = parse_number(arg, v);
     } else if (arg == "--set")
-      a.overrides.push_back(take());
-    else if (arg.rfind("-", 0) == 0)
-      throw UsageError("unknown option " + arg);
-    else if (a.config_path.empty())
-      a.config_path = arg;
+      a.overrides.push_back(w.value());
     else
-      throw UsageError("unexpected argument '" + arg + "' (the config is already " + a.config_path + ")");
+      w.config_or_unknown(a.config_path);
   }
   if (a.help) return a;
   if (a.config_path.empty())
