@@ -275,22 +275,19 @@ int bench_command(const std::vector<std::string>& args) {
   std::ostringstream js;
   js << "{\n  \"config\": " << json_quote(a.config_path) << ",\n  \"data\": " << json_quote(a.data)
      << ",\n  \"steps\": " << a.steps << ",\n  \"warmup\": " << a.warmup << ",\n  \"repeats\": " << a.repeats
-     << ",\n  \"overrides\": [";
-  for (size_t i = 0; i < a.overrides.size(); ++i) js << (i ? ", " : "") << json_quote(a.overrides[i]);
-  js << "],\n  \"environment\": " << environment_json(sys, build) << ",\n  \"points\": [\n";
+     << ",\n  \"overrides\": " << json_string_list(a.overrides)
+     << ",\n  \"environment\": " << environment_json(sys, build) << ",\n  \"points\": [\n";
   for (size_t i = 0; i < points.size(); ++i) {
     const Point& p = points[i];
-    js << "    {\"procs\": " << p.procs << ", \"batch_per_rank\": " << p.batch
-       << ", \"global_batch\": " << p.global_batch << ", \"precision\": " << json_quote(p.precision)
-       << ", \"lr\": " << fmt("%.6g", p.lr) << ", \"img_per_s\": " << fmt("%.3f", p.ips)
+    js << "    {" << grid_point_json(p) << ", \"img_per_s\": " << fmt("%.3f", p.ips)
        << ", \"img_per_s_ci95\": " << fmt("%.3f", p.ips_half_width) << ", \"repeat_img_per_s\": [";
     for (size_t r = 0; r < p.repeat_ips.size(); ++r) js << (r ? ", " : "") << fmt("%.3f", p.repeat_ips[r]);
     js << "], \"speedup\": " << fmt("%.4f", p.speedup) << ", \"efficiency\": " << fmt("%.4f", p.efficiency)
        << ", \"mean_step_seconds\": " << fmt("%.6g", mean_of(p.step_seconds))
        << ", \"allreduce_exposed_fraction\": " << fmt("%.4f", p.allreduce_exposed / p.step_total)
-       << ", \"data_wait_fraction\": " << fmt("%.4f", p.data_wait / p.step_total) << ", \"run_dirs\": [";
-    for (size_t r = 0; r < p.run_dirs.size(); ++r) js << (r ? ", " : "") << json_quote(p.run_dirs[r]);
-    js << "]}" << (i + 1 < points.size() ? "," : "") << "\n";
+       << ", \"data_wait_fraction\": " << fmt("%.4f", p.data_wait / p.step_total)
+       << ", \"run_dirs\": " << json_string_list(p.run_dirs) << "}" << (i + 1 < points.size() ? "," : "")
+       << "\n";
   }
   js << "  ]\n}\n";
   std::ofstream(out / "bench.json") << js.str();

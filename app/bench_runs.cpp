@@ -238,6 +238,18 @@ std::vector<GridPoint> measurement_grid(const Config& config, const BenchArgs& a
   return grid;
 }
 
+std::string grid_point_json(const GridPoint& p) {
+  return "\"procs\": " + std::to_string(p.procs) + ", \"batch_per_rank\": " + std::to_string(p.batch) +
+         ", \"global_batch\": " + std::to_string(p.global_batch) +
+         ", \"precision\": " + json_quote(p.precision) + ", \"lr\": " + fmt("%.6g", p.lr);
+}
+
+std::string json_string_list(const std::vector<std::string>& items) {
+  std::string out = "[";
+  for (size_t i = 0; i < items.size(); ++i) out += (i ? ", " : "") + json_quote(items[i]);
+  return out + "]";
+}
+
 void print_run_start(size_t index, size_t count, const GridPoint& p, int repeat, int repeats) {
   std::printf("bench: [%zu/%zu] %d process%s, batch %d/rank, %s, repeat %d/%d ... ", index, count, p.procs,
               p.procs == 1 ? "" : "es", p.batch, p.precision.c_str(), repeat, repeats);

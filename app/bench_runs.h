@@ -79,6 +79,12 @@ std::vector<GridPoint> measurement_grid(const Config& config, const BenchArgs& a
                                         const std::vector<std::string>& precisions,
                                         const std::vector<int>& batches);
 
+// The grid fields of a point in bench.json: "procs": 2, "batch_per_rank": ..., "global_batch": ...,
+// "precision": ..., "lr": ... (no braces).
+std::string grid_point_json(const GridPoint& p);
+// ["a", "b"]
+std::string json_string_list(const std::vector<std::string>& items);
+
 // "bench: [3/8] 2 processes, batch 128/rank, bf16, repeat 1/2 ... " (no newline; flushed).
 void print_run_start(size_t index, size_t count, const GridPoint& p, int repeat, int repeats);
 

@@ -160,15 +160,12 @@ int bench_to_accuracy(const BenchArgs& a, const Config& config, const std::vecto
   js << "{\n  \"mode\": \"time_to_accuracy\",\n  \"config\": " << json_quote(a.config_path)
      << ",\n  \"data\": " << json_quote(a.data) << ",\n  \"target_accuracy\": " << fmt("%.6g", a.to_accuracy)
      << ",\n  \"max_epochs\": " << config.train.epochs << ",\n  \"repeats\": " << a.repeats
-     << ",\n  \"overrides\": [";
-  for (size_t i = 0; i < a.overrides.size(); ++i) js << (i ? ", " : "") << json_quote(a.overrides[i]);
-  js << "],\n  \"environment\": " << environment_json(system_info(), trainer_build())
+     << ",\n  \"overrides\": " << json_string_list(a.overrides)
+     << ",\n  \"environment\": " << environment_json(system_info(), trainer_build())
      << ",\n  \"points\": [\n";
   for (size_t i = 0; i < points.size(); ++i) {
     const AccuracyPoint& p = points[i];
-    js << "    {\"procs\": " << p.procs << ", \"batch_per_rank\": " << p.batch
-       << ", \"global_batch\": " << p.global_batch << ", \"precision\": " << json_quote(p.precision)
-       << ", \"lr\": " << fmt("%.6g", p.lr) << ", \"reached\": " << (p.reached() ? "true" : "false")
+    js << "    {" << grid_point_json(p) << ", \"reached\": " << (p.reached() ? "true" : "false")
        << ", \"epochs\": [";
     for (size_t r = 0; r < p.epochs.size(); ++r) js << (r ? ", " : "") << p.epochs[r];
     js << "], \"time_to_accuracy_seconds\": "
@@ -182,9 +179,8 @@ int bench_to_accuracy(const BenchArgs& a, const Config& config, const std::vecto
        << ", \"efficiency\": " << json_number(p.efficiency, "%.4f")
        << ", \"allreduce_exposed_fraction\": " << fmt("%.4f", fraction(p.allreduce_exposed, p.step_total))
        << ", \"data_wait_fraction\": " << fmt("%.4f", fraction(p.data_wait, p.step_total))
-       << ", \"run_dirs\": [";
-    for (size_t r = 0; r < p.run_dirs.size(); ++r) js << (r ? ", " : "") << json_quote(p.run_dirs[r]);
-    js << "]}" << (i + 1 < points.size() ? "," : "") << "\n";
+       << ", \"run_dirs\": " << json_string_list(p.run_dirs) << "}" << (i + 1 < points.size() ? "," : "")
+       << "\n";
   }
   js << "  ]\n}\n";
   std::ofstream(out / "bench.json") << js.str();
