@@ -414,6 +414,34 @@ class DoneWork : public Work {
   bool completed() const override { return true; }
 };
 
+// Throws unless `t` is on the host or on this communicator's GPU (never silently another GPU's).
+void check_device_of(const Tensor& t, Device dev, const std::string& op) {
+  if (t.device().is_cuda() && t.device() != dev)
+    throw DistError("NCCL " + op + ": the tensor is on " + t.device().str() +
+                    " but this communicator drives " + dev.str());
+}
+
+// A contiguous buffer on `dev` holding `t`, and how a result in it goes back into `t`.
+struct Staged {
+  Tensor buffer;
+  CopyBack copy_back = CopyBack::none;
+};
+Staged stage(const Tensor& t, Device dev) {
+  if (t.device().is_cpu()) return {t.to(dev).contiguous(), CopyBack::host};
+  if (!t.is_contiguous()) return {t.contiguous(), CopyBack::device};
+  return {t, CopyBack::none};
+}
+
+// NCCL's dtype and reduction for a reducing collective, or DistError naming `op`.
+std::pair<ncclDataType_t, ncclRedOp_t> reduction_of(DType dt, ReduceOp op, const std::string& op_name) {
+  ncclDataType_t nt;
+  if (!nccl_dtype(dt, &nt))
+    throw DistError("NCCL " + op_name + ": unsupported dtype " + std::string(dtype_name(dt)));
+  if ((dt == DType::i64 || dt == DType::u8) && op == ReduceOp::avg)
+    throw DistError(op_name + ": avg of an integer tensor is not an integer; use sum and divide");
+  return {nt, op == ReduceOp::sum ? ncclSum : op == ReduceOp::avg ? ncclAvg : ncclMax};
+}
+
 }  // namespace
 
 // -------------------------------------------------------------------------------------------------
@@ -543,26 +571,12 @@ std::chrono::milliseconds NcclComm::timeout() const { return impl_->timeout_now(
 
 std::shared_ptr<Work> NcclComm::all_reduce_async(Tensor tensor, ReduceOp op) {
   const DType dt = tensor.dtype();
-  ncclDataType_t nt;
-  if (!nccl_dtype(dt, &nt))
-    throw DistError("NCCL all_reduce: unsupported dtype " + std::string(dtype_name(dt)));
-  if ((dt == DType::i64 || dt == DType::u8) && op == ReduceOp::avg)
-    throw DistError("all_reduce: avg of an integer tensor is not an integer; use sum and divide");
+  const auto [nt, red] = reduction_of(dt, op, "all_reduce");
   const Device dev = Device::cuda(impl_->options.device);
-  if (tensor.device().is_cuda() && tensor.device() != dev)
-    throw DistError("NCCL all_reduce: the tensor is on " + tensor.device().str() +
-                    " but this communicator drives " + dev.str());
+  check_device_of(tensor, dev, "all_reduce");
   if (tensor.numel() == 0) return std::make_shared<DoneWork>();
-  CopyBack copy_back = CopyBack::none;
-  Tensor buffer = tensor;
-  if (tensor.device().is_cpu()) {
-    buffer = tensor.to(dev).contiguous();
-    copy_back = CopyBack::host;
-  } else if (!tensor.is_contiguous()) {
-    buffer = tensor.contiguous();
-    copy_back = CopyBack::device;
-  }
-  const ncclRedOp_t red = op == ReduceOp::sum ? ncclSum : op == ReduceOp::avg ? ncclAvg : ncclMax;
+  const Staged staged = stage(tensor, dev);
+  const Tensor& buffer = staged.buffer;
   const std::string detail = format_bytes(buffer.nbytes()) + " of " + std::string(dtype_name(dt)) + ", " +
                              std::string(reduce_op_name(op));
   void* data = buffer.raw_data();
@@ -570,43 +584,28 @@ std::shared_ptr<Work> NcclComm::all_reduce_async(Tensor tensor, ReduceOp op) {
   auto p = impl_->launch("all_reduce", detail, {buffer}, [&](ncclComm_t c, cudaStream_t s) {
     return ncclAllReduce(data, data, count, nt, red, c, s);
   });
-  return std::make_shared<NcclWork>(impl_, std::move(p), tensor, buffer, copy_back);
+  return std::make_shared<NcclWork>(impl_, std::move(p), tensor, buffer, staged.copy_back);
 }
 
 void NcclComm::reduce_scatter(Tensor& input, Tensor& output, ReduceOp op) {
   check_reduce_scatter_shapes(input, output, impl_->world);
   const DType dt = input.dtype();
-  ncclDataType_t nt;
-  if (!nccl_dtype(dt, &nt))
-    throw DistError("NCCL reduce_scatter: unsupported dtype " + std::string(dtype_name(dt)));
-  if ((dt == DType::i64 || dt == DType::u8) && op == ReduceOp::avg)
-    throw DistError("reduce_scatter: avg of an integer tensor is not an integer; use sum and divide");
+  const auto [nt, red] = reduction_of(dt, op, "reduce_scatter");
   const Device dev = Device::cuda(impl_->options.device);
-  for (const Tensor* t : {&input, &output})
-    if (t->device().is_cuda() && t->device() != dev)
-      throw DistError("NCCL reduce_scatter: a tensor is on " + t->device().str() +
-                      " but this communicator drives " + dev.str());
+  check_device_of(input, dev, "reduce_scatter");
+  check_device_of(output, dev, "reduce_scatter");
   if (output.numel() == 0) return;
   const Tensor send = input.device() == dev ? input.contiguous() : input.to(dev).contiguous();
-  CopyBack copy_back = CopyBack::none;
-  Tensor recv = output;
-  if (output.device().is_cpu()) {
-    recv = output.to(dev).contiguous();
-    copy_back = CopyBack::host;
-  } else if (!output.is_contiguous()) {
-    recv = output.contiguous();
-    copy_back = CopyBack::device;
-  }
-  const ncclRedOp_t red = op == ReduceOp::sum ? ncclSum : op == ReduceOp::avg ? ncclAvg : ncclMax;
+  const Staged recv = stage(output, dev);
   const std::string detail = format_bytes(send.nbytes()) + " of " + std::string(dtype_name(dt)) + ", " +
                              std::string(reduce_op_name(op));
   const void* send_data = send.raw_data();
-  void* recv_data = recv.raw_data();
-  const size_t count = static_cast<size_t>(recv.numel());
-  auto p = impl_->launch("reduce_scatter", detail, {send, recv}, [&](ncclComm_t c, cudaStream_t s) {
+  void* recv_data = recv.buffer.raw_data();
+  const size_t count = static_cast<size_t>(recv.buffer.numel());
+  auto p = impl_->launch("reduce_scatter", detail, {send, recv.buffer}, [&](ncclComm_t c, cudaStream_t s) {
     return ncclReduceScatter(send_data, recv_data, count, nt, red, c, s);
   });
-  NcclWork(impl_, std::move(p), output, recv, copy_back).wait();
+  NcclWork(impl_, std::move(p), output, recv.buffer, recv.copy_back).wait();
 }
 
 void NcclComm::broadcast(Tensor& tensor, int root) {
@@ -614,19 +613,10 @@ void NcclComm::broadcast(Tensor& tensor, int root) {
     throw DistError("broadcast from root " + std::to_string(root) + " in a world of size " +
                     std::to_string(impl_->world));
   const Device dev = Device::cuda(impl_->options.device);
-  if (tensor.device().is_cuda() && tensor.device() != dev)
-    throw DistError("NCCL broadcast: the tensor is on " + tensor.device().str() +
-                    " but this communicator drives " + dev.str());
+  check_device_of(tensor, dev, "broadcast");
   if (tensor.numel() == 0) return;
-  CopyBack copy_back = CopyBack::none;
-  Tensor buffer = tensor;
-  if (tensor.device().is_cpu()) {
-    buffer = tensor.to(dev).contiguous();
-    copy_back = CopyBack::host;
-  } else if (!tensor.is_contiguous()) {
-    buffer = tensor.contiguous();
-    copy_back = CopyBack::device;
-  }
+  const Staged staged = stage(tensor, dev);
+  const Tensor& buffer = staged.buffer;
   void* data = buffer.raw_data();
   const size_t bytes = buffer.nbytes();
   const std::string detail = format_bytes(bytes) + " of " + std::string(dtype_name(tensor.dtype())) +
@@ -634,14 +624,12 @@ void NcclComm::broadcast(Tensor& tensor, int root) {
   auto p = impl_->launch("broadcast", detail, {buffer}, [&](ncclComm_t c, cudaStream_t s) {
     return ncclBroadcast(data, data, bytes, ncclUint8, root, c, s);
   });
-  NcclWork(impl_, std::move(p), tensor, buffer, copy_back).wait();
+  NcclWork(impl_, std::move(p), tensor, buffer, staged.copy_back).wait();
 }
 
 std::vector<Tensor> NcclComm::all_gather(const Tensor& tensor) {
   const Device dev = Device::cuda(impl_->options.device);
-  if (tensor.device().is_cuda() && tensor.device() != dev)
-    throw DistError("NCCL all_gather: the tensor is on " + tensor.device().str() +
-                    " but this communicator drives " + dev.str());
+  check_device_of(tensor, dev, "all_gather");
   const int world = impl_->world;
   const Tensor mine = tensor.device().is_cpu() ? tensor.to(dev).contiguous() : tensor.contiguous();
 
