@@ -97,7 +97,9 @@ class Backend {
   virtual Tensor avg_pool2d_backward(const Tensor& grad_y, const Shape& x_shape, const Pool2dParams& p) = 0;
   // Mean over H and W: [N, C, H, W] -> [N, C].
   virtual Tensor global_avg_pool(const Tensor& x) = 0;
-  virtual Tensor global_avg_pool_backward(const Tensor& grad_y, const Shape& x_shape) = 0;
+  // The gradient comes back in `format`, the input's layout (a channels-last network stays so).
+  virtual Tensor global_avg_pool_backward(const Tensor& grad_y, const Shape& x_shape,
+                                          MemoryFormat format) = 0;
 
   // ---- batch norm (nn/cpu/batch_norm.cpp), split like PyTorch's SyncBatchNorm so that the
   // per-channel statistics can be all-reduced between the pieces. x [N, C, H, W]; per-channel

@@ -26,7 +26,7 @@
   Tensor avg_pool2d(const Tensor& x, const Pool2dParams& p) override; \
   Tensor avg_pool2d_backward(const Tensor& grad_y, const Shape& x_shape, const Pool2dParams& p) override; \
   Tensor global_avg_pool(const Tensor& x) override; \
-  Tensor global_avg_pool_backward(const Tensor& grad_y, const Shape& x_shape) override; \
+  Tensor global_avg_pool_backward(const Tensor& grad_y, const Shape& x_shape, MemoryFormat format) override; \
   std::pair<Tensor, Tensor> bn_mean_var(const Tensor& x) override; \
   Tensor bn_apply(const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& gamma, \
                   const Tensor& beta) override; \

@@ -246,19 +246,27 @@ Tensor CpuBackend::global_avg_pool(const Tensor& x_in) {
   return y;
 }
 
-Tensor CpuBackend::global_avg_pool_backward(const Tensor& grad_y_in, const Shape& x_shape) {
+Tensor CpuBackend::global_avg_pool_backward(const Tensor& grad_y_in, const Shape& x_shape,
+                                            MemoryFormat format) {
   check_4d("global_avg_pool_backward", x_shape);
   if (grad_y_in.shape() != Shape{x_shape[0], x_shape[1]})
     throw std::invalid_argument("global_avg_pool_backward: grad_y has shape " + shape_str(grad_y_in.shape()) +
                                 ", expected [N, C] for input " + shape_str(x_shape));
   const Tensor dy = grad_y_in.contiguous();
-  const int64_t planes = x_shape[0] * x_shape[1], hw = x_shape[2] * x_shape[3];
-  Tensor dx = Tensor::empty(x_shape, dy.dtype());
+  const int64_t N = x_shape[0], C = x_shape[1], hw = x_shape[2] * x_shape[3];
+  Tensor dx = Tensor::empty(x_shape, dy.dtype(), Device::cpu(), format);
+  const bool cl = format == MemoryFormat::channels_last;
   TRAINER_DISPATCH_FLOAT(dy.dtype(), "global_avg_pool_backward", [&] {
     const scalar_t* g = dy.data<scalar_t>();
     scalar_t* d = dx.data<scalar_t>();
     const scalar_t inv = scalar_t(1) / static_cast<scalar_t>(hw);
-    for (int64_t plane = 0; plane < planes; ++plane, d += hw) std::fill(d, d + hw, g[plane] * inv);
+    if (cl) {  // memory is [N, H*W, C]: every pixel holds its sample's C gradients
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t p = 0; p < hw; ++p, d += C)
+          for (int64_t c = 0; c < C; ++c) d[c] = g[n * C + c] * inv;
+    } else {
+      for (int64_t plane = 0; plane < N * C; ++plane, d += hw) std::fill(d, d + hw, g[plane] * inv);
+    }
   });
   return dx;
 }

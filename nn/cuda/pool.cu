@@ -270,7 +270,8 @@ Tensor CudaBackend::global_avg_pool(const Tensor& x) {
   return y;
 }
 
-Tensor CudaBackend::global_avg_pool_backward(const Tensor& grad_y, const Shape& x_shape) {
+Tensor CudaBackend::global_avg_pool_backward(const Tensor& grad_y, const Shape& x_shape,
+                                             MemoryFormat format) {
   using namespace cuda;
   check_device(grad_y, "global_avg_pool_backward", "grad_y");
   check_4d("global_avg_pool_backward", x_shape);
@@ -279,15 +280,17 @@ Tensor CudaBackend::global_avg_pool_backward(const Tensor& grad_y, const Shape& 
                                 ", expected [N, C] for input " + shape_str(x_shape));
   const int64_t C = x_shape[1], hw = x_shape[2] * x_shape[3];
   const int64_t sn = grad_y.stride(0), sc = grad_y.stride(1);
-  Tensor dx = empty(x_shape, grad_y.dtype());
+  const bool cl = format == MemoryFormat::channels_last;
+  Tensor dx = empty(x_shape, grad_y.dtype(), format);
   CUDA_DISPATCH_FLOAT(grad_y.dtype(), "global_avg_pool_backward", [&] {
     using acc = acc_t<scalar_t>;
     const scalar_t* pg = static_cast<const scalar_t*>(grad_y.raw_data());
     scalar_t* pd = static_cast<scalar_t*>(dx.raw_data());
     const acc inv = acc(1) / static_cast<acc>(hw);
     for_each(dx.numel(), [=] __device__(int64_t i) {
-      const int64_t plane = i / hw;
-      pd[i] = store<scalar_t>(to_acc(pg[(plane / C) * sn + (plane % C) * sc]) * inv);
+      // Element i's sample and channel: memory is [N, C, H*W], or [N, H*W, C] channels-last.
+      const int64_t n = i / (hw * C), c = cl ? i % C : (i / hw) % C;
+      pd[i] = store<scalar_t>(to_acc(pg[n * sn + c * sc]) * inv);
     });
   });
   return dx;

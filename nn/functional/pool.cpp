@@ -26,7 +26,7 @@ Variable global_avg_pool(const Variable& x) {
   // backward of its last block in NCHW and convert at every kernel that wants NHWC.
   const MemoryFormat format = x.data().suggest_memory_format();
   return record_op("global_avg_pool", y, {x}, [x_shape, format](const Tensor& g) -> std::vector<Tensor> {
-    return {backend_for(g).global_avg_pool_backward(g, x_shape).contiguous(format)};
+    return {backend_for(g).global_avg_pool_backward(g, x_shape, format)};
   });
 }
 

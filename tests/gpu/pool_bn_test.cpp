@@ -68,8 +68,9 @@ TEST(CudaPool, AvgPoolGlobalPoolAndBackward) {
       expect_close(cpu().global_avg_pool(x), dev().global_avg_pool(on_gpu(x, f)), tol, tol,
                    "global_avg_pool");
       const Tensor dy = random({3, 7}, gen, dtype);
-      expect_close(cpu().global_avg_pool_backward(dy, x.shape()),
-                   dev().global_avg_pool_backward(dy.to(gpu()), x.shape()), tol, tol,
+      const Tensor dx = dev().global_avg_pool_backward(dy.to(gpu()), x.shape(), f);
+      EXPECT_TRUE(dx.is_contiguous(f));
+      expect_close(cpu().global_avg_pool_backward(dy, x.shape(), MemoryFormat::contiguous), dx, tol, tol,
                    "global_avg_pool_backward");
     }
   }

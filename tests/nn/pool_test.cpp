@@ -115,8 +115,12 @@ TEST(GlobalAvgPool, MeanPerPlane) {
   const Tensor x = Tensor::from_vector(std::vector<double>{1, 2, 3, 4, 10, 20, 30, 40}, {1, 2, 2, 2});
   expect_values(cpu_backend().global_avg_pool(x), {1, 2}, {2.5, 25});
   const Tensor g = Tensor::from_vector(std::vector<double>{4, 8}, {1, 2});
-  expect_values(cpu_backend().global_avg_pool_backward(g, {1, 2, 2, 2}), {1, 2, 2, 2},
-                {1, 1, 1, 1, 2, 2, 2, 2});
+  expect_values(cpu_backend().global_avg_pool_backward(g, {1, 2, 2, 2}, MemoryFormat::contiguous),
+                {1, 2, 2, 2}, {1, 1, 1, 1, 2, 2, 2, 2});
+  // Channels-last input: the gradient comes back channels-last, with the same values.
+  const Tensor g_cl = cpu_backend().global_avg_pool_backward(g, {1, 2, 2, 2}, MemoryFormat::channels_last);
+  EXPECT_TRUE(g_cl.is_contiguous(MemoryFormat::channels_last));
+  expect_values(g_cl.contiguous(), {1, 2, 2, 2}, {1, 1, 1, 1, 2, 2, 2, 2});
   const Tensor xf = x.to(DType::f32);
   EXPECT_EQ(cpu_backend().global_avg_pool(xf).dtype(), DType::f32);
 }
@@ -207,10 +211,11 @@ TEST(Pool, ShapeErrors) {
         k.avg_pool2d_backward(Tensor::zeros({1, 1, 3, 3}, DType::f64), {1, 1, 4, 4}, pool_params(2, 2, 0));
       }).find("[1, 1, 3, 3]"),
       std::string::npos);
-  EXPECT_NE(message([&] {
-              k.global_avg_pool_backward(Tensor::zeros({2, 3}, DType::f64), {2, 2, 4, 4});
-            }).find("[2, 3]"),
-            std::string::npos);
+  EXPECT_NE(
+      message([&] {
+        k.global_avg_pool_backward(Tensor::zeros({2, 3}, DType::f64), {2, 2, 4, 4}, MemoryFormat::contiguous);
+      }).find("[2, 3]"),
+      std::string::npos);
 }
 
 }  // namespace
