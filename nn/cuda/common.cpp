@@ -25,6 +25,21 @@ void coalesce(Shape& shape, std::vector<Shape>& strides) {
   strides = std::move(st);
 }
 
+void order_by_destination_strides(Shape& shape, std::vector<Shape>& strides) {
+  std::vector<size_t> order(shape.size());
+  for (size_t d = 0; d < order.size(); ++d) order[d] = d;
+  const Shape& key = strides[0];
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return key[a] > key[b]; });
+  Shape s(shape.size());
+  std::vector<Shape> st(strides.size(), Shape(shape.size()));
+  for (size_t d = 0; d < order.size(); ++d) {
+    s[d] = shape[order[d]];
+    for (size_t k = 0; k < strides.size(); ++k) st[k][d] = strides[k][order[d]];
+  }
+  shape = std::move(s);
+  strides = std::move(st);
+}
+
 Indexer make_indexer(const Shape& shape, const Shape& strides, const char* op) {
   if (shape.size() > static_cast<size_t>(kMaxDims))
     throw std::invalid_argument(std::string(op) + ": the CUDA backend walks at most " +

@@ -134,6 +134,7 @@ void launch_copy(void* dst, DType dst_dtype, const Shape& dst_strides, const voi
   const int64_t n = shape_numel(shape);
   if (n == 0) return;
   std::vector<Shape> strides{dst_strides, src_strides};
+  order_by_destination_strides(shape, strides);
   coalesce(shape, strides);
   const Indexer di = make_indexer(shape, strides[0], "copy"), si = make_indexer(shape, strides[1], "copy");
   if (dst_dtype == src_dtype) {
@@ -208,6 +209,7 @@ void CudaBackend::fill(Tensor& dst, double value) {
   if (n == 0) return;
   Shape shape = dst.shape();
   std::vector<Shape> strides{dst.strides()};
+  order_by_destination_strides(shape, strides);
   coalesce(shape, strides);
   const Indexer di = make_indexer(shape, strides[0], "fill");
   const uint64_t bits = fill_bits(dst.dtype(), value);

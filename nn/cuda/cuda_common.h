@@ -23,6 +23,10 @@ struct Indexer {
 // Drops size-1 dims and merges neighbouring dims that are contiguous in every one of `strides`
 // (each the same length as shape), so that common layouts reach the kernels as one or two dims.
 void coalesce(Shape& shape, std::vector<Shape>& strides);
+// Reorders dims (the same permutation for shape and every stride list) from the largest stride of
+// strides[0] to the smallest, for kernels where element order does not matter (copy, fill): a
+// channels-last tensor then coalesces to one flat run instead of an offset division per element.
+void order_by_destination_strides(Shape& shape, std::vector<Shape>& strides);
 // An Indexer of shape/strides; throws when more than kMaxDims dims remain.
 Indexer make_indexer(const Shape& shape, const Shape& strides, const char* op);
 // Whether an Indexer walks memory contiguously from its base (so offset == index).
