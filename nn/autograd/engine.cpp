@@ -56,8 +56,10 @@ Variable record_op(const char* name, Tensor result, std::vector<Variable> inputs
     Edge edge;
     edge.requires_grad = in.requires_grad();
     edge.shape = in.shape();
-    if (in.grad_fn()) edge.node = in.grad_fn();
-    else if (edge.requires_grad) edge.leaf = std::move(in);
+    if (in.grad_fn())
+      edge.node = in.grad_fn();
+    else if (edge.requires_grad)
+      edge.leaf = std::move(in);
     node->inputs.push_back(std::move(edge));
   }
   node->backward = std::move(backward);
@@ -109,7 +111,11 @@ void Variable::backward(const Tensor& grad_output) {
     check_grad_shape(g, leaf.shape(), "leaf");
     Tensor& acc = leaf.grad();
     if (!acc.defined()) {
-      acc = g.clone();  // owned: the closure's tensor may alias others
+      // The gradient must own its memory (the closure's tensor may alias others); one nobody else
+      // holds, dense and exactly its storage's size, is taken as it is instead of copied.
+      const bool sole_owner = g.storage() && g.storage().use_count() == 1 && g.offset() == 0 &&
+                              g.is_contiguous() && g.storage()->nbytes() == g.nbytes();
+      acc = sole_owner ? g : g.clone();
     } else {
       backend_for(acc).axpy(acc, g, 1.0);
     }
@@ -150,8 +156,10 @@ void Variable::backward(const Tensor& grad_output) {
       const Tensor& g = input_grads[i];
       if (g.defined()) {
         check_grad_shape(g, in.shape, node->name);
-        if (child) grads[child] = accumulate(grads[child], g);
-        else deliver_to_leaf(in.leaf, g);
+        if (child)
+          grads[child] = accumulate(grads[child], g);
+        else
+          deliver_to_leaf(in.leaf, g);
       } else if (!child) {
         if (--leaf_pending[in.leaf.impl()] <= 0 && in.leaf.grad().defined()) {
           Variable leaf = in.leaf;
