@@ -88,7 +88,7 @@ Variable sync_batch_norm(BatchNorm2d& bn, const Variable& x, const std::shared_p
                         k64.unary(UnaryOp::sqrt, k64.binary_scalar(BinaryOp::add, var64, bn.eps(), false)),
                         1.0, true)
           .to(stats_dtype);
-  Tensor y = local_count > 0 ? k.bn_apply(xd, mean, invstd, wd, bd) : xd.clone();
+  Tensor y = local_count > 0 ? k.bn_apply(xd, mean, invstd, wd, bd, {}) : xd.clone();
 
   const bool has_weight = wd.defined(), has_bias = bd.defined(), x_needs_grad = x.requires_grad();
   std::vector<Variable> inputs{x};

@@ -39,6 +39,13 @@ struct Pool2dParams {
 int64_t conv_output_size(int64_t in, int kernel, int stride, int pad, int dilation);
 int64_t pool_output_size(int64_t in, int kernel, int stride, int pad, bool ceil_mode);
 
+// What bn_apply adds after the affine map: y = act(affine(x) + residual), act = relu or identity.
+// A ResNet block's tail (batch norm, residual add, ReLU) is then one pass over memory instead of three.
+struct BnEpilogue {
+  Tensor residual;  // same shape as x, or undefined
+  bool relu = false;
+};
+
 struct SgdParams {
   double lr = 0.1, momentum = 0.0, dampening = 0.0, weight_decay = 0.0;
   bool nesterov = false;
@@ -106,9 +113,17 @@ class Backend {
   // tensors are [C] in x's dtype.
   // Per-channel mean and biased variance over N, H, W: {mean, var}.
   virtual std::pair<Tensor, Tensor> bn_mean_var(const Tensor& x) = 0;
-  // y = (x - mean) * invstd * gamma + beta; gamma/beta may be undefined (affine=false).
+  // Training-mode statistics: {mean, invstd = 1 / sqrt(var + eps)} per channel (var biased; both in
+  // accumulate_dtype(x)). When running_mean/running_var are defined (dense [C], f32 or f64, on x's
+  // device) they move towards the batch in place, as torch.nn.BatchNorm2d's do: running =
+  // (1 - momentum) * running + momentum * batch, with the unbiased variance. The CUDA backend does
+  // all of it in the statistics' one kernel instead of six small ones after it.
+  virtual std::pair<Tensor, Tensor> bn_train_stats(const Tensor& x, double eps, double momentum,
+                                                   Tensor& running_mean, Tensor& running_var) = 0;
+  // y = act((x - mean) * invstd * gamma + beta + residual) (see BnEpilogue); gamma/beta may be
+  // undefined (affine=false). The result has x's layout.
   virtual Tensor bn_apply(const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& gamma,
-                          const Tensor& beta) = 0;
+                          const Tensor& beta, const BnEpilogue& epilogue) = 0;
   // {sum over N,H,W of grad_y, sum of grad_y * (x - mean) * invstd}.
   virtual std::pair<Tensor, Tensor> bn_backward_reduce(const Tensor& grad_y, const Tensor& x,
                                                        const Tensor& mean, const Tensor& invstd) = 0;

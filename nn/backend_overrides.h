@@ -2,47 +2,49 @@
 // The override declarations of every Backend kernel, shared by the CPU and CUDA backend classes so
 // the list exists once: a new kernel is added to nn/backend.h and here.
 
-#define TRAINER_BACKEND_OVERRIDES \
-  void copy(Tensor& dst, const Tensor& src) override; \
-  void fill(Tensor& dst, double value) override; \
-  Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) override; \
-  Tensor binary_scalar(BinaryOp op, const Tensor& a, double s, bool scalar_first) override; \
-  Tensor unary(UnaryOp op, const Tensor& a) override; \
-  Tensor unary_backward(UnaryOp op, const Tensor& grad, const Tensor& x, const Tensor& y) override; \
-  void axpy(Tensor& dst, const Tensor& src, double alpha) override; \
-  void scale(Tensor& dst, double alpha) override; \
-  Tensor sum(const Tensor& a, const std::vector<int>& dims, bool keepdim) override; \
-  Tensor broadcast_to(const Tensor& a, const Shape& shape) override; \
-  bool all_finite(const Tensor& a) override; \
-  void scale_and_flag_nonfinite(Tensor& dst, double alpha, Tensor& flag) override; \
-  Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) override; \
-  Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p) override; \
-  Tensor conv2d_backward_input(const Tensor& grad_y, const Tensor& w, const Shape& x_shape, \
-                               const Conv2dParams& p) override; \
-  Tensor conv2d_backward_weight(const Tensor& grad_y, const Tensor& x, const Shape& w_shape, \
-                                const Conv2dParams& p) override; \
-  std::pair<Tensor, Tensor> max_pool2d(const Tensor& x, const Pool2dParams& p) override; \
-  Tensor max_pool2d_backward(const Tensor& grad_y, const Tensor& indices, const Shape& x_shape) override; \
-  Tensor avg_pool2d(const Tensor& x, const Pool2dParams& p) override; \
-  Tensor avg_pool2d_backward(const Tensor& grad_y, const Shape& x_shape, const Pool2dParams& p) override; \
-  Tensor global_avg_pool(const Tensor& x) override; \
+#define TRAINER_BACKEND_OVERRIDES                                                                            \
+  void copy(Tensor& dst, const Tensor& src) override;                                                        \
+  void fill(Tensor& dst, double value) override;                                                             \
+  Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) override;                                     \
+  Tensor binary_scalar(BinaryOp op, const Tensor& a, double s, bool scalar_first) override;                  \
+  Tensor unary(UnaryOp op, const Tensor& a) override;                                                        \
+  Tensor unary_backward(UnaryOp op, const Tensor& grad, const Tensor& x, const Tensor& y) override;          \
+  void axpy(Tensor& dst, const Tensor& src, double alpha) override;                                          \
+  void scale(Tensor& dst, double alpha) override;                                                            \
+  Tensor sum(const Tensor& a, const std::vector<int>& dims, bool keepdim) override;                          \
+  Tensor broadcast_to(const Tensor& a, const Shape& shape) override;                                         \
+  bool all_finite(const Tensor& a) override;                                                                 \
+  void scale_and_flag_nonfinite(Tensor& dst, double alpha, Tensor& flag) override;                           \
+  Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) override;                      \
+  Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p) override;       \
+  Tensor conv2d_backward_input(const Tensor& grad_y, const Tensor& w, const Shape& x_shape,                  \
+                               const Conv2dParams& p) override;                                              \
+  Tensor conv2d_backward_weight(const Tensor& grad_y, const Tensor& x, const Shape& w_shape,                 \
+                                const Conv2dParams& p) override;                                             \
+  std::pair<Tensor, Tensor> max_pool2d(const Tensor& x, const Pool2dParams& p) override;                     \
+  Tensor max_pool2d_backward(const Tensor& grad_y, const Tensor& indices, const Shape& x_shape) override;    \
+  Tensor avg_pool2d(const Tensor& x, const Pool2dParams& p) override;                                        \
+  Tensor avg_pool2d_backward(const Tensor& grad_y, const Shape& x_shape, const Pool2dParams& p) override;    \
+  Tensor global_avg_pool(const Tensor& x) override;                                                          \
   Tensor global_avg_pool_backward(const Tensor& grad_y, const Shape& x_shape, MemoryFormat format) override; \
-  std::pair<Tensor, Tensor> bn_mean_var(const Tensor& x) override; \
-  Tensor bn_apply(const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& gamma, \
-                  const Tensor& beta) override; \
-  std::pair<Tensor, Tensor> bn_backward_reduce(const Tensor& grad_y, const Tensor& x, const Tensor& mean, \
-                                               const Tensor& invstd) override; \
-  Tensor bn_backward_input(const Tensor& grad_y, const Tensor& x, const Tensor& mean, const Tensor& invstd, \
-                           const Tensor& gamma, const Tensor& sum_dy, const Tensor& sum_dy_xhat, \
-                           int64_t count) override; \
-  std::pair<Tensor, Tensor> cross_entropy(const Tensor& logits, const Tensor& targets, \
-                                          double label_smoothing) override; \
-  Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& probs, const Tensor& targets, \
-                                double label_smoothing) override; \
-  Tensor topk_correct(const Tensor& logits, const Tensor& targets, int k) override; \
-  Tensor argmax(const Tensor& logits) override; \
-  Tensor dropout_mask(const Shape& shape, double p, DType dtype, Generator& gen) override; \
-  void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, bool first_step, \
-                const SgdParams& p) override; \
-  void adamw_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, \
+  std::pair<Tensor, Tensor> bn_mean_var(const Tensor& x) override;                                           \
+  std::pair<Tensor, Tensor> bn_train_stats(const Tensor& x, double eps, double momentum,                     \
+                                           Tensor& running_mean, Tensor& running_var) override;              \
+  Tensor bn_apply(const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& gamma,            \
+                  const Tensor& beta, const BnEpilogue& epilogue) override;                                  \
+  std::pair<Tensor, Tensor> bn_backward_reduce(const Tensor& grad_y, const Tensor& x, const Tensor& mean,    \
+                                               const Tensor& invstd) override;                               \
+  Tensor bn_backward_input(const Tensor& grad_y, const Tensor& x, const Tensor& mean, const Tensor& invstd,  \
+                           const Tensor& gamma, const Tensor& sum_dy, const Tensor& sum_dy_xhat,             \
+                           int64_t count) override;                                                          \
+  std::pair<Tensor, Tensor> cross_entropy(const Tensor& logits, const Tensor& targets,                       \
+                                          double label_smoothing) override;                                  \
+  Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& probs, const Tensor& targets,         \
+                                double label_smoothing) override;                                            \
+  Tensor topk_correct(const Tensor& logits, const Tensor& targets, int k) override;                          \
+  Tensor argmax(const Tensor& logits) override;                                                              \
+  Tensor dropout_mask(const Shape& shape, double p, DType dtype, Generator& gen) override;                   \
+  void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, bool first_step,                 \
+                const SgdParams& p) override;                                                                \
+  void adamw_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,                    \
                   const AdamWParams& p) override;

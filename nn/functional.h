@@ -62,9 +62,12 @@ Variable global_avg_pool(const Variable& x);  // [N, C, H, W] -> [N, C]
 // ---- normalisation and regularisation (nn/functional/batch_norm.cpp, nn/functional/dropout.cpp)
 // Training mode normalises with batch statistics and updates running_mean/running_var in place
 // (momentum as PyTorch: running = (1 - m) * running + m * batch; unbiased variance); evaluation
-// mode uses the running statistics. weight/bias may be undefined.
+// mode uses the running statistics. weight/bias may be undefined. With a residual and/or relu the
+// result is relu(batch_norm(x) + residual) in one pass (a ResNet block's tail); the gradient is the
+// unfused ops' gradient.
 Variable batch_norm(const Variable& x, const Variable& weight, const Variable& bias, Tensor& running_mean,
-                    Tensor& running_var, bool training, double momentum, double eps);
+                    Tensor& running_var, bool training, double momentum, double eps,
+                    const Variable& residual = Variable(), bool relu = false);
 Variable dropout(const Variable& x, double p, bool training, Generator& gen);
 
 // ---- loss and metrics (nn/functional/loss.cpp). logits [N, K], targets i64 [N].

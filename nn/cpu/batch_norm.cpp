@@ -172,8 +172,28 @@ std::pair<Tensor, Tensor> CpuBackend::bn_mean_var(const Tensor& x_in) {
   return {channel_tensor(mean, x.dtype()), channel_tensor(var, x.dtype())};
 }
 
+std::pair<Tensor, Tensor> CpuBackend::bn_train_stats(const Tensor& x, double eps, double momentum,
+                                                     Tensor& running_mean, Tensor& running_var) {
+  const auto [mean_t, var_t] = bn_mean_var(x);
+  const std::vector<double> mean = mean_t.to_vector<double>(), var = var_t.to_vector<double>();
+  std::vector<double> invstd(var.size());
+  for (size_t c = 0; c < var.size(); ++c) invstd[c] = 1.0 / std::sqrt(var[c] + eps);
+  if (running_mean.defined() || running_var.defined()) {
+    const int64_t C = static_cast<int64_t>(mean.size());
+    const double n = static_cast<double>(x.numel() / C);
+    auto update = [&](Tensor& running, const std::vector<double>& batch, double factor, const char* name) {
+      std::vector<double> r = channel_values(running, C, "bn_train_stats", name, false);
+      for (int64_t c = 0; c < C; ++c) r[c] = (1.0 - momentum) * r[c] + momentum * factor * batch[c];
+      running.copy_(channel_tensor(r, running.dtype()));
+    };
+    update(running_mean, mean, 1.0, "running_mean");
+    update(running_var, var, n / (n - 1.0), "running_var");
+  }
+  return {mean_t, channel_tensor(invstd, mean_t.dtype())};
+}
+
 Tensor CpuBackend::bn_apply(const Tensor& x_in, const Tensor& mean_t, const Tensor& invstd_t,
-                            const Tensor& gamma_t, const Tensor& beta_t) {
+                            const Tensor& gamma_t, const Tensor& beta_t, const BnEpilogue& epilogue) {
   const ChannelLayout l = channel_layout(x_in, "bn_apply");
   const int64_t C = l.channels;
   const std::vector<double> mean = channel_values(mean_t, C, "bn_apply", "mean", false);
@@ -181,6 +201,11 @@ Tensor CpuBackend::bn_apply(const Tensor& x_in, const Tensor& mean_t, const Tens
   const std::vector<double> gamma = channel_values(gamma_t, C, "bn_apply", "weight", true, 1.0);
   const std::vector<double> beta = channel_values(beta_t, C, "bn_apply", "bias", true, 0.0);
   const Tensor x = in_layout(x_in, l);
+  Tensor residual;
+  if (epilogue.residual.defined()) {
+    check_same(epilogue.residual, x_in, "bn_apply", "residual");
+    residual = in_layout(epilogue.residual, l);
+  }
   Tensor y = Tensor::empty(x.shape(), x.dtype(), Device::cpu(), l.format);
   TRAINER_DISPATCH_FLOAT(x.dtype(), "bn_apply", [&] {
     std::vector<scalar_t> m(C), a(C), b(C);
@@ -192,6 +217,15 @@ Tensor CpuBackend::bn_apply(const Tensor& x_in, const Tensor& mean_t, const Tens
     // (x - mean) * a + b rather than x * a + (b - mean * a): no cancellation when |mean| >> std.
     channel_affine<false>(l, x.data<scalar_t>(), static_cast<const scalar_t*>(nullptr), y.data<scalar_t>(),
                           m.data(), a.data(), b.data(), static_cast<const scalar_t*>(nullptr));
+    // The epilogue in the same order as the unfused ops: add the residual, then the ReLU.
+    scalar_t* py = y.data<scalar_t>();
+    const int64_t n = y.numel();
+    if (residual.defined()) {
+      const scalar_t* pr = residual.data<scalar_t>();
+      for (int64_t i = 0; i < n; ++i) py[i] += pr[i];
+    }
+    if (epilogue.relu)
+      for (int64_t i = 0; i < n; ++i) py[i] = py[i] > scalar_t(0) ? py[i] : scalar_t(0);
   });
   return y;
 }

@@ -5,13 +5,14 @@
 // and walked as [N, C, inner]. Element (o, c, i) sits at (o * C + c) * inner + i. Per-channel sums
 // are accumulated in double, split over several blocks per channel and added in a fixed order by
 // the last block of each channel group to finish (so results are deterministic and no second
-// kernel is needed); the variance takes two passes (no cancellation when |mean| >> std).
+// kernel is needed). Mean and variance come from one pass of sums shifted by each channel's first
+// value (no cancellation when |mean| >> std); channels-last inputs are read 16 bytes per thread.
 //
 // Per-channel inputs (mean, invstd, gamma, sums) are read in place in whatever floating dtype they
 // have: no conversion kernels. Each piece is one kernel: a reduction, or an elementwise pass
 // (vectorised by 4 when the layout allows) that computes its per-channel coefficients itself.
-#include <type_traits>
 #include <mutex>
+#include <type_traits>
 
 #include "nn/cuda/kernels.cuh"
 
@@ -75,6 +76,32 @@ struct ChannelValues {
   }
 };
 
+// A dense [C] f32 or f64 tensor written in place on the device (running statistics).
+struct ChannelTarget {
+  void* p = nullptr;
+  DType dtype = DType::f32;
+  __device__ __forceinline__ void move_towards(int64_t c, double batch, double momentum) const {
+    if (dtype == DType::f64) {
+      double& r = static_cast<double*>(p)[c];
+      r = (1.0 - momentum) * r + momentum * batch;
+    } else {
+      float& r = static_cast<float*>(p)[c];
+      r = static_cast<float>((1.0 - momentum) * r + momentum * batch);
+    }
+  }
+};
+
+ChannelTarget channel_target(Tensor& t, int64_t C, const char* name) {
+  if (!t.defined()) return {};
+  check_device(t, "bn_train_stats", name);
+  if (t.dim() != 1 || t.size(0) != C || (C > 1 && t.stride(0) != 1) ||
+      (t.dtype() != DType::f32 && t.dtype() != DType::f64))
+    throw std::invalid_argument(std::string("bn_train_stats: ") + name + " must be a dense f32 or f64 [" +
+                                std::to_string(C) + "] tensor, got " + std::string(dtype_name(t.dtype())) +
+                                " " + shape_str(t.shape()));
+  return {t.raw_data(), t.dtype()};
+}
+
 // Validates a per-channel tensor and returns a view of it for the kernels; `keep` holds a dense
 // device copy when t was not one already (undefined t gives a null view when optional).
 ChannelValues channel_values(const Tensor& t, int64_t C, const char* op, const char* name, bool optional,
@@ -105,53 +132,70 @@ unsigned* arrival_counters(int64_t groups) {
   return static_cast<unsigned*>(counters->raw_data());
 }
 
-enum Mode { kSum, kSquaredDeviation, kBackward };
+enum Mode { kMoments, kBackward };
+
+// What mode M adds per element: kMoments the shifted sums of x - shift and (x - shift)^2 (the shift
+// is each channel's first element, so the variance's one pass has no cancellation when |mean| >>
+// std), kBackward the sums of dy and dy * (x - mean).
+template <int M>
+__device__ __forceinline__ void accumulate(double& a0, double& a1, double v, double g, double m) {
+  const double d = v - m;
+  if constexpr (M == kMoments) {
+    a0 += d;
+    a1 += d * d;
+  } else {
+    a0 += g;
+    a1 += g * d;
+  }
+}
+
+// The last block of a channel group to finish adds the parts of channel c in order (deterministic).
+template <class Finish>
+__device__ __forceinline__ void finish_channel(const double* partial, int64_t c, int parts, Finish& finish) {
+  double s0 = 0.0, s1 = 0.0;
+  for (int p = 0; p < parts; ++p) {
+    s0 += __ldcg(&partial[(c * parts + p) * 2]);
+    s1 += __ldcg(&partial[(c * parts + p) * 2 + 1]);
+  }
+  finish(c, s0, s1);
+}
 
 // Block (channel group, part) -> partial[(c * parts + part) * 2 + k]; the last block of a group to
 // finish then calls finish(c, sum0, sum1) for each channel of the group, adding the parts in order.
 // For inner > 1 a group is one channel (threads along the contiguous inner run, 4 elements at a
 // time when inner % 4 == 0); for inner == 1 a group is 32 channels (lanes along C, 8 rows of
-// warps), so both layouts read memory coalesced.
+// warps), so both layouts read memory coalesced. `centre` is the per-channel value subtracted
+// (the mean for kBackward; unused for kMoments, which shifts by the channel's first element).
 template <class T, int M, class Finish>
-__global__ void channel_reduce_kernel(const T* x, const T* dy, ChannelValues mean, int64_t outer, int64_t C,
+__global__ void channel_reduce_kernel(const T* x, const T* dy, ChannelValues centre, int64_t outer, int64_t C,
                                       int64_t inner, int parts, double* partial, unsigned* counters,
                                       Finish finish) {
   const int part = static_cast<int>(blockIdx.x % parts);
   const int64_t group = blockIdx.x / parts;
   double a0 = 0.0, a1 = 0.0;
-  auto add = [&](double v, double g, double m) {
-    if constexpr (M == kSum) {
-      a0 += v;
-    } else if constexpr (M == kSquaredDeviation) {
-      const double d = v - m;
-      a0 += d * d;
-    } else {
-      a0 += g;
-      a1 += g * (v - m);
-    }
-  };
   __shared__ bool last;
   if (inner > 1) {
     const bool vec = inner % 4 == 0;  // parts then start at multiples of 4 (the last may be empty)
     const int64_t c = group, total = outer * inner;
     const int64_t chunk = vec ? ((total + parts - 1) / parts + 3) / 4 * 4 : (total + parts - 1) / parts;
     const int64_t begin = part * chunk, end = min(total, begin + chunk);
-    const double m = M == kSum ? 0.0 : mean[c];
+    const double m = M == kMoments ? to_acc(x[c * inner]) : centre[c];
     if (vec) {
       // 4 consecutive positions share o: one division per 4 elements.
       for (int64_t q = begin + 4 * threadIdx.x; q < end; q += 4 * blockDim.x) {
         const int64_t o = q / inner, base = (o * C + c) * inner + (q - o * inner);
 #pragma unroll
-        for (int j = 0; j < 4; ++j) add(to_acc(x[base + j]), M == kBackward ? to_acc(dy[base + j]) : 0.0, m);
+        for (int j = 0; j < 4; ++j)
+          accumulate<M>(a0, a1, to_acc(x[base + j]), M == kBackward ? to_acc(dy[base + j]) : 0.0, m);
       }
     } else {
       for (int64_t q = begin + threadIdx.x; q < end; q += blockDim.x) {
         const int64_t o = q / inner, idx = (o * C + c) * inner + (q - o * inner);
-        add(to_acc(x[idx]), M == kBackward ? to_acc(dy[idx]) : 0.0, m);
+        accumulate<M>(a0, a1, to_acc(x[idx]), M == kBackward ? to_acc(dy[idx]) : 0.0, m);
       }
     }
     a0 = block_sum(a0);
-    if constexpr (M == kBackward) a1 = block_sum(a1);
+    a1 = block_sum(a1);
     if (threadIdx.x == 0) {
       partial[(c * parts + part) * 2] = a0;
       partial[(c * parts + part) * 2 + 1] = a1;
@@ -161,13 +205,8 @@ __global__ void channel_reduce_kernel(const T* x, const T* dy, ChannelValues mea
     __syncthreads();
     if (last && threadIdx.x == 0) {
       __threadfence();
-      double s0 = 0.0, s1 = 0.0;
-      for (int p = 0; p < parts; ++p) {
-        s0 += __ldcg(&partial[(c * parts + p) * 2]);
-        s1 += __ldcg(&partial[(c * parts + p) * 2 + 1]);
-      }
       counters[group] = 0;
-      finish(c, s0, s1);
+      finish_channel(partial, c, parts, finish);
     }
     return;
   }
@@ -176,9 +215,9 @@ __global__ void channel_reduce_kernel(const T* x, const T* dy, ChannelValues mea
   const int64_t c = group * 32 + lane, chunk = (outer + parts - 1) / parts;
   const int64_t begin = part * chunk, end = min(outer, begin + chunk);
   if (c < C) {
-    const double m = M == kSum ? 0.0 : mean[c];
+    const double m = M == kMoments ? to_acc(x[c]) : centre[c];
     for (int64_t o = begin + row; o < end; o += nrows)
-      add(to_acc(x[o * C + c]), M == kBackward ? to_acc(dy[o * C + c]) : 0.0, m);
+      accumulate<M>(a0, a1, to_acc(x[o * C + c]), M == kBackward ? to_acc(dy[o * C + c]) : 0.0, m);
   }
   rows[0][row][lane] = a0;
   rows[1][row][lane] = a1;
@@ -197,44 +236,108 @@ __global__ void channel_reduce_kernel(const T* x, const T* dy, ChannelValues mea
   __syncthreads();
   if (last && row == 0) {
     __threadfence();
-    if (c < C) {
-      double s0 = 0.0, s1 = 0.0;
-      for (int p = 0; p < parts; ++p) {
-        s0 += __ldcg(&partial[(c * parts + p) * 2]);
-        s1 += __ldcg(&partial[(c * parts + p) * 2 + 1]);
-      }
-      finish(c, s0, s1);
+    if (c < C) finish_channel(partial, c, parts, finish);
+    if (lane == 0) counters[group] = 0;
+  }
+}
+
+// The channels-last reduction with 16-byte loads: each thread owns V = 16 / sizeof(T) neighbouring
+// channels of a row, `per_row` threads cover a group of per_row * V channels and the block's
+// 256 / per_row rows of threads walk the part's rows. Needs C % V == 0 and 16-byte aligned inputs.
+template <class T, int M, class Finish>
+__global__ void channel_reduce_cl16_kernel(const T* x, const T* dy, ChannelValues centre, int64_t outer,
+                                           int64_t C, int per_row, int parts, double* partial,
+                                           unsigned* counters, Finish finish) {
+  using P = Pack16<T>;
+  constexpr int V = P::kSize;
+  __shared__ double sums[2][kThreads * V];
+  __shared__ bool last;
+  const int part = static_cast<int>(blockIdx.x % parts);
+  const int64_t group = blockIdx.x / parts;
+  const int nrows = kThreads / per_row, lane = threadIdx.x % per_row, row = threadIdx.x / per_row;
+  const int64_t cv = group * per_row + lane, vectors = C / V;  // cv: this thread's channel vector
+  const bool active = row < nrows && cv < vectors;
+  const int64_t chunk = (outer + parts - 1) / parts, begin = part * chunk, end = min(outer, begin + chunk);
+  double a0[V] = {}, a1[V] = {}, m[V];
+  if (active) {
+    const P first = reinterpret_cast<const P*>(x)[cv];
+#pragma unroll
+    for (int j = 0; j < V; ++j) m[j] = M == kMoments ? to_acc(first.v[j]) : centre[cv * V + j];
+    for (int64_t o = begin + row; o < end; o += nrows) {
+      const P xv = reinterpret_cast<const P*>(x + o * C)[cv];
+      P gv;
+      if constexpr (M == kBackward) gv = reinterpret_cast<const P*>(dy + o * C)[cv];
+#pragma unroll
+      for (int j = 0; j < V; ++j)
+        accumulate<M>(a0[j], a1[j], to_acc(xv.v[j]), M == kBackward ? to_acc(gv.v[j]) : 0.0, m[j]);
     }
+  }
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    sums[0][threadIdx.x * V + j] = a0[j];
+    sums[1][threadIdx.x * V + j] = a1[j];
+  }
+  __syncthreads();
+  if (row == 0 && cv < vectors) {
+    for (int j = 0; j < V; ++j) {
+      double s0 = 0.0, s1 = 0.0;
+      for (int r = 0; r < nrows; ++r)
+        s0 += sums[0][(r * per_row + lane) * V + j], s1 += sums[1][(r * per_row + lane) * V + j];
+      const int64_t c = cv * V + j;
+      partial[(c * parts + part) * 2] = s0;
+      partial[(c * parts + part) * 2 + 1] = s1;
+    }
+    __threadfence();
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(&counters[group], 1u) == static_cast<unsigned>(parts - 1);
+  __syncthreads();
+  if (last && row == 0) {
+    __threadfence();
+    if (cv < vectors)
+      for (int j = 0; j < V; ++j) finish_channel(partial, cv * V + j, parts, finish);
     if (lane == 0) counters[group] = 0;
   }
 }
 
 // Per-channel sums of mode M over x (and dy), handed to finish(c, sum0, sum1) on the device.
 template <class T, int M, class Finish>
-void channel_reduce(const ChannelLayout& l, const T* x, const T* dy, ChannelValues mean, Finish finish) {
-  const int64_t groups = l.inner > 1 ? l.channels : (l.channels + 31) / 32;
-  const int64_t rows = l.inner > 1 ? l.per_channel() / 2048 : l.outer / 64;  // work per block floor
+void channel_reduce(const ChannelLayout& l, const T* x, const T* dy, ChannelValues centre, Finish finish) {
+  constexpr int V = Pack16<T>::kSize;
+  const bool cl16 = l.inner == 1 && l.channels % V == 0 && aligned16(x) && (!dy || aligned16(dy));
+  const int per_row = cl16 ? static_cast<int>(std::min<int64_t>(l.channels / V, kThreads)) : 0;
+  const int64_t groups = cl16          ? (l.channels / V + per_row - 1) / per_row
+                         : l.inner > 1 ? l.channels
+                                       : (l.channels + 31) / 32;
+  // Work per block floor: 2048 elements of a channel, or 64 rows of the block's channels.
+  const int64_t rows = l.inner > 1 ? l.per_channel() / 2048 : l.outer / 64;
   const int64_t target = static_cast<int64_t>(cuda_context().sm_count) * 4;
   const int parts = static_cast<int>(
       std::clamp<int64_t>((target + groups - 1) / groups, 1, std::clamp<int64_t>(rows, 1, 1024)));
   Tensor partial = empty({l.channels * parts * 2}, DType::f64);
   unsigned* counters = arrival_counters(groups);
-  channel_reduce_kernel<T, M><<<static_cast<unsigned>(groups * parts), kThreads, 0, cuda_stream()>>>(
-      x, dy, mean, l.outer, l.channels, l.inner, parts, static_cast<double*>(partial.raw_data()), counters,
-      finish);
+  const unsigned blocks = static_cast<unsigned>(groups * parts);
+  double* pp = static_cast<double*>(partial.raw_data());
+  if (cl16)
+    channel_reduce_cl16_kernel<T, M><<<blocks, kThreads, 0, cuda_stream()>>>(
+        x, dy, centre, l.outer, l.channels, per_row, parts, pp, counters, finish);
+  else
+    channel_reduce_kernel<T, M><<<blocks, kThreads, 0, cuda_stream()>>>(x, dy, centre, l.outer, l.channels,
+                                                                        l.inner, parts, pp, counters, finish);
   CUDA_CHECK_LAUNCH();
 }
 
 // Per-channel coefficients of the affine pass out = (x - k0) * k1 + k2 (+ g * k3), computed in double
 // from the per-channel inputs and rounded to the compute type; k is [4][C].
-struct ForwardCoefficients {  // y = (x - mean) * invstd * gamma + beta
+struct ForwardCoefficients {  // y = (x - mean) * invstd * gamma + beta (+ residual)
   ChannelValues mean, invstd, gamma, beta;
+  bool residual;
   template <class A>
   __device__ void operator()(int64_t c, int64_t C, A* k) const {
     k[c] = static_cast<A>(mean[c]);
     k[C + c] = static_cast<A>(invstd[c] * gamma.or_default(c, 1.0));
     k[2 * C + c] = static_cast<A>(beta.or_default(c, 0.0));
-    k[3 * C + c] = A(0);
+    k[3 * C + c] = A(residual ? 1 : 0);
   }
 };
 struct BackwardCoefficients {  // grad_x = (dy - mean(dy) - xhat * mean(dy * xhat)) * invstd * gamma
@@ -257,10 +360,11 @@ __global__ void coefficients_kernel(Coefficients coefficients, int64_t C, A* k) 
     coefficients(c, C, k);
 }
 
-// out = (x - k0[c]) * k1[c] + k2[c] (+ g * k3[c] when g is given), in x's dense layout:
+// out = act((x - k0[c]) * k1[c] + k2[c] (+ g * k3[c] when g is given)), act = ReLU when kRelu, in
+// x's dense layout:
 // c = (i / inner) % C, or i % C for channels-last (inner == 1). Each block first computes the
 // coefficients into shared memory (no separate kernel), unless `global_k` already holds them.
-template <class T, bool kWithGrad, class Coefficients>
+template <class T, bool kWithGrad, bool kRelu, class Coefficients>
 __global__ void channel_affine_kernel(int64_t n, const T* __restrict__ x, const T* __restrict__ g,
                                       T* __restrict__ out, Coefficients coefficients,
                                       const acc_t<T>* global_k, int64_t C, int64_t inner, bool vec4) {
@@ -293,6 +397,7 @@ __global__ void channel_affine_kernel(int64_t n, const T* __restrict__ x, const 
         const int64_t c = inner == 1 ? c0 + j : c0;
         acc v = (to_acc(xs.v[j]) - k[c]) * k[C + c] + k[2 * C + c];
         if constexpr (kWithGrad) v += to_acc(gs.v[j]) * k[3 * C + c];
+        if constexpr (kRelu) v = v > acc(0) ? v : acc(0);
         r.v[j] = store<T>(v);
       }
       ov[q] = r;
@@ -303,6 +408,7 @@ __global__ void channel_affine_kernel(int64_t n, const T* __restrict__ x, const 
     const int64_t c = (i / inner) % C;
     acc v = (to_acc(x[i]) - k[c]) * k[C + c] + k[2 * C + c];
     if constexpr (kWithGrad) v += to_acc(g[i]) * k[3 * C + c];
+    if constexpr (kRelu) v = v > acc(0) ? v : acc(0);
     out[i] = store<T>(v);
   }
 }
@@ -311,7 +417,7 @@ bool aligned_to(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t
 
 template <class T, class Coefficients>
 void channel_affine(const ChannelLayout& l, int64_t n, const T* x, const T* g, T* out,
-                    Coefficients coefficients) {
+                    Coefficients coefficients, bool relu = false) {
   if (n <= 0) return;
   using acc = acc_t<T>;
   const int64_t C = l.channels, run = l.inner > 1 ? l.inner : C;
@@ -332,12 +438,16 @@ void channel_affine(const ChannelLayout& l, int64_t n, const T* x, const T* g, T
     gk = static_cast<const acc*>(global.raw_data());
     shared = 0;
   }
-  if (g)
-    channel_affine_kernel<T, true>
+  auto launch = [&](auto with_g, auto with_relu) {
+    channel_affine_kernel<T, decltype(with_g)::value, decltype(with_relu)::value>
         <<<blocks, kThreads, shared, cuda_stream()>>>(n, x, g, out, coefficients, gk, C, l.inner, vec4);
+  };
+  using yes = std::true_type;
+  using no = std::false_type;
+  if (g)
+    relu ? launch(yes{}, yes{}) : launch(yes{}, no{});
   else
-    channel_affine_kernel<T, false>
-        <<<blocks, kThreads, shared, cuda_stream()>>>(n, x, nullptr, out, coefficients, gk, C, l.inner, vec4);
+    relu ? launch(no{}, yes{}) : launch(no{}, no{});
   CUDA_CHECK_LAUNCH();
 }
 
@@ -356,27 +466,64 @@ std::pair<Tensor, Tensor> CudaBackend::bn_mean_var(const Tensor& x_in) {
   const double n = static_cast<double>(l.per_channel());
   // Statistics of half inputs are kept in f32 (accumulate_dtype), as cuDNN and PyTorch keep them.
   const DType stats = accumulate_dtype(x.dtype());
-  Tensor mean = empty({C}, stats), var = empty({C}, stats), mean_d = empty({C}, DType::f64);
+  Tensor mean = empty({C}, stats), var = empty({C}, stats);
   CUDA_DISPATCH_FLOAT(x.dtype(), "bn_mean_var", [&] {
     using stat_t = std::conditional_t<std::is_same_v<scalar_t, double>, double, float>;
     const scalar_t* px = static_cast<const scalar_t*>(x.raw_data());
-    double* pm = static_cast<double*>(mean_d.raw_data());
     stat_t* out_mean = static_cast<stat_t*>(mean.raw_data());
     stat_t* out_var = static_cast<stat_t*>(var.raw_data());
-    channel_reduce<scalar_t, kSum>(l, px, nullptr, ChannelValues{},
-                                   [=] __device__(int64_t c, double s, double) {
-                                     pm[c] = s / n;
-                                     out_mean[c] = static_cast<stat_t>(s / n);
-                                   });
-    channel_reduce<scalar_t, kSquaredDeviation>(
-        l, px, nullptr, ChannelValues{pm, DType::f64},
-        [=] __device__(int64_t c, double s, double) { out_var[c] = static_cast<stat_t>(s / n); });
+    // One pass: shifted sums s = sum(x - k), q = sum((x - k)^2) with k the channel's first value.
+    channel_reduce<scalar_t, kMoments>(l, px, nullptr, ChannelValues{},
+                                       [=] __device__(int64_t c, double s, double q) {
+                                         const double k = to_acc(px[c * l.inner]), d = s / n;
+                                         out_mean[c] = static_cast<stat_t>(k + d);
+                                         out_var[c] = static_cast<stat_t>(fmax(q / n - d * d, 0.0));
+                                       });
   });
   return {mean, var};
 }
 
+std::pair<Tensor, Tensor> CudaBackend::bn_train_stats(const Tensor& x_in, double eps, double momentum,
+                                                      Tensor& running_mean, Tensor& running_var) {
+  using namespace cuda;
+  check_device(x_in, "bn_train_stats", "input");
+  const ChannelLayout l = channel_layout(x_in, "bn_train_stats");
+  if (l.per_channel() == 0)
+    throw std::invalid_argument("bn_train_stats: no values per channel in input of shape " +
+                                shape_str(x_in.shape()));
+  if (running_mean.defined() != running_var.defined())
+    throw std::invalid_argument(
+        "bn_train_stats: running_mean and running_var must be both defined or neither");
+  const Tensor x = x_in.contiguous(l.format());
+  const int64_t C = l.channels;
+  const double n = static_cast<double>(l.per_channel());
+  const ChannelTarget rm = channel_target(running_mean, C, "running_mean"),
+                      rv = channel_target(running_var, C, "running_var");
+  const double unbias = n > 1 ? n / (n - 1.0) : 1.0;
+  const DType stats = accumulate_dtype(x.dtype());
+  Tensor mean = empty({C}, stats), invstd = empty({C}, stats);
+  CUDA_DISPATCH_FLOAT(x.dtype(), "bn_train_stats", [&] {
+    using stat_t = std::conditional_t<std::is_same_v<scalar_t, double>, double, float>;
+    const scalar_t* px = static_cast<const scalar_t*>(x.raw_data());
+    stat_t* out_mean = static_cast<stat_t*>(mean.raw_data());
+    stat_t* out_invstd = static_cast<stat_t*>(invstd.raw_data());
+    channel_reduce<scalar_t, kMoments>(l, px, nullptr, ChannelValues{},
+                                       [=] __device__(int64_t c, double s, double q) {
+                                         const double k = to_acc(px[c * l.inner]), d = s / n;
+                                         const double m = k + d, var = fmax(q / n - d * d, 0.0);
+                                         out_mean[c] = static_cast<stat_t>(m);
+                                         out_invstd[c] = static_cast<stat_t>(1.0 / sqrt(var + eps));
+                                         if (rm.p) {
+                                           rm.move_towards(c, m, momentum);
+                                           rv.move_towards(c, var * unbias, momentum);
+                                         }
+                                       });
+  });
+  return {mean, invstd};
+}
+
 Tensor CudaBackend::bn_apply(const Tensor& x_in, const Tensor& mean_t, const Tensor& invstd_t,
-                             const Tensor& gamma_t, const Tensor& beta_t) {
+                             const Tensor& gamma_t, const Tensor& beta_t, const BnEpilogue& epilogue) {
   using namespace cuda;
   check_device(x_in, "bn_apply", "input");
   const ChannelLayout l = channel_layout(x_in, "bn_apply");
@@ -387,11 +534,18 @@ Tensor CudaBackend::bn_apply(const Tensor& x_in, const Tensor& mean_t, const Ten
                       gamma = channel_values(gamma_t, C, "bn_apply", "weight", true, k2),
                       beta = channel_values(beta_t, C, "bn_apply", "bias", true, k3);
   const Tensor x = x_in.contiguous(l.format());
+  Tensor residual;
+  if (epilogue.residual.defined()) {
+    check_same(epilogue.residual, x_in, "bn_apply", "residual");
+    residual = epilogue.residual.contiguous(l.format());
+  }
   Tensor y = empty(x.shape(), x.dtype(), l.format());
   CUDA_DISPATCH_FLOAT(x.dtype(), "bn_apply", [&] {
-    channel_affine<scalar_t>(l, x.numel(), static_cast<const scalar_t*>(x.raw_data()), nullptr,
+    channel_affine<scalar_t>(l, x.numel(), static_cast<const scalar_t*>(x.raw_data()),
+                             residual.defined() ? static_cast<const scalar_t*>(residual.raw_data()) : nullptr,
                              static_cast<scalar_t*>(y.raw_data()),
-                             ForwardCoefficients{mean, invstd, gamma, beta});
+                             ForwardCoefficients{mean, invstd, gamma, beta, residual.defined()},
+                             epilogue.relu);
   });
   return y;
 }

@@ -20,17 +20,11 @@ Tensor inverse_std(const Tensor& var, double eps) {
   return k.binary_scalar(BinaryOp::div, s, 1.0, true);
 }
 
-// running = (1 - m) * running + m * factor * batch, in place, in running's dtype.
-void update_running(Tensor& running, const Tensor& batch, double momentum, double factor) {
-  Backend& k = backend_for(running);
-  k.scale(running, 1.0 - momentum);
-  k.axpy(running, batch.to(running.dtype()), momentum * factor);
-}
-
 }  // namespace
 
 Variable batch_norm(const Variable& x, const Variable& weight, const Variable& bias, Tensor& running_mean,
-                    Tensor& running_var, bool training, double momentum, double eps) {
+                    Tensor& running_var, bool training, double momentum, double eps, const Variable& residual,
+                    bool relu) {
   if (x.dim() < 2)
     throw std::invalid_argument("batch_norm: input must be [N, C, ...], got " + shape_str(x.shape()));
   const int64_t C = x.size(1);
@@ -56,15 +50,11 @@ Variable batch_norm(const Variable& x, const Variable& weight, const Variable& b
       throw std::invalid_argument(
           "batch_norm: expected more than 1 value per channel when training, got input " +
           shape_str(x.shape()));
-    auto [batch_mean, batch_var] = k.bn_mean_var(xd);
-    mean = batch_mean;
-    invstd = inverse_std(batch_var, eps);
-    if (training && running_mean.defined()) {
-      // Like torch.nn.BatchNorm2d: normalise with the biased variance, track the unbiased one.
-      const double n = static_cast<double>(count);
-      update_running(running_mean, batch_mean, momentum, 1.0);
-      update_running(running_var, batch_var, momentum, n / (n - 1.0));
-    }
+    // Like torch.nn.BatchNorm2d: normalise with the biased variance, track the unbiased one.
+    Tensor no_running;
+    const bool track = training && running_mean.defined();
+    std::tie(mean, invstd) = k.bn_train_stats(xd, eps, momentum, track ? running_mean : no_running,
+                                              track ? running_var : no_running);
   } else {
     // Snapshots: a later training step updates the running tensors in place, and this graph's
     // backward must see the statistics its forward used.
@@ -73,17 +63,27 @@ Variable batch_norm(const Variable& x, const Variable& weight, const Variable& b
     invstd = inverse_std(running_var, eps).to(stats);
   }
 
-  Tensor y = k.bn_apply(xd, mean, invstd, wd, bd);
+  const bool has_residual = residual.defined();
+  if (has_residual && residual.shape() != x.shape())
+    throw std::invalid_argument("batch_norm: residual has shape " + shape_str(residual.shape()) +
+                                ", input has " + shape_str(x.shape()));
+  Tensor y =
+      k.bn_apply(xd, mean, invstd, wd, bd, BnEpilogue{has_residual ? residual.data() : Tensor(), relu});
   const bool has_weight = wd.defined(), has_bias = bd.defined(), x_needs_grad = x.requires_grad();
   std::vector<Variable> inputs{x};
   if (has_weight) inputs.push_back(weight);
   if (has_bias) inputs.push_back(bias);
+  if (has_residual) inputs.push_back(residual);
   return record_op(
       "batch_norm", y, inputs,
-      [xd, wd, mean, invstd, batch_stats, count, has_weight, has_bias, x_needs_grad,
-       weight_dtype = has_weight ? wd.dtype() : xd.dtype(),
-       bias_dtype = has_bias ? bd.dtype() : xd.dtype()](const Tensor& g) -> std::vector<Tensor> {
-        Backend& k = backend_for(g);
+      [xd, wd, mean, invstd, batch_stats, count, has_weight, has_bias, x_needs_grad, has_residual,
+       relu_out = relu ? y : Tensor(), weight_dtype = has_weight ? wd.dtype() : xd.dtype(),
+       bias_dtype = has_bias ? bd.dtype() : xd.dtype()](const Tensor& g_out) -> std::vector<Tensor> {
+        Backend& k = backend_for(g_out);
+        // Through the ReLU first (its output is positive exactly where it passed its input); the
+        // residual's gradient is that of the sum.
+        const Tensor g =
+            relu_out.defined() ? k.unary_backward(UnaryOp::relu, g_out, Tensor(), relu_out) : g_out;
         Tensor sum_dy, sum_dy_xhat;
         if (has_weight || has_bias || (batch_stats && x_needs_grad))
           std::tie(sum_dy, sum_dy_xhat) = k.bn_backward_reduce(g, xd, mean, invstd);
@@ -95,10 +95,11 @@ Variable batch_norm(const Variable& x, const Variable& weight, const Variable& b
         } else {
           // Running statistics are constants: grad_x = dy * invstd * gamma.
           const Tensor zero = Tensor::zeros(mean.shape(), mean.dtype(), mean.device());
-          grads.push_back(k.bn_apply(g, zero, invstd, wd, Tensor()));
+          grads.push_back(k.bn_apply(g, zero, invstd, wd, Tensor(), {}));
         }
         if (has_weight) grads.push_back(sum_dy_xhat.to(weight_dtype));
         if (has_bias) grads.push_back(sum_dy.to(bias_dtype));
+        if (has_residual) grads.push_back(g);
         return grads;
       });
 }

@@ -35,10 +35,10 @@ BasicBlock::BasicBlock(int64_t inplanes, int64_t planes, int stride, bool downsa
 }
 
 Variable BasicBlock::forward(const Variable& x) {
-  Variable out = F::relu(bn1_->forward(conv1_->forward(x)));
-  out = bn2_->forward(conv2_->forward(out));
+  // bn + relu and bn + residual add + relu each run as one pass (BatchNorm2d's fused tail).
+  const Variable out = bn1_->forward(conv1_->forward(x), Variable(), true);
   const Variable identity = downsample_ ? downsample_->forward(x) : x;
-  return F::relu(F::add(out, identity));
+  return bn2_->forward(conv2_->forward(out), identity, true);
 }
 
 Bottleneck::Bottleneck(int64_t inplanes, int64_t planes, int stride, bool downsample, Generator& gen) {
@@ -54,11 +54,10 @@ Bottleneck::Bottleneck(int64_t inplanes, int64_t planes, int stride, bool downsa
 }
 
 Variable Bottleneck::forward(const Variable& x) {
-  Variable out = F::relu(bn1_->forward(conv1_->forward(x)));
-  out = F::relu(bn2_->forward(conv2_->forward(out)));
-  out = bn3_->forward(conv3_->forward(out));
+  Variable out = bn1_->forward(conv1_->forward(x), Variable(), true);
+  out = bn2_->forward(conv2_->forward(out), Variable(), true);
   const Variable identity = downsample_ ? downsample_->forward(x) : x;
-  return F::relu(F::add(out, identity));
+  return bn3_->forward(conv3_->forward(out), identity, true);
 }
 
 ResNetConfig ResNetConfig::for_depth(ResNetDepth depth) {
@@ -88,7 +87,6 @@ ResNet::ResNet(const ResNetConfig& config, Generator& gen) : config_(config) {
     conv1_ = register_module("conv1", conv3x3(config.in_channels, 64, 1, gen));
   }
   bn1_ = register_module("bn1", std::make_shared<BatchNorm2d>(64));
-  relu_ = register_module("relu", std::make_shared<ReLU>());
   if (config.stem == ResNetStem::imagenet)
     maxpool_ = register_module("maxpool", std::make_shared<MaxPool2d>(3, 2, 1));
   const int64_t planes[4] = {64, 128, 256, 512};
@@ -134,10 +132,10 @@ std::shared_ptr<Sequential> ResNet::make_layer(int64_t planes, int blocks, int s
 }
 
 Variable ResNet::forward(const Variable& x) {
-  Variable h = relu_->forward(bn1_->forward(conv1_->forward(x)));  // [N, 64, H/2, W/2] (imagenet stem)
-  if (maxpool_) h = maxpool_->forward(h);                          // [N, 64, H/4, W/4]
-  for (auto& stage : stages_) h = stage->forward(h);               // [N, 512 * expansion, H/32, W/32]
-  h = F::flatten(avgpool_->forward(h), 1);                         // [N, 512 * expansion]
+  Variable h = bn1_->forward(conv1_->forward(x), Variable(), true);  // [N, 64, H/2, W/2] (imagenet stem)
+  if (maxpool_) h = maxpool_->forward(h);                            // [N, 64, H/4, W/4]
+  for (auto& stage : stages_) h = stage->forward(h);                 // [N, 512 * expansion, H/32, W/32]
+  h = F::flatten(avgpool_->forward(h), 1);                           // [N, 512 * expansion]
   return fc_->forward(h);
 }
 

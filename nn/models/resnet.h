@@ -67,7 +67,6 @@ class ResNet : public Module {
   int64_t inplanes_ = 64;
   std::shared_ptr<Conv2d> conv1_;
   std::shared_ptr<BatchNorm2d> bn1_;
-  std::shared_ptr<ReLU> relu_;
   std::shared_ptr<MaxPool2d> maxpool_;  // null for the cifar stem
   std::array<std::shared_ptr<Sequential>, 4> stages_;
   std::shared_ptr<AdaptiveAvgPool2d> avgpool_;

@@ -45,13 +45,21 @@ void BatchNorm2d::count_batch() {
   count.fill_(static_cast<double>(++tracked_mirror_));
 }
 
-Variable BatchNorm2d::forward(const Variable& x) {
+Variable BatchNorm2d::forward(const Variable& x) { return forward(x, Variable(), false); }
+
+Variable BatchNorm2d::forward(const Variable& x, const Variable& residual, bool relu) {
   if (x.dim() != 4 || x.size(1) != num_features_)
     throw std::invalid_argument("BatchNorm2d(" + std::to_string(num_features_) + ") expects input [N, " +
                                 std::to_string(num_features_) + ", H, W], got " + shape_str(x.shape()));
-  Variable y = training_ && training_forward_ ? training_forward_(*this, x)
-                                              : F::batch_norm(x, weight_, bias_, *running_mean_,
-                                                              *running_var_, training_, momentum_, eps_);
+  Variable y;
+  if (training_ && training_forward_) {
+    y = training_forward_(*this, x);
+    if (residual.defined()) y = F::add(y, residual);
+    if (relu) y = F::relu(y);
+  } else {
+    y = F::batch_norm(x, weight_, bias_, *running_mean_, *running_var_, training_, momentum_, eps_, residual,
+                      relu);
+  }
   if (training_) count_batch();
   return y;
 }

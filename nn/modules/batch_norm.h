@@ -15,8 +15,11 @@ class BatchNorm2d : public Module {
  public:
   explicit BatchNorm2d(int64_t num_features, double eps = 1e-5, double momentum = 0.1, bool affine = true);
   Variable forward(const Variable& x) override;  // [N, C, H, W] -> same
-  void reset_parameters();                       // weight 1, bias 0
-  void reset_running_stats();                    // mean 0, var 1, count 0
+  // relu(bn(x) + residual) (residual may be undefined), fused into the normalisation's pass where
+  // the backend can; a training-forward hook (SyncBatchNorm) runs the tail as separate ops.
+  Variable forward(const Variable& x, const Variable& residual, bool relu);
+  void reset_parameters();     // weight 1, bias 0
+  void reset_running_stats();  // mean 0, var 1, count 0
   void on_state_loaded() override { tracked_mirror_ = -1; }
 
   // Replaces the training-mode normalisation (not the bookkeeping: forward still counts the batch),

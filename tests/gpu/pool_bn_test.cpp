@@ -94,7 +94,11 @@ TEST(CudaBatchNorm, TrainingStatisticsApplyAndBackward) {
                                      {{64, 40}, MemoryFormat::contiguous, 0.0},
                                      {{16, 3, 30, 30}, MemoryFormat::contiguous, 1000.0},
                                      {{16, 70, 9, 9}, MemoryFormat::channels_last, 1000.0},
-                                     {{256, 32, 28, 28}, MemoryFormat::contiguous, 0.5}};
+                                     {{256, 32, 28, 28}, MemoryFormat::contiguous, 0.5},
+                                     // channels-last with C a multiple of 4: the 16-byte-load reduction
+                                     {{32, 64, 6, 6}, MemoryFormat::channels_last, 1000.0},
+                                     {{128, 256, 4, 4}, MemoryFormat::channels_last, 0.5},
+                                     {{4, 2048, 3, 3}, MemoryFormat::channels_last, 0.0}};
   for (DType dtype : {DType::f32, DType::f64})
     for (const BnCase& c : cases) {
       const std::string what =
@@ -115,10 +119,10 @@ TEST(CudaBatchNorm, TrainingStatisticsApplyAndBackward) {
       const Tensor gamma = random({C}, gen, dtype, 0.5, 1.5), beta = random({C}, gen, dtype);
       for (bool affine : {true, false}) {
         const Tensor gm = affine ? gamma : Tensor(), bt = affine ? beta : Tensor();
-        const Tensor y = cpu().bn_apply(x, mean, invstd, gm, bt);
+        const Tensor y = cpu().bn_apply(x, mean, invstd, gm, bt, {});
         const Tensor yg =
             dev().bn_apply(xg, mean.to(gpu()), invstd.to(gpu()), affine ? gamma.to(gpu()) : Tensor(),
-                           affine ? beta.to(gpu()) : Tensor());
+                           affine ? beta.to(gpu()) : Tensor(), {});
         EXPECT_TRUE(yg.is_contiguous(c.format));
         expect_close(y, yg, tol, tol, what + " apply");
       }
@@ -149,10 +153,57 @@ TEST(CudaBatchNorm, HalfTypesAgainstF32) {
     expect_close(mean, mean_g, 1e-2, 1e-2, "bn half mean");
     expect_close(var, var_g, 1e-2, 1e-2, "bn half var");
     const Tensor invstd = Tensor::full({8}, 0.8), gamma = Tensor::full({8}, 1.5);
-    expect_close(cpu().bn_apply(as_f32(x), mean, invstd, gamma, Tensor()),
-                 dev().bn_apply(xg, mean.to(gpu()), invstd.to(gpu()), gamma.to(gpu()), Tensor()), 2e-2, 2e-2,
-                 "bn half apply");
+    expect_close(cpu().bn_apply(as_f32(x), mean, invstd, gamma, Tensor(), {}),
+                 dev().bn_apply(xg, mean.to(gpu()), invstd.to(gpu()), gamma.to(gpu()), Tensor(), {}), 2e-2,
+                 2e-2, "bn half apply");
   }
+}
+
+// Training statistics with the running-statistics update in the same kernel, against the CPU.
+TEST(CudaBatchNorm, TrainStatsUpdateTheRunningStatisticsLikeTheCpu) {
+  REQUIRE_GPU();
+  Generator gen(35);
+  for (DType dtype : {DType::f32, DType::f64, DType::bf16})
+    for (MemoryFormat f : kFormats)
+      for (const Shape& shape : {Shape{8, 16, 5, 6}, Shape{64, 128, 4, 4}}) {
+        const int64_t C = shape[1];
+        const Tensor x = random(shape, gen, dtype, 99.0, 101.0);
+        const DType running_dtype = dtype == DType::f64 ? DType::f64 : DType::f32;
+        Tensor rm = random({C}, gen, running_dtype), rv = random({C}, gen, running_dtype, 0.5, 1.5);
+        Tensor rm_g = rm.to(gpu()), rv_g = rv.to(gpu());
+        const Tensor xc = dtype == DType::bf16 ? as_f32(x) : x;
+        const auto [mean, invstd] = cpu().bn_train_stats(xc, 1e-5, 0.1, rm, rv);
+        const auto [mean_g, invstd_g] = dev().bn_train_stats(on_gpu(x, f), 1e-5, 0.1, rm_g, rv_g);
+        const double tol = dtype == DType::f64 ? 1e-11 : 1e-5;
+        const std::string what =
+            std::string("train stats ") + std::string(dtype_name(dtype)) + " " + shape_str(shape);
+        expect_close(mean, mean_g, tol, tol, what + " mean");
+        expect_close(invstd, invstd_g, tol * 10, tol * 10, what + " invstd");
+        expect_close(rm, rm_g, tol, tol, what + " running_mean");
+        expect_close(rv, rv_g, tol * 10, tol * 10, what + " running_var");
+      }
+}
+
+// The fused tail relu(bn(x) + residual) equals the CPU backend's, in every layout and in bf16
+// (computed in f32 and rounded once, so within a bf16 step of the f32 reference).
+TEST(CudaBatchNorm, ApplyWithResidualAndRelu) {
+  REQUIRE_GPU();
+  Generator gen(34);
+  for (DType dtype : {DType::f32, DType::bf16})
+    for (MemoryFormat f : kFormats)
+      for (bool with_residual : {false, true}) {
+        const int64_t C = 16;
+        const Tensor x = random({8, C, 5, 6}, gen, dtype, -2.0, 2.0), r = random({8, C, 5, 6}, gen, dtype);
+        const Tensor mean = random({C}, gen, DType::f32), invstd = random({C}, gen, DType::f32, 0.5, 1.5),
+                     gamma = random({C}, gen, DType::f32, 0.5, 1.5), beta = random({C}, gen, DType::f32);
+        const Tensor expected = cpu().bn_apply(as_f32(x), mean, invstd, gamma, beta,
+                                               {with_residual ? as_f32(r) : Tensor(), true});
+        const Tensor got = dev().bn_apply(on_gpu(x, f), mean.to(gpu()), invstd.to(gpu()), gamma.to(gpu()),
+                                          beta.to(gpu()), {with_residual ? on_gpu(r, f) : Tensor(), true});
+        EXPECT_TRUE(got.is_contiguous(f));
+        const double tol = dtype == DType::f32 ? 1e-6 : 1e-2;
+        expect_close(expected, got, tol, tol, std::string("bn tail ") + std::string(dtype_name(dtype)));
+      }
 }
 
 }  // namespace

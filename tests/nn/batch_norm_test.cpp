@@ -70,8 +70,8 @@ TEST(BatchNorm, ChannelsLastKeepsLayoutAndValues) {
   expect_near(v1.to_vector<double>(), v2.to_vector<double>(), 1e-6);
   Tensor invstd = k.binary_scalar(
       BinaryOp::div, k.unary(UnaryOp::sqrt, k.binary_scalar(BinaryOp::add, v1, kEps, false)), 1.0, true);
-  Tensor y1 = k.bn_apply(x, m1, invstd, w, b);
-  Tensor y2 = k.bn_apply(x_cl, m1, invstd, w, b);
+  Tensor y1 = k.bn_apply(x, m1, invstd, w, b, {});
+  Tensor y2 = k.bn_apply(x_cl, m1, invstd, w, b, {});
   EXPECT_TRUE(y1.is_contiguous());
   EXPECT_TRUE(y2.is_contiguous(MemoryFormat::channels_last));
   expect_near(y1.to_vector<double>(), y2.to_vector<double>(), 1e-6);
@@ -144,6 +144,51 @@ TEST(BatchNorm, GradcheckTrainingTwoDimensionalInput) {
         return F::batch_norm(in[0], in[1], in[2], rm, rv, true, 0.1, kEps);
       },
       {x, w, b});
+}
+
+// relu(bn(x) + residual) in one op: its gradients (x, weight, bias and the residual) by finite
+// differences, in training and evaluation mode, in both layouts.
+TEST(BatchNorm, GradcheckFusedResidualAndRelu) {
+  Generator gen(8);
+  for (bool training : {true, false})
+    for (MemoryFormat f : {MemoryFormat::contiguous, MemoryFormat::channels_last}) {
+      Tensor rm = random_tensor({3}, gen), rv = random_tensor({3}, gen, 0.5, 1.5);
+      Variable x(random_tensor({2, 3, 3, 2}, gen), true), r(random_tensor({2, 3, 3, 2}, gen), true);
+      Variable w(random_tensor({3}, gen, 0.5, 1.5), true), b(random_tensor({3}, gen), true);
+      EXPECT_GRADCHECK(
+          [&](const std::vector<Variable>& in) {
+            Tensor m = rm.clone(), v = rv.clone();  // training updates them; each evaluation starts alike
+            return F::batch_norm(F::contiguous(in[0], f), in[1], in[2], m, v, training, 0.1, kEps,
+                                 F::contiguous(in[3], f), true);
+          },
+          {x, w, b, r});
+    }
+}
+
+// The fused tail gives the unfused ops' values and gradients (f32, so bit-for-bit up to rounding).
+TEST(BatchNorm, FusedTailEqualsSeparateOps) {
+  Generator gen(9);
+  const Tensor x0 = random_tensor({4, 5, 3, 3}, gen).to(DType::f32);
+  const Tensor r0 = random_tensor({4, 5, 3, 3}, gen).to(DType::f32);
+  const Tensor w0 = random_tensor({5}, gen, 0.5, 1.5).to(DType::f32),
+               b0 = random_tensor({5}, gen).to(DType::f32);
+  const Tensor dy = random_tensor({4, 5, 3, 3}, gen).to(DType::f32);
+  auto run = [&](bool fused) {
+    Tensor rm = Tensor::zeros({5}), rv = Tensor::ones({5});
+    Variable x(x0.clone(), true), r(r0.clone(), true), w(w0.clone(), true), b(b0.clone(), true);
+    Variable y = fused ? F::batch_norm(x, w, b, rm, rv, true, 0.1, kEps, r, true)
+                       : F::relu(F::add(F::batch_norm(x, w, b, rm, rv, true, 0.1, kEps), r));
+    y.backward(dy);
+    return std::vector<Tensor>{y.data(), x.grad(), r.grad(), w.grad(), b.grad(), rm, rv};
+  };
+  const std::vector<Tensor> fused = run(true), separate = run(false);
+  const char* names[] = {"y", "dx", "dresidual", "dweight", "dbias", "running_mean", "running_var"};
+  for (size_t i = 0; i < fused.size(); ++i) {
+    const std::vector<float> a = fused[i].to_vector<float>(), e = separate[i].to_vector<float>();
+    ASSERT_EQ(a.size(), e.size()) << names[i];
+    for (size_t j = 0; j < a.size(); ++j)
+      EXPECT_NEAR(a[j], e[j], 1e-6f * (1.0f + std::abs(e[j]))) << names[i];
+  }
 }
 
 TEST(BatchNorm, GradcheckEval) {
