@@ -31,7 +31,7 @@ struct DataConfig {
   int eval_batch_size = 512;
   int workers = -1;  // -1 = auto
   int prefetch_batches = 4;
-  bool gpu_input_pipeline = false;  // pinned batches, copy stream, normalisation on the GPU
+  bool gpu_input_pipeline = true;  // pinned batches, copy stream, normalisation on the GPU
   bool shuffle = true;
   bool drop_last = true;
   int random_crop_padding = 0;
@@ -59,7 +59,7 @@ struct TrainConfig {
   int eval_every_epochs = 1;  // 0 = only at the end
   // Stop after the evaluation that reaches this test top-1 (0 = off): `trainer bench --to-accuracy`.
   double target_accuracy = 0.0;
-  std::string run_dir;        // empty = default_run_dir()
+  std::string run_dir;  // empty = default_run_dir()
   bool operator==(const TrainConfig&) const = default;
 };
 

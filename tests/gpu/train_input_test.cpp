@@ -53,7 +53,7 @@ TEST(TrainInput, GpuRunsWithAndWithoutTheInputPipelineMatchTheCpu) {
     const char* args;
   };
   const Variant variants[] = {{"cpu", " --set train.device=cpu"},
-                              {"cuda", " --set train.device=cuda"},
+                              {"cuda", " --set train.device=cuda --set data.gpu_input_pipeline=false"},
                               {"pipeline", " --set train.device=cuda --set data.gpu_input_pipeline=true"}};
   for (const Variant& v : variants) {
     const auto r =
