@@ -176,8 +176,12 @@ std::pair<Tensor, Tensor> CpuBackend::bn_train_stats(const Tensor& x, double eps
                                                      Tensor& running_mean, Tensor& running_var) {
   const auto [mean_t, var_t] = bn_mean_var(x);
   const std::vector<double> mean = mean_t.to_vector<double>(), var = var_t.to_vector<double>();
+  // 1 / sqrt(var + eps) in the statistics' dtype, as the separate ops computed it (and PyTorch does).
   std::vector<double> invstd(var.size());
-  for (size_t c = 0; c < var.size(); ++c) invstd[c] = 1.0 / std::sqrt(var[c] + eps);
+  for (size_t c = 0; c < var.size(); ++c)
+    invstd[c] = mean_t.dtype() == DType::f32
+                    ? 1.0f / std::sqrt(static_cast<float>(var[c]) + static_cast<float>(eps))
+                    : 1.0 / std::sqrt(var[c] + eps);
   if (running_mean.defined() || running_var.defined()) {
     const int64_t C = static_cast<int64_t>(mean.size());
     const double n = static_cast<double>(x.numel() / C);

@@ -137,9 +137,9 @@ enum Mode { kMoments, kBackward };
 // What mode M adds per element: kMoments the shifted sums of x - shift and (x - shift)^2 (the shift
 // is each channel's first element, so the variance's one pass has no cancellation when |mean| >>
 // std), kBackward the sums of dy and dy * (x - mean).
-template <int M>
-__device__ __forceinline__ void accumulate(double& a0, double& a1, double v, double g, double m) {
-  const double d = v - m;
+template <int M, class A>
+__device__ __forceinline__ void accumulate(A& a0, A& a1, A v, A g, A m) {
+  const A d = v - m;
   if constexpr (M == kMoments) {
     a0 += d;
     a1 += d * d;
@@ -186,12 +186,12 @@ __global__ void channel_reduce_kernel(const T* x, const T* dy, ChannelValues cen
         const int64_t o = q / inner, base = (o * C + c) * inner + (q - o * inner);
 #pragma unroll
         for (int j = 0; j < 4; ++j)
-          accumulate<M>(a0, a1, to_acc(x[base + j]), M == kBackward ? to_acc(dy[base + j]) : 0.0, m);
+          accumulate<M, double>(a0, a1, to_acc(x[base + j]), M == kBackward ? to_acc(dy[base + j]) : 0.0, m);
       }
     } else {
       for (int64_t q = begin + threadIdx.x; q < end; q += blockDim.x) {
         const int64_t o = q / inner, idx = (o * C + c) * inner + (q - o * inner);
-        accumulate<M>(a0, a1, to_acc(x[idx]), M == kBackward ? to_acc(dy[idx]) : 0.0, m);
+        accumulate<M, double>(a0, a1, to_acc(x[idx]), M == kBackward ? to_acc(dy[idx]) : 0.0, m);
       }
     }
     a0 = block_sum(a0);
@@ -217,7 +217,7 @@ __global__ void channel_reduce_kernel(const T* x, const T* dy, ChannelValues cen
   if (c < C) {
     const double m = M == kMoments ? to_acc(x[c]) : centre[c];
     for (int64_t o = begin + row; o < end; o += nrows)
-      accumulate<M>(a0, a1, to_acc(x[o * C + c]), M == kBackward ? to_acc(dy[o * C + c]) : 0.0, m);
+      accumulate<M, double>(a0, a1, to_acc(x[o * C + c]), M == kBackward ? to_acc(dy[o * C + c]) : 0.0, m);
   }
   rows[0][row][lane] = a0;
   rows[1][row][lane] = a1;
@@ -244,10 +244,13 @@ __global__ void channel_reduce_kernel(const T* x, const T* dy, ChannelValues cen
 // The channels-last reduction with 16-byte loads: each thread owns V = 16 / sizeof(T) neighbouring
 // channels of a row, `per_row` threads cover a group of per_row * V channels and the block's
 // 256 / per_row rows of threads walk the part's rows. Needs C % V == 0 and 16-byte aligned inputs.
+// A thread sums its few hundred values in the compute type (f32 for f32 and the half types; the
+// shift keeps them small), the block and the parts add in double. Few registers per thread, so
+// several blocks share an SM and keep enough loads in flight.
 template <class T, int M, class Finish>
-__global__ void channel_reduce_cl16_kernel(const T* x, const T* dy, ChannelValues centre, int64_t outer,
-                                           int64_t C, int per_row, int parts, double* partial,
-                                           unsigned* counters, Finish finish) {
+__global__ void __launch_bounds__(kThreads, 2)
+    channel_reduce_cl16_kernel(const T* x, const T* dy, ChannelValues centre, int64_t outer, int64_t C,
+                               int per_row, int parts, double* partial, unsigned* counters, Finish finish) {
   using P = Pack16<T>;
   constexpr int V = P::kSize;
   __shared__ double sums[2][kThreads * V];
@@ -258,18 +261,36 @@ __global__ void channel_reduce_cl16_kernel(const T* x, const T* dy, ChannelValue
   const int64_t cv = group * per_row + lane, vectors = C / V;  // cv: this thread's channel vector
   const bool active = row < nrows && cv < vectors;
   const int64_t chunk = (outer + parts - 1) / parts, begin = part * chunk, end = min(outer, begin + chunk);
-  double a0[V] = {}, a1[V] = {}, m[V];
+  using A = acc_t<T>;
+  A a0[V] = {}, a1[V] = {}, m[V];
   if (active) {
     const P first = reinterpret_cast<const P*>(x)[cv];
 #pragma unroll
-    for (int j = 0; j < V; ++j) m[j] = M == kMoments ? to_acc(first.v[j]) : centre[cv * V + j];
-    for (int64_t o = begin + row; o < end; o += nrows) {
+    for (int j = 0; j < V; ++j)
+      m[j] = M == kMoments ? to_acc(first.v[j]) : static_cast<A>(centre[cv * V + j]);
+    // U rows per iteration, their loads issued before any arithmetic (more bytes in flight).
+    constexpr int U = 4;
+    int64_t o = begin + row;
+    for (; o + (U - 1) * nrows < end; o += U * nrows) {
+      P xv[U], gv[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        xv[u] = reinterpret_cast<const P*>(x + (o + u * nrows) * C)[cv];
+        if constexpr (M == kBackward) gv[u] = reinterpret_cast<const P*>(dy + (o + u * nrows) * C)[cv];
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+#pragma unroll
+        for (int j = 0; j < V; ++j)
+          accumulate<M>(a0[j], a1[j], to_acc(xv[u].v[j]), M == kBackward ? to_acc(gv[u].v[j]) : A(0), m[j]);
+    }
+    for (; o < end; o += nrows) {
       const P xv = reinterpret_cast<const P*>(x + o * C)[cv];
       P gv;
       if constexpr (M == kBackward) gv = reinterpret_cast<const P*>(dy + o * C)[cv];
 #pragma unroll
       for (int j = 0; j < V; ++j)
-        accumulate<M>(a0[j], a1[j], to_acc(xv.v[j]), M == kBackward ? to_acc(gv.v[j]) : 0.0, m[j]);
+        accumulate<M>(a0[j], a1[j], to_acc(xv.v[j]), M == kBackward ? to_acc(gv.v[j]) : A(0), m[j]);
     }
   }
 #pragma unroll
@@ -278,26 +299,39 @@ __global__ void channel_reduce_cl16_kernel(const T* x, const T* dy, ChannelValue
     sums[1][threadIdx.x * V + j] = a1[j];
   }
   __syncthreads();
-  if (row == 0 && cv < vectors) {
-    for (int j = 0; j < V; ++j) {
-      double s0 = 0.0, s1 = 0.0;
-      for (int r = 0; r < nrows; ++r)
-        s0 += sums[0][(r * per_row + lane) * V + j], s1 += sums[1][(r * per_row + lane) * V + j];
-      const int64_t c = cv * V + j;
-      partial[(c * parts + part) * 2] = s0;
-      partial[(c * parts + part) * 2 + 1] = s1;
-    }
-    __threadfence();
+  // Row sums per channel, a thread per channel of the group: thread t's V values sit at
+  // sums[k][(row * per_row + lane) * V + j], i.e. channel e = lane * V + j of row r at r * width + e.
+  const int width = per_row * V;
+  for (int e = threadIdx.x; e < width; e += kThreads) {
+    const int64_t c = group * width + e;
+    if (c >= C) break;
+    double s0 = 0.0, s1 = 0.0;
+    for (int r = 0; r < nrows; ++r) s0 += sums[0][r * width + e], s1 += sums[1][r * width + e];
+    partial[(c * parts + part) * 2] = s0;
+    partial[(c * parts + part) * 2 + 1] = s1;
   }
+  __threadfence();
   __syncthreads();
   if (threadIdx.x == 0) last = atomicAdd(&counters[group], 1u) == static_cast<unsigned>(parts - 1);
   __syncthreads();
-  if (last && row == 0) {
-    __threadfence();
-    if (cv < vectors)
-      for (int j = 0; j < V; ++j) finish_channel(partial, cv * V + j, parts, finish);
-    if (lane == 0) counters[group] = 0;
+  if (!last) return;
+  // The last block adds every part of the group's channels: a warp per channel, lanes across parts
+  // (a fixed order, so deterministic); one thread per channel over hundreds of parts was the
+  // bottleneck of this kernel.
+  __threadfence();
+  const int warp = threadIdx.x >> 5, lane32 = threadIdx.x & 31, warps = kThreads / 32;
+  const int64_t first_c = group * per_row * V, last_c = min(C, first_c + static_cast<int64_t>(per_row) * V);
+  for (int64_t c = first_c + warp; c < last_c; c += warps) {
+    double s0 = 0.0, s1 = 0.0;
+    for (int p = lane32; p < parts; p += 32) {
+      s0 += __ldcg(&partial[(c * parts + p) * 2]);
+      s1 += __ldcg(&partial[(c * parts + p) * 2 + 1]);
+    }
+    s0 = warp_sum(s0);
+    s1 = warp_sum(s1);
+    if (lane32 == 0) finish(c, s0, s1);
   }
+  if (threadIdx.x == 0) counters[group] = 0;
 }
 
 // Per-channel sums of mode M over x (and dy), handed to finish(c, sum0, sum1) on the device.
@@ -507,17 +541,19 @@ std::pair<Tensor, Tensor> CudaBackend::bn_train_stats(const Tensor& x_in, double
     const scalar_t* px = static_cast<const scalar_t*>(x.raw_data());
     stat_t* out_mean = static_cast<stat_t*>(mean.raw_data());
     stat_t* out_invstd = static_cast<stat_t*>(invstd.raw_data());
-    channel_reduce<scalar_t, kMoments>(l, px, nullptr, ChannelValues{},
-                                       [=] __device__(int64_t c, double s, double q) {
-                                         const double k = to_acc(px[c * l.inner]), d = s / n;
-                                         const double m = k + d, var = fmax(q / n - d * d, 0.0);
-                                         out_mean[c] = static_cast<stat_t>(m);
-                                         out_invstd[c] = static_cast<stat_t>(1.0 / sqrt(var + eps));
-                                         if (rm.p) {
-                                           rm.move_towards(c, m, momentum);
-                                           rv.move_towards(c, var * unbias, momentum);
-                                         }
-                                       });
+    channel_reduce<scalar_t, kMoments>(
+        l, px, nullptr, ChannelValues{}, [=] __device__(int64_t c, double s, double q) {
+          const double k = to_acc(px[c * l.inner]), d = s / n;
+          const double m = k + d, var = fmax(q / n - d * d, 0.0);
+          out_mean[c] = static_cast<stat_t>(m);
+          // In stat_t, as the separate ops computed it (and PyTorch
+          // does): a last-bit difference here flips ReLUs downstream.
+          out_invstd[c] = stat_t(1) / sqrt(static_cast<stat_t>(var) + static_cast<stat_t>(eps));
+          if (rm.p) {
+            rm.move_towards(c, m, momentum);
+            rv.move_towards(c, var * unbias, momentum);
+          }
+        });
   });
   return {mean, invstd};
 }
