@@ -2,11 +2,13 @@
 // workload as bench/torch_reference.py, so the two run side by side on one machine.
 //   build/nn_bench                                  cnn 28x28x1 and resnet18-cifar 32x32x3, batch 64, CPU
 //   build/nn_bench --model resnet18 --image 32 --channels 3 --batch 512 --device cuda --math tf32 --layout cl
+//   ... --device cuda --graph 1     times replays of one step captured as a CUDA graph
 //   ... --device cuda --trace 5     then 5 more steps under CUPTI: GPU time per kernel, busy time, API calls
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -29,6 +31,7 @@
 
 #include "nn/cuda/caching_allocator.h"
 #include "nn/cuda/cuda_backend.h"
+#include "nn/cuda/cuda_graph.h"
 #endif
 
 namespace {
@@ -185,6 +188,7 @@ struct Point {
   bool channels_last = false;
   std::string stem = "cifar";  // cifar | imagenet (torchvision's 7x7 stride-2 stem and max-pool)
   int trace_steps = 0;  // CUDA only: steps traced with CUPTI after the timed ones
+  bool graph = false;   // CUDA only: capture one step as a CUDA graph and time its replays
 };
 
 struct Result {
@@ -244,11 +248,24 @@ Result run(const Point& p) {
   };
   for (int i = 0; i < 3; ++i) step();  // warm-up: allocator, algorithm search, BLAS threads
   (void)last_loss.item();              // waits for the device
+  std::function<void()> timed = step;
 #ifdef TRAINER_WITH_CUDA
+  // The peak covers a captured step too: the graph keeps what its step allocated.
   if (device.is_cuda()) cuda_reset_peak_memory_stats();
+  cuda::CudaGraph graph;
+  if (p.graph && device.is_cuda()) {
+    // Momentum buffers and algorithm choices exist after the warm-up; the graph holds the rest.
+    try {
+      graph.capture(step);
+      std::fprintf(stderr, "CUDA graph: %zu nodes\n", graph.nodes());
+      timed = [&] { graph.replay(); };
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "CUDA graph: not captured, timing eager steps (%s)\n", e.what());
+    }
+  }
 #endif
   const auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < p.iters; ++i) step();
+  for (int i = 0; i < p.iters; ++i) timed();
   (void)last_loss.item();
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   Result r{p.batch * p.iters / s, 0.0};
@@ -263,7 +280,7 @@ Result run(const Point& p) {
     std::fprintf(stderr, "%s\n", cuda_conv_summary().c_str());
     if (p.trace_steps > 0 && trace::start()) {
       const auto t1 = std::chrono::steady_clock::now();
-      for (int i = 0; i < p.trace_steps; ++i) step();
+      for (int i = 0; i < p.trace_steps; ++i) timed();
       const auto t2 = std::chrono::steady_clock::now();
       (void)last_loss.item();
       const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
@@ -303,6 +320,8 @@ int main(int argc, char** argv) {
       custom.channels_last = std::string(v) == "cl";
     else if (k == "--stem")
       custom.stem = v;
+    else if (k == "--graph")
+      custom.graph = std::atoi(v) != 0;
     else if (k == "--trace")
       custom.trace_steps = std::atoi(v);
     else {

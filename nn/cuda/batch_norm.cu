@@ -5,7 +5,7 @@
 // and walked as [N, C, inner]. Element (o, c, i) sits at (o * C + c) * inner + i. Per-channel sums
 // are accumulated in double, split over several blocks per channel and added in a fixed order by
 // the last block of each channel group to finish (so results are deterministic and no second
-// kernel is needed). Mean and variance come from one pass of sums shifted by each channel's first
+// kernel is needed), or, for the channels-last reduction's many parts, by a small second kernel. Mean and variance come from one pass of sums shifted by each channel's first
 // value (no cancellation when |mean| >> std); channels-last inputs are read 16 bytes per thread.
 //
 // Per-channel inputs (mean, invstd, gamma, sums) are read in place in whatever floating dtype they
@@ -244,24 +244,23 @@ __global__ void channel_reduce_kernel(const T* x, const T* dy, ChannelValues cen
 // The channels-last reduction with 16-byte loads: each thread owns V = 16 / sizeof(T) neighbouring
 // channels of a row, `per_row` threads cover a group of per_row * V channels and the block's
 // 256 / per_row rows of threads walk the part's rows. Needs C % V == 0 and 16-byte aligned inputs.
-// A thread sums its few hundred values in the compute type (f32 for f32 and the half types; the
-// shift keeps them small), the block and the parts add in double. Few registers per thread, so
+// A thread sums its few hundred values in f32 for the half types (the shift keeps them small) and
+// in double otherwise; the block and the parts add in double. Few registers per thread, so
 // several blocks share an SM and keep enough loads in flight.
-template <class T, int M, class Finish>
+template <class T, int M>
 __global__ void __launch_bounds__(kThreads, 2)
     channel_reduce_cl16_kernel(const T* x, const T* dy, ChannelValues centre, int64_t outer, int64_t C,
-                               int per_row, int parts, double* partial, unsigned* counters, Finish finish) {
+                               int per_row, int parts, double* partial) {
   using P = Pack16<T>;
   constexpr int V = P::kSize;
   __shared__ double sums[2][kThreads * V];
-  __shared__ bool last;
   const int part = static_cast<int>(blockIdx.x % parts);
   const int64_t group = blockIdx.x / parts;
   const int nrows = kThreads / per_row, lane = threadIdx.x % per_row, row = threadIdx.x / per_row;
   const int64_t cv = group * per_row + lane, vectors = C / V;  // cv: this thread's channel vector
   const bool active = row < nrows && cv < vectors;
   const int64_t chunk = (outer + parts - 1) / parts, begin = part * chunk, end = min(outer, begin + chunk);
-  using A = acc_t<T>;
+  using A = std::conditional_t<sizeof(T) == 2, float, double>;  // f32 sums for the half types only
   A a0[V] = {}, a1[V] = {}, m[V];
   if (active) {
     const P first = reinterpret_cast<const P*>(x)[cv];
@@ -282,7 +281,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       for (int u = 0; u < U; ++u)
 #pragma unroll
         for (int j = 0; j < V; ++j)
-          accumulate<M>(a0[j], a1[j], to_acc(xv[u].v[j]), M == kBackward ? to_acc(gv[u].v[j]) : A(0), m[j]);
+          accumulate<M, A>(a0[j], a1[j], to_acc(xv[u].v[j]), M == kBackward ? A(to_acc(gv[u].v[j])) : A(0), m[j]);
     }
     for (; o < end; o += nrows) {
       const P xv = reinterpret_cast<const P*>(x + o * C)[cv];
@@ -290,7 +289,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       if constexpr (M == kBackward) gv = reinterpret_cast<const P*>(dy + o * C)[cv];
 #pragma unroll
       for (int j = 0; j < V; ++j)
-        accumulate<M>(a0[j], a1[j], to_acc(xv.v[j]), M == kBackward ? to_acc(gv.v[j]) : A(0), m[j]);
+        accumulate<M, A>(a0[j], a1[j], to_acc(xv.v[j]), M == kBackward ? A(to_acc(gv.v[j])) : A(0), m[j]);
     }
   }
 #pragma unroll
@@ -310,28 +309,24 @@ __global__ void __launch_bounds__(kThreads, 2)
     partial[(c * parts + part) * 2] = s0;
     partial[(c * parts + part) * 2 + 1] = s1;
   }
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(&counters[group], 1u) == static_cast<unsigned>(parts - 1);
-  __syncthreads();
-  if (!last) return;
-  // The last block adds every part of the group's channels: a warp per channel, lanes across parts
-  // (a fixed order, so deterministic); one thread per channel over hundreds of parts was the
-  // bottleneck of this kernel.
-  __threadfence();
-  const int warp = threadIdx.x >> 5, lane32 = threadIdx.x & 31, warps = kThreads / 32;
-  const int64_t first_c = group * per_row * V, last_c = min(C, first_c + static_cast<int64_t>(per_row) * V);
-  for (int64_t c = first_c + warp; c < last_c; c += warps) {
-    double s0 = 0.0, s1 = 0.0;
-    for (int p = lane32; p < parts; p += 32) {
-      s0 += __ldcg(&partial[(c * parts + p) * 2]);
-      s1 += __ldcg(&partial[(c * parts + p) * 2 + 1]);
-    }
-    s0 = warp_sum(s0);
-    s1 = warp_sum(s1);
-    if (lane32 == 0) finish(c, s0, s1);
+}
+
+// finish(c, sum0, sum1) for every channel from its parts' sums: a warp per channel, lanes across
+// the parts (a fixed order, so deterministic). A kernel of its own: the channels-last reduction
+// splits each channel into hundreds of parts, and one block adding them all was its bottleneck.
+template <class Finish>
+__global__ void finish_parts_kernel(const double* partial, int64_t C, int parts, Finish finish) {
+  const int lane = threadIdx.x & 31;
+  const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x / 32) + (threadIdx.x >> 5);
+  if (c >= C) return;
+  double s0 = 0.0, s1 = 0.0;
+  for (int p = lane; p < parts; p += 32) {
+    s0 += partial[(c * parts + p) * 2];
+    s1 += partial[(c * parts + p) * 2 + 1];
   }
-  if (threadIdx.x == 0) counters[group] = 0;
+  s0 = warp_sum(s0);
+  s1 = warp_sum(s1);
+  if (lane == 0) finish(c, s0, s1);
 }
 
 // Per-channel sums of mode M over x (and dy), handed to finish(c, sum0, sum1) on the device.
@@ -339,7 +334,9 @@ template <class T, int M, class Finish>
 void channel_reduce(const ChannelLayout& l, const T* x, const T* dy, ChannelValues centre, Finish finish) {
   constexpr int V = Pack16<T>::kSize;
   const bool cl16 = l.inner == 1 && l.channels % V == 0 && aligned16(x) && (!dy || aligned16(dy));
-  const int per_row = cl16 ? static_cast<int>(std::min<int64_t>(l.channels / V, kThreads)) : 0;
+  // At most a warp across a row (256 bf16 channels, 512 bytes): wide layers then split into several
+  // channel groups, so that their few rows still spread over every SM.
+  const int per_row = cl16 ? static_cast<int>(std::min<int64_t>(l.channels / V, 32)) : 0;
   const int64_t groups = cl16          ? (l.channels / V + per_row - 1) / per_row
                          : l.inner > 1 ? l.channels
                                        : (l.channels + 31) / 32;
@@ -349,15 +346,18 @@ void channel_reduce(const ChannelLayout& l, const T* x, const T* dy, ChannelValu
   const int parts = static_cast<int>(
       std::clamp<int64_t>((target + groups - 1) / groups, 1, std::clamp<int64_t>(rows, 1, 1024)));
   Tensor partial = empty({l.channels * parts * 2}, DType::f64);
-  unsigned* counters = arrival_counters(groups);
   const unsigned blocks = static_cast<unsigned>(groups * parts);
   double* pp = static_cast<double*>(partial.raw_data());
-  if (cl16)
-    channel_reduce_cl16_kernel<T, M><<<blocks, kThreads, 0, cuda_stream()>>>(
-        x, dy, centre, l.outer, l.channels, per_row, parts, pp, counters, finish);
-  else
-    channel_reduce_kernel<T, M><<<blocks, kThreads, 0, cuda_stream()>>>(x, dy, centre, l.outer, l.channels,
-                                                                        l.inner, parts, pp, counters, finish);
+  if (cl16) {
+    channel_reduce_cl16_kernel<T, M>
+        <<<blocks, kThreads, 0, cuda_stream()>>>(x, dy, centre, l.outer, l.channels, per_row, parts, pp);
+    CUDA_CHECK_LAUNCH();
+    finish_parts_kernel<<<static_cast<unsigned>((l.channels + 7) / 8), kThreads, 0, cuda_stream()>>>(
+        pp, l.channels, parts, finish);
+  } else {
+    channel_reduce_kernel<T, M><<<blocks, kThreads, 0, cuda_stream()>>>(
+        x, dy, centre, l.outer, l.channels, l.inner, parts, pp, arrival_counters(groups), finish);
+  }
   CUDA_CHECK_LAUNCH();
 }
 

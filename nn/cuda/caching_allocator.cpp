@@ -30,6 +30,7 @@ struct Block {
   size_t requested = 0;
   bool small;
   bool free = true;
+  int pool = 0;           // 0: the shared pool; otherwise a private pool (all blocks of a segment alike)
   Block* prev = nullptr;  // neighbours in the same segment
   Block* next = nullptr;
 };
@@ -40,6 +41,9 @@ struct BySize {
   }
 };
 
+// The private pool this thread allocates from (0: the shared one); see cuda::PrivatePoolScope.
+thread_local int t_active_pool = 0;
+
 class CachingAllocator final : public Allocator {
  public:
   void* allocate(size_t nbytes) override {
@@ -47,7 +51,8 @@ class CachingAllocator final : public Allocator {
     std::lock_guard<std::mutex> lock(mutex_);
     const bool small = nbytes <= kSmallLimit;
     const size_t size = round_up(nbytes, kRound);
-    auto& pool = small ? free_small_ : free_large_;
+    const int pool_id = t_active_pool;
+    auto& pool = free_lists(pool_id, small);
     Block key{nullptr, size, 0, small};
     Block* block = nullptr;
     auto it = pool.lower_bound(&key);
@@ -60,11 +65,13 @@ class CachingAllocator final : public Allocator {
                              : size <= kMidLimit ? kMidSegment
                                                  : round_up(size, kLargeRound);
       block = new_segment(segment, small, nbytes);
+      block->pool = pool_id;
     }
     // Split off the rest, which stays cached; a large block keeps a small remainder (too small to
     // serve a large request, it would only fragment the segment).
     if (block->size > size && (small || block->size - size >= kMinLargeRemainder)) {
       Block* rest = new Block{block->ptr + size, block->size - size, 0, small};
+      rest->pool = block->pool;
       rest->prev = block;
       rest->next = block->next;
       if (block->next) block->next->prev = rest;
@@ -90,7 +97,7 @@ class CachingAllocator final : public Allocator {
     live_.erase(it);
     stats_.allocated_bytes -= static_cast<int64_t>(block->size);
     stats_.requested_bytes -= static_cast<int64_t>(block->requested);
-    auto& pool = block->small ? free_small_ : free_large_;
+    auto& pool = free_lists(block->pool, block->small);
     block->free = true;
     if (block->next && block->next->free) merge(block, block->next, pool);
     if (block->prev && block->prev->free) {
@@ -100,6 +107,29 @@ class CachingAllocator final : public Allocator {
       block = prev;
     }
     pool.insert(block);
+  }
+
+  int create_pool() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const int id = next_pool_++;
+    private_pools_[id];
+    return id;
+  }
+
+  // Hands a private pool's segments to the shared pool: its free blocks join the shared free lists
+  // and blocks still in use return there when freed.
+  void release_pool(int id) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = private_pools_.find(id);
+    if (it == private_pools_.end()) return;
+    for (auto& [ptr, block] : live_)
+      if (block->pool == id) block->pool = 0;
+    for (auto* from : {&it->second.small, &it->second.large})
+      for (Block* b : *from) {
+        b->pool = 0;
+        (b->small ? free_small_ : free_large_).insert(b);
+      }
+    private_pools_.erase(it);
   }
 
   void empty_cache() {
@@ -174,8 +204,19 @@ class CachingAllocator final : public Allocator {
     }
   }
 
+  struct FreeLists {
+    std::set<Block*, BySize> small, large;
+  };
+  std::set<Block*, BySize>& free_lists(int pool, bool small) {
+    if (pool == 0) return small ? free_small_ : free_large_;
+    FreeLists& p = private_pools_.at(pool);
+    return small ? p.small : p.large;
+  }
+
   std::mutex mutex_;
   std::set<Block*, BySize> free_small_, free_large_;
+  std::unordered_map<int, FreeLists> private_pools_;
+  int next_pool_ = 1;
   std::unordered_map<void*, Block*> live_;
   CudaMemoryStats stats_;
 };
@@ -193,6 +234,11 @@ void cuda_empty_cache() { instance().empty_cache(); }
 
 namespace cuda {
 Allocator& caching_allocator() { return instance(); }
+
+int create_private_pool() { return instance().create_pool(); }
+void release_private_pool(int id) { instance().release_pool(id); }
+PrivatePoolScope::PrivatePoolScope(int id) : previous_(t_active_pool) { t_active_pool = id; }
+PrivatePoolScope::~PrivatePoolScope() { t_active_pool = previous_; }
 }  // namespace cuda
 
 }  // namespace trainer

@@ -41,6 +41,25 @@ void cuda_empty_cache();
 
 namespace cuda {
 Allocator& caching_allocator();
-}
+
+// Private pools, for CUDA graphs: a captured graph replays its kernels on the addresses it was
+// captured with, so the memory its step allocated must not be handed to anyone else afterwards.
+// While a PrivatePoolScope is alive, this thread's device allocations come from (and its frees of
+// those blocks return to) the pool; blocks freed during the capture are reused within it, which is
+// safe because replays run the captured work in the same order on the one compute stream.
+int create_private_pool();
+// The pool's memory goes back to the shared pool (after the graph that used it is destroyed).
+void release_private_pool(int id);
+class PrivatePoolScope {
+ public:
+  explicit PrivatePoolScope(int pool);
+  ~PrivatePoolScope();
+  PrivatePoolScope(const PrivatePoolScope&) = delete;
+  PrivatePoolScope& operator=(const PrivatePoolScope&) = delete;
+
+ private:
+  int previous_;
+};
+}  // namespace cuda
 
 }  // namespace trainer

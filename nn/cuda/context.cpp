@@ -159,6 +159,12 @@ void init_cuda_backend(int device_index) {
   CUBLAS_CHECK(cublasSetStream(ctx.cublas, ctx.stream));
   // f32 GEMMs choose their compute type per call (CUBLAS_COMPUTE_32F unless TF32 is allowed).
   CUBLAS_CHECK(cublasSetMathMode(ctx.cublas, CUBLAS_DEFAULT_MATH));
+  // A workspace of our own (32 MiB, NVIDIA's figure for Hopper): otherwise cuBLAS allocates one on
+  // first use per stream, which a CUDA graph capture (nn/cuda/cuda_graph.h) cannot do.
+  constexpr size_t kCublasWorkspace = size_t{32} << 20;
+  void* workspace = nullptr;
+  CUDA_CHECK(cudaMalloc(&workspace, kCublasWorkspace));
+  CUBLAS_CHECK(cublasSetWorkspace(ctx.cublas, workspace, kCublasWorkspace));
   CUDNN_CHECK(cudnnCreate(&ctx.cudnn));
   CUDNN_CHECK(cudnnSetStream(ctx.cudnn, ctx.stream));
   g_context = ctx;
