@@ -94,38 +94,38 @@ Variable sync_batch_norm(BatchNorm2d& bn, const Variable& x, const std::shared_p
   std::vector<Variable> inputs{x};
   if (has_weight) inputs.push_back(weight);
   if (has_bias) inputs.push_back(bias);
-  return record_op(
-      "sync_batch_norm", y, inputs,
-      [xd, wd, mean, invstd, count, local_count, has_weight, has_bias, x_needs_grad, comm_ptr,
-       weight_dtype = has_weight ? wd.dtype() : xd.dtype(),
-       bias_dtype = has_bias ? bd.dtype() : xd.dtype()](const Tensor& g) -> std::vector<Tensor> {
-        Backend& k = backend_for(g);
-        const int64_t C = mean.size(0);
-        Tensor sum_dy, sum_dy_xhat;  // this rank's sums, [C]
-        if (local_count > 0) {
-          std::tie(sum_dy, sum_dy_xhat) = k.bn_backward_reduce(g, xd, mean, invstd);
-        } else {
-          sum_dy = Tensor::zeros({C}, accumulate_dtype(g.dtype()), g.device());
-          sum_dy_xhat = Tensor::zeros({C}, accumulate_dtype(g.dtype()), g.device());
-        }
-        std::vector<Tensor> grads;
-        if (x_needs_grad) {
-          // grad_x depends on the sums over the global batch: every rank's samples moved the mean and
-          // variance this rank normalised with.
-          Tensor sums = pack_f64({sum_dy, sum_dy_xhat}, g.device());  // [2, C]
-          comm_ptr->all_reduce(sums, ReduceOp::sum);
-          grads.push_back(local_count > 0
-                              ? k.bn_backward_input(g, xd, mean, invstd, wd,
-                                                    row(sums, 0).to(accumulate_dtype(g.dtype())),
-                                                    row(sums, 1).to(accumulate_dtype(g.dtype())), count)
-                              : g.clone());
-        } else {
-          grads.emplace_back();
-        }
-        if (has_weight) grads.push_back(sum_dy_xhat.to(weight_dtype));
-        if (has_bias) grads.push_back(sum_dy.to(bias_dtype));
-        return grads;
-      });
+  return record_op("sync_batch_norm", y, inputs,
+                   [xd, wd, mean, invstd, count, local_count, has_weight, has_bias, x_needs_grad, comm_ptr,
+                    weight_dtype = has_weight ? wd.dtype() : xd.dtype(),
+                    bias_dtype = has_bias ? bd.dtype() : xd.dtype()](const Tensor& g) -> std::vector<Tensor> {
+                     Backend& k = backend_for(g);
+                     const int64_t C = mean.size(0);
+                     Tensor sum_dy, sum_dy_xhat;  // this rank's sums, [C]
+                     if (local_count > 0) {
+                       std::tie(sum_dy, sum_dy_xhat) = k.bn_backward_reduce(g, xd, mean, invstd, Tensor());
+                     } else {
+                       sum_dy = Tensor::zeros({C}, accumulate_dtype(g.dtype()), g.device());
+                       sum_dy_xhat = Tensor::zeros({C}, accumulate_dtype(g.dtype()), g.device());
+                     }
+                     std::vector<Tensor> grads;
+                     if (x_needs_grad) {
+                       // grad_x depends on the sums over the global batch: every rank's samples moved the
+                       // mean and variance this rank normalised with.
+                       Tensor sums = pack_f64({sum_dy, sum_dy_xhat}, g.device());  // [2, C]
+                       comm_ptr->all_reduce(sums, ReduceOp::sum);
+                       grads.push_back(local_count > 0
+                                           ? k.bn_backward_input(g, xd, mean, invstd, wd,
+                                                                 row(sums, 0).to(accumulate_dtype(g.dtype())),
+                                                                 row(sums, 1).to(accumulate_dtype(g.dtype())),
+                                                                 count, Tensor())
+                                           : g.clone());
+                     } else {
+                       grads.emplace_back();
+                     }
+                     if (has_weight) grads.push_back(sum_dy_xhat.to(weight_dtype));
+                     if (has_bias) grads.push_back(sum_dy.to(bias_dtype));
+                     return grads;
+                   });
 }
 
 SyncBatchNorm::SyncBatchNorm(int64_t num_features, std::shared_ptr<Comm> comm, double eps, double momentum,

@@ -124,14 +124,17 @@ class Backend {
   // undefined (affine=false). The result has x's layout.
   virtual Tensor bn_apply(const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& gamma,
                           const Tensor& beta, const BnEpilogue& epilogue) = 0;
-  // {sum over N,H,W of grad_y, sum of grad_y * (x - mean) * invstd}.
+  // {sum over N,H,W of dy, sum of dy * (x - mean) * invstd}. dy is grad_y, or with relu_out (the
+  // output of a fused ReLU, see BnEpilogue) grad_y where relu_out > 0 and 0 elsewhere: the ReLU's
+  // backward folded into the reads instead of a pass of its own.
   virtual std::pair<Tensor, Tensor> bn_backward_reduce(const Tensor& grad_y, const Tensor& x,
-                                                       const Tensor& mean, const Tensor& invstd) = 0;
+                                                       const Tensor& mean, const Tensor& invstd,
+                                                       const Tensor& relu_out) = 0;
   // grad_x for training mode, given the (possibly all-reduced) sums and the total element count
-  // per channel; gamma may be undefined.
+  // per channel; gamma may be undefined; relu_out as above.
   virtual Tensor bn_backward_input(const Tensor& grad_y, const Tensor& x, const Tensor& mean,
                                    const Tensor& invstd, const Tensor& gamma, const Tensor& sum_dy,
-                                   const Tensor& sum_dy_xhat, int64_t count) = 0;
+                                   const Tensor& sum_dy_xhat, int64_t count, const Tensor& relu_out) = 0;
 
   // ---- loss (nn/cpu/loss.cpp). logits [N, K], targets i64 [N].
   // Cross-entropy with label smoothing via a fused log-softmax; returns {per-sample loss [N],

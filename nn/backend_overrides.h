@@ -33,10 +33,10 @@
   Tensor bn_apply(const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& gamma,            \
                   const Tensor& beta, const BnEpilogue& epilogue) override;                                  \
   std::pair<Tensor, Tensor> bn_backward_reduce(const Tensor& grad_y, const Tensor& x, const Tensor& mean,    \
-                                               const Tensor& invstd) override;                               \
+                                               const Tensor& invstd, const Tensor& relu_out) override;       \
   Tensor bn_backward_input(const Tensor& grad_y, const Tensor& x, const Tensor& mean, const Tensor& invstd,  \
                            const Tensor& gamma, const Tensor& sum_dy, const Tensor& sum_dy_xhat,             \
-                           int64_t count) override;                                                          \
+                           int64_t count, const Tensor& relu_out) override;                                  \
   std::pair<Tensor, Tensor> cross_entropy(const Tensor& logits, const Tensor& targets,                       \
                                           double label_smoothing) override;                                  \
   Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& probs, const Tensor& targets,         \

@@ -234,8 +234,11 @@ Tensor CpuBackend::bn_apply(const Tensor& x_in, const Tensor& mean_t, const Tens
   return y;
 }
 
-std::pair<Tensor, Tensor> CpuBackend::bn_backward_reduce(const Tensor& grad_y_in, const Tensor& x_in,
-                                                         const Tensor& mean_t, const Tensor& invstd_t) {
+std::pair<Tensor, Tensor> CpuBackend::bn_backward_reduce(const Tensor& grad_y_relu, const Tensor& x_in,
+                                                         const Tensor& mean_t, const Tensor& invstd_t,
+                                                         const Tensor& relu_out) {
+  const Tensor grad_y_in =
+      relu_out.defined() ? unary_backward(UnaryOp::relu, grad_y_relu, Tensor(), relu_out) : grad_y_relu;
   const ChannelLayout l = channel_layout(x_in, "bn_backward_reduce");
   check_same(grad_y_in, x_in, "bn_backward_reduce", "grad_y");
   const int64_t C = l.channels;
@@ -257,9 +260,11 @@ std::pair<Tensor, Tensor> CpuBackend::bn_backward_reduce(const Tensor& grad_y_in
   return {channel_tensor(sum_dy, x.dtype()), channel_tensor(sum_dy_xhat, x.dtype())};
 }
 
-Tensor CpuBackend::bn_backward_input(const Tensor& grad_y_in, const Tensor& x_in, const Tensor& mean_t,
+Tensor CpuBackend::bn_backward_input(const Tensor& grad_y_relu, const Tensor& x_in, const Tensor& mean_t,
                                      const Tensor& invstd_t, const Tensor& gamma_t, const Tensor& sum_dy_t,
-                                     const Tensor& sum_dy_xhat_t, int64_t count) {
+                                     const Tensor& sum_dy_xhat_t, int64_t count, const Tensor& relu_out) {
+  const Tensor grad_y_in =
+      relu_out.defined() ? unary_backward(UnaryOp::relu, grad_y_relu, Tensor(), relu_out) : grad_y_relu;
   const ChannelLayout l = channel_layout(x_in, "bn_backward_input");
   check_same(grad_y_in, x_in, "bn_backward_input", "grad_y");
   if (count <= 0)

@@ -5,8 +5,9 @@
 // and walked as [N, C, inner]. Element (o, c, i) sits at (o * C + c) * inner + i. Per-channel sums
 // are accumulated in double, split over several blocks per channel and added in a fixed order by
 // the last block of each channel group to finish (so results are deterministic and no second
-// kernel is needed), or, for the channels-last reduction's many parts, by a small second kernel. Mean and variance come from one pass of sums shifted by each channel's first
-// value (no cancellation when |mean| >> std); channels-last inputs are read 16 bytes per thread.
+// kernel is needed), or, for the channels-last reduction's many parts, by a small second kernel. Mean and
+// variance come from one pass of sums shifted by each channel's first value (no cancellation when |mean| >>
+// std); channels-last inputs are read 16 bytes per thread.
 //
 // Per-channel inputs (mean, invstd, gamma, sums) are read in place in whatever floating dtype they
 // have: no conversion kernels. Each piece is one kernel: a reduction, or an elementwise pass
@@ -149,6 +150,12 @@ __device__ __forceinline__ void accumulate(A& a0, A& a1, A v, A g, A m) {
   }
 }
 
+// dy[i], or 0 where the fused ReLU's output mask[i] is not positive (the ReLU's backward).
+template <class T>
+__device__ __forceinline__ acc_t<T> masked_grad(const T* dy, const T* mask, int64_t i) {
+  return mask && !(to_acc(mask[i]) > acc_t<T>(0)) ? acc_t<T>(0) : to_acc(dy[i]);
+}
+
 // The last block of a channel group to finish adds the parts of channel c in order (deterministic).
 template <class Finish>
 __device__ __forceinline__ void finish_channel(const double* partial, int64_t c, int parts, Finish& finish) {
@@ -167,9 +174,9 @@ __device__ __forceinline__ void finish_channel(const double* partial, int64_t c,
 // warps), so both layouts read memory coalesced. `centre` is the per-channel value subtracted
 // (the mean for kBackward; unused for kMoments, which shifts by the channel's first element).
 template <class T, int M, class Finish>
-__global__ void channel_reduce_kernel(const T* x, const T* dy, ChannelValues centre, int64_t outer, int64_t C,
-                                      int64_t inner, int parts, double* partial, unsigned* counters,
-                                      Finish finish) {
+__global__ void channel_reduce_kernel(const T* x, const T* dy, const T* mask, ChannelValues centre,
+                                      int64_t outer, int64_t C, int64_t inner, int parts, double* partial,
+                                      unsigned* counters, Finish finish) {
   const int part = static_cast<int>(blockIdx.x % parts);
   const int64_t group = blockIdx.x / parts;
   double a0 = 0.0, a1 = 0.0;
@@ -186,12 +193,13 @@ __global__ void channel_reduce_kernel(const T* x, const T* dy, ChannelValues cen
         const int64_t o = q / inner, base = (o * C + c) * inner + (q - o * inner);
 #pragma unroll
         for (int j = 0; j < 4; ++j)
-          accumulate<M, double>(a0, a1, to_acc(x[base + j]), M == kBackward ? to_acc(dy[base + j]) : 0.0, m);
+          accumulate<M, double>(a0, a1, to_acc(x[base + j]),
+                                M == kBackward ? masked_grad(dy, mask, base + j) : 0.0, m);
       }
     } else {
       for (int64_t q = begin + threadIdx.x; q < end; q += blockDim.x) {
         const int64_t o = q / inner, idx = (o * C + c) * inner + (q - o * inner);
-        accumulate<M, double>(a0, a1, to_acc(x[idx]), M == kBackward ? to_acc(dy[idx]) : 0.0, m);
+        accumulate<M, double>(a0, a1, to_acc(x[idx]), M == kBackward ? masked_grad(dy, mask, idx) : 0.0, m);
       }
     }
     a0 = block_sum(a0);
@@ -217,7 +225,8 @@ __global__ void channel_reduce_kernel(const T* x, const T* dy, ChannelValues cen
   if (c < C) {
     const double m = M == kMoments ? to_acc(x[c]) : centre[c];
     for (int64_t o = begin + row; o < end; o += nrows)
-      accumulate<M, double>(a0, a1, to_acc(x[o * C + c]), M == kBackward ? to_acc(dy[o * C + c]) : 0.0, m);
+      accumulate<M, double>(a0, a1, to_acc(x[o * C + c]),
+                            M == kBackward ? masked_grad(dy, mask, o * C + c) : 0.0, m);
   }
   rows[0][row][lane] = a0;
   rows[1][row][lane] = a1;
@@ -249,8 +258,8 @@ __global__ void channel_reduce_kernel(const T* x, const T* dy, ChannelValues cen
 // several blocks share an SM and keep enough loads in flight.
 template <class T, int M>
 __global__ void __launch_bounds__(kThreads, 2)
-    channel_reduce_cl16_kernel(const T* x, const T* dy, ChannelValues centre, int64_t outer, int64_t C,
-                               int per_row, int parts, double* partial) {
+    channel_reduce_cl16_kernel(const T* x, const T* dy, const T* mask, ChannelValues centre, int64_t outer,
+                               int64_t C, int per_row, int parts, double* partial) {
   using P = Pack16<T>;
   constexpr int V = P::kSize;
   __shared__ double sums[2][kThreads * V];
@@ -271,25 +280,32 @@ __global__ void __launch_bounds__(kThreads, 2)
     constexpr int U = 4;
     int64_t o = begin + row;
     for (; o + (U - 1) * nrows < end; o += U * nrows) {
-      P xv[U], gv[U];
+      P xv[U], gv[U], mv[U];
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         xv[u] = reinterpret_cast<const P*>(x + (o + u * nrows) * C)[cv];
-        if constexpr (M == kBackward) gv[u] = reinterpret_cast<const P*>(dy + (o + u * nrows) * C)[cv];
+        if constexpr (M == kBackward) {
+          gv[u] = reinterpret_cast<const P*>(dy + (o + u * nrows) * C)[cv];
+          if (mask) mv[u] = reinterpret_cast<const P*>(mask + (o + u * nrows) * C)[cv];
+        }
       }
 #pragma unroll
       for (int u = 0; u < U; ++u)
 #pragma unroll
-        for (int j = 0; j < V; ++j)
-          accumulate<M, A>(a0[j], a1[j], to_acc(xv[u].v[j]), M == kBackward ? A(to_acc(gv[u].v[j])) : A(0), m[j]);
+        for (int j = 0; j < V; ++j) {
+          A g = A(0);
+          if constexpr (M == kBackward) g = mask && !(to_acc(mv[u].v[j]) > 0) ? A(0) : A(to_acc(gv[u].v[j]));
+          accumulate<M, A>(a0[j], a1[j], to_acc(xv[u].v[j]), g, m[j]);
+        }
     }
     for (; o < end; o += nrows) {
       const P xv = reinterpret_cast<const P*>(x + o * C)[cv];
-      P gv;
-      if constexpr (M == kBackward) gv = reinterpret_cast<const P*>(dy + o * C)[cv];
 #pragma unroll
-      for (int j = 0; j < V; ++j)
-        accumulate<M, A>(a0[j], a1[j], to_acc(xv.v[j]), M == kBackward ? A(to_acc(gv.v[j])) : A(0), m[j]);
+      for (int j = 0; j < V; ++j) {
+        const int64_t i = o * C + cv * V + j;
+        accumulate<M, A>(a0[j], a1[j], to_acc(xv.v[j]), M == kBackward ? A(masked_grad(dy, mask, i)) : A(0),
+                         m[j]);
+      }
     }
   }
 #pragma unroll
@@ -331,9 +347,11 @@ __global__ void finish_parts_kernel(const double* partial, int64_t C, int parts,
 
 // Per-channel sums of mode M over x (and dy), handed to finish(c, sum0, sum1) on the device.
 template <class T, int M, class Finish>
-void channel_reduce(const ChannelLayout& l, const T* x, const T* dy, ChannelValues centre, Finish finish) {
+void channel_reduce(const ChannelLayout& l, const T* x, const T* dy, const T* mask, ChannelValues centre,
+                    Finish finish) {
   constexpr int V = Pack16<T>::kSize;
-  const bool cl16 = l.inner == 1 && l.channels % V == 0 && aligned16(x) && (!dy || aligned16(dy));
+  const bool cl16 = l.inner == 1 && l.channels % V == 0 && aligned16(x) && (!dy || aligned16(dy)) &&
+                    (!mask || aligned16(mask));
   // At most a warp across a row (256 bf16 channels, 512 bytes): wide layers then split into several
   // channel groups, so that their few rows still spread over every SM.
   const int per_row = cl16 ? static_cast<int>(std::min<int64_t>(l.channels / V, 32)) : 0;
@@ -349,14 +367,14 @@ void channel_reduce(const ChannelLayout& l, const T* x, const T* dy, ChannelValu
   const unsigned blocks = static_cast<unsigned>(groups * parts);
   double* pp = static_cast<double*>(partial.raw_data());
   if (cl16) {
-    channel_reduce_cl16_kernel<T, M>
-        <<<blocks, kThreads, 0, cuda_stream()>>>(x, dy, centre, l.outer, l.channels, per_row, parts, pp);
+    channel_reduce_cl16_kernel<T, M><<<blocks, kThreads, 0, cuda_stream()>>>(x, dy, mask, centre, l.outer,
+                                                                             l.channels, per_row, parts, pp);
     CUDA_CHECK_LAUNCH();
     finish_parts_kernel<<<static_cast<unsigned>((l.channels + 7) / 8), kThreads, 0, cuda_stream()>>>(
         pp, l.channels, parts, finish);
   } else {
     channel_reduce_kernel<T, M><<<blocks, kThreads, 0, cuda_stream()>>>(
-        x, dy, centre, l.outer, l.channels, l.inner, parts, pp, arrival_counters(groups), finish);
+        x, dy, mask, centre, l.outer, l.channels, l.inner, parts, pp, arrival_counters(groups), finish);
   }
   CUDA_CHECK_LAUNCH();
 }
@@ -400,8 +418,9 @@ __global__ void coefficients_kernel(Coefficients coefficients, int64_t C, A* k) 
 // coefficients into shared memory (no separate kernel), unless `global_k` already holds them.
 template <class T, bool kWithGrad, bool kRelu, class Coefficients>
 __global__ void channel_affine_kernel(int64_t n, const T* __restrict__ x, const T* __restrict__ g,
-                                      T* __restrict__ out, Coefficients coefficients,
-                                      const acc_t<T>* global_k, int64_t C, int64_t inner, bool vec4) {
+                                      const T* __restrict__ mask, T* __restrict__ out,
+                                      Coefficients coefficients, const acc_t<T>* global_k, int64_t C,
+                                      int64_t inner, bool vec4) {
   using acc = acc_t<T>;
   extern __shared__ __align__(16) unsigned char shared_k[];
   const acc* k = global_k;
@@ -423,14 +442,18 @@ __global__ void channel_affine_kernel(int64_t n, const T* __restrict__ x, const 
     for (int64_t q = first; q < n / 4; q += stride) {
       const int64_t i = 4 * q, c0 = (i / inner) % C;
       const V xs = xv[q];
-      V gs;
-      if constexpr (kWithGrad) gs = gv[q];
+      V gs, ms;
+      if constexpr (kWithGrad) {
+        gs = gv[q];
+        if (mask) ms = reinterpret_cast<const V*>(mask)[q];
+      }
       V r;
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const int64_t c = inner == 1 ? c0 + j : c0;
         acc v = (to_acc(xs.v[j]) - k[c]) * k[C + c] + k[2 * C + c];
-        if constexpr (kWithGrad) v += to_acc(gs.v[j]) * k[3 * C + c];
+        if constexpr (kWithGrad)
+          if (!mask || to_acc(ms.v[j]) > acc(0)) v += to_acc(gs.v[j]) * k[3 * C + c];
         if constexpr (kRelu) v = v > acc(0) ? v : acc(0);
         r.v[j] = store<T>(v);
       }
@@ -441,7 +464,7 @@ __global__ void channel_affine_kernel(int64_t n, const T* __restrict__ x, const 
   for (int64_t i = first; i < n; i += stride) {
     const int64_t c = (i / inner) % C;
     acc v = (to_acc(x[i]) - k[c]) * k[C + c] + k[2 * C + c];
-    if constexpr (kWithGrad) v += to_acc(g[i]) * k[3 * C + c];
+    if constexpr (kWithGrad) v += masked_grad(g, mask, i) * k[3 * C + c];
     if constexpr (kRelu) v = v > acc(0) ? v : acc(0);
     out[i] = store<T>(v);
   }
@@ -451,13 +474,13 @@ bool aligned_to(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t
 
 template <class T, class Coefficients>
 void channel_affine(const ChannelLayout& l, int64_t n, const T* x, const T* g, T* out,
-                    Coefficients coefficients, bool relu = false) {
+                    Coefficients coefficients, bool relu = false, const T* mask = nullptr) {
   if (n <= 0) return;
   using acc = acc_t<T>;
   const int64_t C = l.channels, run = l.inner > 1 ? l.inner : C;
   const size_t vb = 4 * sizeof(T);
   const bool vec4 = sizeof(T) <= 4 && n % 4 == 0 && run % 4 == 0 && aligned_to(x, vb) &&
-                    aligned_to(out, vb) && (!g || aligned_to(g, vb));
+                    aligned_to(out, vb) && (!g || aligned_to(g, vb)) && (!mask || aligned_to(mask, vb));
   // Few enough blocks that computing the coefficients per block stays cheap; each loops longer.
   const unsigned blocks = std::min<unsigned>(grid_size(vec4 ? n / 4 : n, kThreads),
                                              static_cast<unsigned>(cuda_context().sm_count) * 8);
@@ -474,7 +497,7 @@ void channel_affine(const ChannelLayout& l, int64_t n, const T* x, const T* g, T
   }
   auto launch = [&](auto with_g, auto with_relu) {
     channel_affine_kernel<T, decltype(with_g)::value, decltype(with_relu)::value>
-        <<<blocks, kThreads, shared, cuda_stream()>>>(n, x, g, out, coefficients, gk, C, l.inner, vec4);
+        <<<blocks, kThreads, shared, cuda_stream()>>>(n, x, g, mask, out, coefficients, gk, C, l.inner, vec4);
   };
   using yes = std::true_type;
   using no = std::false_type;
@@ -507,7 +530,7 @@ std::pair<Tensor, Tensor> CudaBackend::bn_mean_var(const Tensor& x_in) {
     stat_t* out_mean = static_cast<stat_t*>(mean.raw_data());
     stat_t* out_var = static_cast<stat_t*>(var.raw_data());
     // One pass: shifted sums s = sum(x - k), q = sum((x - k)^2) with k the channel's first value.
-    channel_reduce<scalar_t, kMoments>(l, px, nullptr, ChannelValues{},
+    channel_reduce<scalar_t, kMoments>(l, px, nullptr, nullptr, ChannelValues{},
                                        [=] __device__(int64_t c, double s, double q) {
                                          const double k = to_acc(px[c * l.inner]), d = s / n;
                                          out_mean[c] = static_cast<stat_t>(k + d);
@@ -542,7 +565,7 @@ std::pair<Tensor, Tensor> CudaBackend::bn_train_stats(const Tensor& x_in, double
     stat_t* out_mean = static_cast<stat_t*>(mean.raw_data());
     stat_t* out_invstd = static_cast<stat_t*>(invstd.raw_data());
     channel_reduce<scalar_t, kMoments>(
-        l, px, nullptr, ChannelValues{}, [=] __device__(int64_t c, double s, double q) {
+        l, px, nullptr, nullptr, ChannelValues{}, [=] __device__(int64_t c, double s, double q) {
           const double k = to_acc(px[c * l.inner]), d = s / n;
           const double m = k + d, var = fmax(q / n - d * d, 0.0);
           out_mean[c] = static_cast<stat_t>(m);
@@ -587,7 +610,8 @@ Tensor CudaBackend::bn_apply(const Tensor& x_in, const Tensor& mean_t, const Ten
 }
 
 std::pair<Tensor, Tensor> CudaBackend::bn_backward_reduce(const Tensor& grad_y, const Tensor& x_in,
-                                                          const Tensor& mean_t, const Tensor& invstd_t) {
+                                                          const Tensor& mean_t, const Tensor& invstd_t,
+                                                          const Tensor& relu_out) {
   using namespace cuda;
   check_device(x_in, "bn_backward_reduce", "input");
   const ChannelLayout l = channel_layout(x_in, "bn_backward_reduce");
@@ -597,25 +621,31 @@ std::pair<Tensor, Tensor> CudaBackend::bn_backward_reduce(const Tensor& grad_y, 
   const ChannelValues mean = channel_values(mean_t, C, "bn_backward_reduce", "mean", false, k0),
                       invstd = channel_values(invstd_t, C, "bn_backward_reduce", "invstd", false, k1);
   const Tensor x = x_in.contiguous(l.format()), g = grad_y.contiguous(l.format());
+  Tensor relu;
+  if (relu_out.defined()) {
+    check_same(relu_out, x_in, "bn_backward_reduce", "relu_out");
+    relu = relu_out.contiguous(l.format());
+  }
   const DType stats = accumulate_dtype(x.dtype());  // f32 for half inputs, as in bn_mean_var
   Tensor sum_dy = empty({C}, stats), sum_dy_xhat = empty({C}, stats);
   CUDA_DISPATCH_FLOAT(x.dtype(), "bn_backward_reduce", [&] {
     using stat_t = std::conditional_t<std::is_same_v<scalar_t, double>, double, float>;
     stat_t* o0 = static_cast<stat_t*>(sum_dy.raw_data());
     stat_t* o1 = static_cast<stat_t*>(sum_dy_xhat.raw_data());
-    channel_reduce<scalar_t, kBackward>(l, static_cast<const scalar_t*>(x.raw_data()),
-                                        static_cast<const scalar_t*>(g.raw_data()), mean,
-                                        [=] __device__(int64_t c, double s0, double s1) {
-                                          o0[c] = static_cast<stat_t>(s0);
-                                          o1[c] = static_cast<stat_t>(s1 * invstd[c]);
-                                        });
+    channel_reduce<scalar_t, kBackward>(
+        l, static_cast<const scalar_t*>(x.raw_data()), static_cast<const scalar_t*>(g.raw_data()),
+        relu.defined() ? static_cast<const scalar_t*>(relu.raw_data()) : nullptr, mean,
+        [=] __device__(int64_t c, double s0, double s1) {
+          o0[c] = static_cast<stat_t>(s0);
+          o1[c] = static_cast<stat_t>(s1 * invstd[c]);
+        });
   });
   return {sum_dy, sum_dy_xhat};
 }
 
 Tensor CudaBackend::bn_backward_input(const Tensor& grad_y, const Tensor& x_in, const Tensor& mean_t,
                                       const Tensor& invstd_t, const Tensor& gamma_t, const Tensor& sum_dy_t,
-                                      const Tensor& sum_dy_xhat_t, int64_t count) {
+                                      const Tensor& sum_dy_xhat_t, int64_t count, const Tensor& relu_out) {
   using namespace cuda;
   check_device(x_in, "bn_backward_input", "input");
   const ChannelLayout l = channel_layout(x_in, "bn_backward_input");
@@ -631,6 +661,11 @@ Tensor CudaBackend::bn_backward_input(const Tensor& grad_y, const Tensor& x_in, 
                       sum_dy = channel_values(sum_dy_t, C, op, "sum_dy", false, k3),
                       sum_dy_xhat = channel_values(sum_dy_xhat_t, C, op, "sum_dy_xhat", false, k4);
   const Tensor x = x_in.contiguous(l.format()), g = grad_y.contiguous(l.format());
+  Tensor relu;
+  if (relu_out.defined()) {
+    check_same(relu_out, x_in, op, "relu_out");
+    relu = relu_out.contiguous(l.format());
+  }
   Tensor gx = empty(x.shape(), x.dtype(), l.format());
   const double n = static_cast<double>(count);
   CUDA_DISPATCH_FLOAT(x.dtype(), op, [&] {
@@ -638,7 +673,8 @@ Tensor CudaBackend::bn_backward_input(const Tensor& grad_y, const Tensor& x_in, 
     channel_affine<scalar_t>(l, x.numel(), static_cast<const scalar_t*>(x.raw_data()),
                              static_cast<const scalar_t*>(g.raw_data()),
                              static_cast<scalar_t*>(gx.raw_data()),
-                             BackwardCoefficients{mean, invstd, gamma, sum_dy, sum_dy_xhat, n});
+                             BackwardCoefficients{mean, invstd, gamma, sum_dy, sum_dy_xhat, n}, false,
+                             relu.defined() ? static_cast<const scalar_t*>(relu.raw_data()) : nullptr);
   });
   return gx;
 }

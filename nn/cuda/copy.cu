@@ -63,6 +63,66 @@ void copy_elements(void* dst, const Indexer& di, const void* src, const Indexer&
     for_each(n, [=] __device__(int64_t i) { d[offset_of(di, i)] = s[offset_of(si, i)]; });
 }
 
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <class D>
+__device__ __forceinline__ D from_float(float v);
+template <>
+__device__ __forceinline__ float from_float<float>(float v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ __half from_float<__half>(float v) {
+  return __float2half_rn(v);
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+
+// Dense conversion between f32 and a half type, 4 elements per thread (autocast's weight casts and
+// the casts of their gradients back, every step): the same rounding as store_any, without its
+// per-element dtype switch through double.
+template <class D, class S>
+void convert_flat(void* dst, const void* src, int64_t n) {
+  D* d = static_cast<D*>(dst);
+  const S* s = static_cast<const S*>(src);
+  struct alignas(4 * sizeof(S)) In {
+    S v[4];
+  };
+  struct alignas(4 * sizeof(D)) Out {
+    D v[4];
+  };
+  const bool vec =
+      reinterpret_cast<uintptr_t>(d) % sizeof(Out) == 0 && reinterpret_cast<uintptr_t>(s) % sizeof(In) == 0;
+  const int64_t n4 = vec ? n / 4 : 0;
+  if (n4 > 0)
+    for_each(n4, [=] __device__(int64_t q) {
+      const In in = reinterpret_cast<const In*>(s)[q];
+      Out out;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) out.v[j] = from_float<D>(to_float(in.v[j]));
+      reinterpret_cast<Out*>(d)[q] = out;
+    });
+  const int64_t done = n4 * 4;
+  if (done < n)
+    for_each(n - done, [=] __device__(int64_t i) { d[done + i] = from_float<D>(to_float(s[done + i])); });
+}
+
+// Whether a flat copy from src_dtype to dst_dtype has a convert_flat kernel; runs it if so.
+bool try_convert_flat(void* dst, DType dst_dtype, const void* src, DType src_dtype, int64_t n) {
+  if (src_dtype == DType::f32 && dst_dtype == DType::bf16)
+    return convert_flat<__nv_bfloat16, float>(dst, src, n), true;
+  if (src_dtype == DType::f32 && dst_dtype == DType::f16)
+    return convert_flat<__half, float>(dst, src, n), true;
+  if (src_dtype == DType::bf16 && dst_dtype == DType::f32)
+    return convert_flat<float, __nv_bfloat16>(dst, src, n), true;
+  if (src_dtype == DType::f16 && dst_dtype == DType::f32)
+    return convert_flat<float, __half>(dst, src, n), true;
+  return false;
+}
+
 template <class U>
 void fill_elements(void* dst, const Indexer& di, U bits, int64_t n) {
   U* d = static_cast<U*>(dst);
@@ -149,9 +209,10 @@ void launch_copy(void* dst, DType dst_dtype, const Shape& dst_strides, const voi
         return copy_elements<uint64_t>(dst, di, src, si, n);
     }
   }
-  if (is_flat(di) && is_flat(si))
+  if (is_flat(di) && is_flat(si)) {
+    if (try_convert_flat(dst, dst_dtype, src, src_dtype, n)) return;
     for_each(n, [=] __device__(int64_t i) { store_any(dst, dst_dtype, i, load_any(src, src_dtype, i)); });
-  else
+  } else
     for_each(n, [=] __device__(int64_t i) {
       store_any(dst, dst_dtype, offset_of(di, i), load_any(src, src_dtype, offset_of(si, i)));
     });

@@ -80,18 +80,20 @@ Variable batch_norm(const Variable& x, const Variable& weight, const Variable& b
        relu_out = relu ? y : Tensor(), weight_dtype = has_weight ? wd.dtype() : xd.dtype(),
        bias_dtype = has_bias ? bd.dtype() : xd.dtype()](const Tensor& g_out) -> std::vector<Tensor> {
         Backend& k = backend_for(g_out);
-        // Through the ReLU first (its output is positive exactly where it passed its input); the
-        // residual's gradient is that of the sum.
-        const Tensor g =
-            relu_out.defined() ? k.unary_backward(UnaryOp::relu, g_out, Tensor(), relu_out) : g_out;
+        // Through the ReLU (its output is positive exactly where it passed its input). The batch-norm
+        // kernels apply the mask as they read; the masked gradient is made here only where it is
+        // needed as a tensor: as the residual's gradient, or for evaluation mode's affine backward.
+        const bool mask_here = relu_out.defined() && (has_residual || !batch_stats);
+        const Tensor g = mask_here ? k.unary_backward(UnaryOp::relu, g_out, Tensor(), relu_out) : g_out;
+        const Tensor mask = mask_here ? Tensor() : relu_out;
         Tensor sum_dy, sum_dy_xhat;
         if (has_weight || has_bias || (batch_stats && x_needs_grad))
-          std::tie(sum_dy, sum_dy_xhat) = k.bn_backward_reduce(g, xd, mean, invstd);
+          std::tie(sum_dy, sum_dy_xhat) = k.bn_backward_reduce(g, xd, mean, invstd, mask);
         std::vector<Tensor> grads;
         if (!x_needs_grad) {
           grads.emplace_back();
         } else if (batch_stats) {
-          grads.push_back(k.bn_backward_input(g, xd, mean, invstd, wd, sum_dy, sum_dy_xhat, count));
+          grads.push_back(k.bn_backward_input(g, xd, mean, invstd, wd, sum_dy, sum_dy_xhat, count, mask));
         } else {
           // Running statistics are constants: grad_x = dy * invstd * gamma.
           const Tensor zero = Tensor::zeros(mean.shape(), mean.dtype(), mean.device());

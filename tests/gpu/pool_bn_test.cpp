@@ -128,15 +128,16 @@ TEST(CudaBatchNorm, TrainingStatisticsApplyAndBackward) {
       }
       const Tensor dy = random(c.shape, gen, dtype);
       const Tensor dyg = on_gpu(dy, c.format);
-      const auto [sdy, sdyx] = cpu().bn_backward_reduce(dy, x, mean, invstd);
-      const auto [sdy_g, sdyx_g] = dev().bn_backward_reduce(dyg, xg, mean.to(gpu()), invstd.to(gpu()));
+      const auto [sdy, sdyx] = cpu().bn_backward_reduce(dy, x, mean, invstd, Tensor());
+      const auto [sdy_g, sdyx_g] =
+          dev().bn_backward_reduce(dyg, xg, mean.to(gpu()), invstd.to(gpu()), Tensor());
       const double scale = std::sqrt(static_cast<double>(x.numel() / C));  // sums of ~N random terms
       expect_close(sdy, sdy_g, tol, tol * scale, what + " sum_dy");
       expect_close(sdyx, sdyx_g, tol, tol * scale * 10, what + " sum_dy_xhat");
       const int64_t count = x.numel() / C;
-      const Tensor dx = cpu().bn_backward_input(dy, x, mean, invstd, gamma, sdy, sdyx, count);
+      const Tensor dx = cpu().bn_backward_input(dy, x, mean, invstd, gamma, sdy, sdyx, count, Tensor());
       const Tensor dxg = dev().bn_backward_input(dyg, xg, mean.to(gpu()), invstd.to(gpu()), gamma.to(gpu()),
-                                                 sdy.to(gpu()), sdyx.to(gpu()), count);
+                                                 sdy.to(gpu()), sdyx.to(gpu()), count, Tensor());
       EXPECT_TRUE(dxg.is_contiguous(c.format));
       expect_close(dx, dxg, tol * 10, tol * 10, what + " backward_input");
     }
@@ -181,6 +182,37 @@ TEST(CudaBatchNorm, TrainStatsUpdateTheRunningStatisticsLikeTheCpu) {
         expect_close(invstd, invstd_g, tol * 10, tol * 10, what + " invstd");
         expect_close(rm, rm_g, tol, tol, what + " running_mean");
         expect_close(rv, rv_g, tol * 10, tol * 10, what + " running_var");
+      }
+}
+
+// The ReLU's backward folded into both batch-norm backward kernels, against the CPU.
+TEST(CudaBatchNorm, BackwardThroughAFusedReluMatchesTheCpu) {
+  REQUIRE_GPU();
+  Generator gen(36);
+  for (DType dtype : {DType::f32, DType::bf16})
+    for (MemoryFormat f : kFormats)
+      for (const Shape& shape : {Shape{8, 16, 5, 6}, Shape{32, 64, 4, 4}}) {
+        const int64_t C = shape[1];
+        const Tensor x = random(shape, gen, dtype), dy = random(shape, gen, dtype);
+        const Tensor relu_out = cpu().unary(UnaryOp::relu, as_f32(random(shape, gen, dtype))).to(dtype);
+        const Tensor mean = random({C}, gen, DType::f32), invstd = random({C}, gen, DType::f32, 0.5, 1.5),
+                     gamma = random({C}, gen, DType::f32, 0.5, 1.5);
+        const auto [s0, s1] = cpu().bn_backward_reduce(as_f32(dy), as_f32(x), mean, invstd, as_f32(relu_out));
+        const auto [g0, g1] = dev().bn_backward_reduce(on_gpu(dy, f), on_gpu(x, f), mean.to(gpu()),
+                                                       invstd.to(gpu()), on_gpu(relu_out, f));
+        const std::string what =
+            std::string("masked ") + std::string(dtype_name(dtype)) + " " + shape_str(shape);
+        const double tol = dtype == DType::f32 ? 1e-5 : 1e-2;
+        expect_close(s0, g0, tol, tol, what + " sum_dy");
+        expect_close(s1, g1, tol, tol, what + " sum_dy_xhat");
+        const int64_t count = x.numel() / C;
+        const Tensor dx = cpu().bn_backward_input(as_f32(dy), as_f32(x), mean, invstd, gamma, s0, s1, count,
+                                                  as_f32(relu_out));
+        const Tensor dxg =
+            dev().bn_backward_input(on_gpu(dy, f), on_gpu(x, f), mean.to(gpu()), invstd.to(gpu()),
+                                    gamma.to(gpu()), s0.to(gpu()), s1.to(gpu()), count, on_gpu(relu_out, f));
+        EXPECT_TRUE(dxg.is_contiguous(f));
+        expect_close(dx, dxg, tol, tol, what + " backward_input");
       }
 }
 

@@ -77,12 +77,12 @@ TEST(BatchNorm, ChannelsLastKeepsLayoutAndValues) {
   expect_near(y1.to_vector<double>(), y2.to_vector<double>(), 1e-6);
 
   Tensor g = random_tensor({2, 3, 2, 2}, gen).to(DType::f32);  // NCHW gradient for a channels-last input
-  auto [s1, t1] = k.bn_backward_reduce(g, x, m1, invstd);
-  auto [s2, t2] = k.bn_backward_reduce(g, x_cl, m1, invstd);
+  auto [s1, t1] = k.bn_backward_reduce(g, x, m1, invstd, Tensor());
+  auto [s2, t2] = k.bn_backward_reduce(g, x_cl, m1, invstd, Tensor());
   expect_near(s1.to_vector<double>(), s2.to_vector<double>(), 1e-5);
   expect_near(t1.to_vector<double>(), t2.to_vector<double>(), 1e-5);
-  Tensor gx1 = k.bn_backward_input(g, x, m1, invstd, w, s1, t1, 8);
-  Tensor gx2 = k.bn_backward_input(g, x_cl, m1, invstd, w, s1, t1, 8);
+  Tensor gx1 = k.bn_backward_input(g, x, m1, invstd, w, s1, t1, 8, Tensor());
+  Tensor gx2 = k.bn_backward_input(g, x_cl, m1, invstd, w, s1, t1, 8, Tensor());
   EXPECT_TRUE(gx2.is_contiguous(MemoryFormat::channels_last));
   expect_near(gx1.to_vector<double>(), gx2.to_vector<double>(), 1e-5);
 }
@@ -146,12 +146,24 @@ TEST(BatchNorm, GradcheckTrainingTwoDimensionalInput) {
       {x, w, b});
 }
 
-// relu(bn(x) + residual) in one op: its gradients (x, weight, bias and the residual) by finite
-// differences, in training and evaluation mode, in both layouts.
+// relu(bn(x) + residual) and relu(bn(x)) in one op: gradients (x, weight, bias and the residual) by
+// finite differences, in training and evaluation mode, in both layouts.
 TEST(BatchNorm, GradcheckFusedResidualAndRelu) {
   Generator gen(8);
   for (bool training : {true, false})
     for (MemoryFormat f : {MemoryFormat::contiguous, MemoryFormat::channels_last}) {
+      {
+        Tensor rm = random_tensor({3}, gen), rv = random_tensor({3}, gen, 0.5, 1.5);
+        Variable x(random_tensor({2, 3, 3, 2}, gen), true);
+        Variable w(random_tensor({3}, gen, 0.5, 1.5), true), b(random_tensor({3}, gen), true);
+        EXPECT_GRADCHECK(
+            [&](const std::vector<Variable>& in) {
+              Tensor m = rm.clone(), v = rv.clone();
+              return F::batch_norm(F::contiguous(in[0], f), in[1], in[2], m, v, training, 0.1, kEps,
+                                   Variable(), true);
+            },
+            {x, w, b});
+      }
       Tensor rm = random_tensor({3}, gen), rv = random_tensor({3}, gen, 0.5, 1.5);
       Variable x(random_tensor({2, 3, 3, 2}, gen), true), r(random_tensor({2, 3, 3, 2}, gen), true);
       Variable w(random_tensor({3}, gen, 0.5, 1.5), true), b(random_tensor({3}, gen), true);
@@ -182,6 +194,23 @@ TEST(BatchNorm, FusedTailEqualsSeparateOps) {
     return std::vector<Tensor>{y.data(), x.grad(), r.grad(), w.grad(), b.grad(), rm, rv};
   };
   const std::vector<Tensor> fused = run(true), separate = run(false);
+  // And without a residual (the ReLU's mask then goes into the batch-norm backward kernels).
+  {
+    Tensor rm1 = Tensor::zeros({5}), rv1 = Tensor::ones({5}), rm2 = Tensor::zeros({5}),
+           rv2 = Tensor::ones({5});
+    Variable xa(x0.clone(), true), xb(x0.clone(), true), wa(w0.clone(), true), wb(w0.clone(), true);
+    Variable ya = F::batch_norm(xa, wa, Variable(), rm1, rv1, true, 0.1, kEps, Variable(), true);
+    Variable yb = F::relu(F::batch_norm(xb, wb, Variable(), rm2, rv2, true, 0.1, kEps));
+    ya.backward(dy);
+    yb.backward(dy);
+    EXPECT_EQ(ya.data().to_vector<float>(), yb.data().to_vector<float>());
+    const std::vector<float> ga = xa.grad().to_vector<float>(), gb = xb.grad().to_vector<float>();
+    for (size_t j = 0; j < ga.size(); ++j)
+      EXPECT_NEAR(ga[j], gb[j], 1e-6f * (1.0f + std::abs(gb[j]))) << "dx";
+    const std::vector<float> wga = wa.grad().to_vector<float>(), wgb = wb.grad().to_vector<float>();
+    for (size_t j = 0; j < wga.size(); ++j)
+      EXPECT_NEAR(wga[j], wgb[j], 1e-6f * (1.0f + std::abs(wgb[j]))) << "dw";
+  }
   const char* names[] = {"y", "dx", "dresidual", "dweight", "dbias", "running_mean", "running_var"};
   for (size_t i = 0; i < fused.size(); ++i) {
     const std::vector<float> a = fused[i].to_vector<float>(), e = separate[i].to_vector<float>();
@@ -272,7 +301,8 @@ TEST(BatchNorm, RejectsBadInputs) {
                std::invalid_argument);
   EXPECT_THROW(cpu_backend().bn_mean_var(Tensor::ones({2, 2}, DType::i64)), std::invalid_argument);
   Tensor m = Tensor::zeros({2}), s = Tensor::ones({2});
-  EXPECT_THROW(cpu_backend().bn_backward_reduce(Tensor::ones({2, 2, 1, 2}), Tensor::ones({2, 2, 2, 2}), m, s),
+  EXPECT_THROW(cpu_backend().bn_backward_reduce(Tensor::ones({2, 2, 1, 2}), Tensor::ones({2, 2, 2, 2}), m, s,
+                                                Tensor()),
                std::invalid_argument);
 }
 
