@@ -7,7 +7,7 @@
 # Results go to OUT_DIR as text; keep the copies under bench/results/.
 set -u
 B=${1:?BIN_DIR}; FM=${2:?FASHION_MNIST_DIR}; OUT=${3:?OUT_DIR}; shift 3
-SECTIONS=${*:-tests parity throughput fmnist bench plan resume}
+SECTIONS=${*:-tests parity throughput fmnist bench plan resume trace}
 export NCCL_NVLS_ENABLE=0
 export TRAINER_BIN="$B/trainer"  # gpu_tests runs the trainer binary; without this it looks in the build dir
 mkdir -p "$OUT"
@@ -28,15 +28,20 @@ if want parity; then
 fi
 
 if want throughput; then
-  echo "== throughput: resnet18-cifar (ours, then PyTorch) and resnet50-224"
+  echo "== throughput: resnet18-cifar and resnet50-224, ours eager, ours replaying a CUDA graph, PyTorch eager"
+  # fp16 is not captured: the loss scaler's skip decision is a host read (nn_bench says so and times
+  # eager steps). Each line: model batch input device math layout img/s peak-MiB.
   {
     for b in 128 512; do for m in fp32 tf32 bf16 fp16; do
       layout=nchw; flag=""
       if [[ $m == bf16 || $m == fp16 ]]; then layout=cl; flag=--channels-last; fi
       timeout 120 "$B/nn_bench" --model resnet18 --image 32 --channels 3 --batch $b --device cuda --math $m --layout $layout --iters 40 2>/dev/null | tail -1
+      [[ $m != fp16 ]] && timeout 120 "$B/nn_bench" --model resnet18 --image 32 --channels 3 --batch $b --device cuda --math $m --layout $layout --iters 40 --graph 1 2>/dev/null | tail -1
       timeout 120 python3 bench/torch_reference.py --model resnet18 --image 32 --channels 3 --batch $b --device cuda --dtype $m $flag --iters 40 2>/dev/null | tail -1
     done; done
-    timeout 200 "$B/nn_bench" --model resnet50 --stem imagenet --image 224 --channels 3 --batch 128 --device cuda --math bf16 --layout cl --iters 15 2>/dev/null | tail -1
+    for g in 0 1; do
+      timeout 200 "$B/nn_bench" --model resnet50 --stem imagenet --image 224 --channels 3 --batch 128 --device cuda --math bf16 --layout cl --iters 15 --graph $g 2>/dev/null | tail -1
+    done
     timeout 200 python3 bench/torch_reference.py --model resnet50 --stem imagenet --image 224 --channels 3 --batch 128 --device cuda --dtype bf16 --channels-last --iters 15 2>/dev/null | tail -1
   } | tee "$OUT/throughput.txt"
 fi
@@ -78,4 +83,17 @@ if want resume; then
     cmp /tmp/ra/train_steps.csv /tmp/rb/train_steps.csv && echo "loss sequence identical"
     cmp /tmp/ra/checkpoints/final.safetensors /tmp/rb/checkpoints/final.safetensors && echo "final weights identical"
   } | tee "$OUT/resume.txt"
+fi
+
+if want trace; then
+  echo "== kernel profiles, ours (CUPTI) and PyTorch (torch.profiler), bf16 channels-last"
+  {
+    for args in "--model resnet18 --image 32 --batch 512" "--model resnet50 --stem imagenet --image 224 --batch 128"; do
+      echo "-- ours $args"
+      timeout 120 "$B/nn_bench" --device cuda --channels 3 --math bf16 --layout cl --iters 10 --trace 3 $args 2>&1 | grep -A25 '^trace over' | cut -c1-150
+      echo "-- torch $args"
+      timeout 150 python3 bench/torch_profile.py --dtype bf16 --channels-last --steps 3 --top 25 $args 2>/dev/null | cut -c1-150
+    done
+  } > "$OUT/trace.txt"
+  head -3 "$OUT/trace.txt"
 fi

@@ -193,7 +193,8 @@ struct Point {
 
 struct Result {
   double images_per_second;
-  double peak_mib;  // device memory; 0 on the CPU
+  double peak_mib;     // device memory; 0 on the CPU
+  bool graph = false;  // the timed steps were replays of a CUDA graph
 };
 
 Result run(const Point& p) {
@@ -249,6 +250,7 @@ Result run(const Point& p) {
   for (int i = 0; i < 3; ++i) step();  // warm-up: allocator, algorithm search, BLAS threads
   (void)last_loss.item();              // waits for the device
   std::function<void()> timed = step;
+  bool graph_used = false;
 #ifdef TRAINER_WITH_CUDA
   // The peak covers a captured step too: the graph keeps what its step allocated.
   if (device.is_cuda()) cuda_reset_peak_memory_stats();
@@ -259,6 +261,7 @@ Result run(const Point& p) {
       graph.capture(step);
       std::fprintf(stderr, "CUDA graph: %zu nodes\n", graph.nodes());
       timed = [&] { graph.replay(); };
+      graph_used = true;
     } catch (const std::exception& e) {
       std::fprintf(stderr, "CUDA graph: not captured, timing eager steps (%s)\n", e.what());
     }
@@ -268,7 +271,7 @@ Result run(const Point& p) {
   for (int i = 0; i < p.iters; ++i) timed();
   (void)last_loss.item();
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  Result r{p.batch * p.iters / s, 0.0};
+  Result r{p.batch * p.iters / s, 0.0, graph_used};
 #ifdef TRAINER_WITH_CUDA
   if (device.is_cuda()) {
     const CudaMemoryStats m = cuda_memory_stats();
@@ -333,14 +336,15 @@ int main(int argc, char** argv) {
     points.push_back(custom);
   else
     points = {{"cnn", 64, 28, 1, 30}, {"resnet18", 64, 32, 3, 3}};
-  std::printf("%-10s %6s %12s %6s %5s %6s %10s %10s\n", "model", "batch", "input", "device", "math", "layout",
+  std::printf("%-10s %6s %12s %10s %5s %6s %10s %10s\n", "model", "batch", "input", "device", "math", "layout",
               "img/s", "peak MiB");
   for (const Point& p : points) {
     try {
       const Result r = run(p);
-      std::printf("%-10s %6lld %5lldx%lldx%lld %6s %5s %6s %10.1f %10.0f\n", p.model.c_str(),
+      std::printf("%-10s %6lld %5lldx%lldx%lld %10s %5s %6s %10.1f %10.0f\n", p.model.c_str(),
                   static_cast<long long>(p.batch), static_cast<long long>(p.image),
-                  static_cast<long long>(p.image), static_cast<long long>(p.channels), p.device.c_str(),
+                  static_cast<long long>(p.image), static_cast<long long>(p.channels),
+                  (p.device + (r.graph ? "+graph" : "")).c_str(),
                   p.math.c_str(), p.channels_last ? "cl" : "nchw", r.images_per_second, r.peak_mib);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "nn_bench: %s\n", e.what());

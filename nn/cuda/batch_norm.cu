@@ -11,7 +11,7 @@
 //
 // Per-channel inputs (mean, invstd, gamma, sums) are read in place in whatever floating dtype they
 // have: no conversion kernels. Each piece is one kernel: a reduction, or an elementwise pass
-// (vectorised by 4 when the layout allows) that computes its per-channel coefficients itself.
+// (16 bytes at a time when the layout allows) that computes its per-channel coefficients itself.
 #include <mutex>
 #include <type_traits>
 
@@ -420,7 +420,7 @@ template <class T, bool kWithGrad, bool kRelu, class Coefficients>
 __global__ void channel_affine_kernel(int64_t n, const T* __restrict__ x, const T* __restrict__ g,
                                       const T* __restrict__ mask, T* __restrict__ out,
                                       Coefficients coefficients, const acc_t<T>* global_k, int64_t C,
-                                      int64_t inner, bool vec4) {
+                                      int64_t inner, bool vec) {
   using acc = acc_t<T>;
   extern __shared__ __align__(16) unsigned char shared_k[];
   const acc* k = global_k;
@@ -432,24 +432,27 @@ __global__ void channel_affine_kernel(int64_t n, const T* __restrict__ x, const 
   }
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t first = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (vec4) {  // n, inner (or C when inner == 1) multiples of 4 and pointers 4-element aligned
-    struct alignas(4 * sizeof(T)) V {
-      T v[4];
-    };
-    const V* xv = reinterpret_cast<const V*>(x);
-    const V* gv = reinterpret_cast<const V*>(g);
-    V* ov = reinterpret_cast<V*>(out);
-    for (int64_t q = first; q < n / 4; q += stride) {
-      const int64_t i = 4 * q, c0 = (i / inner) % C;
-      const V xs = xv[q];
-      V gs, ms;
+  if (vec) {  // n, inner (or C when inner == 1) multiples of V and pointers 16-byte aligned
+    using P = Pack16<T>;
+    constexpr int V = P::kSize;
+    const P* xv = reinterpret_cast<const P*>(x);
+    const P* gv = reinterpret_cast<const P*>(g);
+    P* ov = reinterpret_cast<P*>(out);
+    // Channels-last with a stride that is a multiple of C: every thread keeps its channels, so the
+    // division per 16 bytes (a 64-bit modulo) goes away.
+    const bool same_channels = inner == 1 && (stride * V) % C == 0;
+    const int64_t my_c0 = (first * V) % C;
+    for (int64_t q = first; q < n / V; q += stride) {
+      const int64_t i = V * q, c0 = same_channels ? my_c0 : (i / inner) % C;
+      const P xs = xv[q];
+      P gs, ms;
       if constexpr (kWithGrad) {
         gs = gv[q];
-        if (mask) ms = reinterpret_cast<const V*>(mask)[q];
+        if (mask) ms = reinterpret_cast<const P*>(mask)[q];
       }
-      V r;
+      P r;
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
+      for (int j = 0; j < V; ++j) {
         const int64_t c = inner == 1 ? c0 + j : c0;
         acc v = (to_acc(xs.v[j]) - k[c]) * k[C + c] + k[2 * C + c];
         if constexpr (kWithGrad)
@@ -478,11 +481,11 @@ void channel_affine(const ChannelLayout& l, int64_t n, const T* x, const T* g, T
   if (n <= 0) return;
   using acc = acc_t<T>;
   const int64_t C = l.channels, run = l.inner > 1 ? l.inner : C;
-  const size_t vb = 4 * sizeof(T);
-  const bool vec4 = sizeof(T) <= 4 && n % 4 == 0 && run % 4 == 0 && aligned_to(x, vb) &&
-                    aligned_to(out, vb) && (!g || aligned_to(g, vb)) && (!mask || aligned_to(mask, vb));
+  constexpr int V = Pack16<T>::kSize;
+  const bool vec = n % V == 0 && run % V == 0 && aligned16(x) && aligned16(out) && (!g || aligned16(g)) &&
+                   (!mask || aligned16(mask));
   // Few enough blocks that computing the coefficients per block stays cheap; each loops longer.
-  const unsigned blocks = std::min<unsigned>(grid_size(vec4 ? n / 4 : n, kThreads),
+  const unsigned blocks = std::min<unsigned>(grid_size(vec ? n / V : n, kThreads),
                                              static_cast<unsigned>(cuda_context().sm_count) * 8);
   size_t shared = 4 * static_cast<size_t>(C) * sizeof(acc);
   Tensor global;
@@ -497,7 +500,7 @@ void channel_affine(const ChannelLayout& l, int64_t n, const T* x, const T* g, T
   }
   auto launch = [&](auto with_g, auto with_relu) {
     channel_affine_kernel<T, decltype(with_g)::value, decltype(with_relu)::value>
-        <<<blocks, kThreads, shared, cuda_stream()>>>(n, x, g, mask, out, coefficients, gk, C, l.inner, vec4);
+        <<<blocks, kThreads, shared, cuda_stream()>>>(n, x, g, mask, out, coefficients, gk, C, l.inner, vec);
   };
   using yes = std::true_type;
   using no = std::false_type;
