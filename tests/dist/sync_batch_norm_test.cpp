@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 
@@ -134,6 +135,29 @@ TEST(SyncBatchNorm, WorldSizeOneIsBatchNorm2dExactly) {
     EXPECT_EQ(sync.running_var().to_vector<float>(), ref.running_var().to_vector<float>());
   }
   EXPECT_EQ(sync.num_batches_tracked().item(), 2);
+}
+
+// BatchNorm2d::forward(x, residual, relu) under SyncBatchNorm runs the tail as separate ops after
+// the synchronised normalisation; it must equal the fused tail of a plain BatchNorm2d.
+TEST(SyncBatchNorm, ResidualReluTailEqualsTheFusedOne) {
+  SyncBatchNorm sync(kC, std::make_shared<SingleProcessComm>());
+  BatchNorm2d ref(kC);
+  init_bn(sync);
+  init_bn(ref);
+  auto run = [](BatchNorm2d& bn) {
+    Variable x(samples(0, 6, 0, 2.0f, 0.3f), true), residual(samples(0, 6, 0, 1.0f, -0.4f), true);
+    const Variable r(samples(0, 6, 0, 1.0f, 1.7f));
+    bn.zero_grad();
+    Variable y = bn.forward(x, residual, true);
+    F::sum(F::mul(y, r)).backward();
+    return std::vector<std::vector<float>>{
+        y.data().to_vector<float>(), x.grad().to_vector<float>(), residual.grad().to_vector<float>(),
+        bn.weight().grad().to_vector<float>(), bn.bias().grad().to_vector<float>()};
+  };
+  const auto got = run(sync), want = run(ref);
+  const char* names[] = {"y", "grad_x", "grad_residual", "grad_w", "grad_b"};
+  for (size_t k = 0; k < got.size(); ++k) expect_near(got[k], want[k], 0, names[k]);
+  EXPECT_GT(std::count(got[0].begin(), got[0].end(), 0.0f), 0) << "the ReLU should clip some outputs";
 }
 
 TEST(SyncBatchNorm, SameNamesAsBatchNorm2d) {
