@@ -187,8 +187,8 @@ struct Point {
   std::string math = "fp32";  // fp32 | tf32 | bf16 | fp16 (autocast; fp16 with the loss scaler)
   bool channels_last = false;
   std::string stem = "cifar";  // cifar | imagenet (torchvision's 7x7 stride-2 stem and max-pool)
-  int trace_steps = 0;  // CUDA only: steps traced with CUPTI after the timed ones
-  bool graph = false;   // CUDA only: capture one step as a CUDA graph and time its replays
+  int trace_steps = 0;         // CUDA only: steps traced with CUPTI after the timed ones
+  bool graph = false;          // CUDA only: capture one step as a CUDA graph and time its replays
 };
 
 struct Result {
@@ -336,16 +336,16 @@ int main(int argc, char** argv) {
     points.push_back(custom);
   else
     points = {{"cnn", 64, 28, 1, 30}, {"resnet18", 64, 32, 3, 3}};
-  std::printf("%-10s %6s %12s %10s %5s %6s %10s %10s\n", "model", "batch", "input", "device", "math", "layout",
-              "img/s", "peak MiB");
+  std::printf("%-10s %6s %12s %10s %5s %6s %10s %10s\n", "model", "batch", "input", "device", "math",
+              "layout", "img/s", "peak MiB");
   for (const Point& p : points) {
     try {
       const Result r = run(p);
       std::printf("%-10s %6lld %5lldx%lldx%lld %10s %5s %6s %10.1f %10.0f\n", p.model.c_str(),
                   static_cast<long long>(p.batch), static_cast<long long>(p.image),
                   static_cast<long long>(p.image), static_cast<long long>(p.channels),
-                  (p.device + (r.graph ? "+graph" : "")).c_str(),
-                  p.math.c_str(), p.channels_last ? "cl" : "nchw", r.images_per_second, r.peak_mib);
+                  (p.device + (r.graph ? "+graph" : "")).c_str(), p.math.c_str(),
+                  p.channels_last ? "cl" : "nchw", r.images_per_second, r.peak_mib);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "nn_bench: %s\n", e.what());
       return 1;

@@ -1,9 +1,10 @@
 // CUDA graphs (nn/cuda/cuda_graph.h): a captured training step replays to the eager step's losses
 // bit for bit (train.deterministic, so that two eager runs agree too); memory the graph allocated is
 // never handed to eager work; a step that waits for the device cannot be captured and says so.
+#include "nn/cuda/cuda_graph.h"
+
 #include "nn/amp/autocast.h"
 #include "nn/cuda/caching_allocator.h"
-#include "nn/cuda/cuda_graph.h"
 #include "nn/functional.h"
 #include "nn/optim/sgd.h"
 #include "tests/gpu/gpu_test_util.h"
@@ -21,7 +22,8 @@ std::vector<double> losses(bool graph, std::optional<DType> half) {
   so.lr = 0.05, so.momentum = 0.9, so.weight_decay = 5e-4;
   Sgd opt(model->named_parameters(), so);
   Generator gen(9);
-  Tensor x = on_gpu(random({16, 3, 32, 32}, gen), half ? MemoryFormat::channels_last : MemoryFormat::contiguous);
+  Tensor x =
+      on_gpu(random({16, 3, 32, 32}, gen), half ? MemoryFormat::channels_last : MemoryFormat::contiguous);
   Tensor y = Tensor::zeros({16}, DType::i64, gpu());
   Variable loss;
   auto step = [&] {
