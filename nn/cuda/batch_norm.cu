@@ -14,6 +14,7 @@
 // (16 bytes at a time when the layout allows) that computes its per-channel coefficients itself.
 #include <mutex>
 #include <type_traits>
+#include <vector>
 
 #include "nn/cuda/kernels.cuh"
 
@@ -123,14 +124,14 @@ ChannelValues channel_values(const Tensor& t, int64_t C, const char* op, const c
 
 // Arrival counters of the "last block finishes" reductions: zero between kernels (the last block
 // of each group resets its counter), so one buffer serves every launch on the compute stream.
+// A buffer that is outgrown is kept, not freed: a captured CUDA graph may still use its address.
 unsigned* arrival_counters(int64_t groups) {
   static std::mutex mutex;
-  static Tensor* counters = new Tensor();  // leaked: may outlive the allocator's users at exit
+  static auto* buffers = new std::vector<Tensor>();  // leaked: may outlive the allocator's users at exit
   std::lock_guard<std::mutex> lock(mutex);
-  if (!counters->defined() || counters->numel() < groups) {
-    *counters = Tensor::zeros({std::max<int64_t>(groups, 4096)}, DType::i64, current_device());
-  }
-  return static_cast<unsigned*>(counters->raw_data());
+  if (buffers->empty() || buffers->back().numel() < groups)
+    buffers->push_back(Tensor::zeros({std::max<int64_t>(groups, 4096)}, DType::i64, current_device()));
+  return static_cast<unsigned*>(buffers->back().raw_data());
 }
 
 enum Mode { kMoments, kBackward };
@@ -349,6 +350,7 @@ __global__ void finish_parts_kernel(const double* partial, int64_t C, int parts,
 template <class T, int M, class Finish>
 void channel_reduce(const ChannelLayout& l, const T* x, const T* dy, const T* mask, ChannelValues centre,
                     Finish finish) {
+  if (l.channels == 0) return;
   constexpr int V = Pack16<T>::kSize;
   const bool cl16 = l.inner == 1 && l.channels % V == 0 && aligned16(x) && (!dy || aligned16(dy)) &&
                     (!mask || aligned16(mask));

@@ -20,6 +20,13 @@ Tensor inverse_std(const Tensor& var, double eps) {
   return k.binary_scalar(BinaryOp::div, s, 1.0, true);
 }
 
+// running = (1 - m) * running + m * factor * batch, in place, in running's dtype.
+void update_running(Tensor& running, const Tensor& batch, double momentum, double factor) {
+  Backend& k = backend_for(running);
+  k.scale(running, 1.0 - momentum);
+  k.axpy(running, batch.to(running.dtype()), momentum * factor);
+}
+
 }  // namespace
 
 Variable batch_norm(const Variable& x, const Variable& weight, const Variable& bias, Tensor& running_mean,
@@ -53,8 +60,18 @@ Variable batch_norm(const Variable& x, const Variable& weight, const Variable& b
     // Like torch.nn.BatchNorm2d: normalise with the biased variance, track the unbiased one.
     Tensor no_running;
     const bool track = training && running_mean.defined();
-    std::tie(mean, invstd) = k.bn_train_stats(xd, eps, momentum, track ? running_mean : no_running,
-                                              track ? running_var : no_running);
+    // The backend updates f32/f64 running statistics with the batch's in its statistics pass; others
+    // (a model cast to a half dtype) are updated here, in their own dtype.
+    auto updatable = [](const Tensor& t) { return t.dtype() == DType::f32 || t.dtype() == DType::f64; };
+    const bool in_pass = track && updatable(running_mean) && updatable(running_var);
+    std::tie(mean, invstd) = k.bn_train_stats(xd, eps, momentum, in_pass ? running_mean : no_running,
+                                              in_pass ? running_var : no_running);
+    if (track && !in_pass) {
+      const auto [batch_mean, var] = k.bn_mean_var(xd);
+      const double n = static_cast<double>(count);
+      update_running(running_mean, batch_mean, momentum, 1.0);
+      update_running(running_var, var, momentum, n / (n - 1.0));
+    }
   } else {
     // Snapshots: a later training step updates the running tensors in place, and this graph's
     // backward must see the statistics its forward used.
