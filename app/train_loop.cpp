@@ -19,6 +19,7 @@
 #include "app/phase_clock.h"
 #include "app/summary.h"
 #include "app/train_signals.h"
+#include "app/train_step.h"
 #include "data/device_prefetcher.h"
 #include "data/distributed_sampler.h"
 #include "data/loader.h"
@@ -31,9 +32,7 @@
 #include "metrics/exporter.h"
 #include "metrics/log.h"
 #include "metrics/step_timer.h"
-#include "nn/amp/autocast.h"
 #include "nn/amp/loss_scaler.h"
-#include "nn/functional.h"
 #include "nn/safetensors.h"
 #ifdef TRAINER_WITH_CUDA
 #include "nn/cuda/caching_allocator.h"
@@ -142,6 +141,512 @@ std::optional<std::string> resolve_resume(const std::string& resume, const std::
   return found->path;
 }
 
+// ---- setup: processes, run directory, log, experiment, the ranks' agreement
+
+// NCCL reads its settings from the environment when the communicator is created: set them from the
+// config so users need not export them on every node by hand.
+void export_nccl_settings(const Config& config) {
+  if (!config.dist.nccl_debug.empty()) ::setenv("NCCL_DEBUG", config.dist.nccl_debug.c_str(), 1);
+  if (!config.dist.socket_ifname.empty())
+    ::setenv("NCCL_SOCKET_IFNAME", config.dist.socket_ifname.c_str(), 1);
+}
+
+DistOptions dist_options(const Config& config, const Device& device, const TrainerBuild& build) {
+  DistOptions dopt;
+  dopt.device = device;
+  dopt.backend = config.dist.backend == "gloo" ? "cpu" : config.dist.backend;  // "gloo" names the CPU path
+  dopt.timeout = std::chrono::seconds(config.dist.timeout_seconds);
+  dopt.connect_timeout = dopt.timeout;  // a rank that never starts is reported after dist.timeout_seconds
+  dopt.build = build.str();
+  return dopt;
+}
+
+// With --resume auto and no explicit run_dir, the run continues in the newest run directory of this
+// config (where its checkpoints are); otherwise a fresh run gets a new timestamped directory. Rank 0
+// decides and the others take its choice: ranks start at different seconds.
+std::string choose_run_dir(const Config& config, const TrainOptions& options, ProcessGroup& pg,
+                           const DistOptions& dopt) {
+  std::string run_dir = config.train.run_dir;
+  if (pg.rank() == 0) {
+    if (run_dir.empty() && options.resume == "auto") run_dir = latest_run_dir(config);
+    if (run_dir.empty()) run_dir = default_run_dir(config, std::time(nullptr));
+    if (pg.store()) pg.store()->set("trainer/run_dir", run_dir);
+  } else {
+    run_dir = pg.store()->get("trainer/run_dir", dopt.connect_timeout);
+  }
+  return run_dir;
+}
+
+// Rank 0 logs to train.log (and the terminal), the others to train.rank<N>.log; the run starts with the
+// resolved configuration, which rank 0 also writes to config.toml.
+void open_run_log(Log& log, const Config& config, const ProcessEnv& env, const std::string& run_dir,
+                  const std::string& config_toml, int rank) {
+  const bool writer = rank == 0;
+  log.set_print_lines(writer);
+  log.open_file(run_dir + (writer ? "/train.log" : "/train.rank" + std::to_string(rank) + ".log"));
+  if (writer) std::ofstream(run_dir + "/config.toml") << config_toml;
+  log.line("trainer: resolved configuration (" + config.source_path + ")");
+  log.line(config_table(config));
+  log.line("processes: " + env.describe());
+  for (const std::string& note : env.notes) log.line("note: " + note);
+}
+
+// Stops the run, naming what differs, unless every rank has the same build, config, data, steps per
+// epoch, kind of device and processes per node (world size > 1 only).
+void check_ranks_agree(ProcessGroup& pg, const TrainerBuild& build, const std::string& config_toml,
+                       const Experiment& e, const Device& device, const ProcessEnv& env,
+                       const DistOptions& dopt) {
+  std::vector<ConsistencyItem> items = run_identity_items(
+      {build.str(), content_hash(config_toml), e.data.train->fingerprint(), e.steps_per_epoch});
+  const std::vector<ConsistencyItem> keys = config_key_items(config_toml);
+  items.insert(items.begin(), keys.begin(), keys.end());  // a differing key is named, not just a hash
+  items.push_back(
+      {"device", device.is_cuda() ? "cuda" : "cpu",
+       "every rank must train on the same kind of device: check train.device and each node's GPUs"});
+  items.push_back({"local world size", std::to_string(env.local_world_size),
+                   "launch the same number of processes on every node"});
+  check_consistency(*pg.store(), pg.rank(), pg.world_size(), items, dopt.timeout);
+}
+
+// dist.zero_stage 1|2: the optimizer keeps the state of this rank's shard only and reduces the
+// gradients itself (reduce-scatter, clipping over the shards, all-gather), so the DDP reducer stays idle.
+// Stage 2 brings its own reducer, whose hooks reduce-scatter each bucket during backward.
+// Wraps e.optimizer and returns the wrapper, or null with dist.zero_stage = 0.
+ZeroOptimizer* wrap_in_zero_optimizer(const Config& config, Experiment& e, ProcessGroup& pg, Log& log) {
+  if (config.dist.zero_stage <= 0) return nullptr;
+  ZeroOptions zo{config.dist.zero_stage, config.optim.clip_grad_norm};
+  for (const NamedParameter& p : e.model->named_parameters()) zo.registration_order.push_back(p.name);
+  auto z = std::make_unique<ZeroOptimizer>(pg.comm_ptr(), std::move(e.optimizer), zo);
+  ZeroOptimizer* zero = z.get();
+  e.optimizer = std::move(z);
+  log.line(zero->describe());
+  return zero;
+}
+
+void log_run_description(Log& log, const Config& config, const Experiment& e, const Device& device,
+                         const std::string& run_dir, const TrainerBuild& build) {
+  log.line("data:  " + e.data.train->fingerprint());
+  log.line("test:  " + e.data.test->fingerprint());
+  log.line(fmt("model: %s, %lld parameters; %lld steps/epoch, %lld steps, lr %.4g", config.model.name.c_str(),
+               static_cast<long long>(e.model->parameter_count()), static_cast<long long>(e.steps_per_epoch),
+               static_cast<long long>(e.total_steps), e.base_lr));
+  log.line("device: " + device.str() + ", run directory: " + run_dir);
+  log.line("build: " + build.str());
+}
+
+ExporterOptions exporter_options(const Config& config, const ProcessEnv& env, int rank,
+                                 const TrainerBuild& build) {
+  ExporterOptions xo;
+  xo.port = config.metrics.port;
+  xo.local_rank = env.local_rank;
+  xo.rank = rank;
+  xo.host = config.metrics.host_label;
+  xo.build = {build.version, build.cuda_version, build.cudnn_version, build.nccl_version};
+  return xo;
+}
+
+// ---- where to start: a fresh run, or exactly where a checkpoint left off
+
+// Loads the checkpoint --resume names (on every rank) and cuts rank 0's train_steps.csv back to its
+// step; a fresh run starts rank 0's train_steps.csv with its header.
+TrainingState start_or_resume(const Config& config, const TrainOptions& options, Experiment& e,
+                              const std::string& run_dir, const std::string& ckpt_dir,
+                              const std::string& csv_path, bool writer, Log& log) {
+  TrainingState st;
+  st.world_size = e.world_size;
+  st.batch_size = config.data.batch_size;
+  st.run_dir = run_dir;
+  if (auto path = resolve_resume(options.resume, ckpt_dir, log)) {
+    st = load_checkpoint(*path, *e.model, *e.optimizer);
+    if (st.world_size != e.world_size) {
+      if (!config.checkpoint.allow_world_size_change)
+        throw config_error_at(
+            config, "checkpoint.allow_world_size_change",
+            fmt("the checkpoint was written by %d ranks, this run has %d. HINT: resume with "
+                "the same number of processes, or set checkpoint.allow_world_size_change = "
+                "true (the rest of the epoch is then re-sharded: each sample still seen once)",
+                st.world_size, e.world_size));
+      log.line(remap_world_size(st, e.data.train->size(), config.data.drop_last, e.world_size,
+                                config.data.batch_size, config.train.grad_accum_steps));
+    }
+    if (!st.rng_states.empty()) e.dropout_generator->set_state(st.rng_states[0]);
+    if (writer) truncate_step_csv(csv_path, st.step);
+    log.line(fmt("resumed from %s: step %lld, epoch %lld, batch %lld of the epoch", path->c_str(),
+                 static_cast<long long>(st.step), static_cast<long long>(st.epoch + 1),
+                 static_cast<long long>(st.batch_in_epoch)));
+  } else if (writer) {
+    std::ofstream(csv_path, std::ios::trunc) << "step,epoch,loss,lr\n";
+  }
+  return st;
+}
+
+// Rank 0's phase seconds per optimizer step, for `trainer bench`. StepTimes count this process's
+// steps from 1, so a resumed run numbers them after the checkpoint's step.
+struct StepTimesCsv {
+  std::ofstream file;  // open on rank 0 only
+  int64_t first_step = 0;
+};
+
+StepTimesCsv open_step_times_csv(const std::string& run_dir, int64_t first_step, bool writer) {
+  StepTimesCsv csv;
+  csv.first_step = first_step;
+  if (writer) {
+    const std::string path = run_dir + "/step_times.csv";
+    const bool fresh = first_step == 0 || !std::filesystem::exists(path);
+    if (!fresh) truncate_step_csv(path, first_step);
+    csv.file.open(path, fresh ? std::ios::trunc : std::ios::app);
+    if (fresh) {
+      csv.file << "step,step_seconds";
+      for (Phase p : kAllPhases)
+        if (p != Phase::step) csv.file << ',' << phase_name(p) << "_seconds";
+      csv.file << '\n';
+    }
+  }
+  return csv;
+}
+
+// The largest of one integer over all ranks (no communication at world size 1).
+int64_t max_over_ranks(ProcessGroup& pg, int64_t local) {
+  if (pg.world_size() == 1) return local;
+  Tensor value = Tensor::from_vector<int64_t>({local}, {1});
+  pg.comm().all_reduce(value, ReduceOp::max);
+  return static_cast<int64_t>(value.item());
+}
+
+// ---- the loop
+
+// What the epochs share: the run's objects, which run_training sets up and owns, and the loop's own
+// state, which the functions below read and update.
+struct TrainLoop {
+  const Config& config;
+  const TrainOptions& options;
+  Experiment& e;
+  ProcessGroup& pg;
+  Log& log;
+  Exporter& exporter;
+  StepTimer& timer;
+  Heartbeat* heartbeat;  // tells the other ranks where this one is, for their errors; null at world size 1
+  CheckpointManager& checkpoints;
+  LossScaler& scaler;
+  ZeroOptimizer* zero;  // dist.zero_stage > 0; null otherwise
+  DistributedSampler& sampler;
+  StepContext& step;  // what train_step works with
+  const std::string& run_dir;
+  const std::string& ckpt_dir;
+  const std::string& config_toml;
+  bool writer;            // rank 0: writes checkpoints, the summary and the shared files
+  bool average_bn_stats;  // without SyncBN: average the ranks' BN running statistics before eval/checkpoints
+  int64_t sigterm_at_step;  // test hook TRAINER_TEST_SIGTERM_AT_STEP; -1 = none
+
+  TrainingState st;
+  StepLog steps;  // rank 0's losses only (each rank's loss is of its own shard; the weights are the same)
+  StepTimesCsv step_times;
+  RunSummary summary;
+  bool done = false;    // the run has reached total_steps or the target accuracy
+  int stop_signal = 0;  // the signal all ranks agreed to stop on; 0 = none
+};
+
+// Where the epoch in progress started, for its rate, ETA and train_seconds.
+struct EpochProgress {
+  Clock::time_point start;
+  double seconds_before = 0.0;  // st.train_seconds at the epoch's start
+  int64_t samples_before = 0;   // st.samples_seen at the epoch's start
+  int64_t steps = 0;            // optimizer steps this process ran in the epoch
+};
+
+// A resolved step's phase times: to the exporter, and to rank 0's step_times.csv.
+void observe_step(TrainLoop& loop, const StepTimes& t) {
+  loop.exporter.observe_step(t);
+  std::ofstream& csv = loop.step_times.file;
+  if (!csv.is_open()) return;
+  csv << loop.step_times.first_step + t.step << ',' << fmt("%.9g", t[Phase::step]);
+  for (Phase p : kAllPhases)
+    if (p != Phase::step) csv << ',' << fmt("%.9g", t[p]);
+  csv << '\n';
+}
+
+// Every rank must stop at the same step, or the ones still training wait forever: a stop signal
+// seen by any rank is agreed on with one tiny all-reduce per step.
+int agreed_stop_signal(TrainLoop& loop) {
+  return static_cast<int>(max_over_ranks(loop.pg, stop_requested()));
+}
+
+// Only rank 0 writes; the others wait for it, so no rank runs ahead of a checkpoint in progress.
+void save_checkpoint(TrainLoop& loop, bool final) {
+  Experiment& e = loop.e;
+  ProcessGroup& pg = loop.pg;
+  TrainingState& st = loop.st;
+  if (loop.average_bn_stats) average_bn_running_stats(*e.model, pg.comm());
+  if (loop.zero) loop.zero->gather_state();  // the full optimizer state, for rank 0 to write
+  st.loss_scale = loop.scaler.scale();
+  st.loss_scale_growth_tracker = loop.scaler.growth_tracker();
+  if (loop.writer) {
+    const std::string dropout_state = e.dropout_generator->state();
+    st.rng_states.assign(pg.world_size(), dropout_state);
+    try {
+      if (Heartbeat* h = pg.heartbeat()) h->set_phase("checkpoint");
+      const std::string path = loop.checkpoints.save(*e.model, *e.optimizer, st, loop.config_toml);
+      loop.log.line("checkpoint: " + path);
+    } catch (const CheckpointError& err) {
+      // The previous checkpoints are intact; by default a periodic failure (full disk, say) must not
+      // kill hours of training (checkpoint.on_error), but the final one must not fail silently.
+      if (final || loop.config.checkpoint.on_error == "stop") throw;
+      loop.log.error(std::string("warning: ") + err.what() +
+                     "; earlier checkpoints are intact, training continues");
+    }
+  }
+  if (Heartbeat* h = pg.heartbeat()) h->set_phase("barrier after the checkpoint");
+  pg.comm().barrier();
+}
+
+// checkpoint.every_steps: a checkpoint inside the epoch (none after the last step: the final one
+// follows).
+void maybe_checkpoint_at_step(TrainLoop& loop) {
+  const int64_t every = loop.config.checkpoint.every_steps;
+  if (!loop.done && every > 0 && loop.st.step % every == 0) {
+    loop.steps.csv.flush();
+    loop.st.accuracy = -1;
+    save_checkpoint(loop, false);
+  }
+}
+
+// checkpoint.every_epochs: a checkpoint after the epoch's evaluation, resuming at the next epoch.
+void maybe_checkpoint_at_epoch_end(TrainLoop& loop, int epoch) {
+  const bool periodic =
+      loop.config.checkpoint.every_epochs > 0 && (epoch + 1) % loop.config.checkpoint.every_epochs == 0;
+  if (!loop.done && periodic) {
+    loop.steps.csv.flush();
+    ++loop.st.epoch;  // the checkpoint resumes at the next epoch
+    save_checkpoint(loop, false);
+    --loop.st.epoch;
+  }
+}
+
+// The step is done: count it, close its timing, and report it (exporter metrics, rank 0's
+// train_steps.csv, the progress display on a terminal or a log line every log_every_steps).
+void record_step(TrainLoop& loop, const StepResult& result, int epoch, EpochProgress& progress) {
+  const Config& config = loop.config;
+  const Experiment& e = loop.e;
+  TrainingState& st = loop.st;
+  StepLog& steps = loop.steps;
+  Exporter& exporter = loop.exporter;
+  Log& log = loop.log;
+  [[maybe_unused]] const Device& device = loop.step.device;  // read by the CUDA build only
+  ++st.step;
+  ++progress.steps;
+  if (loop.heartbeat) loop.heartbeat->set_step(st.step);
+  if (auto t = loop.timer.end_step()) observe_step(loop, *t);
+  exporter.add_step(result.samples);
+  exporter.set_loss(result.loss);
+  exporter.set_learning_rate(result.lr);
+  exporter.set_bad_samples_total(e.data.train->skipped_samples());
+#ifdef TRAINER_WITH_CUDA
+  if (device.is_cuda()) {
+    const CudaMemoryStats mem = cuda_memory_stats();
+    exporter.set_device_memory({mem.allocated_bytes, mem.reserved_bytes, mem.peak_allocated_bytes});
+  }
+#endif
+  // ---- bookkeeping
+  steps.csv << st.step << ',' << epoch + 1 << ',' << fmt("%.9g", result.loss) << ',' << fmt("%.9g", result.lr)
+            << '\n';
+  steps.window_loss += result.loss;
+  ++steps.window_steps;
+  st.epoch_loss_sum += result.loss;
+  ++st.epoch_steps;
+  st.train_seconds = progress.seconds_before + seconds_since(progress.start);
+  const double rate =
+      (st.samples_seen - progress.samples_before) / std::max(seconds_since(progress.start), 1e-9);
+  const double eta =
+      (e.total_steps - st.step) *
+      (e.steps_per_epoch ? seconds_since(progress.start) / std::max<int64_t>(1, progress.steps) : 0.0);
+  const std::string status =
+      fmt("epoch %d/%d step %lld/%lld loss %.4f lr %.4g img/s %.0f eta %s", epoch + 1, config.train.epochs,
+          static_cast<long long>(st.step), static_cast<long long>(e.total_steps),
+          steps.window_loss / steps.window_steps, result.lr, rate, format_duration(eta).c_str());
+  exporter.set_samples_per_second(rate / e.world_size);
+  if (log.stdout_is_terminal()) log.transient(status);
+  if (st.step % config.train.log_every_steps == 0) {
+    if (!log.stdout_is_terminal()) log.line(status + " | " + loop.timer.summary());
+    steps.window_loss = 0.0;
+    steps.window_steps = 0;
+  }
+}
+
+// The loader options of one epoch, starting at its micro-batch `first_batch` (a resumed epoch).
+LoaderOptions epoch_loader_options(const Config& config, int epoch, int64_t first_batch) {
+  LoaderOptions lo;
+  lo.batch_size = config.data.batch_size;
+  lo.drop_last = config.data.drop_last;
+  lo.transforms.crop_padding = config.data.random_crop_padding;
+  lo.transforms.horizontal_flip = config.data.hflip;
+  lo.seed = static_cast<uint64_t>(config.train.seed);
+  lo.epoch = epoch;
+  lo.num_workers = config.data.workers < 0 ? default_loader_workers() : config.data.workers;
+  lo.queue_depth = config.data.prefetch_batches;
+  lo.first_batch = first_batch;
+  return lo;
+}
+
+// A stop signal ended the epoch: flush, checkpoint if checkpoint.on_signal says so, leave the process
+// group in order. The caller exits with 128 + the signal.
+void stop_on_signal(TrainLoop& loop) {
+  loop.steps.csv.flush();
+  loop.log.error(
+      fmt("received signal %d at step %lld", loop.stop_signal, static_cast<long long>(loop.st.step)) +
+      (loop.config.checkpoint.on_signal ? ": writing a checkpoint before exiting" : ": exiting"));
+  if (loop.config.checkpoint.on_signal) save_checkpoint(loop, true);
+  loop.pg.shutdown();
+}
+
+// The epoch's train loss over every rank's batches, not rank 0's alone (one small all-reduce per
+// epoch; every rank gets here, the stop signal being agreed).
+double train_loss_over_ranks(TrainLoop& loop) {
+  Tensor loss_sums =
+      Tensor::from_vector<double>({loop.st.epoch_loss_sum, static_cast<double>(loop.st.epoch_steps)}, {2});
+  if (loop.pg.world_size() > 1) loop.pg.comm().all_reduce(loss_sums, ReduceOp::sum);
+  const std::vector<double> sums = loss_sums.to_vector<double>();
+  return sums[1] > 0 ? sums[0] / sums[1] : 0.0;
+}
+
+// Evaluates on the test split after the last epoch and every train.eval_every_epochs, updating the
+// summary and stopping the run when train.target_accuracy is reached. Returns the epoch log line's
+// evaluation part ("" without an evaluation).
+std::string evaluate_at_epoch_end(TrainLoop& loop, int epoch) {
+  const Config& config = loop.config;
+  TrainingState& st = loop.st;
+  RunSummary& summary = loop.summary;
+  const bool last = loop.done || epoch + 1 == config.train.epochs;
+  const int every = config.train.eval_every_epochs;
+  std::string eval_part;
+  st.accuracy = -1;
+  if (last || (every > 0 && (epoch + 1) % every == 0)) {
+    const auto eval_start = Clock::now();
+    if (loop.average_bn_stats) average_bn_running_stats(*loop.e.model, loop.pg.comm());
+    if (loop.heartbeat) loop.heartbeat->set_phase("evaluation");
+    EvalMetrics m = evaluate(loop.e, *loop.e.data.test, &loop.pg.comm());
+    summary.final_test_accuracy = m.top1();
+    summary.final_test_top5 = m.top5();
+    summary.final_test_loss = m.mean_loss();
+    st.accuracy = m.top1();
+    st.best_accuracy = std::max(st.best_accuracy, m.top1());
+    loop.exporter.set_eval_accuracy(m.top1());
+    summary.best_test_accuracy = st.best_accuracy;
+    eval_part =
+        fmt(" | test loss %.4f top1 %.2f%% top5 %.2f%%", m.mean_loss(), 100 * m.top1(), 100 * m.top5());
+    if (!std::isnan(m.auc())) eval_part += fmt(" auc %.4f", m.auc());
+    eval_part += fmt(" (%lld images, %.1fs)", static_cast<long long>(m.count()), seconds_since(eval_start));
+    // Every rank holds the same merged metrics, so every rank stops after this epoch.
+    const double target = config.train.target_accuracy;
+    if (target > 0 && m.top1() >= target) {
+      loop.done = true;
+      eval_part += fmt(" | target %.2f%% reached", 100 * target);
+    }
+  }
+  return eval_part;
+}
+
+enum class EpochEnd {
+  complete,           // the epoch's batches are all used: the next epoch starts at its first batch
+  cut_short,          // the run ended inside the epoch (max_steps, or the target reached mid-epoch)
+  stopped_by_signal,  // a stop signal: the run exits with 128 + loop.stop_signal
+};
+
+// One epoch, st.epoch: its steps from st.batch_in_epoch on, then the train loss over the ranks, the
+// evaluation, the epoch's log line and a periodic checkpoint.
+EpochEnd run_epoch(TrainLoop& loop) {
+  const Config& config = loop.config;
+  Experiment& e = loop.e;
+  TrainingState& st = loop.st;
+  const int epoch = static_cast<int>(st.epoch);
+  loop.sampler.set_epoch(epoch);
+  LoaderOptions lo = epoch_loader_options(config, epoch, st.batch_in_epoch);
+  // data.gpu_input_pipeline: pinned batches; batch k+1 uploads on a copy stream during step k and is
+  // normalised on the device. Otherwise the host normalises and the copy in train_step is synchronous.
+  const Device& device = loop.step.device;
+  const Device input_device = device.is_cuda() && config.data.gpu_input_pipeline ? device : Device::cpu();
+  lo.allocate_batch = batch_allocator_for(input_device);
+  DataLoader loader(e.data.train, loop.sampler.indices_from(st.epoch_sample_offset), lo);
+  DevicePrefetcher input(loader, input_device,
+                         {e.normalization.mean, e.normalization.std, loop.step.input_format});
+  // Ranks that would run different numbers of steps hang in an all-reduce at the epoch's end: stop
+  // here instead, naming them.
+  if (loop.heartbeat) loop.heartbeat->set_phase("epoch start (step-count check)");
+  check_epoch_steps(loop.pg.comm(), epoch, loader.num_batches() - lo.first_batch);
+
+  e.model->train();
+  e.optimizer->zero_grad();  // micro-batches left over by the previous epoch must not leak into this one
+  EpochProgress progress{Clock::now(), st.train_seconds, st.samples_seen};
+  loop.exporter.set_epoch(epoch + 1);
+  while (!loop.done) {
+    const std::optional<StepResult> result = train_step(loop.step, input, st, epoch);
+    if (!result) break;  // the loader ran out (a last step short of grad_accum_steps micro-batches)
+    record_step(loop, *result, epoch, progress);
+    if (st.step >= e.total_steps) loop.done = true;
+    if (st.step == loop.sigterm_at_step) std::raise(SIGTERM);
+    if ((loop.stop_signal = agreed_stop_signal(loop)) != 0) break;
+    maybe_checkpoint_at_step(loop);
+  }
+  st.train_seconds = progress.seconds_before + seconds_since(progress.start);
+  // The epoch's collectives follow (train loss, stop, eval).
+  if (loop.heartbeat) loop.heartbeat->set_phase("epoch end");
+  loop.timer.discard_step();
+  for (const auto& t : loop.timer.flush()) observe_step(loop, t);
+  if (loop.stop_signal) {
+    stop_on_signal(loop);
+    return EpochEnd::stopped_by_signal;
+  }
+  const double epoch_seconds = seconds_since(progress.start);
+  loop.summary.final_train_loss = train_loss_over_ranks(loop);
+  loop.summary.epochs = epoch + 1;
+  const std::string eval_part = evaluate_at_epoch_end(loop, epoch);
+  loop.log.line(fmt("epoch %d/%d: train loss %.4f, %.1fs, %.0f img/s", epoch + 1, config.train.epochs,
+                    loop.summary.final_train_loss, epoch_seconds,
+                    (st.samples_seen - progress.samples_before) / std::max(epoch_seconds, 1e-9)) +
+                eval_part);
+  // The next epoch starts at its first batch with fresh loss sums.
+  const bool epoch_complete = !loop.done || input.next() == std::nullopt;
+  if (epoch_complete) {
+    st.batch_in_epoch = 0;
+    st.epoch_sample_offset = 0;
+    st.epoch_loss_sum = 0.0;
+    st.epoch_steps = 0;
+  }
+  maybe_checkpoint_at_epoch_end(loop, epoch);
+  return epoch_complete ? EpochEnd::complete : EpochEnd::cut_short;
+}
+
+// After the last epoch: the final checkpoint and weights, the summary JSON, the closing log line.
+// Returns the exit code, 0.
+int finish_run(TrainLoop& loop) {
+  TrainingState& st = loop.st;
+  RunSummary& summary = loop.summary;
+  Log& log = loop.log;
+  loop.steps.csv.flush();
+  loop.step_times.file.flush();
+  summary.steps = st.step;
+  summary.train_seconds = st.train_seconds;
+  summary.samples_per_second = st.samples_seen / std::max(st.train_seconds, 1e-9);
+  if (loop.config.checkpoint.save_final) {
+    save_checkpoint(loop, true);
+    summary.weights = loop.ckpt_dir + "/final.safetensors";
+    if (loop.writer) {
+      save_module(summary.weights, *loop.e.model);
+      log.line("weights: " + summary.weights);
+    }
+  }
+  if (loop.writer) {
+    write_summary(loop.run_dir + "/summary.json", summary);
+    if (!loop.options.summary_path.empty()) write_summary(loop.options.summary_path, summary);
+  }
+  loop.pg.shutdown();
+  log.line(fmt("done: %lld steps in %s (%.0f img/s), final test accuracy %.2f%%, best %.2f%%",
+               static_cast<long long>(st.step), format_duration(st.train_seconds).c_str(),
+               summary.samples_per_second, 100 * summary.final_test_accuracy,
+               100 * summary.best_test_accuracy));
+  log.close_file();
+  return 0;
+}
+
 }  // namespace
 
 int run_training(const Config& config, const TrainOptions& options) {
@@ -149,103 +654,43 @@ int run_training(const Config& config, const TrainOptions& options) {
   const TrainerBuild build = trainer_build();
   // ---- processes: who we are (torchrun / SLURM / OpenMPI variables) and the others
   const ProcessEnv env = process_env();
-  // NCCL reads its settings from the environment when the communicator is created: set them from the
-  // config so users need not export them on every node by hand.
-  if (!config.dist.nccl_debug.empty()) ::setenv("NCCL_DEBUG", config.dist.nccl_debug.c_str(), 1);
-  if (!config.dist.socket_ifname.empty())
-    ::setenv("NCCL_SOCKET_IFNAME", config.dist.socket_ifname.c_str(), 1);
+  export_nccl_settings(config);
   // The device first: NCCL needs it, and LOCAL_RANK picks it (never a silent fallback to GPU 0).
   const Device device = setup_device(config, env.local_rank);
   check_precision(config, device);
-  DistOptions dopt;
-  dopt.device = device;
-  dopt.backend = config.dist.backend == "gloo" ? "cpu" : config.dist.backend;  // "gloo" names the CPU path
-  dopt.timeout = std::chrono::seconds(config.dist.timeout_seconds);
-  dopt.connect_timeout = dopt.timeout;  // a rank that never starts is reported after dist.timeout_seconds
-  dopt.build = build.str();
+  const DistOptions dopt = dist_options(config, device, build);
   std::unique_ptr<ProcessGroup> pg = ProcessGroup::init(env, dopt);
   // A failed collective's message says where every rank was (dist/heartbeat.h).
   const DescribeRanksOnFailure describe_ranks_on_failure(pg->heartbeat());
   const int rank = pg->rank(), world = pg->world_size();
   const bool writer = rank == 0;  // only rank 0 writes checkpoints, the summary and the shared files
 
-  // With --resume auto and no explicit run_dir, the run continues in the newest run directory of this
-  // config (where its checkpoints are); otherwise a fresh run gets a new timestamped directory. Rank 0
-  // decides and the others take its choice: ranks start at different seconds.
-  std::string run_dir = config.train.run_dir;
-  if (writer) {
-    if (run_dir.empty() && options.resume == "auto") run_dir = latest_run_dir(config);
-    if (run_dir.empty()) run_dir = default_run_dir(config, std::time(nullptr));
-    if (pg->store()) pg->store()->set("trainer/run_dir", run_dir);
-  } else {
-    run_dir = pg->store()->get("trainer/run_dir", dopt.connect_timeout);
-  }
+  const std::string run_dir = choose_run_dir(config, options, *pg, dopt);
   const std::string ckpt_dir =
       config.checkpoint.dir.empty() ? run_dir + "/checkpoints" : config.checkpoint.dir;
   if (writer) std::filesystem::create_directories(ckpt_dir);
   if (pg->store()) pg->store()->barrier("trainer/run_dir_created", rank, world, dopt.connect_timeout);
   Log& log = Log::instance();
-  log.set_print_lines(writer);
-  log.open_file(run_dir + (writer ? "/train.log" : "/train.rank" + std::to_string(rank) + ".log"));
   const std::string config_toml = config_to_toml(config);
-  if (writer) std::ofstream(run_dir + "/config.toml") << config_toml;
-  log.line("trainer: resolved configuration (" + config.source_path + ")");
-  log.line(config_table(config));
-  log.line("processes: " + env.describe());
-  for (const std::string& note : env.notes) log.line("note: " + note);
+  open_run_log(log, config, env, run_dir, config_toml, rank);
 
   Experiment e = build_experiment(config, device, true, world, rank);
   // SyncBN: batch statistics over all ranks (in place: the optimizer's parameters stay the same).
   if (config.model.sync_bn) convert_sync_batchnorm(*e.model, pg->comm_ptr());
   // Without SyncBN, ranks' running statistics drift apart: average them before eval and checkpoints.
   const bool average_bn_stats = !config.model.sync_bn && config.model.bn_stats_sync == "average";
-  if (world > 1) {
-    std::vector<ConsistencyItem> items = run_identity_items(
-        {build.str(), content_hash(config_toml), e.data.train->fingerprint(), e.steps_per_epoch});
-    const std::vector<ConsistencyItem> keys = config_key_items(config_toml);
-    items.insert(items.begin(), keys.begin(), keys.end());  // a differing key is named, not just a hash
-    items.push_back(
-        {"device", device.is_cuda() ? "cuda" : "cpu",
-         "every rank must train on the same kind of device: check train.device and each node's GPUs"});
-    items.push_back({"local world size", std::to_string(env.local_world_size),
-                     "launch the same number of processes on every node"});
-    check_consistency(*pg->store(), rank, world, items, dopt.timeout);
-  }
+  if (world > 1) check_ranks_agree(*pg, build, config_toml, e, device, env, dopt);
   // Every rank starts from rank 0's weights and buffers; gradients are averaged in buckets while
   // backward runs (nothing happens at world size 1).
   broadcast_state(pg->comm(), e.model->state_dict());
-  // dist.zero_stage 1|2: the optimizer keeps the state of this rank's shard only and reduces the
-  // gradients itself (reduce-scatter, clipping over the shards, all-gather), so the DDP reducer stays idle.
-  // Stage 2 brings its own reducer, whose hooks reduce-scatter each bucket during backward.
-  ZeroOptimizer* zero = nullptr;
-  if (config.dist.zero_stage > 0) {
-    ZeroOptions zo{config.dist.zero_stage, config.optim.clip_grad_norm};
-    for (const NamedParameter& p : e.model->named_parameters()) zo.registration_order.push_back(p.name);
-    auto z = std::make_unique<ZeroOptimizer>(pg->comm_ptr(), std::move(e.optimizer), zo);
-    zero = z.get();
-    e.optimizer = std::move(z);
-    log.line(zero->describe());
-  }
+  ZeroOptimizer* zero = wrap_in_zero_optimizer(config, e, *pg, log);
   GradientReducer ddp_reducer(zero ? std::make_shared<SingleProcessComm>() : pg->comm_ptr(),
                               e.model->named_parameters());
   GradientReducer& reducer = zero && zero->gradient_reducer() ? *zero->gradient_reducer() : ddp_reducer;
-  const Dataset& train = *e.data.train;
-  log.line("data:  " + train.fingerprint());
-  log.line("test:  " + e.data.test->fingerprint());
-  log.line(fmt("model: %s, %lld parameters; %lld steps/epoch, %lld steps, lr %.4g", config.model.name.c_str(),
-               static_cast<long long>(e.model->parameter_count()), static_cast<long long>(e.steps_per_epoch),
-               static_cast<long long>(e.total_steps), e.base_lr));
-  log.line("device: " + device.str() + ", run directory: " + run_dir);
-  log.line("build: " + build.str());
+  log_run_description(log, config, e, device, run_dir, build);
 
   // ---- observability: per-phase step times, exported per rank for Prometheus
-  ExporterOptions xo;
-  xo.port = config.metrics.port;
-  xo.local_rank = env.local_rank;
-  xo.rank = rank;
-  xo.host = config.metrics.host_label;
-  xo.build = {build.version, build.cuda_version, build.cudnn_version, build.nccl_version};
-  Exporter exporter(xo);
+  Exporter exporter(exporter_options(config, env, rank, build));
   if (exporter.enabled()) log.line("metrics: " + exporter.url());
   StepTimer timer(phase_clock_for(device, pg->comm()));  // CUDA events on a GPU
   // allreduce_total: from the moment the first gradient bucket is launched (its gradients are ready on
@@ -262,59 +707,11 @@ int run_training(const Config& config, const TrainOptions& options) {
   if (writer)
     for (const std::string& tmp : checkpoints.remove_stale_temps())
       log.line("checkpoint: removed " + tmp + ", left by a write that died before its rename");
-  TrainingState st;
-  st.world_size = e.world_size;
-  st.batch_size = config.data.batch_size;
-  st.run_dir = run_dir;
   const std::string csv_path = run_dir + "/train_steps.csv";
-  if (auto path = resolve_resume(options.resume, ckpt_dir, log)) {
-    st = load_checkpoint(*path, *e.model, *e.optimizer);
-    if (st.world_size != e.world_size) {
-      if (!config.checkpoint.allow_world_size_change)
-        throw config_error_at(
-            config, "checkpoint.allow_world_size_change",
-            fmt("the checkpoint was written by %d ranks, this run has %d. HINT: resume with "
-                "the same number of processes, or set checkpoint.allow_world_size_change = "
-                "true (the rest of the epoch is then re-sharded: each sample still seen once)",
-                st.world_size, e.world_size));
-      log.line(remap_world_size(st, train.size(), config.data.drop_last, e.world_size, config.data.batch_size,
-                                config.train.grad_accum_steps));
-    }
-    if (!st.rng_states.empty()) e.dropout_generator->set_state(st.rng_states[0]);
-    if (writer) truncate_step_csv(csv_path, st.step);
-    log.line(fmt("resumed from %s: step %lld, epoch %lld, batch %lld of the epoch", path->c_str(),
-                 static_cast<long long>(st.step), static_cast<long long>(st.epoch + 1),
-                 static_cast<long long>(st.batch_in_epoch)));
-  } else if (writer) {
-    std::ofstream(csv_path, std::ios::trunc) << "step,epoch,loss,lr\n";
-  }
-  // Rank 0's losses only (each rank's loss is of its own shard; the weights are the same everywhere).
+  TrainingState st = start_or_resume(config, options, e, run_dir, ckpt_dir, csv_path, writer, log);
   StepLog steps;
   if (writer) steps.csv.open(csv_path, std::ios::app);
-  // Rank 0's phase seconds per optimizer step, for `trainer bench`. StepTimes count this process's
-  // steps from 1, so a resumed run numbers them after the checkpoint's step.
-  std::ofstream step_times_csv;
-  const int64_t first_step = st.step;
-  if (writer) {
-    const std::string path = run_dir + "/step_times.csv";
-    const bool fresh = st.step == 0 || !std::filesystem::exists(path);
-    if (!fresh) truncate_step_csv(path, st.step);
-    step_times_csv.open(path, fresh ? std::ios::trunc : std::ios::app);
-    if (fresh) {
-      step_times_csv << "step,step_seconds";
-      for (Phase p : kAllPhases)
-        if (p != Phase::step) step_times_csv << ',' << phase_name(p) << "_seconds";
-      step_times_csv << '\n';
-    }
-  }
-  auto observe_step = [&](const StepTimes& t) {
-    exporter.observe_step(t);
-    if (!step_times_csv.is_open()) return;
-    step_times_csv << first_step + t.step << ',' << fmt("%.9g", t[Phase::step]);
-    for (Phase p : kAllPhases)
-      if (p != Phase::step) step_times_csv << ',' << fmt("%.9g", t[p]);
-    step_times_csv << '\n';
-  };
+  StepTimesCsv step_times = open_step_times_csv(run_dir, st.step, writer);
 
   // fp16 needs dynamic loss scaling; every other precision runs with the scaler disabled (scale 1).
   LossScalerOptions so;
@@ -323,309 +720,74 @@ int run_training(const Config& config, const TrainOptions& options) {
   const std::optional<DType> half_dtype = autocast_dtype_for(config);
   const MemoryFormat input_format = input_memory_format(config);
   if (st.loss_scale > 0) scaler.load_state(st.loss_scale, st.loss_scale_growth_tracker);
-  // The largest of one integer over all ranks (no communication at world size 1).
-  auto max_over_ranks = [&](int64_t local) -> int64_t {
-    if (world == 1) return local;
-    Tensor value = Tensor::from_vector<int64_t>({local}, {1});
-    pg->comm().all_reduce(value, ReduceOp::max);
-    return static_cast<int64_t>(value.item());
-  };
-  auto all_ranks_finite = [&](bool local) { return max_over_ranks(local ? 0 : 1) == 0; };
-  // Only rank 0 writes; the others wait for it, so no rank runs ahead of a checkpoint in progress.
-  auto save_checkpoint = [&](bool final) {
-    if (average_bn_stats) average_bn_running_stats(*e.model, pg->comm());
-    if (zero) zero->gather_state();  // the full optimizer state, for rank 0 to write
-    st.loss_scale = scaler.scale();
-    st.loss_scale_growth_tracker = scaler.growth_tracker();
-    if (writer) {
-      const std::string dropout_state = e.dropout_generator->state();
-      st.rng_states.assign(world, dropout_state);
-      try {
-        if (Heartbeat* h = pg->heartbeat()) h->set_phase("checkpoint");
-        const std::string path = checkpoints.save(*e.model, *e.optimizer, st, config_toml);
-        log.line("checkpoint: " + path);
-      } catch (const CheckpointError& err) {
-        // The previous checkpoints are intact; by default a periodic failure (full disk, say) must not
-        // kill hours of training (checkpoint.on_error), but the final one must not fail silently.
-        if (final || config.checkpoint.on_error == "stop") throw;
-        log.error(std::string("warning: ") + err.what() +
-                  "; earlier checkpoints are intact, training continues");
-      }
-    }
-    if (Heartbeat* h = pg->heartbeat()) h->set_phase("barrier after the checkpoint");
-    pg->comm().barrier();
-  };
-  // Every rank must stop at the same step, or the ones still training wait forever: a stop signal
-  // seen by any rank is agreed on with one tiny all-reduce per step.
-  auto agreed_stop_signal = [&]() { return static_cast<int>(max_over_ranks(stop_requested())); };
 
   const int accum = config.train.grad_accum_steps;
   const std::vector<Variable> params = e.model->parameters();
-  DistributedSampler sampler(train.size(), e.world_size, rank, config.data.shuffle,
+  DistributedSampler sampler(e.data.train->size(), e.world_size, rank, config.data.shuffle,
                              static_cast<uint64_t>(config.train.seed), config.data.drop_last);
   RunSummary summary;
   summary.world_size = e.world_size;
   summary.run_dir = run_dir;
   summary.best_test_accuracy = st.best_accuracy;
-  int stop_signal = 0;
-  bool done = st.step >= e.total_steps;
+  const bool done = st.step >= e.total_steps;
   // Test hook: deliver SIGTERM to ourselves after this step, to exercise the signal path exactly.
   const char* signal_at = std::getenv("TRAINER_TEST_SIGTERM_AT_STEP");
   const int64_t sigterm_at_step = signal_at ? std::atoll(signal_at) : -1;
-  // Test hook: TRAINER_TEST_STALL="RANK:STEP:SECONDS" makes that rank wait in data_wait before that
-  // step (a stuck data loader), so the others' collective times out.
-  int stall_rank = -1;
-  long long stall_step = -1;
-  double stall_seconds = 0;
-  if (const char* stall = std::getenv("TRAINER_TEST_STALL"))
-    std::sscanf(stall, "%d:%lld:%lf", &stall_rank, &stall_step, &stall_seconds);
   Heartbeat* heartbeat = pg->heartbeat();  // tells the other ranks where this one is, for their errors
   if (heartbeat) timer.set_phase_observer([heartbeat](Phase p) { heartbeat->set_phase(phase_name(p)); });
 
-  for (; st.epoch < config.train.epochs && !done; ++st.epoch) {
-    const int epoch = static_cast<int>(st.epoch);
-    sampler.set_epoch(epoch);
-    LoaderOptions lo;
-    lo.batch_size = config.data.batch_size;
-    lo.drop_last = config.data.drop_last;
-    lo.transforms.crop_padding = config.data.random_crop_padding;
-    lo.transforms.horizontal_flip = config.data.hflip;
-    lo.seed = static_cast<uint64_t>(config.train.seed);
-    lo.epoch = epoch;
-    lo.num_workers = config.data.workers < 0 ? default_loader_workers() : config.data.workers;
-    lo.queue_depth = config.data.prefetch_batches;
-    lo.first_batch = st.batch_in_epoch;
-    // data.gpu_input_pipeline: pinned batches; batch k+1 uploads on a copy stream during step k and is
-    // normalised on the device. Otherwise the host normalises and the copy below is synchronous.
-    const Device input_device = device.is_cuda() && config.data.gpu_input_pipeline ? device : Device::cpu();
-    lo.allocate_batch = batch_allocator_for(input_device);
-    DataLoader loader(e.data.train, sampler.indices_from(st.epoch_sample_offset), lo);
-    DevicePrefetcher input(loader, input_device, {e.normalization.mean, e.normalization.std, input_format});
-    // Ranks that would run different numbers of steps hang in an all-reduce at the epoch's end: stop
-    // here instead, naming them.
-    if (heartbeat) heartbeat->set_phase("epoch start (step-count check)");
-    check_epoch_steps(pg->comm(), epoch, loader.num_batches() - lo.first_batch);
+  StepContext step_context{
+      .config = config,
+      .e = e,
+      .device = device,
+      .input_format = input_format,
+      .half_dtype = half_dtype,
+      .accum = accum,
+      .params = params,
+      .reducer = reducer,
+      .zero = zero,
+      .scaler = scaler,
+      .all_ranks_finite = [&pg = *pg](bool local) { return max_over_ranks(pg, local ? 0 : 1) == 0; },
+      .timer = timer,
+      .allreduce_open = allreduce_open,
+      .exporter = exporter,
+      .log = log,
+      .rank = rank,
+      .stall = stall_hook_from_env(),
+  };
+  TrainLoop loop{
+      .config = config,
+      .options = options,
+      .e = e,
+      .pg = *pg,
+      .log = log,
+      .exporter = exporter,
+      .timer = timer,
+      .heartbeat = heartbeat,
+      .checkpoints = checkpoints,
+      .scaler = scaler,
+      .zero = zero,
+      .sampler = sampler,
+      .step = step_context,
+      .run_dir = run_dir,
+      .ckpt_dir = ckpt_dir,
+      .config_toml = config_toml,
+      .writer = writer,
+      .average_bn_stats = average_bn_stats,
+      .sigterm_at_step = sigterm_at_step,
+      .st = std::move(st),
+      .steps = std::move(steps),
+      .step_times = std::move(step_times),
+      .summary = std::move(summary),
+      .done = done,
+  };
 
-    e.model->train();
-    e.optimizer->zero_grad();  // micro-batches left over by the previous epoch must not leak into this one
-    const auto epoch_start = Clock::now();
-    const double seconds_before_epoch = st.train_seconds;
-    const int64_t samples_before_epoch = st.samples_seen;
-    exporter.set_epoch(epoch + 1);
-    int micro = 0;
-    double accum_loss = 0.0;
-    int64_t step_samples = 0;
-    while (!done) {
-      if (!timer.in_step()) timer.begin_step();
-      // ---- data
-      timer.begin(Phase::data_wait);
-      if (rank == stall_rank && st.step == stall_step)
-        std::this_thread::sleep_for(std::chrono::duration<double>(stall_seconds));
-      std::optional<Batch> batch = input.next();
-      timer.end(Phase::data_wait);
-      if (!batch) break;
-      timer.begin(Phase::h2d);
-      const DeviceBatch on_device = input.to_device(*batch);
-      Tensor images = on_device.images.to(device).contiguous(input_format);  // no-ops on the GPU pipeline
-      const Tensor labels = on_device.labels.to(device);
-      timer.end(Phase::h2d);
-      // ---- forward (autocast for bf16/fp16: convolutions and matmuls in half, loss in fp32)
-      timer.begin(Phase::forward);
-      Variable loss;
-      {
-        AutocastScope autocast(half_dtype);
-        loss = F::cross_entropy((*e.model)(Variable(images)), labels, config.train.label_smoothing);
-      }
-      const double loss_value = loss.item();
-      timer.end(Phase::forward);
-      if (!std::isfinite(loss_value))
-        throw std::runtime_error(
-            fmt("loss is %s at step %lld (epoch %d): training diverged. HINT: lower optim.lr "
-                "(now %.4g), add warmup (schedule.warmup_epochs) or clipping "
-                "(optim.clip_grad_norm); --resume auto restarts from the last checkpoint",
-                std::isnan(loss_value) ? "NaN" : "infinite", static_cast<long long>(st.step + 1), epoch + 1,
-                e.optimizer->lr()));
-      // ---- backward (the loss of each micro-batch counts 1/k, so k micro-batches equal one big one)
-      timer.begin(Phase::backward);
-      const bool last_micro = (micro + 1) % accum == 0;
-      reducer.set_sync(last_micro);  // accumulation micro-batches communicate nothing
-      scaler.scale_loss(accum > 1 ? F::mul(loss, 1.0 / accum) : loss).backward();
-      timer.end(Phase::backward);
-      accum_loss += loss_value / accum;
-      st.samples_seen += batch->labels.numel() * e.world_size;
-      step_samples += batch->labels.numel();
-      ++st.batch_in_epoch;
-      if (++micro % accum != 0) continue;
-      // ---- all-reduce: wait for the buckets backward did not finish, average the gradients
-      timer.begin(Phase::allreduce_exposed);
-      reducer.finish();
-      timer.end(Phase::allreduce_exposed);
-      if (allreduce_open) timer.end(Phase::allreduce_total);
-      allreduce_open = false;
-      // ---- optimizer: unscale and check after the all-reduce (every rank skips the same steps), clip,
-      // step
-      timer.begin(Phase::optimizer);
-      const bool finite = !scaler.enabled() ||
-                          (zero ? scaler.unscale_and_check(zero->gradients_to_unscale(), all_ranks_finite)
-                                : scaler.unscale_and_check(params, all_ranks_finite));
-      const double lr = e.base_lr * e.schedule->factor(st.step);
-      if (finite) {
-        if (config.optim.clip_grad_norm > 0 && !zero) clip_grad_norm(params, config.optim.clip_grad_norm);
-        e.optimizer->set_lr(lr);
-        e.optimizer->step();
-      } else {
-        exporter.add_skipped_steps(1);
-        log.line(fmt("step %lld: inf/NaN gradients at loss scale %g, step skipped",
-                     static_cast<long long>(st.step + 1), scaler.scale()));
-      }
-      scaler.update(!finite);
-      exporter.set_loss_scale(scaler.scale());
-      e.optimizer->zero_grad();
-      timer.end(Phase::optimizer);
-      ++st.step;
-      if (heartbeat) heartbeat->set_step(st.step);
-      if (auto t = timer.end_step()) observe_step(*t);
-      exporter.add_step(step_samples);
-      step_samples = 0;
-      exporter.set_loss(accum_loss);
-      exporter.set_learning_rate(lr);
-      exporter.set_bad_samples_total(train.skipped_samples());
-#ifdef TRAINER_WITH_CUDA
-      if (device.is_cuda()) {
-        const CudaMemoryStats mem = cuda_memory_stats();
-        exporter.set_device_memory({mem.allocated_bytes, mem.reserved_bytes, mem.peak_allocated_bytes});
-      }
-#endif
-      // ---- bookkeeping
-      steps.csv << st.step << ',' << epoch + 1 << ',' << fmt("%.9g", accum_loss) << ',' << fmt("%.9g", lr)
-                << '\n';
-      steps.window_loss += accum_loss;
-      ++steps.window_steps;
-      st.epoch_loss_sum += accum_loss;
-      ++st.epoch_steps;
-      accum_loss = 0.0;
-      st.train_seconds = seconds_before_epoch + seconds_since(epoch_start);
-      const double rate =
-          (st.samples_seen - samples_before_epoch) / std::max(seconds_since(epoch_start), 1e-9);
-      const double eta =
-          (e.total_steps - st.step) *
-          (e.steps_per_epoch ? seconds_since(epoch_start) / std::max<int64_t>(1, micro / accum) : 0.0);
-      const std::string status =
-          fmt("epoch %d/%d step %lld/%lld loss %.4f lr %.4g img/s %.0f eta %s", epoch + 1,
-              config.train.epochs, static_cast<long long>(st.step), static_cast<long long>(e.total_steps),
-              steps.window_loss / steps.window_steps, lr, rate, format_duration(eta).c_str());
-      exporter.set_samples_per_second(rate / e.world_size);
-      if (log.stdout_is_terminal()) log.transient(status);
-      if (st.step % config.train.log_every_steps == 0) {
-        if (!log.stdout_is_terminal()) log.line(status + " | " + timer.summary());
-        steps.window_loss = 0.0;
-        steps.window_steps = 0;
-      }
-      if (st.step >= e.total_steps) done = true;
-      if (st.step == sigterm_at_step) std::raise(SIGTERM);
-      if ((stop_signal = agreed_stop_signal()) != 0) break;
-      if (!done && config.checkpoint.every_steps > 0 && st.step % config.checkpoint.every_steps == 0) {
-        steps.csv.flush();
-        st.accuracy = -1;
-        save_checkpoint(false);
-      }
-    }
-    st.train_seconds = seconds_before_epoch + seconds_since(epoch_start);
-    if (heartbeat) heartbeat->set_phase("epoch end");  // its collectives follow (train loss, stop, eval)
-    timer.discard_step();
-    for (const auto& t : timer.flush()) observe_step(t);
-    if (stop_signal) {
-      steps.csv.flush();
-      log.error(fmt("received signal %d at step %lld", stop_signal, static_cast<long long>(st.step)) +
-                (config.checkpoint.on_signal ? ": writing a checkpoint before exiting" : ": exiting"));
-      if (config.checkpoint.on_signal) save_checkpoint(true);
-      pg->shutdown();
-      return 128 + stop_signal;
-    }
-    const double epoch_seconds = seconds_since(epoch_start);
-    // The epoch's train loss over every rank's batches, not rank 0's alone (one small all-reduce per
-    // epoch; every rank gets here, the stop signal being agreed).
-    Tensor loss_sums =
-        Tensor::from_vector<double>({st.epoch_loss_sum, static_cast<double>(st.epoch_steps)}, {2});
-    if (world > 1) pg->comm().all_reduce(loss_sums, ReduceOp::sum);
-    const std::vector<double> sums = loss_sums.to_vector<double>();
-    summary.final_train_loss = sums[1] > 0 ? sums[0] / sums[1] : 0.0;
-    summary.epochs = epoch + 1;
-
-    const bool last = done || epoch + 1 == config.train.epochs;
-    const int every = config.train.eval_every_epochs;
-    std::string eval_part;
-    st.accuracy = -1;
-    if (last || (every > 0 && (epoch + 1) % every == 0)) {
-      const auto eval_start = Clock::now();
-      if (average_bn_stats) average_bn_running_stats(*e.model, pg->comm());
-      if (heartbeat) heartbeat->set_phase("evaluation");
-      EvalMetrics m = evaluate(e, *e.data.test, &pg->comm());
-      summary.final_test_accuracy = m.top1();
-      summary.final_test_top5 = m.top5();
-      summary.final_test_loss = m.mean_loss();
-      st.accuracy = m.top1();
-      st.best_accuracy = std::max(st.best_accuracy, m.top1());
-      exporter.set_eval_accuracy(m.top1());
-      summary.best_test_accuracy = st.best_accuracy;
-      eval_part =
-          fmt(" | test loss %.4f top1 %.2f%% top5 %.2f%%", m.mean_loss(), 100 * m.top1(), 100 * m.top5());
-      if (!std::isnan(m.auc())) eval_part += fmt(" auc %.4f", m.auc());
-      eval_part += fmt(" (%lld images, %.1fs)", static_cast<long long>(m.count()), seconds_since(eval_start));
-      // Every rank holds the same merged metrics, so every rank stops after this epoch.
-      const double target = config.train.target_accuracy;
-      if (target > 0 && m.top1() >= target) {
-        done = true;
-        eval_part += fmt(" | target %.2f%% reached", 100 * target);
-      }
-    }
-    log.line(fmt("epoch %d/%d: train loss %.4f, %.1fs, %.0f img/s", epoch + 1, config.train.epochs,
-                 summary.final_train_loss, epoch_seconds,
-                 (st.samples_seen - samples_before_epoch) / std::max(epoch_seconds, 1e-9)) +
-             eval_part);
-    // The next epoch starts at its first batch with fresh loss sums.
-    const bool epoch_complete = !done || input.next() == std::nullopt;
-    if (epoch_complete) {
-      st.batch_in_epoch = 0;
-      st.epoch_sample_offset = 0;
-      st.epoch_loss_sum = 0.0;
-      st.epoch_steps = 0;
-    }
-    const bool periodic =
-        config.checkpoint.every_epochs > 0 && (epoch + 1) % config.checkpoint.every_epochs == 0;
-    if (!done && periodic) {
-      steps.csv.flush();
-      ++st.epoch;  // the checkpoint resumes at the next epoch
-      save_checkpoint(false);
-      --st.epoch;
-    }
-    if (!epoch_complete) break;  // max_steps ended the run inside this epoch
+  for (; loop.st.epoch < config.train.epochs && !loop.done; ++loop.st.epoch) {
+    const EpochEnd end = run_epoch(loop);
+    if (end == EpochEnd::stopped_by_signal) return 128 + loop.stop_signal;
+    if (end == EpochEnd::cut_short) break;  // max_steps ended the run inside this epoch
   }
-
-  steps.csv.flush();
-  step_times_csv.flush();
-  summary.steps = st.step;
-  summary.train_seconds = st.train_seconds;
-  summary.samples_per_second = st.samples_seen / std::max(st.train_seconds, 1e-9);
-  if (config.checkpoint.save_final) {
-    save_checkpoint(true);
-    summary.weights = ckpt_dir + "/final.safetensors";
-    if (writer) {
-      save_module(summary.weights, *e.model);
-      log.line("weights: " + summary.weights);
-    }
-  }
-  if (writer) {
-    write_summary(run_dir + "/summary.json", summary);
-    if (!options.summary_path.empty()) write_summary(options.summary_path, summary);
-  }
-  pg->shutdown();
-  log.line(fmt("done: %lld steps in %s (%.0f img/s), final test accuracy %.2f%%, best %.2f%%",
-               static_cast<long long>(st.step), format_duration(st.train_seconds).c_str(),
-               summary.samples_per_second, 100 * summary.final_test_accuracy,
-               100 * summary.best_test_accuracy));
-  log.close_file();
-  return 0;
+  return finish_run(loop);
 }
 
 }  // namespace trainer

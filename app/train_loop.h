@@ -1,5 +1,6 @@
 #pragma once
-// `trainer train`: the training loop, read top to bottom as the phases of a step.
+// `trainer train`: the training loop, from setup through the epochs to the summary. One optimizer
+// step (data, forward, backward, all-reduce, optimizer) is train_step() in app/train_step.h.
 #include <string>
 
 #include "app/config.h"
