@@ -16,6 +16,7 @@
 #include "app/build_info.h"
 #include "app/cli.h"
 #include "app/config.h"
+#include "app/format.h"
 #include "app/system_info.h"
 
 namespace trainer {
@@ -193,9 +194,7 @@ int bench_command(const std::vector<std::string>& args) {
     const int procs = p.procs, batch = p.batch;
     const std::string& precision = p.precision;
     for (int r = 1; r <= a.repeats; ++r) {
-      const fs::path dir = out / fmt("p%d-b%d-%s-r%d", procs, batch, precision.c_str(), r);
-      fs::remove_all(dir);
-      fs::create_directories(dir);
+      const fs::path dir = fresh_run_dir(out, p, r);
       std::vector<std::string> sets = a.overrides;
       if (a.data == "synthetic" && config.data.dataset != "synthetic") {
         const auto s = synthetic_overrides(config, p.global_batch * total_steps);

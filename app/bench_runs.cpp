@@ -220,6 +220,13 @@ std::string speedup_chart_png(double max_procs, const std::vector<SpeedupCurve>&
   return render_chart_png({sp, ef});
 }
 
+fs::path fresh_run_dir(const fs::path& out, const GridPoint& p, int repeat) {
+  const fs::path dir = out / fmt("p%d-b%d-%s-r%d", p.procs, p.batch, p.precision.c_str(), repeat);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
 std::vector<GridPoint> measurement_grid(const Config& config, const BenchArgs& a,
                                         const std::vector<std::string>& precisions,
                                         const std::vector<int>& batches) {

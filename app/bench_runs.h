@@ -13,6 +13,7 @@
 
 #include "app/build_info.h"
 #include "app/config.h"
+#include "app/format.h"
 #include "app/system_info.h"
 
 namespace trainer::bench {
@@ -30,13 +31,6 @@ struct BenchArgs {
 };
 
 std::vector<std::string> split_list(const std::string& s);
-
-// snprintf into a std::string (results are short: numbers and paths).
-std::string fmt(const char* f, auto... args) {
-  char buf[512];
-  std::snprintf(buf, sizeof buf, f, args...);
-  return buf;
-}
 
 double mean_of(const std::vector<double>& v);
 double sum_of(const std::vector<double>& v);
@@ -78,6 +72,8 @@ struct GridPoint {
 std::vector<GridPoint> measurement_grid(const Config& config, const BenchArgs& a,
                                         const std::vector<std::string>& precisions,
                                         const std::vector<int>& batches);
+// The emptied directory of repeat `repeat` of grid point p under out: pP-bB-PRECISION-rR.
+std::filesystem::path fresh_run_dir(const std::filesystem::path& out, const GridPoint& p, int repeat);
 
 // The grid fields of a point in bench.json: "procs": 2, "batch_per_rank": ..., "global_batch": ...,
 // "precision": ..., "lr": ... (no braces).

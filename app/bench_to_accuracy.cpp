@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "app/bench_command.h"
+#include "app/format.h"
 #include "app/system_info.h"
 
 namespace trainer {
@@ -78,12 +79,8 @@ int bench_to_accuracy(const BenchArgs& a, const Config& config, const std::vecto
   for (const GridPoint& cell : measurement_grid(config, a, precisions, batches)) {
     AccuracyPoint p;
     static_cast<GridPoint&>(p) = cell;
-    const int procs = p.procs, batch = p.batch;
-    const std::string& precision = p.precision;
     for (int r = 1; r <= a.repeats; ++r) {
-      const fs::path dir = out / fmt("p%d-b%d-%s-r%d", procs, batch, precision.c_str(), r);
-      fs::remove_all(dir);
-      fs::create_directories(dir);
+      const fs::path dir = fresh_run_dir(out, p, r);
       print_run_start(++run_index, n_runs, p, r, a.repeats);
       bool reached = false;
       try {

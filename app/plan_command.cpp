@@ -13,6 +13,7 @@
 #include "app/datasets.h"
 #include "app/device_setup.h"
 #include "app/experiment.h"
+#include "app/format.h"
 #include "app/system_info.h"
 #include "dist/gradient_reducer.h"
 #include "nn/allocator.h"
@@ -90,12 +91,6 @@ PlanArgs parse_plan_args(const std::vector<std::string>& args) {
     throw UsageError("missing CONFIG (a TOML file, e.g. configs/cifar10_resnet18.toml)");
   if (a.procs < 1) throw UsageError("--procs N is required (the number of ranks to plan for)");
   return a;
-}
-
-std::string fmt(const char* f, auto... args) {
-  char buf[512];
-  std::snprintf(buf, sizeof buf, f, args...);
-  return buf;
 }
 
 std::string mib(double bytes) { return fmt("%.1f MiB", bytes / (1024.0 * 1024.0)); }

@@ -16,6 +16,7 @@
 #include "app/device_setup.h"
 #include "app/evaluate.h"
 #include "app/experiment.h"
+#include "app/format.h"
 #include "app/phase_clock.h"
 #include "app/summary.h"
 #include "app/train_signals.h"
@@ -52,12 +53,6 @@ std::string format_duration(double s) {
     std::snprintf(buf, sizeof buf, "%ldh%02ldm", t / 3600, (t / 60) % 60);
   else
     std::snprintf(buf, sizeof buf, "%ldm%02lds", t / 60, t % 60);
-  return buf;
-}
-
-std::string fmt(const char* format, auto... args) {
-  char buf[512];
-  std::snprintf(buf, sizeof buf, format, args...);
   return buf;
 }
 

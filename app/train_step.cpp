@@ -8,19 +8,11 @@
 #include <string>
 #include <thread>
 
+#include "app/format.h"
 #include "nn/amp/autocast.h"
 #include "nn/functional.h"
 
 namespace trainer {
-namespace {
-
-std::string fmt(const char* format, auto... args) {
-  char buf[512];
-  std::snprintf(buf, sizeof buf, format, args...);
-  return buf;
-}
-
-}  // namespace
 
 StallHook stall_hook_from_env() {
   StallHook hook;
