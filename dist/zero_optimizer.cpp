@@ -278,24 +278,11 @@ void ZeroOptimizer::update_shard(Tensor& param_shard, const Tensor& grad_shard) 
     const Tensor g = part(grad_shard);
     Backend& be = backend_for(w);
     if (adamw_) {
-      AdamWParams a;
-      a.lr = lr();
-      a.beta1 = adamw_options_.beta1;
-      a.beta2 = adamw_options_.beta2;
-      a.eps = adamw_options_.eps;
-      a.weight_decay = p.weight_decay;
-      a.step = p.steps;
       Tensor m = part(slots_[0]), v = part(slots_[1]);
-      be.adamw_step(w, g, m, v, a);
+      be.adamw_step(w, g, m, v, adamw_params(adamw_options_, lr(), p.weight_decay, p.steps));
     } else {
-      SgdParams s;
-      s.lr = lr();
-      s.momentum = sgd_.momentum;
-      s.dampening = sgd_.dampening;
-      s.weight_decay = p.weight_decay;
-      s.nesterov = sgd_.nesterov;
       Tensor buffer = slots_.empty() ? Tensor() : part(slots_[0]);
-      be.sgd_step(w, g, buffer, p.steps == 1, s);
+      be.sgd_step(w, g, buffer, p.steps == 1, sgd_params(sgd_, lr(), p.weight_decay));
     }
   }
 }

@@ -24,6 +24,17 @@ const AdamWOptions& validated(const AdamWOptions& o) {
 
 }  // namespace
 
+AdamWParams adamw_params(const AdamWOptions& options, double lr, double weight_decay, int64_t step) {
+  AdamWParams p;
+  p.lr = lr;
+  p.beta1 = options.beta1;
+  p.beta2 = options.beta2;
+  p.eps = options.eps;
+  p.weight_decay = weight_decay;
+  p.step = step;
+  return p;
+}
+
 AdamW::AdamW(std::vector<NamedParameter> params, const AdamWOptions& options)
     : Optimizer(
           "adamw",
@@ -32,13 +43,7 @@ AdamW::AdamW(std::vector<NamedParameter> params, const AdamWOptions& options)
       options_(options) {}
 
 void AdamW::update(Variable& param, const ParamGroup& group, ParamState& state) {
-  AdamWParams p;
-  p.lr = lr();
-  p.beta1 = options_.beta1;
-  p.beta2 = options_.beta2;
-  p.eps = options_.eps;
-  p.weight_decay = group.weight_decay;
-  p.step = state.steps;
+  const AdamWParams p = adamw_params(options_, lr(), group.weight_decay, state.steps);
   backend_for(param.data()).adamw_step(param.data(), param.grad(), state.slots[0], state.slots[1], p);
 }
 

@@ -2,6 +2,7 @@
 // Adam with decoupled weight decay, torch.optim.AdamW's semantics (amsgrad off): the parameter
 // shrinks by lr * weight_decay before the bias-corrected Adam update. The bias correction uses each
 // parameter's own update count, as torch does.
+#include "nn/backend.h"
 #include "nn/optim/optimizer.h"
 
 namespace trainer {
@@ -14,6 +15,10 @@ struct AdamWOptions {
   double weight_decay = 0.01;
   bool no_decay_bn_bias = false;  // weight decay 0 for 1-D parameters and biases (timm)
 };
+
+// The kernel's parameters for one update of a parameter on its `step`-th update (1-based), for AdamW
+// and ZeroOptimizer's shards alike.
+AdamWParams adamw_params(const AdamWOptions& options, double lr, double weight_decay, int64_t step);
 
 class AdamW final : public Optimizer {
  public:

@@ -32,6 +32,16 @@ std::vector<std::string> sgd_slots(const SgdOptions& o) {
 
 }  // namespace
 
+SgdParams sgd_params(const SgdOptions& options, double lr, double weight_decay) {
+  SgdParams p;
+  p.lr = lr;
+  p.momentum = options.momentum;
+  p.dampening = options.dampening;
+  p.weight_decay = weight_decay;
+  p.nesterov = options.nesterov;
+  return p;
+}
+
 Sgd::Sgd(std::vector<NamedParameter> params, const SgdOptions& options)
     : Optimizer(
           "sgd",
@@ -40,12 +50,7 @@ Sgd::Sgd(std::vector<NamedParameter> params, const SgdOptions& options)
       options_(options) {}
 
 void Sgd::update(Variable& param, const ParamGroup& group, ParamState& state) {
-  SgdParams p;
-  p.lr = lr();
-  p.momentum = options_.momentum;
-  p.dampening = options_.dampening;
-  p.weight_decay = group.weight_decay;
-  p.nesterov = options_.nesterov;
+  const SgdParams p = sgd_params(options_, lr(), group.weight_decay);
   Tensor no_buffer;
   Tensor& buffer = state.slots.empty() ? no_buffer : state.slots[0];
   backend_for(param.data()).sgd_step(param.data(), param.grad(), buffer, state.steps == 1, p);

@@ -1,6 +1,7 @@
 #pragma once
 // Stochastic gradient descent with torch.optim.SGD's semantics: coupled weight decay (added to the
 // gradient), momentum with dampening (the buffer starts as the first gradient), optional Nesterov.
+#include "nn/backend.h"
 #include "nn/optim/optimizer.h"
 
 namespace trainer {
@@ -13,6 +14,9 @@ struct SgdOptions {
   bool nesterov = false;
   bool no_decay_bn_bias = false;  // weight decay 0 for 1-D parameters and biases (timm)
 };
+
+// The kernel's parameters for one update (Sgd and ZeroOptimizer's shards alike).
+SgdParams sgd_params(const SgdOptions& options, double lr, double weight_decay);
 
 class Sgd final : public Optimizer {
  public:
