@@ -157,6 +157,18 @@ __device__ __forceinline__ acc_t<T> masked_grad(const T* dy, const T* mask, int6
   return mask && !(to_acc(mask[i]) > acc_t<T>(0)) ? acc_t<T>(0) : to_acc(dy[i]);
 }
 
+// Mean and biased variance of channel c from kMoments' shifted sums s = sum(x - k) and
+// q = sum((x - k)^2) over n values, k being the channel's first value x[c * inner].
+struct Moments {
+  double mean, var;
+};
+template <class T>
+__device__ __forceinline__ Moments moments_of(const T* x, int64_t c, int64_t inner, double s, double q,
+                                              double n) {
+  const double d = s / n;
+  return {to_acc(x[c * inner]) + d, fmax(q / n - d * d, 0.0)};
+}
+
 // The last block of a channel group to finish adds the parts of channel c in order (deterministic).
 template <class Finish>
 __device__ __forceinline__ void finish_channel(const double* partial, int64_t c, int parts, Finish& finish) {
@@ -534,12 +546,11 @@ std::pair<Tensor, Tensor> CudaBackend::bn_mean_var(const Tensor& x_in) {
     const scalar_t* px = static_cast<const scalar_t*>(x.raw_data());
     stat_t* out_mean = static_cast<stat_t*>(mean.raw_data());
     stat_t* out_var = static_cast<stat_t*>(var.raw_data());
-    // One pass: shifted sums s = sum(x - k), q = sum((x - k)^2) with k the channel's first value.
     channel_reduce<scalar_t, kMoments>(l, px, nullptr, nullptr, ChannelValues{},
                                        [=] __device__(int64_t c, double s, double q) {
-                                         const double k = to_acc(px[c * l.inner]), d = s / n;
-                                         out_mean[c] = static_cast<stat_t>(k + d);
-                                         out_var[c] = static_cast<stat_t>(fmax(q / n - d * d, 0.0));
+                                         const Moments mo = moments_of(px, c, l.inner, s, q, n);
+                                         out_mean[c] = static_cast<stat_t>(mo.mean);
+                                         out_var[c] = static_cast<stat_t>(mo.var);
                                        });
   });
   return {mean, var};
@@ -571,8 +582,8 @@ std::pair<Tensor, Tensor> CudaBackend::bn_train_stats(const Tensor& x_in, double
     stat_t* out_invstd = static_cast<stat_t*>(invstd.raw_data());
     channel_reduce<scalar_t, kMoments>(
         l, px, nullptr, nullptr, ChannelValues{}, [=] __device__(int64_t c, double s, double q) {
-          const double k = to_acc(px[c * l.inner]), d = s / n;
-          const double m = k + d, var = fmax(q / n - d * d, 0.0);
+          const Moments mo = moments_of(px, c, l.inner, s, q, n);
+          const double m = mo.mean, var = mo.var;
           out_mean[c] = static_cast<stat_t>(m);
           // In stat_t, as the separate ops computed it (and PyTorch
           // does): a last-bit difference here flips ReLUs downstream.

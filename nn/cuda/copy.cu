@@ -63,24 +63,6 @@ void copy_elements(void* dst, const Indexer& di, const void* src, const Indexer&
     for_each(n, [=] __device__(int64_t i) { d[offset_of(di, i)] = s[offset_of(si, i)]; });
 }
 
-__device__ __forceinline__ float to_float(float v) { return v; }
-__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <class D>
-__device__ __forceinline__ D from_float(float v);
-template <>
-__device__ __forceinline__ float from_float<float>(float v) {
-  return v;
-}
-template <>
-__device__ __forceinline__ __half from_float<__half>(float v) {
-  return __float2half_rn(v);
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
-
 // Dense conversion between f32 and a half type, 4 elements per thread (autocast's weight casts and
 // the casts of their gradients back, every step): the same rounding as store_any, without its
 // per-element dtype switch through double.
@@ -102,12 +84,12 @@ void convert_flat(void* dst, const void* src, int64_t n) {
       const In in = reinterpret_cast<const In*>(s)[q];
       Out out;
 #pragma unroll
-      for (int j = 0; j < 4; ++j) out.v[j] = from_float<D>(to_float(in.v[j]));
+      for (int j = 0; j < 4; ++j) out.v[j] = from_f<D>(to_acc(in.v[j]));
       reinterpret_cast<Out*>(d)[q] = out;
     });
   const int64_t done = n4 * 4;
   if (done < n)
-    for_each(n - done, [=] __device__(int64_t i) { d[done + i] = from_float<D>(to_float(s[done + i])); });
+    for_each(n - done, [=] __device__(int64_t i) { d[done + i] = from_f<D>(to_acc(s[done + i])); });
 }
 
 // Whether a flat copy from src_dtype to dst_dtype has a convert_flat kernel; runs it if so.
