@@ -63,11 +63,13 @@ Variable batch_norm(const Variable& x, const Variable& weight, const Variable& b
     // The backend updates f32/f64 running statistics with the batch's in its statistics pass; others
     // (a model cast to a half dtype) are updated here, in their own dtype.
     auto updatable = [](const Tensor& t) { return t.dtype() == DType::f32 || t.dtype() == DType::f64; };
-    const bool in_pass = track && updatable(running_mean) && updatable(running_var);
-    std::tie(mean, invstd) = k.bn_train_stats(xd, eps, momentum, in_pass ? running_mean : no_running,
-                                              in_pass ? running_var : no_running);
-    if (track && !in_pass) {
+    if (!track || (updatable(running_mean) && updatable(running_var))) {
+      std::tie(mean, invstd) = k.bn_train_stats(xd, eps, momentum, track ? running_mean : no_running,
+                                                track ? running_var : no_running);
+    } else {
       const auto [batch_mean, var] = k.bn_mean_var(xd);
+      mean = batch_mean;
+      invstd = inverse_std(var, eps);
       const double n = static_cast<double>(count);
       update_running(running_mean, batch_mean, momentum, 1.0);
       update_running(running_var, var, momentum, n / (n - 1.0));
