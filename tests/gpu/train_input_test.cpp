@@ -2,11 +2,9 @@
 // the device): its inputs are bit-identical to the CPU's, so the first step's loss (forward only, from
 // the same initial weights) agrees with a CPU run to float32 rounding of the model's arithmetic.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -37,17 +35,15 @@ std::vector<double> losses(const fs::path& csv) {
   return out;
 }
 
-TEST(TrainInput, GpuRunsWithAndWithoutTheInputPipelineMatchTheCpu) {
+class TrainInput : public trainer::testing::TrainerRunTest {
+ protected:
+  TrainInput() : TrainerRunTest("trainer_gpu_input_") {}
+};
+
+TEST_F(TrainInput, GpuRunsWithAndWithoutTheInputPipelineMatchTheCpu) {
   REQUIRE_GPU();
-  const fs::path dir = fs::temp_directory_path() / ("trainer_gpu_input_" + std::to_string(getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  const fs::path cfg = dir / "small.toml";
-  std::ofstream(cfg)
-      << "[model]\nname = \"cnn\"\nin_channels = 1\n"
-         "[data]\ndataset = \"synthetic\"\nsynthetic_samples = 256\nsynthetic_image_size = 12\n"
-         "batch_size = 32\nrandom_crop_padding = 2\nhflip = true\nworkers = 2\n"
-         "[train]\nepochs = 2\nlog_every_steps = 4\n[optim]\nlr = 0.05\n";
+  const std::string cfg =
+      write_small_config("workers = 2\n[train]\nepochs = 2\nlog_every_steps = 4\n[optim]\nlr = 0.05\n");
   struct Variant {
     const char* name;
     const char* args;
@@ -56,14 +52,13 @@ TEST(TrainInput, GpuRunsWithAndWithoutTheInputPipelineMatchTheCpu) {
                               {"cuda", " --set train.device=cuda --set data.gpu_input_pipeline=false"},
                               {"pipeline", " --set train.device=cuda --set data.gpu_input_pipeline=true"}};
   for (const Variant& v : variants) {
-    const auto r =
-        run_trainer("train " + cfg.string() + v.args + " --set train.run_dir=" + (dir / v.name).string());
+    const auto r = run_trainer("train " + cfg + v.args + " --set train.run_dir=" + run_dir(v.name));
     ASSERT_EQ(r.exit_code, 0) << v.name << "\n" << r.output;
   }
-  const std::vector<double> cpu = losses(dir / "cpu" / "train_steps.csv");
+  const std::vector<double> cpu = losses(dir_ / "cpu" / "train_steps.csv");
   ASSERT_EQ(cpu.size(), 16u);  // 8 batches per epoch, 2 epochs
   for (const char* name : {"cuda", "pipeline"}) {
-    const std::vector<double> gpu = losses(dir / name / "train_steps.csv");
+    const std::vector<double> gpu = losses(dir_ / name / "train_steps.csv");
     ASSERT_EQ(gpu.size(), cpu.size()) << name;  // every batch arrived, none twice
     EXPECT_NEAR(gpu[0], cpu[0], 1e-5 * std::abs(cpu[0])) << name;
     for (size_t i = 0; i < cpu.size(); ++i)
@@ -71,7 +66,6 @@ TEST(TrainInput, GpuRunsWithAndWithoutTheInputPipelineMatchTheCpu) {
   }
   // The prefetcher's batches equal the synchronous path's bit for bit, so the two GPU runs agree as
   // closely as two GPU runs do.
-  fs::remove_all(dir);
 }
 
 }  // namespace
