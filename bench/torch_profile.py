@@ -2,13 +2,11 @@
 # next to `nn_bench --trace N` for the same model, batch and precision. Usage, on a GPU host:
 #   python3 bench/torch_profile.py --model resnet18 --stem cifar --image 32 --batch 512 --dtype bf16 --channels-last
 import argparse
-import contextlib
 import sys
 import time
 
 sys.path.insert(0, "bench")
 import torch
-import torch.nn as nn
 from torch.profiler import ProfilerActivity, profile
 
 import torch_reference as tr
@@ -28,23 +26,7 @@ def main():
     torch.backends.cuda.matmul.allow_tf32 = a.dtype == "tf32"
     torch.backends.cudnn.allow_tf32 = a.dtype == "tf32"
     torch.backends.cudnn.benchmark = True
-    torch.manual_seed(1)
-    fmt = torch.channels_last if a.channels_last else torch.contiguous_format
-    model = tr.resnet(a.model, 3, 10, a.stem).cuda().to(memory_format=fmt)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    x = torch.randn(a.batch, 3, a.image, a.image, device="cuda").to(memory_format=fmt)
-    y = torch.randint(0, 10, (a.batch,), device="cuda")
-    amp = a.dtype in ("bf16", "fp16")
-    scaler = torch.amp.GradScaler("cuda", enabled=a.dtype == "fp16")
-    half = torch.bfloat16 if a.dtype == "bf16" else torch.float16
-
-    def step():
-        with torch.autocast("cuda", dtype=half) if amp else contextlib.nullcontext():
-            loss = nn.functional.cross_entropy(model(x), y)
-        scaler.scale(loss).backward()
-        scaler.step(opt)
-        scaler.update()
-        opt.zero_grad(set_to_none=True)
+    step = tr.training_step(a.model, a.batch, a.image, 3, "cuda", a.dtype, a.channels_last, a.stem)
 
     for _ in range(5):
         step()

@@ -44,7 +44,9 @@ def resnet(name, channels, classes, stem):
     return model
 
 
-def run(model_name, batch, image, channels, iters, device, dtype, channels_last, stem):
+def training_step(model_name, batch, image, channels, device, dtype, channels_last, stem):
+    """One training step on fixed random inputs, as a closure: autocast forward for bf16/fp16, scaled
+    backward and GradScaler for fp16, SGD with momentum (bench/torch_profile.py profiles the same)."""
     torch.manual_seed(1)
     model = Cnn(channels, image) if model_name == "cnn" else resnet(model_name, channels, 10, stem)
     model = model.to(device)
@@ -65,6 +67,11 @@ def run(model_name, batch, image, channels, iters, device, dtype, channels_last,
         scaler.update()
         opt.zero_grad(set_to_none=True)
 
+    return step
+
+
+def run(model_name, batch, image, channels, iters, device, dtype, channels_last, stem):
+    step = training_step(model_name, batch, image, channels, device, dtype, channels_last, stem)
     for _ in range(3):
         step()
     if device == "cuda":
