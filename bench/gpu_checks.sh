@@ -9,7 +9,6 @@ set -u
 B=${1:?BIN_DIR}; FM=${2:?FASHION_MNIST_DIR}; OUT=${3:?OUT_DIR}; shift 3
 SECTIONS=${*:-tests parity throughput fmnist bench plan resume trace}
 export NCCL_NVLS_ENABLE=0
-export TRAINER_BIN="$B/trainer"  # gpu_tests runs the trainer binary; without this it looks in the build dir
 mkdir -p "$OUT"
 want() { [[ " $SECTIONS " == *" $1 "* ]]; }
 torch_version=$(python3 -c 'import torch; print(torch.__version__)' 2>/dev/null || echo none)

@@ -1,6 +1,6 @@
 #pragma once
-// Running the built `trainer` binary from a test, as a user runs it (TRAINER_BIN, set by ctest, or the
-// build directory's binary), and reading what it wrote.
+// Running the built `trainer` binary from a test, as a user runs it (see trainer_binary()), and
+// reading what it wrote.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -11,6 +11,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <system_error>
 
 namespace trainer::testing {
 
@@ -19,9 +20,15 @@ struct RunResult {
   std::string output;  // stdout and stderr together
 };
 
+// TRAINER_BIN, else a `trainer` beside the test binary (a bundle copied to a GPU host keeps them
+// together), else the build directory's.
 inline std::string trainer_binary() {
-  const char* bin = std::getenv("TRAINER_BIN");
-  return bin ? bin : TRAINER_BINARY_DIR "/trainer";
+  if (const char* bin = std::getenv("TRAINER_BIN")) return bin;
+  std::error_code ec;
+  const std::filesystem::path beside =
+      std::filesystem::read_symlink("/proc/self/exe", ec).parent_path() / "trainer";
+  if (!ec && std::filesystem::is_regular_file(beside, ec)) return beside.string();
+  return TRAINER_BINARY_DIR "/trainer";
 }
 
 // env: "NAME=value ..." for the binary only; shell_prefix: e.g. "ulimit -f 64;".
