@@ -4,8 +4,8 @@
 
 #include "nn/cpu/cpu_backend.h"
 #include "nn/cpu/strided.h"
+#include "nn/elementwise_math.h"
 #include "nn/kernel_checks.h"
-#include "nn/unary_backward.h"
 
 namespace trainer {
 namespace {
@@ -19,44 +19,6 @@ Shape broadcast_strides(const Tensor& t, const Shape& shape) {
     strides[o] = t.shape()[i] == 1 ? 0 : t.strides()[i];
   }
   return strides;
-}
-
-template <class T>
-T apply(BinaryOp op, T a, T b) {
-  switch (op) {
-    case BinaryOp::add:
-      return a + b;
-    case BinaryOp::sub:
-      return a - b;
-    case BinaryOp::mul:
-      return a * b;
-    case BinaryOp::div:
-      return a / b;
-  }
-  return T(0);
-}
-
-template <class T>
-T apply(UnaryOp op, T x) {
-  switch (op) {
-    case UnaryOp::neg:
-      return -x;
-    case UnaryOp::relu:
-      return x > T(0) ? x : T(0);
-    case UnaryOp::sigmoid:
-      return T(1) / (T(1) + std::exp(-x));
-    case UnaryOp::exp:
-      return std::exp(x);
-    case UnaryOp::log:
-      return std::log(x);
-    case UnaryOp::sqrt:
-      return std::sqrt(x);
-    case UnaryOp::square:
-      return x * x;
-    case UnaryOp::abs:
-      return std::abs(x);
-  }
-  return T(0);
 }
 
 void check_same_dtype(const Tensor& a, const Tensor& b, const char* op) {
@@ -85,13 +47,13 @@ Tensor CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b) {
           for (int64_t i = 0; i < n; ++i) o[i] = pa[i] * pb[i];
           return;
         default:
-          for (int64_t i = 0; i < n; ++i) o[i] = apply(op, pa[i], pb[i]);
+          for (int64_t i = 0; i < n; ++i) o[i] = binary_value(op, pa[i], pb[i]);
           return;
       }
     }
     int64_t i = 0;
     cpu::for_each_index<2>(shape, {broadcast_strides(a, shape), broadcast_strides(b, shape)},
-                           [&](int64_t oa, int64_t ob) { o[i++] = apply(op, pa[oa], pb[ob]); });
+                           [&](int64_t oa, int64_t ob) { o[i++] = binary_value(op, pa[oa], pb[ob]); });
   });
   return out;
 }
@@ -103,7 +65,8 @@ Tensor CpuBackend::binary_scalar(BinaryOp op, const Tensor& a, double s, bool sc
     const scalar_t* p = src.data<scalar_t>();
     scalar_t* o = out.data<scalar_t>();
     const scalar_t v = static_cast<scalar_t>(s);
-    for (int64_t i = 0; i < out.numel(); ++i) o[i] = scalar_first ? apply(op, v, p[i]) : apply(op, p[i], v);
+    for (int64_t i = 0; i < out.numel(); ++i)
+      o[i] = scalar_first ? binary_value(op, v, p[i]) : binary_value(op, p[i], v);
   });
   return out;
 }
@@ -118,7 +81,7 @@ Tensor CpuBackend::unary(UnaryOp op, const Tensor& a) {
       for (int64_t i = 0; i < out.numel(); ++i) o[i] = p[i] > scalar_t(0) ? p[i] : scalar_t(0);
       return;
     }
-    for (int64_t i = 0; i < out.numel(); ++i) o[i] = apply(op, p[i]);
+    for (int64_t i = 0; i < out.numel(); ++i) o[i] = unary_value(op, p[i]);
   });
   return out;
 }

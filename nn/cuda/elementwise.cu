@@ -2,8 +2,8 @@
 // scale. Half types compute in f32. Dense inputs keep their memory format (so channels-last
 // activations stay channels-last); broadcasting binary ops return contiguous tensors, as on the CPU.
 #include "nn/cuda/kernels.cuh"
+#include "nn/elementwise_math.h"
 #include "nn/kernel_checks.h"
-#include "nn/unary_backward.h"
 
 namespace trainer {
 namespace cuda {
@@ -17,44 +17,6 @@ Shape broadcast_strides(const Tensor& t, const Shape& shape) {
 }
 
 MemoryFormat format_of(const Tensor& t) { return is_dense(t) ? dense_format(t) : MemoryFormat::contiguous; }
-
-template <class T>
-__device__ __forceinline__ T apply(BinaryOp op, T a, T b) {
-  switch (op) {
-    case BinaryOp::add:
-      return a + b;
-    case BinaryOp::sub:
-      return a - b;
-    case BinaryOp::mul:
-      return a * b;
-    case BinaryOp::div:
-      return a / b;
-  }
-  return T(0);
-}
-
-template <class T>
-__device__ __forceinline__ T apply(UnaryOp op, T x) {
-  switch (op) {
-    case UnaryOp::neg:
-      return -x;
-    case UnaryOp::relu:
-      return x > T(0) ? x : T(0);
-    case UnaryOp::sigmoid:
-      return T(1) / (T(1) + ::exp(-x));
-    case UnaryOp::exp:
-      return ::exp(x);
-    case UnaryOp::log:
-      return ::log(x);
-    case UnaryOp::sqrt:
-      return ::sqrt(x);
-    case UnaryOp::square:
-      return x * x;
-    case UnaryOp::abs:
-      return ::fabs(x);
-  }
-  return T(0);
-}
 
 }  // namespace
 
@@ -99,11 +61,11 @@ Tensor CudaBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b) {
     using acc = acc_t<scalar_t>;
     if (flat)
       map(out.numel(), o, pa, pb, static_cast<const scalar_t*>(nullptr),
-          [=] __device__(acc x, acc y, acc) { return apply(op, x, y); });
+          [=] __device__(acc x, acc y, acc) { return binary_value(op, x, y); });
     else
       for_each(out.numel(), [=] __device__(int64_t i) {
         o[offset_of(io, i)] =
-            store<scalar_t>(apply(op, to_acc(pa[offset_of(ia, i)]), to_acc(pb[offset_of(ib, i)])));
+            store<scalar_t>(binary_value(op, to_acc(pa[offset_of(ia, i)]), to_acc(pb[offset_of(ib, i)])));
       });
   });
   return out;
@@ -120,7 +82,9 @@ Tensor CudaBackend::binary_scalar(BinaryOp op, const Tensor& a_in, double s, boo
     scalar_t* o = static_cast<scalar_t*>(out.raw_data());
     const acc v = static_cast<acc>(s);
     map(out.numel(), o, p, static_cast<const scalar_t*>(nullptr), static_cast<const scalar_t*>(nullptr),
-        [=] __device__(acc x, acc, acc) { return scalar_first ? apply(op, v, x) : apply(op, x, v); });
+        [=] __device__(acc x, acc, acc) {
+          return scalar_first ? binary_value(op, v, x) : binary_value(op, x, v);
+        });
   });
   return out;
 }
@@ -135,7 +99,7 @@ Tensor CudaBackend::unary(UnaryOp op, const Tensor& a_in) {
     scalar_t* o = static_cast<scalar_t*>(out.raw_data());
     using acc = acc_t<scalar_t>;
     map(out.numel(), o, p, static_cast<const scalar_t*>(nullptr), static_cast<const scalar_t*>(nullptr),
-        [=] __device__(acc x, acc, acc) { return apply(op, x); });
+        [=] __device__(acc x, acc, acc) { return unary_value(op, x); });
   });
   return out;
 }
