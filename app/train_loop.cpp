@@ -8,6 +8,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <thread>
 
@@ -18,6 +19,7 @@
 #include "app/experiment.h"
 #include "app/format.h"
 #include "app/phase_clock.h"
+#include "app/step_graph.h"
 #include "app/summary.h"
 #include "app/train_signals.h"
 #include "app/train_step.h"
@@ -716,6 +718,19 @@ int run_training(const Config& config, const TrainOptions& options) {
   const MemoryFormat input_format = input_memory_format(config);
   if (st.loss_scale > 0) scaler.load_state(st.loss_scale, st.loss_scale_growth_tracker);
 
+  // train.cuda_graph: full-size steps replay a CUDA graph, unless the run needs the host inside a step.
+  std::unique_ptr<StepGraph> step_graph;
+  if (device.is_cuda()) {
+    const std::string blocker = step_graph_blocker(config, world);
+    if (blocker.empty()) {
+      step_graph = std::make_unique<StepGraph>();
+      e.optimizer->use_device_scalars();  // a replayed step reads each step's learning rate there
+      log.line("CUDA graph: on: the first full-size step runs eagerly, the next is captured and replayed");
+    } else {
+      log.line("CUDA graph: off, every step runs eagerly (" + blocker + ")");
+    }
+  }
+
   const int accum = config.train.grad_accum_steps;
   const std::vector<Variable> params = e.model->parameters();
   DistributedSampler sampler(e.data.train->size(), e.world_size, rank, config.data.shuffle,
@@ -749,6 +764,7 @@ int run_training(const Config& config, const TrainOptions& options) {
       .log = log,
       .rank = rank,
       .stall = stall_hook_from_env(),
+      .graph = step_graph.get(),
   };
   TrainLoop loop{
       .config = config,

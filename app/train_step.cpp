@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "app/format.h"
+#include "app/step_graph.h"
 #include "nn/amp/autocast.h"
 #include "nn/functional.h"
 
@@ -21,65 +22,81 @@ StallHook stall_hook_from_env() {
   return hook;
 }
 
-std::optional<StepResult> train_step(StepContext& ctx, DevicePrefetcher& input, TrainingState& st,
-                                     int epoch) {
+namespace {
+
+// data_wait and h2d: the next micro-batch on the device, in the model's input layout. False when the
+// loader has run out.
+bool fetch_micro_batch(StepContext& ctx, DevicePrefetcher& input, const TrainingState& st, MicroBatch& mb) {
+  StepTimer& timer = ctx.timer;
+  if (!timer.in_step()) timer.begin_step();
+  timer.begin(Phase::data_wait);
+  if (ctx.rank == ctx.stall.rank && st.step == ctx.stall.step)
+    std::this_thread::sleep_for(std::chrono::duration<double>(ctx.stall.seconds));
+  mb.batch = input.next();
+  timer.end(Phase::data_wait);
+  if (!mb.batch) return false;
+  timer.begin(Phase::h2d);
+  mb.on_device = input.to_device(*mb.batch);
+  mb.images = mb.on_device.images.to(ctx.device).contiguous(ctx.input_format);  // no-ops on the GPU pipeline
+  mb.labels = mb.on_device.labels.to(ctx.device);
+  timer.end(Phase::h2d);
+  return true;
+}
+
+// The model's loss on one micro-batch (autocast for bf16/fp16: convolutions and matmuls in half, the
+// loss in fp32).
+Variable forward_loss(StepContext& ctx, const Tensor& images, const Tensor& labels) {
+  AutocastScope autocast(ctx.half_dtype);
+  return F::cross_entropy((*ctx.e.model)(Variable(images)), labels, ctx.config.train.label_smoothing);
+}
+
+void check_loss_is_finite(StepContext& ctx, double loss_value, const TrainingState& st, int epoch) {
+  if (std::isfinite(loss_value)) return;
+  throw std::runtime_error(
+      fmt("loss is %s at step %lld (epoch %d): training diverged. HINT: lower optim.lr "
+          "(now %.4g), add warmup (schedule.warmup_epochs) or clipping "
+          "(optim.clip_grad_norm); --resume auto restarts from the last checkpoint",
+          std::isnan(loss_value) ? "NaN" : "infinite", static_cast<long long>(st.step + 1), epoch + 1,
+          ctx.e.optimizer->lr()));
+}
+
+// forward and backward of a fetched micro-batch, the `micro`-th of the step's ctx.accum.
+void run_micro_batch(StepContext& ctx, MicroBatch& mb, int micro, TrainingState& st, int epoch,
+                     StepResult& result) {
+  StepTimer& timer = ctx.timer;
+  const int accum = ctx.accum;
+  timer.begin(Phase::forward);
+  mb.loss = forward_loss(ctx, mb.images, mb.labels);
+  const double loss_value = mb.loss.item();
+  timer.end(Phase::forward);
+  check_loss_is_finite(ctx, loss_value, st, epoch);
+  // ---- backward (the loss of each micro-batch counts 1/k, so k micro-batches equal one big one)
+  timer.begin(Phase::backward);
+  const bool last_micro = micro + 1 == accum;
+  ctx.reducer.set_sync(last_micro);  // accumulation micro-batches communicate nothing
+  ctx.scaler.scale_loss(accum > 1 ? F::mul(mb.loss, 1.0 / accum) : mb.loss).backward();
+  timer.end(Phase::backward);
+  result.loss += loss_value / accum;
+}
+
+// What a step's micro-batches add to the counters.
+void count_micro_batch(StepContext& ctx, const MicroBatch& mb, TrainingState& st, StepResult& result) {
+  st.samples_seen += mb.batch->labels.numel() * ctx.e.world_size;
+  result.samples += mb.batch->labels.numel();
+  ++st.batch_in_epoch;
+}
+
+// The step's end: wait for the all-reduce, then unscale and check (after the all-reduce, so every rank
+// skips the same steps), clip, step, zero the gradients. Returns the step's learning rate.
+double finish_step(StepContext& ctx, const TrainingState& st) {
   Experiment& e = ctx.e;
   StepTimer& timer = ctx.timer;
   LossScaler& scaler = ctx.scaler;
-  const int accum = ctx.accum;
-  StepResult result;
-  for (int micro = 0; micro < accum; ++micro) {
-    MicroBatch mb;
-    if (!timer.in_step()) timer.begin_step();
-    // ---- data
-    timer.begin(Phase::data_wait);
-    if (ctx.rank == ctx.stall.rank && st.step == ctx.stall.step)
-      std::this_thread::sleep_for(std::chrono::duration<double>(ctx.stall.seconds));
-    mb.batch = input.next();
-    timer.end(Phase::data_wait);
-    if (!mb.batch) return std::nullopt;
-    timer.begin(Phase::h2d);
-    mb.on_device = input.to_device(*mb.batch);
-    mb.images =
-        mb.on_device.images.to(ctx.device).contiguous(ctx.input_format);  // no-ops on the GPU pipeline
-    mb.labels = mb.on_device.labels.to(ctx.device);
-    timer.end(Phase::h2d);
-    // ---- forward (autocast for bf16/fp16: convolutions and matmuls in half, loss in fp32)
-    timer.begin(Phase::forward);
-    {
-      AutocastScope autocast(ctx.half_dtype);
-      mb.loss =
-          F::cross_entropy((*e.model)(Variable(mb.images)), mb.labels, ctx.config.train.label_smoothing);
-    }
-    const double loss_value = mb.loss.item();
-    timer.end(Phase::forward);
-    if (!std::isfinite(loss_value))
-      throw std::runtime_error(
-          fmt("loss is %s at step %lld (epoch %d): training diverged. HINT: lower optim.lr "
-              "(now %.4g), add warmup (schedule.warmup_epochs) or clipping "
-              "(optim.clip_grad_norm); --resume auto restarts from the last checkpoint",
-              std::isnan(loss_value) ? "NaN" : "infinite", static_cast<long long>(st.step + 1), epoch + 1,
-              e.optimizer->lr()));
-    // ---- backward (the loss of each micro-batch counts 1/k, so k micro-batches equal one big one)
-    timer.begin(Phase::backward);
-    const bool last_micro = micro + 1 == accum;
-    ctx.reducer.set_sync(last_micro);  // accumulation micro-batches communicate nothing
-    scaler.scale_loss(accum > 1 ? F::mul(mb.loss, 1.0 / accum) : mb.loss).backward();
-    timer.end(Phase::backward);
-    result.loss += loss_value / accum;
-    st.samples_seen += mb.batch->labels.numel() * e.world_size;
-    result.samples += mb.batch->labels.numel();
-    ++st.batch_in_epoch;
-    if (last_micro) result.last = std::move(mb);
-  }
-  // ---- all-reduce: wait for the buckets backward did not finish, average the gradients
   timer.begin(Phase::allreduce_exposed);
   ctx.reducer.finish();
   timer.end(Phase::allreduce_exposed);
   if (ctx.allreduce_open) timer.end(Phase::allreduce_total);
   ctx.allreduce_open = false;
-  // ---- optimizer: unscale and check after the all-reduce (every rank skips the same steps), clip,
-  // step
   timer.begin(Phase::optimizer);
   const bool finite =
       !scaler.enabled() ||
@@ -90,6 +107,7 @@ std::optional<StepResult> train_step(StepContext& ctx, DevicePrefetcher& input, 
     if (ctx.config.optim.clip_grad_norm > 0 && !ctx.zero)
       clip_grad_norm(ctx.params, ctx.config.optim.clip_grad_norm);
     e.optimizer->set_lr(lr);
+    if (e.optimizer->uses_device_scalars()) e.optimizer->stage_device_scalars();
     e.optimizer->step();
   } else {
     ctx.exporter.add_skipped_steps(1);
@@ -100,7 +118,62 @@ std::optional<StepResult> train_step(StepContext& ctx, DevicePrefetcher& input, 
   ctx.exporter.set_loss_scale(scaler.scale());
   e.optimizer->zero_grad();
   timer.end(Phase::optimizer);
+  return lr;
+}
+
+// One step of one fetched batch as a CUDA graph: copy it into the graph's inputs, stage the
+// optimizer's scalars, replay (capturing first, the first time). The loss is read once the replay is
+// done, as an eager step reads it.
+StepResult graphed_step(StepContext& ctx, MicroBatch mb, TrainingState& st, int epoch) {
+  Experiment& e = ctx.e;
+  StepGraph& graph = *ctx.graph;
+  StepResult result;
+  ctx.timer.begin(Phase::graph);
+  graph.load(mb.images, mb.labels);
+  const double lr = e.base_lr * e.schedule->factor(st.step);
+  e.optimizer->set_lr(lr);
+  e.optimizer->stage_device_scalars();
+  if (graph.captured()) {
+    graph.replay();
+    e.optimizer->count_replayed_step();
+  } else {
+    graph.capture_and_run([&] {
+      Variable loss = forward_loss(ctx, graph.images(), graph.labels());
+      loss.backward();
+      e.optimizer->step();
+      e.optimizer->zero_grad();
+      return loss.data();
+    });
+    ctx.log.line(fmt("CUDA graph: step %lld captured (%zu nodes); full-size batches replay it",
+                     static_cast<long long>(st.step + 1), graph.nodes()));
+  }
+  const double loss_value = graph.loss().item();
+  ctx.timer.end(Phase::graph);
+  check_loss_is_finite(ctx, loss_value, st, epoch);
+  result.loss = loss_value;
   result.lr = lr;
+  count_micro_batch(ctx, mb, st, result);
+  result.last = std::move(mb);
+  return result;
+}
+
+}  // namespace
+
+std::optional<StepResult> train_step(StepContext& ctx, DevicePrefetcher& input, TrainingState& st,
+                                     int epoch) {
+  StepResult result;
+  for (int micro = 0; micro < ctx.accum; ++micro) {
+    MicroBatch mb;
+    if (!fetch_micro_batch(ctx, input, st, mb)) return std::nullopt;
+    if (ctx.graph) {  // accum is 1 (step_graph_blocker)
+      if (ctx.graph->accepts(mb.images, mb.labels)) return graphed_step(ctx, std::move(mb), st, epoch);
+      ctx.graph->note_eager_step(mb.images, mb.labels);
+    }
+    run_micro_batch(ctx, mb, micro, st, epoch, result);
+    count_micro_batch(ctx, mb, st, result);
+    if (micro + 1 == ctx.accum) result.last = std::move(mb);
+  }
+  result.lr = finish_step(ctx, st);
   return result;
 }
 

@@ -21,6 +21,8 @@
 
 namespace trainer {
 
+class StepGraph;
+
 // Test hook TRAINER_TEST_STALL="RANK:STEP:SECONDS": that rank waits in data_wait before that step (a
 // stuck data loader), so the others' collective times out. rank -1: no stall.
 struct StallHook {
@@ -51,6 +53,9 @@ struct StepContext {
   Log& log;
   int rank;
   StallHook stall;
+  // train.cuda_graph where step_graph_blocker() allows it: full-size steps replay a CUDA graph; null
+  // otherwise (every step eager).
+  StepGraph* graph = nullptr;
 };
 
 // One micro-batch's tensors, in the order they are made (and so destroyed in reverse).

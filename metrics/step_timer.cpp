@@ -34,6 +34,8 @@ std::string_view phase_name(Phase p) {
       return "allreduce_exposed";
     case Phase::optimizer:
       return "optimizer";
+    case Phase::graph:
+      return "graph";
     case Phase::allreduce_total:
       return "allreduce_total";
     case Phase::step:

@@ -38,7 +38,7 @@
 
 namespace trainer {
 
-// The phases of a step. The first six are exclusive: they do not overlap one another, so with `other`
+// The phases of a step. The first seven are exclusive: they do not overlap one another, so with `other`
 // they add up to `step` and stack into a breakdown. allreduce_total is the whole communication time,
 // which overlaps backward; allreduce_exposed is the part of it the step waits for after backward.
 enum class Phase : uint8_t {
@@ -48,24 +48,19 @@ enum class Phase : uint8_t {
   backward,           // loss.backward(), including bucket all-reduces launched during it
   allreduce_exposed,  // waiting for gradient all-reduces still running after backward
   optimizer,          // clipping, unscaling, optimizer.step(), zero_grad()
+  graph,              // forward to optimizer replayed as one CUDA graph (train.cuda_graph); replaces them
   allreduce_total,    // first all-reduce launch to last completion; overlaps backward
   step,               // begin_step() to end_step()
-  other,              // step minus the six exclusive phases (bookkeeping, logging, untimed work); derived
+  other,              // step minus the seven exclusive phases (bookkeeping, logging, untimed work); derived
 };
-inline constexpr std::size_t kNumPhases = 9;
-inline constexpr std::array<Phase, 6> kExclusivePhases = {Phase::data_wait,         Phase::h2d,
-                                                          Phase::forward,           Phase::backward,
-                                                          Phase::allreduce_exposed, Phase::optimizer};
+inline constexpr std::size_t kNumPhases = 10;
+inline constexpr std::array<Phase, 7> kExclusivePhases = {
+    Phase::data_wait,         Phase::h2d,       Phase::forward, Phase::backward,
+    Phase::allreduce_exposed, Phase::optimizer, Phase::graph};
 // Every phase, in enum order; phase_name() gives the label the exporter and the logs use.
-inline constexpr std::array<Phase, kNumPhases> kAllPhases = {Phase::data_wait,
-                                                             Phase::h2d,
-                                                             Phase::forward,
-                                                             Phase::backward,
-                                                             Phase::allreduce_exposed,
-                                                             Phase::optimizer,
-                                                             Phase::allreduce_total,
-                                                             Phase::step,
-                                                             Phase::other};
+inline constexpr std::array<Phase, kNumPhases> kAllPhases = {
+    Phase::data_wait, Phase::h2d,   Phase::forward,         Phase::backward, Phase::allreduce_exposed,
+    Phase::optimizer, Phase::graph, Phase::allreduce_total, Phase::step,     Phase::other};
 std::string_view phase_name(Phase p);  // "data_wait", "h2d", ...
 
 // Where a phase boundary is timed. The CPU clock has one timeline for all three; a CUDA clock records

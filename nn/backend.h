@@ -46,14 +46,18 @@ struct BnEpilogue {
   bool relu = false;
 };
 
+// device_scalars (CUDA only, for captured steps; see Optimizer::use_device_scalars): where the
+// kernel reads the values that change from step to step instead of taking them as arguments.
 struct SgdParams {
   double lr = 0.1, momentum = 0.0, dampening = 0.0, weight_decay = 0.0;
   bool nesterov = false;
+  const double* device_scalars = nullptr;  // [lr]
 };
 
 struct AdamWParams {
   double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.01;
-  int64_t step = 1;  // 1-based step count for bias correction
+  int64_t step = 1;                        // 1-based step count for bias correction
+  const double* device_scalars = nullptr;  // [lr, step_size, bias_correction2_sqrt] (adamw_scalars)
 };
 
 class Backend {
@@ -75,6 +79,9 @@ class Backend {
   virtual void axpy(Tensor& dst, const Tensor& src, double alpha) = 0;
   // dst *= alpha in place.
   virtual void scale(Tensor& dst, double alpha) = 0;
+  // counter (an i64 scalar) += amount, in place on its device: BatchNorm's num_batches_tracked counts
+  // on the device, with no host copy to keep in step, so a captured step counts on every replay.
+  virtual void add_to_counter(Tensor& counter, int64_t amount) = 0;
 
   // ---- reductions (nn/cpu/reduce.cpp)
   virtual Tensor sum(const Tensor& a, const std::vector<int>& dims, bool keepdim) = 0;

@@ -11,6 +11,7 @@
   Tensor unary_backward(UnaryOp op, const Tensor& grad, const Tensor& x, const Tensor& y) override;          \
   void axpy(Tensor& dst, const Tensor& src, double alpha) override;                                          \
   void scale(Tensor& dst, double alpha) override;                                                            \
+  void add_to_counter(Tensor& counter, int64_t amount) override;                                             \
   Tensor sum(const Tensor& a, const std::vector<int>& dims, bool keepdim) override;                          \
   Tensor broadcast_to(const Tensor& a, const Shape& shape) override;                                         \
   bool all_finite(const Tensor& a) override;                                                                 \

@@ -53,4 +53,10 @@ void check_flag(const Tensor& flag, Device device, const char* op) {
                                 " on " + flag.device().str());
 }
 
+void check_counter(const Tensor& counter, const char* op) {
+  if (counter.dtype() != DType::i64 || counter.numel() != 1)
+    throw std::invalid_argument(std::string(op) + ": the counter must be one i64 element, got " +
+                                std::string(dtype_name(counter.dtype())) + " " + shape_str(counter.shape()));
+}
+
 }  // namespace trainer

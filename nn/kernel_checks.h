@@ -16,6 +16,8 @@ Tensor host_targets_in_range(const Tensor& targets, int64_t n, int64_t k, const 
 void check_label_smoothing(double eps, const char* op);
 // Checks a non-finite flag: i64 [1] on `device`.
 void check_flag(const Tensor& flag, Device device, const char* op);
+// Checks a counter: one i64 element.
+void check_counter(const Tensor& counter, const char* op);
 
 // torch.optim.AdamW's per-step scalars (single-tensor path), computed on the host in double.
 struct AdamWScalars {

@@ -664,7 +664,6 @@ void load_module(const std::string& path, Module& module) {
       tensor_error(path, name, "in the file but not in the model (unexpected tensor)");
 
   for (const NamedTensor& nt : state) nt.tensor->copy_(file.at(nt.name));
-  for (auto& [name, m] : module.named_modules()) m->on_state_loaded();
 }
 
 }  // namespace trainer

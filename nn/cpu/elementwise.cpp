@@ -129,6 +129,11 @@ void CpuBackend::scale(Tensor& dst, double alpha) {
   });
 }
 
+void CpuBackend::add_to_counter(Tensor& counter, int64_t amount) {
+  check_counter(counter, "add_to_counter");
+  counter.data<int64_t>()[0] += amount;
+}
+
 void CpuBackend::scale_and_flag_nonfinite(Tensor& dst, double alpha, Tensor& flag) {
   check_flag(flag, dst.device(), "scale_and_flag_nonfinite");
   scale(dst, alpha);

@@ -36,6 +36,7 @@ void check_state(const Tensor& param, const Tensor& state, const char* op, const
 
 void CpuBackend::sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, bool first_step,
                           const SgdParams& p) {
+  if (p.device_scalars) throw std::invalid_argument("sgd_step: device scalars are for CUDA parameters");
   const MemoryFormat format = dense_format(param, "sgd_step");
   const Tensor g_in = grad_like(param, grad, format, "sgd_step");
   const bool use_momentum = p.momentum != 0.0;
@@ -61,6 +62,7 @@ void CpuBackend::sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_bu
 
 void CpuBackend::adamw_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
                             const AdamWParams& p) {
+  if (p.device_scalars) throw std::invalid_argument("adamw_step: device scalars are for CUDA parameters");
   const MemoryFormat format = dense_format(param, "adamw_step");
   const Tensor g_in = grad_like(param, grad, format, "adamw_step");
   check_state(param, exp_avg, "adamw_step", "exp_avg");

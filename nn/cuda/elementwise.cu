@@ -169,6 +169,14 @@ void CudaBackend::scale_and_flag_nonfinite(Tensor& dst, double alpha, Tensor& fl
   });
 }
 
+void CudaBackend::add_to_counter(Tensor& counter, int64_t amount) {
+  using namespace cuda;
+  check_device(counter, "add_to_counter", "counter");
+  check_counter(counter, "add_to_counter");
+  int64_t* pc = static_cast<int64_t*>(counter.raw_data());
+  for_each(1, [=] __device__(int64_t) { *pc += amount; });
+}
+
 void CudaBackend::scale(Tensor& dst, double alpha) {
   using namespace cuda;
   check_device(dst, "scale", "destination");

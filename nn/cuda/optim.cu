@@ -3,8 +3,8 @@
 // update rules and order of operations. f32 and f64, like the CPU.
 #include <cmath>
 
-#include "nn/kernel_checks.h"
 #include "nn/cuda/kernels.cuh"
+#include "nn/kernel_checks.h"
 
 namespace trainer {
 namespace cuda {
@@ -48,10 +48,12 @@ void CudaBackend::sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_b
     scalar_t* w = static_cast<scalar_t*>(param.raw_data());
     const scalar_t* gp = static_cast<const scalar_t*>(g_in.raw_data());
     scalar_t* buf = use_momentum ? static_cast<scalar_t*>(momentum_buffer.raw_data()) : nullptr;
-    const scalar_t lr = static_cast<scalar_t>(p.lr), wd = static_cast<scalar_t>(p.weight_decay),
+    const scalar_t host_lr = static_cast<scalar_t>(p.lr), wd = static_cast<scalar_t>(p.weight_decay),
                    mom = static_cast<scalar_t>(p.momentum), keep = static_cast<scalar_t>(1.0 - p.dampening);
     const bool decay = p.weight_decay != 0.0, nesterov = p.nesterov;
+    const double* device_lr = p.device_scalars;
     for_each(param.numel(), [=] __device__(int64_t i) {
+      const scalar_t lr = device_lr ? static_cast<scalar_t>(*device_lr) : host_lr;
       scalar_t g = gp[i];
       if (decay) g += wd * w[i];
       if (buf) {
@@ -77,13 +79,20 @@ void CudaBackend::adamw_step(Tensor& param, const Tensor& grad, Tensor& exp_avg,
     const scalar_t* gp = static_cast<const scalar_t*>(g_in.raw_data());
     scalar_t* m = static_cast<scalar_t*>(exp_avg.raw_data());
     scalar_t* v = static_cast<scalar_t*>(exp_avg_sq.raw_data());
-    const scalar_t decay = static_cast<scalar_t>(1.0 - p.lr * p.weight_decay);
+    const scalar_t host_decay = static_cast<scalar_t>(1.0 - p.lr * p.weight_decay);
     const scalar_t w1 = static_cast<scalar_t>(1.0 - p.beta1), b2 = static_cast<scalar_t>(p.beta2),
                    w2 = static_cast<scalar_t>(1.0 - p.beta2), eps = static_cast<scalar_t>(p.eps),
-                   bc2 = static_cast<scalar_t>(scalars.bias_correction2_sqrt),
-                   neg_step = static_cast<scalar_t>(-scalars.step_size);
+                   host_bc2 = static_cast<scalar_t>(scalars.bias_correction2_sqrt),
+                   host_neg_step = static_cast<scalar_t>(-scalars.step_size);
     const bool lerp_low = (1.0 - p.beta1) < 0.5, apply_decay = p.weight_decay != 0.0;
+    const double* ds = p.device_scalars;  // [lr, step_size, bias_correction2_sqrt]
+    const double weight_decay = p.weight_decay;
     for_each(param.numel(), [=] __device__(int64_t i) {
+      // The host's double arithmetic exactly (no fused multiply-add), so replays equal eager steps.
+      const scalar_t decay =
+          ds ? static_cast<scalar_t>(__dsub_rn(1.0, __dmul_rn(ds[0], weight_decay))) : host_decay;
+      const scalar_t bc2 = ds ? static_cast<scalar_t>(ds[2]) : host_bc2;
+      const scalar_t neg_step = ds ? static_cast<scalar_t>(-ds[1]) : host_neg_step;
       const scalar_t g = gp[i];
       if (apply_decay) w[i] *= decay;
       // exp_avg.lerp_(grad, 1 - beta1), with torch's two-sided lerp formula.

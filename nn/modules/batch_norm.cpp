@@ -3,6 +3,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "nn/backend.h"
 #include "nn/functional.h"
 
 namespace trainer {
@@ -32,17 +33,14 @@ void BatchNorm2d::reset_running_stats() {
   running_mean_->fill_(0.0);
   running_var_->fill_(1.0);
   num_batches_tracked_->fill_(0.0);
-  tracked_mirror_ = 0;
 }
 
 void BatchNorm2d::count_batch() {
   Tensor& count = *num_batches_tracked_;
-  if (count.device().is_cpu() && count.dtype() == DType::i64) {
-    ++*count.data<int64_t>();
-    return;
-  }
-  if (tracked_mirror_ < 0) tracked_mirror_ = static_cast<int64_t>(count.item());
-  count.fill_(static_cast<double>(++tracked_mirror_));
+  if (count.dtype() == DType::i64)
+    backend_for(count).add_to_counter(count, 1);
+  else  // a buffer loaded in another dtype: count through the host
+    count.fill_(count.item() + 1);
 }
 
 Variable BatchNorm2d::forward(const Variable& x) { return forward(x, Variable(), false); }

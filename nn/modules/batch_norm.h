@@ -20,7 +20,6 @@ class BatchNorm2d : public Module {
   Variable forward(const Variable& x, const Variable& residual, bool relu);
   void reset_parameters();     // weight 1, bias 0
   void reset_running_stats();  // mean 0, var 1, count 0
-  void on_state_loaded() override { tracked_mirror_ = -1; }
 
   // Replaces the training-mode normalisation (not the bookkeeping: forward still counts the batch),
   // e.g. with batch statistics over all ranks (dist/sync_batch_norm.h). A hook rather than a subclass
@@ -48,9 +47,6 @@ class BatchNorm2d : public Module {
   Tensor* running_mean_;  // buffers owned by Module; addresses are stable
   Tensor* running_var_;
   Tensor* num_batches_tracked_;
-  // Host copy of num_batches_tracked for device buffers, so counting costs no device sync
-  // (-1: not read yet).
-  int64_t tracked_mirror_ = -1;
   TrainingForward training_forward_;  // empty: this process's batch statistics
 };
 

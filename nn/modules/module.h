@@ -45,9 +45,6 @@ class Module {
   // This module (named `prefix` with its trailing dot removed, "" at the root) and every module below
   // it, in pre-order.
   std::vector<std::pair<std::string, Module*>> named_modules(const std::string& prefix = "");
-  // Called on every module after its tensors were overwritten from a checkpoint (load_module), so a
-  // module can drop values it derived from them.
-  virtual void on_state_loaded() {}
 
   void train(bool on = true);
   void eval() { train(false); }

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "nn/backend.h"
+#include "nn/kernel_checks.h"
 
 namespace trainer {
 namespace {
@@ -43,8 +44,14 @@ AdamW::AdamW(std::vector<NamedParameter> params, const AdamWOptions& options)
       options_(options) {}
 
 void AdamW::update(Variable& param, const ParamGroup& group, ParamState& state) {
-  const AdamWParams p = adamw_params(options_, lr(), group.weight_decay, state.steps);
+  AdamWParams p = adamw_params(options_, lr(), group.weight_decay, state.steps);
+  p.device_scalars = current_device_scalars();
   backend_for(param.data()).adamw_step(param.data(), param.grad(), state.slots[0], state.slots[1], p);
+}
+
+std::vector<double> AdamW::device_scalar_values(const ParamGroup& group, int64_t step) const {
+  const AdamWScalars s = adamw_scalars(adamw_params(options_, lr(), group.weight_decay, step));
+  return {lr(), s.step_size, s.bias_correction2_sqrt};
 }
 
 }  // namespace trainer

@@ -1,5 +1,6 @@
 #include "nn/optim/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <set>
@@ -68,8 +69,11 @@ void Optimizer::set_lr(double lr) {
 
 void Optimizer::step() {
   ++step_count_;
+  size_t flat = 0;  // the parameter's index over all groups: its row of device_scalars_
+  updated_.resize(groups_.size());
   for (size_t g = 0; g < groups_.size(); ++g) {
-    for (size_t i = 0; i < groups_[g].params.size(); ++i) {
+    updated_[g].assign(groups_[g].params.size(), 0);
+    for (size_t i = 0; i < groups_[g].params.size(); ++i, ++flat) {
       NamedParameter& named = groups_[g].params[i];
       Variable& param = named.param;
       const Tensor& grad = param.grad();
@@ -86,9 +90,54 @@ void Optimizer::step() {
         }
       }
       ++state.steps;
+      updated_[g][i] = 1;
+      current_device_scalars_ =
+          device_scalars_.defined()
+              ? static_cast<const double*>(device_scalars_.raw_data()) + flat * kMaxDeviceScalars
+              : nullptr;
       update(param, groups_[g], state);
     }
   }
+  current_device_scalars_ = nullptr;
+}
+
+std::vector<double> Optimizer::device_scalar_values(const ParamGroup&, int64_t) const { return {lr_}; }
+
+void Optimizer::use_device_scalars() {
+  size_t count = 0;
+  Device device = Device::cpu();
+  for (const ParamGroup& group : groups_) {
+    for (const NamedParameter& p : group.params) {
+      if (!p.param.data().device().is_cuda() || (count > 0 && p.param.data().device() != device))
+        throw std::invalid_argument(name_ + ": device scalars need every parameter on one CUDA device; '" +
+                                    p.name + "' is on " + p.param.data().device().str());
+      device = p.param.data().device();
+      ++count;
+    }
+  }
+  device_scalars_ = Tensor::zeros({static_cast<int64_t>(count * kMaxDeviceScalars)}, DType::f64, device);
+}
+
+void Optimizer::stage_device_scalars() {
+  if (!device_scalars_.defined())
+    throw std::logic_error(name_ + ": stage_device_scalars before use_device_scalars");
+  std::vector<double> values(static_cast<size_t>(device_scalars_.numel()), 0.0);
+  size_t flat = 0;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    for (size_t i = 0; i < groups_[g].params.size(); ++i, ++flat) {
+      const std::vector<double> v = device_scalar_values(groups_[g], states_[g][i].steps + 1);
+      std::copy(v.begin(), v.end(), values.begin() + static_cast<std::ptrdiff_t>(flat * kMaxDeviceScalars));
+    }
+  }
+  // From pageable memory: the copy stages the bytes before it returns, so `values` may go.
+  device_scalars_.copy_(Tensor::from_vector<double>(values, {device_scalars_.numel()}));
+}
+
+void Optimizer::count_replayed_step() {
+  ++step_count_;
+  for (size_t g = 0; g < updated_.size(); ++g)
+    for (size_t i = 0; i < updated_[g].size(); ++i)
+      if (updated_[g][i]) ++states_[g][i].steps;
 }
 
 void Optimizer::zero_grad() {

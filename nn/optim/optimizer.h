@@ -61,6 +61,19 @@ class Optimizer {
   // duplicated or mis-shaped entry, naming it.
   virtual void load_state(const std::vector<std::pair<std::string, Tensor>>& state, int64_t step_count);
 
+  // ---- CUDA graphs. A captured step() freezes its kernels' arguments. After use_device_scalars()
+  // (parameters on a CUDA device) the kernels read each step's learning rate (and AdamW's
+  // step-dependent factors) from a device buffer instead, and the caller keeps the host side in step:
+  //   stage_device_scalars()   before every step(), replayed or not, outside the graph: copies the
+  //                            values of the coming step (the lr set last, each parameter's next step
+  //                            number) to the device;
+  //   count_replayed_step()    after a replay: advances the step counters as the recorded step() did
+  //                            (the parameters it updated are the ones the last step() updated).
+  void use_device_scalars();
+  bool uses_device_scalars() const { return device_scalars_.defined(); }
+  void stage_device_scalars();
+  void count_replayed_step();
+
  protected:
   // For subclasses that override step() and load_state().
   void set_step_count(int64_t count) { step_count_ = count; }
@@ -75,6 +88,13 @@ class Optimizer {
   // state.steps has already been incremented and the slots allocated (zeros when state.steps == 1).
   virtual void update(Variable& param, const ParamGroup& group, ParamState& state) = 0;
 
+  // Device scalars: how many per parameter, and their values for a parameter's update number `step`
+  // (1-based) at the current lr. The default is the learning rate alone.
+  static constexpr int kMaxDeviceScalars = 4;
+  virtual std::vector<double> device_scalar_values(const ParamGroup& group, int64_t step) const;
+  // The device scalars of the parameter update() is called for, or null without use_device_scalars().
+  const double* current_device_scalars() const { return current_device_scalars_; }
+
  private:
   std::string name_;
   std::vector<ParamGroup> groups_;
@@ -82,6 +102,9 @@ class Optimizer {
   std::vector<std::string> slots_;
   double lr_ = 0.0;
   int64_t step_count_ = 0;
+  Tensor device_scalars_;  // f64 [parameters][kMaxDeviceScalars] on the parameters' device
+  const double* current_device_scalars_ = nullptr;
+  std::vector<std::vector<char>> updated_;  // parallel to groups_[g].params: stepped by the last step()
 };
 
 // Scales all defined gradients in place so that their joint L2 norm is at most max_norm and returns

@@ -50,7 +50,8 @@ Sgd::Sgd(std::vector<NamedParameter> params, const SgdOptions& options)
       options_(options) {}
 
 void Sgd::update(Variable& param, const ParamGroup& group, ParamState& state) {
-  const SgdParams p = sgd_params(options_, lr(), group.weight_decay);
+  SgdParams p = sgd_params(options_, lr(), group.weight_decay);
+  p.device_scalars = current_device_scalars();
   Tensor no_buffer;
   Tensor& buffer = state.slots.empty() ? no_buffer : state.slots[0];
   backend_for(param.data()).sgd_step(param.data(), param.grad(), buffer, state.steps == 1, p);

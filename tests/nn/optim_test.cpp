@@ -460,6 +460,34 @@ TEST(OptimizerState, LoadRefusesMissingExtraAndMisShapedEntries) {
   EXPECT_NE(load_error(stateless, good).find("unexpected entry"), std::string::npos);
 }
 
+// ---- CUDA graphs: the host side of a replayed step
+
+TEST(OptimizerReplayedSteps, CountAsTheLastStepCountedAndDeviceScalarsNeedAGpu) {
+  std::vector<NamedParameter> params = small_model();
+  AdamW opt(params, AdamWOptions{.lr = 0.01});
+  set_grad(params[0].param, {1.0, 1.0, 1.0, 1.0});
+  set_grad(params[2].param, {1.0, 1.0});  // fc.bias and bn.bias have no gradient
+  opt.step();
+  // A replay of that step updates the same two parameters on the device; the host counts them.
+  opt.count_replayed_step();
+  opt.count_replayed_step();
+  EXPECT_EQ(opt.step_count(), 3);
+  for (const auto& [name, t] : opt.state_tensors()) {
+    if (name.rfind("step.", 0) != 0) continue;
+    const bool stepped = name == "step.fc.weight" || name == "step.bn.weight";
+    EXPECT_EQ(t.item(), stepped ? 3.0 : 0.0) << name;
+  }
+  // Device scalars are read by the CUDA kernels only: CPU parameters are refused, naming one.
+  try {
+    opt.use_device_scalars();
+    FAIL() << "expected std::invalid_argument";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("'fc.weight' is on cpu"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(opt.uses_device_scalars());
+  EXPECT_THROW(opt.stage_device_scalars(), std::logic_error);
+}
+
 // ---- Gradient clipping
 
 TEST(OptimizerClipGradNorm, ReturnsTotalNormAndScales) {

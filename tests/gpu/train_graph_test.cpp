@@ -1,0 +1,92 @@
+// train.cuda_graph: `trainer train` with its steps replayed as a CUDA graph gives the same run as eager
+// steps, bit for bit under train.deterministic: the same loss at every step (50 of them, the learning
+// rate changing every step, an epoch's smaller last batch run eagerly between replays) and the same
+// final weights, optimizer state and BatchNorm counters. Runs the graph cannot take say so in the log.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <string>
+
+#include "app/trainer_process.h"
+#include "tests/gpu/gpu_test_util.h"
+
+namespace trainer {
+namespace {
+
+namespace fs = std::filesystem;
+using trainer::testing::read_file;
+using trainer::testing::run_trainer;
+
+class TrainGraph : public trainer::testing::TrainerRunTest {
+ protected:
+  TrainGraph() : TrainerRunTest("trainer_gpu_graph_") {}
+
+  // 300 samples in batches of 32: 9 full batches and one of 12 per epoch; 5 epochs = 50 steps.
+  std::string config(const std::string& optim) {
+    return write_small_config(
+        "synthetic_samples = 300\ndrop_last = false\n"
+        "[train]\nepochs = 5\ndeterministic = true\nlog_every_steps = 10\n"
+        "[schedule]\nname = \"onecycle\"\n" +
+        optim);
+  }
+
+  // Trains with the graph on and off; expects identical step CSVs and final checkpoints.
+  void expect_graph_equals_eager(const std::string& cfg, const std::string& args) {
+    for (const char* graph : {"true", "false"}) {
+      const auto r = run_trainer("train " + cfg + " --set train.device=cuda --set train.cuda_graph=" + graph +
+                                 args + " --set train.run_dir=" + run_dir(graph));
+      ASSERT_EQ(r.exit_code, 0) << graph << "\n" << r.output;
+      if (std::string(graph) == "true") {
+        EXPECT_NE(r.output.find("CUDA graph: step 2 captured"), std::string::npos) << r.output;
+      } else {
+        EXPECT_NE(r.output.find("CUDA graph: off, every step runs eagerly (train.cuda_graph = false)"),
+                  std::string::npos)
+            << r.output;
+      }
+    }
+    const std::string graphed = read_file(dir_ / "true" / "train_steps.csv");
+    EXPECT_EQ(std::count(graphed.begin(), graphed.end(), '\n'), 51) << graphed;  // header + 50 steps
+    EXPECT_EQ(graphed, read_file(dir_ / "false" / "train_steps.csv"));
+    // Weights, BatchNorm running statistics and num_batches_tracked; optimizer slots and step counts.
+    for (const fs::path file :
+         {fs::path("final.safetensors"), fs::path("step-00000050/optimizer.safetensors")}) {
+      const std::string graphed_file = read_file(dir_ / "true" / "checkpoints" / file);
+      EXPECT_FALSE(graphed_file.empty()) << file;
+      EXPECT_EQ(graphed_file, read_file(dir_ / "false" / "checkpoints" / file)) << file;
+    }
+  }
+};
+
+TEST_F(TrainGraph, SgdReplaysEqualEagerStepsBitwise) {
+  REQUIRE_GPU();
+  expect_graph_equals_eager(
+      config("[optim]\nname = \"sgd\"\nlr = 0.05\nnesterov = true\nweight_decay = 5e-4\n"), "");
+}
+
+TEST_F(TrainGraph, AdamWReplaysEqualEagerStepsBitwise) {
+  REQUIRE_GPU();
+  expect_graph_equals_eager(config("[optim]\nname = \"adamw\"\nlr = 0.002\nweight_decay = 0.05\n"), "");
+}
+
+TEST_F(TrainGraph, Bf16ChannelsLastReplaysEqualEagerStepsBitwise) {
+  REQUIRE_GPU();
+  expect_graph_equals_eager(config("[optim]\nlr = 0.05\n"), " --set train.precision=bf16");
+}
+
+TEST_F(TrainGraph, RunsTheGraphCannotTakeRunEagerlyAndSaySo) {
+  REQUIRE_GPU();
+  const std::string cfg = config("[optim]\nlr = 0.05\n");
+  const auto r = run_trainer("train " + cfg +
+                             " --set train.device=cuda --set train.precision=fp16 --set train.max_steps=3"
+                             " --set train.run_dir=" +
+                             run_dir("fp16"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("CUDA graph: off, every step runs eagerly (train.precision = \"fp16\""),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("captured"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace trainer
