@@ -18,14 +18,15 @@ namespace fs = std::filesystem;
 using trainer::testing::read_file;
 using trainer::testing::run_trainer;
 
+const std::string kSamples = " --set data.synthetic_samples=300 --set data.drop_last=false";
+
 class TrainGraph : public trainer::testing::TrainerRunTest {
  protected:
   TrainGraph() : TrainerRunTest("trainer_gpu_graph_") {}
 
-  // 300 samples in batches of 32: 9 full batches and one of 12 per epoch; 5 epochs = 50 steps.
+  // 300 samples (kSamples) in batches of 32: 9 full batches and one of 12 per epoch; 5 epochs = 50 steps.
   std::string config(const std::string& optim) {
     return write_small_config(
-        "synthetic_samples = 300\ndrop_last = false\n"
         "[train]\nepochs = 5\ndeterministic = true\nlog_every_steps = 10\n"
         "[schedule]\nname = \"onecycle\"\n" +
         optim);
@@ -34,8 +35,9 @@ class TrainGraph : public trainer::testing::TrainerRunTest {
   // Trains with the graph on and off; expects identical step CSVs and final checkpoints.
   void expect_graph_equals_eager(const std::string& cfg, const std::string& args) {
     for (const char* graph : {"true", "false"}) {
-      const auto r = run_trainer("train " + cfg + " --set train.device=cuda --set train.cuda_graph=" + graph +
-                                 args + " --set train.run_dir=" + run_dir(graph));
+      const auto r =
+          run_trainer("train " + cfg + kSamples + " --set train.device=cuda --set train.cuda_graph=" + graph +
+                      args + " --set train.run_dir=" + run_dir(graph));
       ASSERT_EQ(r.exit_code, 0) << graph << "\n" << r.output;
       if (std::string(graph) == "true") {
         EXPECT_NE(r.output.find("CUDA graph: step 2 captured"), std::string::npos) << r.output;
@@ -77,7 +79,7 @@ TEST_F(TrainGraph, Bf16ChannelsLastReplaysEqualEagerStepsBitwise) {
 TEST_F(TrainGraph, RunsTheGraphCannotTakeRunEagerlyAndSaySo) {
   REQUIRE_GPU();
   const std::string cfg = config("[optim]\nlr = 0.05\n");
-  const auto r = run_trainer("train " + cfg +
+  const auto r = run_trainer("train " + cfg + kSamples +
                              " --set train.device=cuda --set train.precision=fp16 --set train.max_steps=3"
                              " --set train.run_dir=" +
                              run_dir("fp16"));
