@@ -52,7 +52,8 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", choices=["resnet18", "resnet34", "resnet50"],
                    help="one model instead of the default points")
-    p.add_argument("--stem", choices=["cifar", "imagenet"], help="default: cifar below 64 pixels, else imagenet")
+    p.add_argument("--stem", choices=["cifar", "imagenet"],
+                   help="default: cifar below 64 pixels, else imagenet (resnet50 without --image: imagenet)")
     p.add_argument("--image", type=int, help="image side (default: 32 for the cifar stem, 224 otherwise)")
     p.add_argument("--classes", type=int, help="default: 10 for the cifar stem, 1000 otherwise")
     p.add_argument("--batch", default=None, help="per-GPU batch sizes, e.g. 128,512 (with --model)")
@@ -70,7 +71,7 @@ def parse_args(argv=None):
     if a.sync_bn and a.device == "cpu":
         p.error("--sync-bn needs --device cuda (PyTorch's SyncBatchNorm runs on GPUs only)")
     if a.model:
-        a.stem = a.stem or ("cifar" if (a.image or 32) < 64 else "imagenet")
+        a.stem = a.stem or ("cifar" if (a.image or (224 if a.model == "resnet50" else 32)) < 64 else "imagenet")
         a.image = a.image or (32 if a.stem == "cifar" else 224)
         a.classes = a.classes or (10 if a.stem == "cifar" else 1000)
         batches = [int(b) for b in (a.batch or "128").split(",")]
