@@ -29,7 +29,8 @@ const char* kLaunchUsage =
     "WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT. Every line the ranks print\n"
     "is prefixed with \"[rank R] \". SIGINT/SIGTERM sent to the launcher are forwarded to the ranks (a\n"
     "training rank then checkpoints and exits). When a rank fails, the others get SIGTERM, then SIGKILL\n"
-    "after 10 s, and the launcher names the first failing rank and its last error line (exit status 1).\n\n"
+    "after 30 s (as torchrun), and the launcher names the first failing rank and its last error line (exit "
+    "status 1).\n\n"
     "  --nproc-per-node N    processes on this node (required)\n"
     "  --nnodes M            nodes in the job (default 1); run one launcher per node\n"
     "  --node-rank R         this node's index, 0 .. M-1 (default 0); RANK = R * N + local rank\n"
@@ -37,7 +38,10 @@ const char* kLaunchUsage =
     "  --master-port PORT    rendezvous port on HOST (default 29500)\n\n"
     "example: trainer launch --nproc-per-node 2 -- train configs/fashion_mnist_cnn.toml\n";
 
-constexpr auto kStopGrace = std::chrono::seconds(10);
+// Long enough for a survivor blocked in a collective with the dead rank to notice (a few seconds of
+// silent heartbeat, dist/peer_liveness.h), print its error naming that rank and exit by itself;
+// torchrun's agent waits as long.
+constexpr auto kStopGrace = std::chrono::seconds(30);
 
 int parse_int(const std::string& flag, const std::string& value) {
   int v = 0;

@@ -4,6 +4,10 @@
 #   bench/gpu_checks.sh BIN_DIR FASHION_MNIST_DIR OUT_DIR [sections...]
 # BIN_DIR holds trainer, gpu_tests, nn_bench and parity_step (../shared/gpu/pack makes such a bundle;
 # source its env.sh first). Sections (default: all): tests parity throughput fmnist bench plan resume.
+# Section multigpu (not in the default list; a host with 2 GPUs, ~8 min, torchrun from PyTorch): issue
+# 13's scaling rows (trainer bench next to bench/torch_ddp_bench.py) and the no-hang guarantees under real
+# NCCL (a rank killed mid-epoch under trainer launch and under torchrun, a step-count mismatch, Fashion-MNIST
+# under both launchers); writes multigpu.txt (the summary) and multigpu_logs.txt (log tails) to OUT_DIR.
 # Results go to OUT_DIR as text; keep the copies under bench/results/.
 set -u
 B=${1:?BIN_DIR}; FM=${2:?FASHION_MNIST_DIR}; OUT=${3:?OUT_DIR}; shift 3
@@ -95,4 +99,125 @@ if want trace; then
     done
   } > "$OUT/trace.txt"
   head -3 "$OUT/trace.txt"
+fi
+
+if want multigpu; then
+  # Everything prints to stdout and multigpu.txt; the runs' own logs stay under $MG and their tails go to
+  # multigpu_logs.txt. MG_CPU_DRY_RUN=1 runs the same commands on the CPU with tiny sizes (gloo, a
+  # torchrun stand-in in $TORCHRUN) to check the script itself on a machine without GPUs.
+  MG=/tmp/mg; rm -rf "$MG"; mkdir -p "$MG"
+  TORCHRUN=${TORCHRUN:-python3 -m torch.distributed.run}
+  DEV=cuda; PREC=bf16; R18="--steps 20 --warmup 5"; R50="--steps 15 --warmup 5"; DDP="--steps 20 --warmup 5"
+  R18_BATCH=128,512; R50_BATCH=128; R50_SIZE=""; KILL_AFTER="step 300/"; SYN=4000000; FM_STEPS=200
+  if [[ ${MG_CPU_DRY_RUN:-0} == 1 ]]; then
+    DEV=cpu; PREC=fp32; R18="--steps 2 --warmup 1"; R50="--steps 1 --warmup 1"; DDP="--device cpu --steps 1 --warmup 1"
+    R18_BATCH=4; R50_BATCH=2; R50_SIZE="--set data.synthetic_image_size=32 --set data.image_size=32"; KILL_AFTER="step 4/"; SYN=4000
+    FM_STEPS=8
+  fi
+  T="$B/trainer"
+  tail_log() { echo "---- $1"; tail -n "${2:-15}" "$1" | cut -c1-400; } >> "$OUT/multigpu_logs.txt"
+  # The pid of training rank $2 of the run whose run_dir is $1 (its environment has RANK=$2; the
+  # launcher, also a trainer process with that run_dir on its command line, has no RANK).
+  rank_pid() {
+    local p exe; exe=$(readlink -f "$T")
+    for p in $(pgrep -f -- "train.run_dir=$1" || true); do
+      [[ $(readlink -f "/proc/$p/exe" 2>/dev/null) == "$exe" ]] || continue
+      tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qx "RANK=$2" && { echo "$p"; return 0; }
+    done
+    return 1
+  }
+  wait_for() {  # FILE TEXT SECONDS PID: until FILE contains TEXT (fails when PID has exited)
+    local i; for ((i = 0; i < $3 * 10; i++)); do
+      grep -q -- "$2" "$1" 2>/dev/null && return 0; kill -0 "$4" 2>/dev/null || return 1; sleep 0.1
+    done
+    return 1
+  }
+  {
+    echo "== multigpu: gpu_tests (NCCL)"
+    if [[ $DEV == cuda ]]; then
+      timeout 120 "$B/gpu_tests" --gtest_brief=1 --gtest_filter='Nccl*:*Nccl*' > "$MG/gpu_tests.log" 2>&1
+      grep -E "FAILED|PASSED|tests ran" "$MG/gpu_tests.log"; tail_log "$MG/gpu_tests.log" 30
+    fi
+
+    echo "== multigpu: trainer bench, synthetic data, bf16, 1 and 2 GPUs (weak scaling, lr linear)"
+    for sbn in false true; do
+      echo "-- resnet18-cifar32, model.sync_bn=$sbn"
+      timeout 240 "$T" bench configs/cifar10_resnet18.toml --procs 1,2 --batch $R18_BATCH --precisions $PREC $R18 \
+        --set train.device=$DEV --set model.sync_bn=$sbn --set dist.timeout_seconds=60 --out "$MG/bench_r18_sbn_$sbn" \
+        > "$MG/bench_r18_$sbn.log" 2>&1 || echo "FAILED (exit $?)"
+      grep -A6 "^procs" "$MG/bench_r18_$sbn.log"; tail_log "$MG/bench_r18_$sbn.log" 8
+    done
+    # Synthetic data has at most 256 classes (and evaluation needs the model's classes = the data's): 256
+    # here, and in the DDP reference below (1000 would add 1.5 M parameters, 6%, to the all-reduce).
+    echo "-- resnet50-imagenet224 (256 classes), model.sync_bn=false"
+    timeout 240 "$T" bench configs/imagefolder_resnet50.toml --procs 1,2 --batch $R50_BATCH --precisions $PREC $R50 \
+      --set train.device=$DEV --set data.synthetic_classes=256 --set schedule.warmup_epochs=0 $R50_SIZE --set dist.timeout_seconds=60 \
+      --out "$MG/bench_r50" > "$MG/bench_r50.log" 2>&1 || echo "FAILED (exit $?)"
+    grep -A4 "^procs" "$MG/bench_r50.log"; tail_log "$MG/bench_r50.log" 8
+
+    echo "== multigpu: PyTorch DDP reference (bench/torch_ddp_bench.py), the same points"
+    for n in 1 2; do
+      hdr=""; ((n > 1)) && hdr=--no-header
+      if [[ $DEV == cuda ]]; then
+        timeout 120 $TORCHRUN --standalone --nproc-per-node $n bench/torch_ddp_bench.py $DDP $hdr --model resnet18 --batch 128,512 \
+          > "$MG/ddp_$n.log" 2>&1 || echo "FAILED (exit $?)"
+        timeout 120 $TORCHRUN --standalone --nproc-per-node $n bench/torch_ddp_bench.py $DDP --no-header --model resnet50 --stem imagenet --image 224 --batch 128 --classes 256 \
+          >> "$MG/ddp_$n.log" 2>&1 || echo "FAILED (exit $?)"
+        timeout 120 $TORCHRUN --standalone --nproc-per-node $n bench/torch_ddp_bench.py $DDP --model resnet18 --batch 128,512 --sync-bn --no-header \
+          >> "$MG/ddp_$n.log" 2>&1 || echo "FAILED (exit $?)"
+      else
+        timeout 180 $TORCHRUN --standalone --nproc-per-node $n bench/torch_ddp_bench.py $DDP --model resnet18 --image 8 --batch 4 \
+          > "$MG/ddp_$n.log" 2>&1 || echo "FAILED (exit $?)"
+      fi
+      grep -E "^(#|torchddp| +model)" "$MG/ddp_$n.log"; tail_log "$MG/ddp_$n.log" 6
+    done
+
+    # A training run on synthetic CIFAR-shaped data, long enough to be killed mid-epoch.
+    KILLRUN="configs/cifar10_resnet18.toml --set data.dataset=synthetic --set data.synthetic_samples=$SYN
+      --set data.synthetic_image_size=32 --set train.device=$DEV --set train.precision=$PREC --set train.epochs=1
+      --set train.log_every_steps=100 --set dist.timeout_seconds=20 --set metrics.port=0 --set checkpoint.every_steps=0"
+    [[ $DEV == cpu ]] && KILLRUN="$KILLRUN --set model.name=cnn --set data.batch_size=8 --set train.log_every_steps=2"
+    for how in launch torchrun; do
+      echo "== multigpu: SIGKILL of rank 1 mid-epoch under $how (dist.timeout_seconds=20)"
+      run="$MG/kill_$how"; log="$MG/kill_$how.log"
+      if [[ $how == launch ]]; then
+        timeout 120 "$T" launch --nproc-per-node 2 -- train $KILLRUN --set train.run_dir="$run" > "$log" 2>&1 &
+      else
+        timeout 120 $TORCHRUN --standalone --nproc-per-node 2 --no-python "$T" train $KILLRUN --set train.run_dir="$run" > "$log" 2>&1 &
+      fi
+      launcher=$!
+      if wait_for "$log" "$KILL_AFTER" 90 $launcher && p1=$(rank_pid "$run" 1) && p0=$(rank_pid "$run" 0); then
+        t_kill=$(date +%s.%N); kill -KILL "$p1"
+        # Until rank 0 has exited (a zombie its parent has not reaped yet counts as exited).
+        while [[ -e /proc/$p0 && $(awk '{print $3}' "/proc/$p0/stat" 2>/dev/null) != Z ]]; do sleep 0.1; done
+        t_exit=$(date +%s.%N)
+        wait $launcher; rc=$?
+        echo "rank 1 (pid $p1) killed at '$KILL_AFTER'; rank 0 exited $(awk "BEGIN { printf \"%.1f\", $t_exit - $t_kill }") s later; $how exit status $rc"
+        echo "rank 0's error: $(grep -v '^\[rank 1\]' "$log" | grep -m1 'trainer: error:' | cut -c1-700)"
+        grep -m1 -E "^trainer launch: rank" "$log"
+      else
+        echo "FAILED: the run did not reach '$KILL_AFTER' (or its ranks were not found) within 90 s"
+        kill "$launcher" 2>/dev/null; wait $launcher
+      fi
+      tail_log "$log" 25
+    done
+
+    echo "== multigpu: step-count mismatch (TRAINER_TEST_EPOCH_STEPS=1:1: rank 1 claims one step more)"
+    log="$MG/mismatch.log"
+    TRAINER_TEST_EPOCH_STEPS=1:1 timeout 120 "$T" launch --nproc-per-node 2 -- train $KILLRUN \
+      --set train.run_dir="$MG/mismatch" > "$log" 2>&1
+    echo "exit status $?"
+    grep 'trainer: error:' "$log" | cut -c1-300 | head -3; tail_log "$log" 10
+
+    echo "== multigpu: Fashion-MNIST resnet18 bf16, $FM_STEPS steps, 2 ranks under each launcher"
+    FMRUN="configs/fashion_mnist_resnet18.toml --set data.root=$FM --set train.device=$DEV --set train.precision=$PREC
+      --set train.max_steps=$FM_STEPS --set metrics.port=0"
+    [[ $DEV == cpu ]] && FMRUN="$FMRUN --set model.name=cnn --set data.batch_size=8"
+    timeout 150 "$T" launch --nproc-per-node 2 -- train $FMRUN --set train.run_dir="$MG/fm_launch" > "$MG/fm_launch.log" 2>&1
+    echo "trainer launch: exit $?: $(grep -E '^(\[rank 0\] )?done' "$MG/fm_launch.log" | tail -1)"
+    timeout 150 $TORCHRUN --standalone --nproc-per-node 2 --no-python "$T" train $FMRUN --set train.run_dir="$MG/fm_torchrun" \
+      > "$MG/fm_torchrun.log" 2>&1
+    echo "torchrun: exit $?: $(grep -E '^done' "$MG/fm_torchrun.log" | tail -1)"
+    tail_log "$MG/fm_launch.log" 6; tail_log "$MG/fm_torchrun.log" 10
+  } 2>&1 | tee "$OUT/multigpu.txt"
 fi

@@ -16,8 +16,6 @@ int64_t wall_ms() {
       .count();
 }
 
-std::string key_of(int rank) { return "trainer/heartbeat/" + std::to_string(rank); }
-
 // "<sent ms> <step> <ms in the phase when sent> <phase>": the phase last, it is free text. The time in
 // the phase is measured on the sender's clock, so it is right whatever the skew between hosts.
 std::string encode(int64_t sent_ms, int64_t step, int64_t in_phase_ms, const std::string& phase) {
@@ -57,6 +55,14 @@ std::string g_failure_context;
 
 }  // namespace
 
+std::string heartbeat_key(int rank) { return "trainer/heartbeat/" + std::to_string(rank); }
+
+std::string heartbeat_summary(const std::string& record) {
+  Record r;
+  if (!decode(record, r)) return "";
+  return "step " + std::to_string(r.step) + ", " + r.phase;
+}
+
 Heartbeat::Heartbeat(std::unique_ptr<Store> store, int rank, int world_size,
                      std::chrono::milliseconds interval)
     : store_(std::move(store)), rank_(rank), world_size_(world_size), interval_(interval) {
@@ -92,7 +98,7 @@ void Heartbeat::publish() {
                    phase_);
   }
   try {
-    store_->set(key_of(rank_), value);
+    store_->set(heartbeat_key(rank_), value);
   } catch (const std::exception&) {
     // The store (rank 0) is gone: the collectives report that; nothing to publish to.
   }
@@ -111,7 +117,7 @@ std::string Heartbeat::describe_ranks(std::chrono::milliseconds timeout) {
   std::ostringstream out;
   out << "what each rank last reported (every " << seconds(interval_.count()) << ", through the store):";
   std::vector<std::string> keys;
-  for (int r = 0; r < world_size_; ++r) keys.push_back(key_of(r));
+  for (int r = 0; r < world_size_; ++r) keys.push_back(heartbeat_key(r));
   std::vector<bool> present;
   try {
     present = store_->check(keys);

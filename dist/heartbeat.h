@@ -76,6 +76,11 @@ class DescribeRanksOnFailure {
   int uncaught_;
 };
 
+// The store key of `rank`'s record, and "step 812, backward" from a record's text ("" if malformed):
+// for readers of the records other than describe_ranks() (dist/peer_liveness.h).
+std::string heartbeat_key(int rank);
+std::string heartbeat_summary(const std::string& record);
+
 // The description recorded by the last DescribeRanksOnFailure that saw an exception; "" if none.
 std::string failure_context();
 

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "dist/error.h"
+#include "dist/peer_liveness.h"
 #include "dist/socket.h"
 #include "dist/store.h"
 #include "nn/cuda/cuda_backend.h"
@@ -96,6 +97,35 @@ bool nccl_dtype(DType d, ncclDataType_t* out) {
   return false;
 }
 
+const char* kDeadPeerHint =
+    "HINT: the first error in that rank's log is the cause; one that died without a word was killed (out of "
+    "memory: see dmesg; the launcher or scheduler says by which signal); restart the job (torchrun "
+    "--max-restarts, or train --resume auto from the last checkpoint)";
+
+// ncclCommAbort blocks, in non-blocking mode too. It should return as soon as the abort flag has stopped
+// the kernels, but a hang there would turn a clear error into a hung rank, so it runs on a thread of its
+// own; after `limit` the caller goes on without it (the communicator leaks; the process is about to end
+// with its error).
+void abort_bounded(ncclComm_t comm, int device, std::chrono::milliseconds limit) {
+  struct State {
+    std::mutex m;
+    std::condition_variable cv;
+    bool done = false;
+  };
+  auto state = std::make_shared<State>();
+  std::thread([comm, device, state] {
+    cudaSetDevice(device);
+    ncclCommAbort(comm);
+    std::lock_guard<std::mutex> lock(state->m);
+    state->done = true;
+    state->cv.notify_all();
+  }).detach();
+  std::unique_lock<std::mutex> lock(state->m);
+  if (!state->cv.wait_for(lock, limit, [&] { return state->done; }))
+    std::fprintf(stderr, "trainer: warning: ncclCommAbort did not return within %s; going on without it\n",
+                 net::format_duration(limit).c_str());
+}
+
 void cuda_or_throw(cudaError_t status, const std::string& what) {
   if (status != cudaSuccess)
     throw DistError("NCCL communicator: " + what + " failed: " + cudaGetErrorName(status) + " (" +
@@ -141,6 +171,7 @@ struct NcclComm::Impl {
   bool closed = false;
   bool stopping = false;
   std::chrono::milliseconds timeout{std::chrono::minutes(10)};
+  std::unique_ptr<PeerWatch> peer_watch;  // the watchdog thread's only; null when off
   std::thread watchdog;
 
   ~Impl() {
@@ -162,13 +193,15 @@ struct NcclComm::Impl {
   }
 
   // Aborts the NCCL communicator (its kernels exit) unless done already. The caller's NCCL calls are
-  // short (non-blocking mode), so call_mutex is free soon.
+  // short (non-blocking mode; settle() gives up once `failed` is set), so call_mutex is free soon. The
+  // handle is taken out under the lock, so no other call can use it while it is aborted.
   void abort_nccl() {
-    std::lock_guard<std::mutex> lock(call_mutex);
-    if (comm) {
-      ncclCommAbort(comm);
-      comm = nullptr;
+    ncclComm_t c = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(call_mutex);
+      std::swap(c, comm);
     }
+    if (c) abort_bounded(c, options.device, options.abort_limit);
   }
 
   // First failure wins: records it, fails every pending collective, aborts NCCL, and (tell_peers)
@@ -279,6 +312,7 @@ struct NcclComm::Impl {
   void watchdog_loop() {
     cudaSetDevice(options.device);
     auto last_store_poll = Clock::now();
+    auto last_peer_poll = Clock::now() - std::chrono::seconds(1);
     bool store_usable = options.watchdog_store != nullptr && world > 1;
     std::unique_lock<std::mutex> lock(mutex);
     while (!stopping) {
@@ -310,6 +344,11 @@ struct NcclComm::Impl {
         break;
       }
       const bool old_pending = !pending.empty() && now - pending.front()->start > std::chrono::seconds(1);
+      std::shared_ptr<Pending> oldest = old_pending ? pending.front() : nullptr;
+      if (!error.empty() && peer_watch) {  // a timeout: say which peers went silent, if any did
+        const std::string silent = describe_silent_peers(peer_watch->liveness().silent(now));
+        if (!silent.empty()) error += " Meanwhile " + silent + ".";
+      }
       lock.unlock();
       if (error.empty()) {
         // NCCL's own view: a network error, a peer that closed its connections, an abort.
@@ -333,10 +372,23 @@ struct NcclComm::Impl {
             from_peer = true;
           }
         } catch (const std::exception&) {
-          store_usable = false;  // rank 0's store is gone: rely on the timeout
+          store_usable = false;  // rank 0's store is gone: the peer watch names rank 0
         }
       }
+      if (error.empty() && peer_watch && oldest && now - last_peer_poll >= std::chrono::seconds(1)) {
+        last_peer_poll = now;
+        const auto silent = peer_watch->poll(now);
+        // Only while that collective is still not done: it may have completed during the poll.
+        if (!silent.empty() && cudaEventQuery(oldest->done) == cudaErrorNotReady)
+          error =
+              "NCCL " + oldest->op + " (" + oldest->describe +
+              ") cannot complete: " + describe_silent_peers(silent) +
+              "; that process died or is frozen (NCCL does not notice a dead peer by itself, so this rank "
+              "aborted the communicator). " +
+              kDeadPeerHint;
+      }
       if (!error.empty()) fail(error, !from_peer);
+      oldest.reset();  // outside the lock, like the tensors of completed collectives
       lock.lock();
     }
   }
@@ -533,6 +585,9 @@ std::shared_ptr<NcclComm> NcclComm::create(Store& store, int rank, int world_siz
   }
   impl->comm = comm;
   impl->barrier_buf = Tensor::zeros({1}, DType::f32, Device::cuda(options.device));
+  if (options.watchdog_store && world_size > 1 && options.peer_silent_after.count() > 0)
+    impl->peer_watch = std::make_unique<PeerWatch>(*options.watchdog_store, rank, world_size,
+                                                   options.peer_silent_after, std::chrono::milliseconds(0));
   impl->watchdog = std::thread([p = impl.get()] { p->watchdog_loop(); });
   return std::shared_ptr<NcclComm>(new NcclComm(std::move(impl)));
 }
@@ -724,10 +779,11 @@ void NcclComm::shutdown() {
   }
   s.stop_watchdog();
   {
-    std::lock_guard<std::mutex> lock(s.call_mutex);
+    std::unique_lock<std::mutex> lock(s.call_mutex);
     if (s.comm) {
       if (s.failed || !error.empty()) {
-        ncclCommAbort(s.comm);
+        lock.unlock();
+        s.abort_nccl();
       } else {
         ncclResult_t r = ncclCommFinalize(s.comm);
         const auto deadline = Clock::now() + s.timeout_now();
@@ -735,12 +791,14 @@ void NcclComm::shutdown() {
           std::this_thread::sleep_for(std::chrono::milliseconds(1));
           if (ncclCommGetAsyncError(s.comm, &r) != ncclSuccess) break;
         }
-        if (r == ncclSuccess)
+        if (r == ncclSuccess) {
           ncclCommDestroy(s.comm);
-        else
-          ncclCommAbort(s.comm);
+          s.comm = nullptr;
+        } else {
+          lock.unlock();
+          s.abort_nccl();
+        }
       }
-      s.comm = nullptr;
     }
   }
   s.drain(std::chrono::seconds(10));

@@ -31,7 +31,12 @@
 // that happens after wait() returned is raised by the next call on the communicator (the next step's
 // all_reduce). With a watchdog store, abort(), a failure and destruction without shutdown() post the
 // reason to the store, and the other ranks' watchdogs (which look there once a collective has been
-// pending for a second) fail at once with it instead of waiting out their timeout.
+// pending for a second) fail at once with it instead of waiting out their timeout. A rank that dies
+// without a word (SIGKILL, out of memory) posts nothing, and NCCL's kernels wait for it forever: with
+// peer_silent_after set, the watchdog then reads every rank's heartbeat (dist/peer_liveness.h) and
+// fails with "... rank 1 stopped reporting: its heartbeat has not changed for 4.2 s ..." within a few
+// seconds, well inside the timeout. ncclCommAbort blocks even in non-blocking mode, so it runs on a
+// thread of its own, bounded by abort_limit: a hung abort never turns the error into a hang.
 //
 // Set-up: rank 0 creates the ncclUniqueId and shares it (hex) through the store under
 // "nccl/<name>/<generation>/unique_id"; every rank calls ncclCommInitRankConfig (non-blocking mode, so
@@ -66,6 +71,14 @@ struct NcclCommOptions {
   // wait, but other ranks only notice through their own timeout.
   std::shared_ptr<Store> watchdog_store;
   std::chrono::milliseconds watchdog_interval{std::chrono::milliseconds(50)};
+  // Dead peers (needs watchdog_store and every rank's dist/heartbeat.h records in it; 0 = off): while a
+  // collective has been pending for over a second, the watchdog reads the heartbeats once a second, and
+  // a rank whose record has not changed for this long (or rank 0, when its store stops answering) fails
+  // the communicator at once with a message naming it. NCCL itself never notices a peer killed while
+  // its kernels wait on NVLink or shared memory.
+  std::chrono::milliseconds peer_silent_after{0};
+  // Bound on ncclCommAbort (it blocks); past it the rank goes on with its error without it.
+  std::chrono::milliseconds abort_limit{std::chrono::seconds(10)};
 };
 
 class NcclComm : public Comm {

@@ -85,9 +85,12 @@ std::unique_ptr<ProcessGroup> ProcessGroup::init(const ProcessEnv& env, const Di
       no.device = options.device.index;
       no.timeout = options.timeout;
       no.connect_timeout = options.connect_timeout;
-      // The watchdog's own connection: the main one may sit in a long store wait.
+      no.peer_silent_after = options.peer_silent_after;  // the heartbeat below reports to the same store
+      // The watchdog's own connection: the main one may sit in a long store wait. Short replies, so a
+      // frozen rank 0 is noticed (dist/peer_liveness.h) instead of blocking the watchdog for a minute.
       TcpStoreOptions wo = so;
       wo.is_server = false;
+      wo.reply_timeout = std::chrono::seconds(3);
       no.watchdog_store = std::make_shared<TcpStore>(wo);
       pg->comm_ = NcclComm::create(*pg->store_, env.rank, env.world_size, no);
 #endif

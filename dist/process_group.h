@@ -30,6 +30,10 @@ struct DistOptions {
   // "auto" (NCCL for a CUDA device, CPU otherwise), "nccl" or "cpu". "nccl" without a CUDA device (or
   // in a build without CUDA) is a DistError with a HINT.
   std::string backend = "auto";
+  // NCCL: a peer whose heartbeat (reported every second) has not changed for this long while a
+  // collective waits is dead, and the communicator fails naming it (NcclCommOptions::peer_silent_after).
+  // The CPU communicator notices dead peers through their closed sockets and does not need it.
+  std::chrono::milliseconds peer_silent_after{std::chrono::seconds(4)};
   // Where this rank's model and gradients live: Device::cuda(LOCAL_RANK) on GPUs.
   Device device = Device::cpu();
 };
