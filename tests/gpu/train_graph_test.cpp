@@ -51,7 +51,7 @@ class TrainGraph : public trainer::testing::TrainerRunTest {
     EXPECT_EQ(std::count(graphed.begin(), graphed.end(), '\n'), 51) << graphed;  // header + 50 steps
     EXPECT_EQ(graphed, read_file(dir_ / "false" / "train_steps.csv"));
     // Weights, BatchNorm running statistics and num_batches_tracked; optimizer slots and step counts.
-    for (const fs::path file :
+    for (const fs::path& file :
          {fs::path("final.safetensors"), fs::path("step-00000050/optimizer.safetensors")}) {
       const std::string graphed_file = read_file(dir_ / "true" / "checkpoints" / file);
       EXPECT_FALSE(graphed_file.empty()) << file;
