@@ -363,9 +363,17 @@ void observe_step(TrainLoop& loop, const StepTimes& t) {
 }
 
 // Every rank must stop at the same step, or the ones still training wait forever: a stop signal
-// seen by any rank is agreed on with one tiny all-reduce per step.
+// seen by any rank is agreed on with one tiny all-reduce per step. It is a collective the step waits
+// for, after backward: timed as all-reduce, both total and exposed (on the compute timeline, as the
+// gradient buckets are).
 int agreed_stop_signal(TrainLoop& loop) {
-  return static_cast<int>(max_over_ranks(loop.pg, stop_requested()));
+  if (loop.pg.world_size() == 1) return stop_requested();
+  loop.timer.begin(Phase::allreduce_total, Timeline::compute);
+  loop.timer.begin(Phase::allreduce_exposed);
+  const int signal = static_cast<int>(max_over_ranks(loop.pg, stop_requested()));
+  loop.timer.end(Phase::allreduce_exposed);
+  loop.timer.end(Phase::allreduce_total);
+  return signal;
 }
 
 // Only rank 0 writes; the others wait for it, so no rank runs ahead of a checkpoint in progress.
@@ -419,7 +427,7 @@ void maybe_checkpoint_at_epoch_end(TrainLoop& loop, int epoch) {
   }
 }
 
-// The step is done: count it, close its timing, and report it (exporter metrics, rank 0's
+// The step is done: count it and report it (exporter metrics, rank 0's
 // train_steps.csv, the progress display on a terminal or a log line every log_every_steps).
 void record_step(TrainLoop& loop, const StepResult& result, int epoch, EpochProgress& progress) {
   const Config& config = loop.config;
@@ -432,7 +440,6 @@ void record_step(TrainLoop& loop, const StepResult& result, int epoch, EpochProg
   ++st.step;
   ++progress.steps;
   if (loop.heartbeat) loop.heartbeat->set_step(st.step);
-  if (auto t = loop.timer.end_step()) observe_step(loop, *t);
   exporter.add_step(result.samples);
   exporter.set_loss(result.loss);
   exporter.set_learning_rate(result.lr);
@@ -580,7 +587,12 @@ EpochEnd run_epoch(TrainLoop& loop) {
     record_step(loop, *result, epoch, progress);
     if (st.step >= e.total_steps) loop.done = true;
     if (st.step == loop.sigterm_at_step) std::raise(SIGTERM);
-    if ((loop.stop_signal = agreed_stop_signal(loop)) != 0) break;
+    loop.stop_signal = agreed_stop_signal(loop);
+    // The step ends after the stop-signal agreement: at several ranks that all-reduce waits for the
+    // device to finish the step's work, and a step timed without it would look shorter than it is
+    // (trainer bench's img/s come from these times).
+    if (auto t = loop.timer.end_step()) observe_step(loop, *t);
+    if (loop.stop_signal != 0) break;
     maybe_checkpoint_at_step(loop);
   }
   st.train_seconds = progress.seconds_before + seconds_since(progress.start);

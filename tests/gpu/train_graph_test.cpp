@@ -80,7 +80,7 @@ TEST_F(TrainGraph, RunsTheGraphCannotTakeRunEagerlyAndSaySo) {
   REQUIRE_GPU();
   const std::string cfg = config("[optim]\nlr = 0.05\n");
   const auto r = run_trainer("train " + cfg + kSamples +
-                             " --set train.device=cuda --set train.precision=fp16 --set train.max_steps=3"
+                             " --set train.device=cuda --set train.precision=fp16 --set train.max_steps=5"
                              " --set train.run_dir=" +
                              run_dir("fp16"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
