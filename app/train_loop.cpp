@@ -8,6 +8,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <sstream>
 #include <thread>
@@ -406,13 +407,15 @@ void save_checkpoint(TrainLoop& loop, bool final) {
 
 // checkpoint.every_steps: a checkpoint inside the epoch (none after the last step: the final one
 // follows).
-void maybe_checkpoint_at_step(TrainLoop& loop) {
+bool checkpoint_due_at_step(const TrainLoop& loop) {
   const int64_t every = loop.config.checkpoint.every_steps;
-  if (!loop.done && every > 0 && loop.st.step % every == 0) {
-    loop.steps.csv.flush();
-    loop.st.accuracy = -1;
-    save_checkpoint(loop, false);
-  }
+  return !loop.done && every > 0 && loop.st.step % every == 0;
+}
+
+void save_checkpoint_at_step(TrainLoop& loop) {
+  loop.steps.csv.flush();
+  loop.st.accuracy = -1;
+  save_checkpoint(loop, false);
 }
 
 // checkpoint.every_epochs: a checkpoint after the epoch's evaluation, resuming at the next epoch.
@@ -427,21 +430,25 @@ void maybe_checkpoint_at_epoch_end(TrainLoop& loop, int epoch) {
   }
 }
 
-// The step is done: count it and report it (exporter metrics, rank 0's
-// train_steps.csv, the progress display on a terminal or a log line every log_every_steps).
-void record_step(TrainLoop& loop, const StepResult& result, int epoch, EpochProgress& progress) {
-  const Config& config = loop.config;
+// A step whose report waits for its loss (a replayed CUDA graph's loss is read back while the next
+// step runs, so the host never waits for the device in between).
+struct PendingReport {
+  int64_t step = 0;  // 1-based, as counted
+  int epoch = 0;     // 0-based
+  double lr = 0.0;
+  std::function<double()> loss;  // waits for the value
+};
+
+// The step is done: count it (the loop's decisions -- max_steps, checkpoints -- depend on the count).
+void count_step(TrainLoop& loop, const StepResult& result, EpochProgress& progress) {
   const Experiment& e = loop.e;
   TrainingState& st = loop.st;
-  StepLog& steps = loop.steps;
   Exporter& exporter = loop.exporter;
-  Log& log = loop.log;
   [[maybe_unused]] const Device& device = loop.step.device;  // read by the CUDA build only
   ++st.step;
   ++progress.steps;
   if (loop.heartbeat) loop.heartbeat->set_step(st.step);
   exporter.add_step(result.samples);
-  exporter.set_loss(result.loss);
   exporter.set_learning_rate(result.lr);
   exporter.set_bad_samples_total(e.data.train->skipped_samples());
 #ifdef TRAINER_WITH_CUDA
@@ -450,30 +457,49 @@ void record_step(TrainLoop& loop, const StepResult& result, int epoch, EpochProg
     exporter.set_device_memory({mem.allocated_bytes, mem.reserved_bytes, mem.peak_allocated_bytes});
   }
 #endif
-  // ---- bookkeeping
-  steps.csv << st.step << ',' << epoch + 1 << ',' << fmt("%.9g", result.loss) << ',' << fmt("%.9g", result.lr)
-            << '\n';
-  steps.window_loss += result.loss;
+}
+
+// Its loss is known: stop if it is not finite, then report it (exporter, rank 0's train_steps.csv, the
+// epoch's loss sum, the progress display on a terminal or a log line every log_every_steps).
+void report_step(TrainLoop& loop, int64_t step, int epoch, double loss, double lr, EpochProgress& progress) {
+  const Config& config = loop.config;
+  const Experiment& e = loop.e;
+  TrainingState& st = loop.st;
+  StepLog& steps = loop.steps;
+  Exporter& exporter = loop.exporter;
+  Log& log = loop.log;
+  check_loss_is_finite(loss, step, epoch, lr);
+  exporter.set_loss(loss);
+  steps.csv << step << ',' << epoch + 1 << ',' << fmt("%.9g", loss) << ',' << fmt("%.9g", lr) << '\n';
+  steps.window_loss += loss;
   ++steps.window_steps;
-  st.epoch_loss_sum += result.loss;
+  st.epoch_loss_sum += loss;
   ++st.epoch_steps;
   st.train_seconds = progress.seconds_before + seconds_since(progress.start);
   const double rate =
       (st.samples_seen - progress.samples_before) / std::max(seconds_since(progress.start), 1e-9);
   const double eta =
-      (e.total_steps - st.step) *
+      (e.total_steps - step) *
       (e.steps_per_epoch ? seconds_since(progress.start) / std::max<int64_t>(1, progress.steps) : 0.0);
   const std::string status =
       fmt("epoch %d/%d step %lld/%lld loss %.4f lr %.4g img/s %.0f eta %s", epoch + 1, config.train.epochs,
-          static_cast<long long>(st.step), static_cast<long long>(e.total_steps),
-          steps.window_loss / steps.window_steps, result.lr, rate, format_duration(eta).c_str());
+          static_cast<long long>(step), static_cast<long long>(e.total_steps),
+          steps.window_loss / steps.window_steps, lr, rate, format_duration(eta).c_str());
   exporter.set_samples_per_second(rate / e.world_size);
   if (log.stdout_is_terminal()) log.transient(status);
-  if (st.step % config.train.log_every_steps == 0) {
+  if (step % config.train.log_every_steps == 0) {
     if (!log.stdout_is_terminal()) log.line(status + " | " + loop.timer.summary());
     steps.window_loss = 0.0;
     steps.window_steps = 0;
   }
+}
+
+// Reports a pending step, if any (before anything that reads the losses: a checkpoint, the epoch's end).
+void report_pending(TrainLoop& loop, std::optional<PendingReport>& pending, EpochProgress& progress) {
+  if (!pending) return;
+  const PendingReport p = std::move(*pending);
+  pending.reset();
+  report_step(loop, p.step, p.epoch, p.loss(), p.lr, progress);
 }
 
 // The loader options of one epoch, starting at its micro-batch `first_batch` (a resumed epoch).
@@ -581,10 +607,17 @@ EpochEnd run_epoch(TrainLoop& loop) {
   e.optimizer->zero_grad();  // micro-batches left over by the previous epoch must not leak into this one
   EpochProgress progress{Clock::now(), st.train_seconds, st.samples_seen};
   loop.exporter.set_epoch(epoch + 1);
+  std::optional<PendingReport> pending;  // the last graphed step, reported once the next one is queued
   while (!loop.done) {
-    const std::optional<StepResult> result = train_step(loop.step, input, st, epoch);
+    std::optional<StepResult> result = train_step(loop.step, input, st, epoch);
     if (!result) break;  // the loader ran out (a last step short of grad_accum_steps micro-batches)
-    record_step(loop, *result, epoch, progress);
+    count_step(loop, *result, progress);
+    report_pending(loop, pending, progress);  // its loss was read back while this step ran
+    if (result->pending_loss)
+      pending = PendingReport{st.step, epoch, result->lr, std::move(result->pending_loss)};
+    else
+      report_step(loop, st.step, epoch, result->loss, result->lr, progress);
+    result.reset();
     if (st.step >= e.total_steps) loop.done = true;
     if (st.step == loop.sigterm_at_step) std::raise(SIGTERM);
     loop.stop_signal = agreed_stop_signal(loop);
@@ -593,8 +626,12 @@ EpochEnd run_epoch(TrainLoop& loop) {
     // (trainer bench's img/s come from these times).
     if (auto t = loop.timer.end_step()) observe_step(loop, *t);
     if (loop.stop_signal != 0) break;
-    maybe_checkpoint_at_step(loop);
+    if (checkpoint_due_at_step(loop)) {
+      report_pending(loop, pending, progress);  // the checkpoint holds the epoch's loss sum
+      save_checkpoint_at_step(loop);
+    }
   }
+  report_pending(loop, pending, progress);
   st.train_seconds = progress.seconds_before + seconds_since(progress.start);
   // The epoch's collectives follow (train loss, stop, eval).
   if (loop.heartbeat) loop.heartbeat->set_phase("epoch end");

@@ -15,6 +15,15 @@
 
 namespace trainer {
 
+void check_loss_is_finite(double loss, int64_t step, int epoch, double lr) {
+  if (std::isfinite(loss)) return;
+  throw std::runtime_error(
+      fmt("loss is %s at step %lld (epoch %d): training diverged. HINT: lower optim.lr "
+          "(now %.4g), add warmup (schedule.warmup_epochs) or clipping "
+          "(optim.clip_grad_norm); --resume auto restarts from the last checkpoint",
+          std::isnan(loss) ? "NaN" : "infinite", static_cast<long long>(step), epoch + 1, lr));
+}
+
 StallHook stall_hook_from_env() {
   StallHook hook;
   if (const char* stall = std::getenv("TRAINER_TEST_STALL"))
@@ -50,16 +59,6 @@ Variable forward_loss(StepContext& ctx, const Tensor& images, const Tensor& labe
   return F::cross_entropy((*ctx.e.model)(Variable(images)), labels, ctx.config.train.label_smoothing);
 }
 
-void check_loss_is_finite(StepContext& ctx, double loss_value, const TrainingState& st, int epoch) {
-  if (std::isfinite(loss_value)) return;
-  throw std::runtime_error(
-      fmt("loss is %s at step %lld (epoch %d): training diverged. HINT: lower optim.lr "
-          "(now %.4g), add warmup (schedule.warmup_epochs) or clipping "
-          "(optim.clip_grad_norm); --resume auto restarts from the last checkpoint",
-          std::isnan(loss_value) ? "NaN" : "infinite", static_cast<long long>(st.step + 1), epoch + 1,
-          ctx.e.optimizer->lr()));
-}
-
 // forward and backward of a fetched micro-batch, the `micro`-th of the step's ctx.accum.
 void run_micro_batch(StepContext& ctx, MicroBatch& mb, int micro, TrainingState& st, int epoch,
                      StepResult& result) {
@@ -69,7 +68,7 @@ void run_micro_batch(StepContext& ctx, MicroBatch& mb, int micro, TrainingState&
   mb.loss = forward_loss(ctx, mb.images, mb.labels);
   const double loss_value = mb.loss.item();
   timer.end(Phase::forward);
-  check_loss_is_finite(ctx, loss_value, st, epoch);
+  check_loss_is_finite(loss_value, st.step + 1, epoch, ctx.e.optimizer->lr());
   // ---- backward (the loss of each micro-batch counts 1/k, so k micro-batches equal one big one)
   timer.begin(Phase::backward);
   const bool last_micro = micro + 1 == accum;
@@ -122,9 +121,9 @@ double finish_step(StepContext& ctx, const TrainingState& st) {
 }
 
 // One step of one fetched batch as a CUDA graph: copy it into the graph's inputs, stage the
-// optimizer's scalars, replay (capturing first, the first time). The loss is read once the replay is
-// done, as an eager step reads it.
-StepResult graphed_step(StepContext& ctx, MicroBatch mb, TrainingState& st, int epoch) {
+// optimizer's scalars, replay (capturing first, the first time). The loss comes back to the host while
+// the next step runs: the result's pending_loss waits for it.
+StepResult graphed_step(StepContext& ctx, MicroBatch mb, TrainingState& st) {
   Experiment& e = ctx.e;
   StepGraph& graph = *ctx.graph;
   StepResult result;
@@ -147,10 +146,8 @@ StepResult graphed_step(StepContext& ctx, MicroBatch mb, TrainingState& st, int 
     ctx.log.line(fmt("CUDA graph: step %lld captured (%zu nodes); full-size batches replay it",
                      static_cast<long long>(st.step + 1), graph.nodes()));
   }
-  const double loss_value = graph.loss().item();
+  result.pending_loss = graph.read_loss_later();
   ctx.timer.end(Phase::graph);
-  check_loss_is_finite(ctx, loss_value, st, epoch);
-  result.loss = loss_value;
   result.lr = lr;
   count_micro_batch(ctx, mb, st, result);
   result.last = std::move(mb);
@@ -166,7 +163,7 @@ std::optional<StepResult> train_step(StepContext& ctx, DevicePrefetcher& input, 
     MicroBatch mb;
     if (!fetch_micro_batch(ctx, input, st, mb)) return std::nullopt;
     if (ctx.graph) {  // accum is 1 (step_graph_blocker)
-      if (ctx.graph->accepts(mb.images, mb.labels)) return graphed_step(ctx, std::move(mb), st, epoch);
+      if (ctx.graph->accepts(mb.images, mb.labels)) return graphed_step(ctx, std::move(mb), st);
       ctx.graph->note_eager_step(mb.images, mb.labels);
     }
     run_micro_batch(ctx, mb, micro, st, epoch, result);

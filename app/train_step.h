@@ -68,7 +68,9 @@ struct MicroBatch {
 };
 
 struct StepResult {
-  double loss = 0.0;    // this rank's loss, the mean over the step's micro-batches
+  double loss = 0.0;  // this rank's loss, the mean over the step's micro-batches (unless pending)
+  // A replayed CUDA graph's loss is still on its way to the host: this waits for it and returns it.
+  std::function<double()> pending_loss;
   double lr = 0.0;      // the schedule's learning rate for this step (also when the step was skipped)
   int64_t samples = 0;  // this rank's samples in the step
   // The last micro-batch, alive until the caller drops the result after recording the step: the device
@@ -76,11 +78,15 @@ struct StepResult {
   MicroBatch last;
 };
 
+// Stops the run when a step's loss is not finite (NaN or inf), naming the step (1-based), the epoch
+// (0-based) and the learning rate, with a hint.
+void check_loss_is_finite(double loss, int64_t step, int epoch, double lr);
+
 // Runs one optimizer step on the next micro-batches of `input`, timing each phase in ctx.timer. Counts
 // the consumed samples and micro-batches in `st` (st.step is left to the caller). Returns nullopt when
 // the loader ran out before the step was complete: the step's timing is still open (the caller
 // discards it) and its gradients are left for the next epoch's zero_grad(). Throws std::runtime_error
-// when the loss is not finite; `epoch` (0-based) is for that message.
+// when an eager step's loss is not finite (before its update); `epoch` (0-based) is for that message.
 std::optional<StepResult> train_step(StepContext& ctx, DevicePrefetcher& input, TrainingState& st, int epoch);
 
 }  // namespace trainer
