@@ -26,11 +26,11 @@ Tensor pack_f64(const std::vector<Tensor>& parts, Device device) {
   return packed;
 }
 
-// running = (1 - m) * running + m * factor * batch, in place, in running's dtype (as F::batch_norm).
-void update_running(Tensor& running, const Tensor& batch, double momentum, double factor) {
+// running = (1 - m) * running + m * batch, in place, in running's dtype (as F::batch_norm).
+void update_running(Tensor& running, const Tensor& batch, double momentum) {
   Backend& k = backend_for(running);
   k.scale(running, 1.0 - momentum);
-  k.axpy(running, batch.to(running.dtype()), momentum * factor);
+  k.axpy(running, batch.to(running.dtype()), momentum);
 }
 
 }  // namespace
@@ -67,19 +67,28 @@ Variable sync_batch_norm(BatchNorm2d& bn, const Variable& x, const std::shared_p
                 Tensor::full({C}, n, DType::f64, xd.device())},
                xd.device());  // [3, C]
   comm.all_reduce(stats, ReduceOp::sum);
-  const int64_t count = static_cast<int64_t>(row(stats, 2).slice(0, 0, 1).item());  // global, per channel
-  if (count <= 1)
-    throw std::invalid_argument("SyncBatchNorm: expected more than 1 value per channel over all ranks, got " +
-                                std::to_string(count) + " (this rank's input " + shape_str(x.shape()) + ")");
-  const double total = static_cast<double>(count);
-  const Tensor mean64 = k64.binary_scalar(BinaryOp::div, row(stats, 0), total, false);
+  // The global count per channel stays on the device (row 2): reading it here would stop the host at
+  // every SyncBatchNorm layer until the device caught up. Only a rank with at most one value of its
+  // own reads it, to refuse a global batch of one as torch does.
+  const Tensor total = row(stats, 2);
+  if (local_count <= 1) {
+    const int64_t count = static_cast<int64_t>(total.slice(0, 0, 1).item());
+    if (count <= 1)
+      throw std::invalid_argument(
+          "SyncBatchNorm: expected more than 1 value per channel over all ranks, got " +
+          std::to_string(count) + " (this rank's input " + shape_str(x.shape()) + ")");
+  }
+  const Tensor mean64 = k64.binary(BinaryOp::div, row(stats, 0), total);
   // E[x^2] - mean^2 can round below zero for a constant channel.
-  const Tensor var64 = k64.unary(
-      UnaryOp::relu, k64.binary(BinaryOp::sub, k64.binary_scalar(BinaryOp::div, row(stats, 1), total, false),
-                                k64.unary(UnaryOp::square, mean64)));
+  const Tensor var64 =
+      k64.unary(UnaryOp::relu, k64.binary(BinaryOp::sub, k64.binary(BinaryOp::div, row(stats, 1), total),
+                                          k64.unary(UnaryOp::square, mean64)));
   // Like torch.nn.SyncBatchNorm: normalise with the biased variance, track the unbiased one.
-  update_running(bn.running_mean(), mean64, bn.momentum(), 1.0);
-  update_running(bn.running_var(), var64, bn.momentum(), total / (total - 1.0));
+  const Tensor unbiased =
+      k64.binary(BinaryOp::mul, var64,
+                 k64.binary(BinaryOp::div, total, k64.binary_scalar(BinaryOp::sub, total, 1.0, false)));
+  update_running(bn.running_mean(), mean64, bn.momentum());
+  update_running(bn.running_var(), unbiased, bn.momentum());
 
   const DType stats_dtype = accumulate_dtype(xd.dtype());  // f32 statistics for half inputs
   const Tensor mean = mean64.to(stats_dtype);
@@ -94,38 +103,43 @@ Variable sync_batch_norm(BatchNorm2d& bn, const Variable& x, const std::shared_p
   std::vector<Variable> inputs{x};
   if (has_weight) inputs.push_back(weight);
   if (has_bias) inputs.push_back(bias);
-  return record_op("sync_batch_norm", y, inputs,
-                   [xd, wd, mean, invstd, count, local_count, has_weight, has_bias, x_needs_grad, comm_ptr,
-                    weight_dtype = has_weight ? wd.dtype() : xd.dtype(),
-                    bias_dtype = has_bias ? bd.dtype() : xd.dtype()](const Tensor& g) -> std::vector<Tensor> {
-                     Backend& k = backend_for(g);
-                     const int64_t C = mean.size(0);
-                     Tensor sum_dy, sum_dy_xhat;  // this rank's sums, [C]
-                     if (local_count > 0) {
-                       std::tie(sum_dy, sum_dy_xhat) = k.bn_backward_reduce(g, xd, mean, invstd, Tensor());
-                     } else {
-                       sum_dy = Tensor::zeros({C}, accumulate_dtype(g.dtype()), g.device());
-                       sum_dy_xhat = Tensor::zeros({C}, accumulate_dtype(g.dtype()), g.device());
-                     }
-                     std::vector<Tensor> grads;
-                     if (x_needs_grad) {
-                       // grad_x depends on the sums over the global batch: every rank's samples moved the
-                       // mean and variance this rank normalised with.
-                       Tensor sums = pack_f64({sum_dy, sum_dy_xhat}, g.device());  // [2, C]
-                       comm_ptr->all_reduce(sums, ReduceOp::sum);
-                       grads.push_back(local_count > 0
-                                           ? k.bn_backward_input(g, xd, mean, invstd, wd,
-                                                                 row(sums, 0).to(accumulate_dtype(g.dtype())),
-                                                                 row(sums, 1).to(accumulate_dtype(g.dtype())),
-                                                                 count, Tensor())
-                                           : g.clone());
-                     } else {
-                       grads.emplace_back();
-                     }
-                     if (has_weight) grads.push_back(sum_dy_xhat.to(weight_dtype));
-                     if (has_bias) grads.push_back(sum_dy.to(bias_dtype));
-                     return grads;
-                   });
+  return record_op(
+      "sync_batch_norm", y, inputs,
+      [xd, wd, mean, invstd, total, local_count, has_weight, has_bias, x_needs_grad, comm_ptr,
+       weight_dtype = has_weight ? wd.dtype() : xd.dtype(),
+       bias_dtype = has_bias ? bd.dtype() : xd.dtype()](const Tensor& g) -> std::vector<Tensor> {
+        Backend& k = backend_for(g);
+        const int64_t C = mean.size(0);
+        Tensor sum_dy, sum_dy_xhat;  // this rank's sums, [C]
+        if (local_count > 0) {
+          std::tie(sum_dy, sum_dy_xhat) = k.bn_backward_reduce(g, xd, mean, invstd, Tensor());
+        } else {
+          sum_dy = Tensor::zeros({C}, accumulate_dtype(g.dtype()), g.device());
+          sum_dy_xhat = Tensor::zeros({C}, accumulate_dtype(g.dtype()), g.device());
+        }
+        std::vector<Tensor> grads;
+        if (x_needs_grad) {
+          // grad_x depends on the sums over the global batch: every rank's samples moved the
+          // mean and variance this rank normalised with.
+          Tensor sums = pack_f64({sum_dy, sum_dy_xhat}, g.device());  // [2, C]
+          comm_ptr->all_reduce(sums, ReduceOp::sum);
+          // The means over the global batch, divided on the device by its count (so the
+          // kernel gets count 1): the count is never read on the host.
+          Backend& k64 = backend_for(sums);
+          const DType acc = accumulate_dtype(g.dtype());
+          grads.push_back(local_count > 0
+                              ? k.bn_backward_input(g, xd, mean, invstd, wd,
+                                                    k64.binary(BinaryOp::div, row(sums, 0), total).to(acc),
+                                                    k64.binary(BinaryOp::div, row(sums, 1), total).to(acc), 1,
+                                                    Tensor())
+                              : g.clone());
+        } else {
+          grads.emplace_back();
+        }
+        if (has_weight) grads.push_back(sum_dy_xhat.to(weight_dtype));
+        if (has_bias) grads.push_back(sum_dy.to(bias_dtype));
+        return grads;
+      });
 }
 
 SyncBatchNorm::SyncBatchNorm(int64_t num_features, std::shared_ptr<Comm> comm, double eps, double momentum,

@@ -9,6 +9,12 @@ namespace {
 Backend* g_cuda_backend = nullptr;
 }
 
+void Backend::sgd_step_many(const std::vector<SgdUpdate>& updates, const SgdParams& p) {
+  Tensor no_buffer;
+  for (const SgdUpdate& u : updates)
+    sgd_step(*u.param, *u.grad, u.momentum_buffer ? *u.momentum_buffer : no_buffer, u.first_step, p);
+}
+
 int64_t conv_output_size(int64_t in, int kernel, int stride, int pad, int dilation) {
   return (in + 2 * pad - dilation * (kernel - 1) - 1) / stride + 1;
 }

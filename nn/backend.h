@@ -162,6 +162,17 @@ class Backend {
   // ---- optimizers (nn/cpu/optim.cpp), in place on contiguous tensors, PyTorch's update rules.
   virtual void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, bool first_step,
                         const SgdParams& p) = 0;
+  // sgd_step for many parameters with the same hyperparameters (one optimizer group): the CUDA backend
+  // updates them all in one kernel launch instead of one per parameter (resnet18 has 62). Parallel
+  // lists; momentum_buffers[i] may be null without momentum; first_steps[i] as sgd_step's first_step.
+  // The default calls sgd_step for each.
+  struct SgdUpdate {
+    Tensor* param;
+    const Tensor* grad;
+    Tensor* momentum_buffer;  // null without momentum
+    bool first_step;
+  };
+  virtual void sgd_step_many(const std::vector<SgdUpdate>& updates, const SgdParams& p);
   virtual void adamw_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
                           const AdamWParams& p) = 0;
 };

@@ -455,7 +455,7 @@ __global__ void channel_affine_kernel(int64_t n, const T* __restrict__ x, const 
     // One 16-byte pack: out[j] from x[j] (and g[j], mask[j]) with channel j's coefficients kj(j, s).
     auto apply = [&](int64_t q, auto kj) {
       const P xs = xv[q];
-      P gs, ms;
+      [[maybe_unused]] P gs, ms;
       if constexpr (kWithGrad) {
         gs = gv[q];
         if (mask) ms = reinterpret_cast<const P*>(mask)[q];
@@ -499,8 +499,6 @@ __global__ void channel_affine_kernel(int64_t n, const T* __restrict__ x, const 
     out[i] = store<T>(v);
   }
 }
-
-bool aligned_to(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
 template <class T, class Coefficients>
 void channel_affine(const ChannelLayout& l, int64_t n, const T* x, const T* g, T* out,

@@ -65,6 +65,7 @@ void cuda_check_launch(const char* file, int line);
 class CudaBackend final : public Backend {
  public:
   TRAINER_BACKEND_OVERRIDES
+  void sgd_step_many(const std::vector<SgdUpdate>& updates, const SgdParams& p) override;
 };
 
 }  // namespace trainer

@@ -36,32 +36,105 @@ void check_state(const Tensor& param, const Tensor& state, const char* op, const
 }  // namespace
 }  // namespace cuda
 
+namespace cuda {
+namespace {
+
+// Up to kSgdTensors parameters per launch, passed by value in the kernel's arguments (no device table
+// to fill: in a CUDA graph the arguments are the captured addresses, which replays keep). Each block
+// updates one chunk of one tensor; chunk_start[t] is tensor t's first chunk.
+constexpr int kSgdTensors = 48;
+constexpr int64_t kSgdChunk = 16384;  // elements per block
+template <class T>
+struct SgdLaunch {
+  int tensors = 0;
+  T* w[kSgdTensors];
+  const T* g[kSgdTensors];
+  T* buf[kSgdTensors];  // null without momentum
+  int64_t numel[kSgdTensors];
+  bool first[kSgdTensors];
+  int chunk_start[kSgdTensors + 1];
+};
+
+// torch.optim.SGD's update of one element, in its order of operations.
+template <class T>
+__global__ void sgd_many_kernel(SgdLaunch<T> l, T host_lr, const double* device_lr, T wd, T mom, T keep,
+                                bool decay, bool nesterov) {
+  int t = 0;
+  while (t + 1 < l.tensors && l.chunk_start[t + 1] <= static_cast<int>(blockIdx.x)) ++t;
+  const T lr = device_lr ? static_cast<T>(*device_lr) : host_lr;
+  T* w = l.w[t];
+  const T* gp = l.g[t];
+  T* buf = l.buf[t];
+  const bool first = l.first[t];
+  const int64_t begin = (blockIdx.x - l.chunk_start[t]) * kSgdChunk;
+  const int64_t end = begin + kSgdChunk < l.numel[t] ? begin + kSgdChunk : l.numel[t];
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+    T g = gp[i];
+    if (decay) g += wd * w[i];
+    if (buf) {
+      buf[i] = first ? g : mom * buf[i] + keep * g;
+      g = nesterov ? g + mom * buf[i] : buf[i];
+    }
+    w[i] -= lr * g;
+  }
+}
+
+template <class T>
+void launch_sgd(SgdLaunch<T>& l, const SgdParams& p) {
+  if (l.tensors == 0) return;
+  const T lr = static_cast<T>(p.lr), wd = static_cast<T>(p.weight_decay), mom = static_cast<T>(p.momentum),
+          keep = static_cast<T>(1.0 - p.dampening);
+  sgd_many_kernel<T><<<l.chunk_start[l.tensors], 256, 0, cuda_stream()>>>(
+      l, lr, p.device_scalars, wd, mom, keep, p.weight_decay != 0.0, p.nesterov);
+  CUDA_CHECK_LAUNCH();
+  l.tensors = 0;
+  l.chunk_start[0] = 0;
+}
+
+}  // namespace
+}  // namespace cuda
+
 void CudaBackend::sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, bool first_step,
                            const SgdParams& p) {
+  sgd_step_many({{&param, &grad, p.momentum != 0.0 ? &momentum_buffer : nullptr, first_step}}, p);
+}
+
+void CudaBackend::sgd_step_many(const std::vector<SgdUpdate>& updates, const SgdParams& p) {
   using namespace cuda;
-  check_device(param, "sgd_step", "parameter");
-  const MemoryFormat format = param_format(param, "sgd_step");
-  const Tensor g_in = grad_like(param, grad, format, "sgd_step");
+  if (updates.empty()) return;
+  const DType dtype = updates[0].param->dtype();
   const bool use_momentum = p.momentum != 0.0;
-  if (use_momentum) check_state(param, momentum_buffer, "sgd_step", "momentum buffer");
-  CUDA_DISPATCH_F32_F64(param.dtype(), "sgd_step", [&] {
-    scalar_t* w = static_cast<scalar_t*>(param.raw_data());
-    const scalar_t* gp = static_cast<const scalar_t*>(g_in.raw_data());
-    scalar_t* buf = use_momentum ? static_cast<scalar_t*>(momentum_buffer.raw_data()) : nullptr;
-    const scalar_t host_lr = static_cast<scalar_t>(p.lr), wd = static_cast<scalar_t>(p.weight_decay),
-                   mom = static_cast<scalar_t>(p.momentum), keep = static_cast<scalar_t>(1.0 - p.dampening);
-    const bool decay = p.weight_decay != 0.0, nesterov = p.nesterov;
-    const double* device_lr = p.device_scalars;
-    for_each(param.numel(), [=] __device__(int64_t i) {
-      const scalar_t lr = device_lr ? static_cast<scalar_t>(*device_lr) : host_lr;
-      scalar_t g = gp[i];
-      if (decay) g += wd * w[i];
-      if (buf) {
-        buf[i] = first_step ? g : mom * buf[i] + keep * g;
-        g = nesterov ? g + mom * buf[i] : buf[i];
-      }
-      w[i] -= lr * g;
-    });
+  // Gradients in another layout than their parameter are copied; they must live until the launch.
+  std::vector<Tensor> gradients;
+  gradients.reserve(updates.size());
+  for (const SgdUpdate& u : updates) {
+    Tensor& param = *u.param;
+    check_device(param, "sgd_step", "parameter");
+    if (param.dtype() != dtype)
+      throw std::invalid_argument("sgd_step: parameters of one launch must share a dtype, got " +
+                                  param.str() + " and " + updates[0].param->str());
+    gradients.push_back(grad_like(param, *u.grad, param_format(param, "sgd_step"), "sgd_step"));
+    if (use_momentum) {
+      if (!u.momentum_buffer) throw std::invalid_argument("sgd_step: momentum needs a momentum buffer");
+      check_state(param, *u.momentum_buffer, "sgd_step", "momentum buffer");
+    }
+  }
+  CUDA_DISPATCH_F32_F64(dtype, "sgd_step", [&] {
+    SgdLaunch<scalar_t> l;
+    l.chunk_start[0] = 0;
+    for (size_t i = 0; i < updates.size(); ++i) {
+      const int64_t n = updates[i].param->numel();
+      if (n == 0) continue;
+      const int k = l.tensors++;
+      l.w[k] = static_cast<scalar_t*>(updates[i].param->raw_data());
+      l.g[k] = static_cast<const scalar_t*>(gradients[i].raw_data());
+      l.buf[k] = use_momentum ? static_cast<scalar_t*>(updates[i].momentum_buffer->raw_data()) : nullptr;
+      l.numel[k] = n;
+      l.first[k] = updates[i].first_step;
+      l.chunk_start[k + 1] = l.chunk_start[k] + static_cast<int>((n + kSgdChunk - 1) / kSgdChunk);
+      if (l.tensors == kSgdTensors) launch_sgd(l, p);
+    }
+    launch_sgd(l, p);
   });
 }
 

@@ -73,6 +73,7 @@ void Optimizer::step() {
   updated_.resize(groups_.size());
   for (size_t g = 0; g < groups_.size(); ++g) {
     updated_[g].assign(groups_[g].params.size(), 0);
+    std::vector<Update> updates;
     for (size_t i = 0; i < groups_[g].params.size(); ++i, ++flat) {
       NamedParameter& named = groups_[g].params[i];
       Variable& param = named.param;
@@ -91,12 +92,20 @@ void Optimizer::step() {
       }
       ++state.steps;
       updated_[g][i] = 1;
-      current_device_scalars_ =
+      const double* scalars =
           device_scalars_.defined()
               ? static_cast<const double*>(device_scalars_.raw_data()) + flat * kMaxDeviceScalars
               : nullptr;
-      update(param, groups_[g], state);
+      updates.push_back({&param, &state, scalars});
     }
+    if (!updates.empty()) update_group(groups_[g], updates);
+  }
+}
+
+void Optimizer::update_group(const ParamGroup& group, const std::vector<Update>& updates) {
+  for (const Update& u : updates) {
+    current_device_scalars_ = u.device_scalars;
+    update(*u.param, group, *u.state);
   }
   current_device_scalars_ = nullptr;
 }

@@ -88,6 +88,15 @@ class Optimizer {
   // state.steps has already been incremented and the slots allocated (zeros when state.steps == 1).
   virtual void update(Variable& param, const ParamGroup& group, ParamState& state) = 0;
 
+  // One group's updates of a step, in parameter order: update() for each by default; an optimizer whose
+  // backend can update many tensors in one launch (Sgd) overrides it.
+  struct Update {
+    Variable* param;
+    ParamState* state;
+    const double* device_scalars;  // this parameter's row, or null without use_device_scalars()
+  };
+  virtual void update_group(const ParamGroup& group, const std::vector<Update>& updates);
+
   // Device scalars: how many per parameter, and their values for a parameter's update number `step`
   // (1-based) at the current lr. The default is the learning rate alone.
   static constexpr int kMaxDeviceScalars = 4;

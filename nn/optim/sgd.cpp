@@ -57,4 +57,21 @@ void Sgd::update(Variable& param, const ParamGroup& group, ParamState& state) {
   backend_for(param.data()).sgd_step(param.data(), param.grad(), buffer, state.steps == 1, p);
 }
 
+void Sgd::update_group(const ParamGroup& group, const std::vector<Update>& updates) {
+  const Tensor& first = updates.front().param->data();
+  for (const Update& u : updates)
+    if (u.param->data().device() != first.device() || u.param->data().dtype() != first.dtype())
+      return Optimizer::update_group(group, updates);  // one launch takes one device and dtype
+  // The device scalars (the learning rate) are the same for every parameter of a group.
+  SgdParams p = sgd_params(options_, lr(), group.weight_decay);
+  p.device_scalars = updates.front().device_scalars;
+  std::vector<Backend::SgdUpdate> batch;
+  batch.reserve(updates.size());
+  for (const Update& u : updates) {
+    Tensor* buffer = u.state->slots.empty() ? nullptr : &u.state->slots[0];
+    batch.push_back({&u.param->data(), &u.param->grad(), buffer, u.state->steps == 1});
+  }
+  backend_for(first).sgd_step_many(batch, p);
+}
+
 }  // namespace trainer

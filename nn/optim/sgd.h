@@ -26,6 +26,8 @@ class Sgd final : public Optimizer {
 
  protected:
   void update(Variable& param, const ParamGroup& group, ParamState& state) override;
+  // The group's parameters in one backend call (one kernel launch on a GPU).
+  void update_group(const ParamGroup& group, const std::vector<Update>& updates) override;
 
  private:
   SgdOptions options_;

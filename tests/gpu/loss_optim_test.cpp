@@ -100,6 +100,40 @@ TEST(CudaOptim, SgdStepVariants) {
     }
 }
 
+// One launch for many parameters: 60 tensors (more than one launch takes), sizes from 1 element to
+// several blocks' chunks, each with its own first step; the CPU updates them one by one.
+TEST(CudaOptim, SgdStepManyEqualsTheCpuOneByOne) {
+  REQUIRE_GPU();
+  Generator gen(44);
+  SgdParams p;
+  p.lr = 0.05, p.momentum = 0.9, p.weight_decay = 1e-3, p.nesterov = true;
+  std::vector<Tensor> w, buf, wg, bufg;
+  for (int i = 0; i < 60; ++i) {
+    const int64_t n = i % 7 == 0 ? 40000 + 13 * i : 1 + 37 * i;  // 40k spans three chunks of 16384
+    w.push_back(random({n}, gen, DType::f32));
+    buf.push_back(Tensor::zeros({n}, DType::f32));
+    wg.push_back(w.back().to(gpu()));
+    bufg.push_back(buf.back().to(gpu()));
+  }
+  for (int step = 0; step < 3; ++step) {
+    std::vector<Tensor> g, gg;
+    std::vector<Backend::SgdUpdate> updates;
+    for (size_t i = 0; i < w.size(); ++i) {
+      g.push_back(random(w[i].shape(), gen, DType::f32));
+      gg.push_back(g.back().to(gpu()));
+      const bool first = step == 0 || (step == 1 && i % 2 == 1);  // odd ones start a step later
+      if (step == 0 && i % 2 == 1) continue;
+      cpu().sgd_step(w[i], g[i], buf[i], first, p);
+      updates.push_back({&wg[i], &gg[i], &bufg[i], first});
+    }
+    dev().sgd_step_many(updates, p);
+  }
+  for (size_t i = 0; i < w.size(); ++i) {
+    expect_close(w[i], wg[i], 1e-6, 1e-6, "sgd_step_many param " + std::to_string(i));
+    expect_close(buf[i], bufg[i], 1e-6, 1e-6, "sgd_step_many buffer " + std::to_string(i));
+  }
+}
+
 TEST(CudaOptim, AdamWSteps) {
   REQUIRE_GPU();
   Generator gen(43);
