@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "app/device_setup.h"
 #include "data/distributed_sampler.h"
 #include "nn/models/registry.h"
 #include "nn/optim/adamw.h"
@@ -33,7 +34,8 @@ std::unique_ptr<Optimizer> make_optimizer(const Config& c, Module& model, double
 
 }  // namespace
 
-Experiment build_experiment(const Config& config, Device device, bool with_optimizer, int world_size, int rank) {
+Experiment build_experiment(const Config& config, Device device, bool with_optimizer, int world_size,
+                            int rank) {
   Experiment e;
   e.config = config;
   e.device = device;
@@ -45,8 +47,9 @@ Experiment build_experiment(const Config& config, Device device, bool with_optim
   if (!e.normalization.mean.empty() && e.normalization.mean.size() != 1 &&
       static_cast<int64_t>(e.normalization.mean.size()) != train.channels())
     throw config_error_at(config, "data.normalize_mean",
-                          "has " + std::to_string(e.normalization.mean.size()) + " values but the dataset has " +
-                              std::to_string(train.channels()) + " channels");
+                          "has " + std::to_string(e.normalization.mean.size()) +
+                              " values but the dataset has " + std::to_string(train.channels()) +
+                              " channels");
 
   ModelOptions m;
   m.name = config.model.name;
@@ -56,7 +59,8 @@ Experiment build_experiment(const Config& config, Device device, bool with_optim
   m.stem = config.model.stem == "auto" ? (train.height() <= 64 ? "cifar" : "imagenet") : config.model.stem;
   m.dropout = config.model.dropout;
   m.seed = static_cast<uint64_t>(config.train.seed);
-  e.dropout_generator = std::make_shared<Generator>(static_cast<uint64_t>(config.train.seed) ^ 0x9e3779b97f4a7c15ull);
+  e.dropout_generator =
+      std::make_shared<Generator>(static_cast<uint64_t>(config.train.seed) ^ 0x9e3779b97f4a7c15ull);
   m.dropout_generator = e.dropout_generator;
   if (m.in_channels != train.channels())
     throw config_error_at(config, "model.in_channels",
@@ -68,14 +72,19 @@ Experiment build_experiment(const Config& config, Device device, bool with_optim
     throw config_error_at(config, "model.name", err.what());
   }
   e.model->to(device);
+  // A channels-last network keeps its convolution weights channels-last too (see Module::to).
+  if (input_memory_format(config) == MemoryFormat::channels_last) e.model->to(MemoryFormat::channels_last);
 
-  DistributedSampler sampler(train.size(), e.world_size, e.rank, config.data.shuffle, 0, config.data.drop_last);
-  const int64_t batches = steps_per_epoch(sampler.num_samples(), config.data.batch_size, config.data.drop_last);
+  DistributedSampler sampler(train.size(), e.world_size, e.rank, config.data.shuffle, 0,
+                             config.data.drop_last);
+  const int64_t batches =
+      steps_per_epoch(sampler.num_samples(), config.data.batch_size, config.data.drop_last);
   e.steps_per_epoch = batches / config.train.grad_accum_steps;
   if (e.steps_per_epoch < 1)
     throw config_error_at(config, "data.batch_size",
                           "leaves no optimizer step in an epoch (" + std::to_string(batches) +
-                              " batches, grad_accum_steps " + std::to_string(config.train.grad_accum_steps) + ")");
+                              " batches, grad_accum_steps " + std::to_string(config.train.grad_accum_steps) +
+                              ")");
   e.total_steps = e.steps_per_epoch * config.train.epochs;
   if (config.train.max_steps > 0) e.total_steps = std::min<int64_t>(e.total_steps, config.train.max_steps);
 

@@ -215,6 +215,7 @@ Result run(const Point& p) {
   m.image_size = p.image;
   auto model = create_model(m);
   model->to(device);
+  if (p.channels_last) model->to(MemoryFormat::channels_last);  // as the trainer (and torch_reference.py)
   model->train();
   SgdOptions so;
   so.lr = 0.01;

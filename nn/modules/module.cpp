@@ -89,4 +89,12 @@ void Module::to(DType dtype) {
   for (auto& [name, child] : children_) child->to(dtype);
 }
 
+void Module::to(MemoryFormat format) {
+  for (auto& [name, p] : params_)
+    if (p->data().dim() == 4) p->data() = p->data().contiguous(format);
+  for (auto& [name, b] : buffers_)
+    if (b->dim() == 4) *b = b->contiguous(format);
+  for (auto& [name, child] : children_) child->to(format);
+}
+
 }  // namespace trainer

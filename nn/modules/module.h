@@ -53,13 +53,19 @@ class Module {
   // Moves every parameter and buffer to `device` and casts floating ones to `dtype` in place.
   void to(Device device);
   void to(DType dtype);
+  // Lays out every 4-D parameter and buffer in `format`, in place (PyTorch's
+  // model.to(memory_format=...)). A channels-last network with channels-last convolution weights
+  // casts them to half precision (autocast) and back (their gradients) as flat copies instead of
+  // transposing ones.
+  void to(MemoryFormat format);
 
   const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& children() const { return children_; }
 
  protected:
   Variable& register_parameter(std::string name, Tensor value);
   Tensor& register_buffer(std::string name, Tensor value);
-  template <class M> std::shared_ptr<M> register_module(std::string name, std::shared_ptr<M> module) {
+  template <class M>
+  std::shared_ptr<M> register_module(std::string name, std::shared_ptr<M> module) {
     children_.emplace_back(std::move(name), module);
     return module;
   }

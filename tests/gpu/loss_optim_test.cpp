@@ -117,6 +117,7 @@ TEST(CudaOptim, SgdStepManyEqualsTheCpuOneByOne) {
   }
   for (int step = 0; step < 3; ++step) {
     std::vector<Tensor> g, gg;
+    gg.reserve(w.size());  // updates point into gg
     std::vector<Backend::SgdUpdate> updates;
     for (size_t i = 0; i < w.size(); ++i) {
       g.push_back(random(w[i].shape(), gen, DType::f32));

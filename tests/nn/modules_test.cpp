@@ -8,7 +8,10 @@
 
 #include "nn/functional.h"
 #include "nn/init.h"
+#include "nn/modules/batch_norm.h"
+#include "nn/modules/conv.h"
 #include "nn/modules/layers.h"
+#include "nn/modules/sequential.h"
 
 namespace trainer {
 namespace {
@@ -231,6 +234,30 @@ TEST(ModuleLayers, StateDictOrderIsParametersBuffersThenChildren) {
   EXPECT_EQ(modules, (std::vector<std::string>{"", "0", "1", "1.0"}));
   outer.eval();
   EXPECT_FALSE(inner->is_training());
+}
+
+}  // namespace
+}  // namespace trainer
+
+namespace trainer {
+namespace {
+
+TEST(ModuleMemoryFormat, ChannelsLastMovesConvolutionWeightsAndKeepsTheirValues) {
+  Sequential net{std::make_shared<Conv2d>(3, 8, 3), std::make_shared<BatchNorm2d>(8)};
+  const std::vector<NamedParameter> before = net.named_parameters();
+  std::vector<std::vector<double>> values;
+  for (const NamedParameter& p : before) values.push_back(p.param.data().to_vector<double>());
+  net.to(MemoryFormat::channels_last);
+  const std::vector<NamedParameter> after = net.named_parameters();
+  for (size_t i = 0; i < after.size(); ++i) {
+    const Tensor& t = after[i].param.data();
+    EXPECT_EQ(t.to_vector<double>(), values[i]) << after[i].name;  // logical order: the same values
+    if (t.dim() == 4) {
+      EXPECT_TRUE(t.is_contiguous(MemoryFormat::channels_last)) << after[i].name;
+      EXPECT_FALSE(t.is_contiguous()) << after[i].name;
+    }
+    EXPECT_EQ(after[i].param.impl(), before[i].param.impl()) << "the same variables (optimizers hold them)";
+  }
 }
 
 }  // namespace
