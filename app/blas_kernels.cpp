@@ -13,7 +13,9 @@ void select_fast_blas_kernels(char** argv) {
   if (std::getenv("OPENBLAS_CORETYPE") || std::getenv("TRAINER_BLAS_REEXEC")) return;
   const std::string core = openblas_get_corename();
   if (core != "Prescott" && core != "prescott") return;
-  const char* better = __builtin_cpu_supports("avx512f") ? "SkylakeX" : __builtin_cpu_supports("avx2") ? "Haswell" : nullptr;
+  const char* better = __builtin_cpu_supports("avx512f") ? "SkylakeX"
+                       : __builtin_cpu_supports("avx2")  ? "Haswell"
+                                                         : nullptr;
   if (!better) return;
   ::setenv("OPENBLAS_CORETYPE", better, 1);
   ::setenv("TRAINER_BLAS_REEXEC", "1", 1);  // never loop, whatever the library does with the variable

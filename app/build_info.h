@@ -12,7 +12,7 @@ struct TrainerBuild {
   std::string cudnn_version;  // "9.19.0", or ""
   std::string nccl_version;   // nccl.h's, in CUDA builds; "" otherwise
   std::string compiler;
-  std::string str() const;    // one line for logs
+  std::string str() const;  // one line for logs
 };
 
 TrainerBuild trainer_build();

@@ -17,14 +17,16 @@ namespace trainer {
 int train_command(const Args& args) {
   const CommonArgs a = parse_common_args(args, {"--summary", "--resume"});
   if (a.help) {
-    std::cout << "usage: trainer train CONFIG [--set section.key=value ...] [--summary PATH] [--resume auto|PATH]\n\n"
-                 "Trains the model CONFIG describes. Writes the resolved config, the log (train.log), per-step\n"
-                 "losses (train_steps.csv), summary.json and the final weights (checkpoints/final.safetensors)\n"
-                 "into train.run_dir (default runs/<config name>-<time>).\n"
-                 "  --set section.key=value  override a config key (repeatable), typed like the TOML file\n"
-                 "  --summary PATH           also write the run summary JSON to PATH\n"
-                 "  --resume auto|PATH       continue from a checkpoint directory; auto = the newest one that\n"
-                 "                           verifies in the checkpoint dir (broken ones are skipped)\n";
+    std::cout
+        << "usage: trainer train CONFIG [--set section.key=value ...] [--summary PATH] [--resume "
+           "auto|PATH]\n\n"
+           "Trains the model CONFIG describes. Writes the resolved config, the log (train.log), per-step\n"
+           "losses (train_steps.csv), summary.json and the final weights (checkpoints/final.safetensors)\n"
+           "into train.run_dir (default runs/<config name>-<time>).\n"
+           "  --set section.key=value  override a config key (repeatable), typed like the TOML file\n"
+           "  --summary PATH           also write the run summary JSON to PATH\n"
+           "  --resume auto|PATH       continue from a checkpoint directory; auto = the newest one that\n"
+           "                           verifies in the checkpoint dir (broken ones are skipped)\n";
     return 0;
   }
   const Config config = load_config(a.config_path, a.overrides);
@@ -34,13 +36,14 @@ int train_command(const Args& args) {
 int eval_command(const Args& args) {
   const CommonArgs a = parse_common_args(args, {"--summary", "--weights", "--dump-logits"});
   if (a.help) {
-    std::cout << "usage: trainer eval CONFIG --weights PATH [--set section.key=value ...] [--summary PATH]\n"
-                 "                    [--dump-logits PATH]\n\n"
-                 "Evaluates weights (a .safetensors file written by `trainer train`, or a torchvision\n"
-                 "state_dict saved with safetensors) on the test split of the config's dataset.\n"
-                 "  --dump-logits PATH  also write the first 256 test images (normalized, NCHW), their labels\n"
-                 "                      and the model's logits to PATH (safetensors), for comparing with\n"
-                 "                      PyTorch (scripts/torchvision_logits_check.py)\n";
+    std::cout
+        << "usage: trainer eval CONFIG --weights PATH [--set section.key=value ...] [--summary PATH]\n"
+           "                    [--dump-logits PATH]\n\n"
+           "Evaluates weights (a .safetensors file written by `trainer train`, or a torchvision\n"
+           "state_dict saved with safetensors) on the test split of the config's dataset.\n"
+           "  --dump-logits PATH  also write the first 256 test images (normalized, NCHW), their labels\n"
+           "                      and the model's logits to PATH (safetensors), for comparing with\n"
+           "                      PyTorch (scripts/torchvision_logits_check.py)\n";
     return 0;
   }
   if (a.weights_path.empty()) throw UsageError("eval needs --weights PATH");
@@ -52,8 +55,8 @@ int eval_command(const Args& args) {
   EvalMetrics m = evaluate(e, *e.data.test);
   if (!a.dump_logits_path.empty()) dump_logits(e, *e.data.test, 256, a.dump_logits_path);
   std::printf("eval %s on %s: %lld images, loss %.4f, top1 %.2f%%, top5 %.2f%%, auc %.4f\n",
-              a.weights_path.c_str(), e.data.test->name().c_str(), static_cast<long long>(m.count()), m.mean_loss(),
-              100 * m.top1(), 100 * m.top5(), m.auc());
+              a.weights_path.c_str(), e.data.test->name().c_str(), static_cast<long long>(m.count()),
+              m.mean_loss(), 100 * m.top1(), 100 * m.top5(), m.auc());
   const std::vector<double> per_class = m.per_class_accuracy();
   const auto& names = e.data.test->class_names();
   for (size_t c = 0; c < per_class.size(); ++c)

@@ -4,11 +4,6 @@
 
 #include "app/format.h"
 #ifdef TRAINER_WITH_CUDA
-#include <cuda_runtime.h>
-
-#include <array>
-
-#include "nn/cuda/cuda_backend.h"
 #include "nn/cuda/cuda_graph.h"
 #endif
 
@@ -30,20 +25,6 @@ std::string step_graph_blocker(const Config& config, int world_size) {
 #ifdef TRAINER_WITH_CUDA
 struct StepGraph::Graph {
   cuda::CudaGraph graph;
-  // Two pinned slots the loss is copied into, each with an event marking the copy done: step k's
-  // value is read while step k + 1 runs, so one slot is being written while the other is read.
-  struct Slot {
-    void* host = nullptr;  // 8 bytes of pinned memory
-    cudaEvent_t copied = nullptr;
-  };
-  std::array<Slot, 2> slots;
-  int next_slot = 0;
-  ~Graph() {
-    for (Slot& s : slots) {
-      if (s.copied) cudaEventDestroy(s.copied);
-      if (s.host) cudaFreeHost(s.host);
-    }
-  }
 };
 #else
 struct StepGraph::Graph {};
@@ -88,25 +69,6 @@ void StepGraph::capture_and_run(const std::function<Tensor()>& step) {
 
 void StepGraph::replay() { graph_->graph.replay(); }
 
-std::function<double()> StepGraph::read_loss_later() {
-  if (!loss_.defined() || loss_.numel() != 1 || (loss_.dtype() != DType::f32 && loss_.dtype() != DType::f64))
-    throw std::logic_error("StepGraph::read_loss_later: no f32/f64 scalar loss captured");
-  Graph::Slot& slot = graph_->slots[graph_->next_slot];
-  graph_->next_slot ^= 1;
-  if (!slot.host) {
-    CUDA_CHECK(cudaMallocHost(&slot.host, sizeof(double)));
-    CUDA_CHECK(cudaEventCreateWithFlags(&slot.copied, cudaEventDisableTiming));
-  }
-  CUDA_CHECK(
-      cudaMemcpyAsync(slot.host, loss_.raw_data(), loss_.nbytes(), cudaMemcpyDeviceToHost, cuda_stream()));
-  CUDA_CHECK(cudaEventRecord(slot.copied, cuda_stream()));
-  const bool f32 = loss_.dtype() == DType::f32;
-  return [&slot, f32] {
-    CUDA_CHECK(cudaEventSynchronize(slot.copied));
-    return f32 ? static_cast<double>(*static_cast<const float*>(slot.host))
-               : *static_cast<const double*>(slot.host);
-  };
-}
 #else
 bool StepGraph::captured() const { return false; }
 size_t StepGraph::nodes() const { return 0; }
@@ -114,9 +76,6 @@ void StepGraph::capture_and_run(const std::function<Tensor()>&) {
   throw std::runtime_error("CUDA graphs need a CUDA build of the trainer");
 }
 void StepGraph::replay() { throw std::logic_error("StepGraph::replay without a CUDA build"); }
-std::function<double()> StepGraph::read_loss_later() {
-  throw std::logic_error("StepGraph::read_loss_later without a CUDA build");
-}
 #endif
 
 }  // namespace trainer

@@ -50,10 +50,6 @@ class StepGraph {
   void replay();
   // The loss the last replay wrote (a device scalar).
   const Tensor& loss() const { return loss_; }
-  // Queues a copy of that loss to the host and returns what waits for it and returns it: called while
-  // the next step runs, it does not stall the device. Valid until the second call after this one (two
-  // copies are in flight at most), and while this StepGraph lives.
-  std::function<double()> read_loss_later();
   size_t nodes() const;
 
  private:

@@ -19,6 +19,7 @@
 #include "app/evaluate.h"
 #include "app/experiment.h"
 #include "app/format.h"
+#include "app/host_readback.h"
 #include "app/phase_clock.h"
 #include "app/step_graph.h"
 #include "app/summary.h"
@@ -212,7 +213,9 @@ void check_ranks_agree(ProcessGroup& pg, const TrainerBuild& build, const std::s
 // Wraps e.optimizer and returns the wrapper, or null with dist.zero_stage = 0.
 ZeroOptimizer* wrap_in_zero_optimizer(const Config& config, Experiment& e, ProcessGroup& pg, Log& log) {
   if (config.dist.zero_stage <= 0) return nullptr;
-  ZeroOptions zo{config.dist.zero_stage, config.optim.clip_grad_norm};
+  ZeroOptions zo;
+  zo.stage = config.dist.zero_stage;
+  zo.max_grad_norm = config.optim.clip_grad_norm;
   for (const NamedParameter& p : e.model->named_parameters()) zo.registration_order.push_back(p.name);
   auto z = std::make_unique<ZeroOptimizer>(pg.comm_ptr(), std::move(e.optimizer), zo);
   ZeroOptimizer* zero = z.get();
@@ -340,8 +343,9 @@ struct TrainLoop {
   StepLog steps;  // rank 0's losses only (each rank's loss is of its own shard; the weights are the same)
   StepTimesCsv step_times;
   RunSummary summary;
-  bool done = false;    // the run has reached total_steps or the target accuracy
-  int stop_signal = 0;  // the signal all ranks agreed to stop on; 0 = none
+  bool done = false;                     // the run has reached total_steps or the target accuracy
+  int stop_signal = 0;                   // the signal all ranks agreed to stop on; 0 = none
+  std::function<double()> pending_stop;  // GPUs: the last step's stop-signal agreement, still on its way
 };
 
 // Where the epoch in progress started, for its rate, ETA and train_seconds.
@@ -364,17 +368,34 @@ void observe_step(TrainLoop& loop, const StepTimes& t) {
 }
 
 // Every rank must stop at the same step, or the ones still training wait forever: a stop signal
-// seen by any rank is agreed on with one tiny all-reduce per step. It is a collective the step waits
-// for, after backward: timed as all-reduce, both total and exposed (on the compute timeline, as the
-// gradient buckets are).
+// seen by any rank is agreed on with one tiny all-reduce (max) per step. On the CPU the host waits
+// for it, timed as all-reduce (total and exposed). On GPUs it runs on the device like the gradients'
+// and its result comes back one step later (loop.pending_stop): every rank reads the same value after
+// the same step, so all stop together, one step after the signal, and the host never waits for the
+// device in between.
 int agreed_stop_signal(TrainLoop& loop) {
   if (loop.pg.world_size() == 1) return stop_requested();
+  if (loop.step.device.is_cuda()) {
+    const int agreed = loop.pending_stop ? static_cast<int>(loop.pending_stop()) : 0;
+    Tensor flag = Tensor::full({1}, static_cast<double>(stop_requested()), DType::f32, loop.step.device);
+    loop.pg.comm().all_reduce(flag, ReduceOp::max);
+    loop.pending_stop = loop.step.readback.read_later(flag);
+    return agreed;
+  }
   loop.timer.begin(Phase::allreduce_total, Timeline::compute);
   loop.timer.begin(Phase::allreduce_exposed);
   const int signal = static_cast<int>(max_over_ranks(loop.pg, stop_requested()));
   loop.timer.end(Phase::allreduce_exposed);
   loop.timer.end(Phase::allreduce_total);
   return signal;
+}
+
+// The agreement launched after an epoch's last step, read at the epoch's end (0 when none is pending).
+int pending_stop_signal(TrainLoop& loop) {
+  if (!loop.pending_stop) return 0;
+  const int agreed = static_cast<int>(loop.pending_stop());
+  loop.pending_stop = nullptr;
+  return agreed;
 }
 
 // Only rank 0 writes; the others wait for it, so no rank runs ahead of a checkpoint in progress.
@@ -632,6 +653,7 @@ EpochEnd run_epoch(TrainLoop& loop) {
     }
   }
   report_pending(loop, pending, progress);
+  if (!loop.stop_signal) loop.stop_signal = pending_stop_signal(loop);
   st.train_seconds = progress.seconds_before + seconds_since(progress.start);
   // The epoch's collectives follow (train loss, stop, eval).
   if (loop.heartbeat) loop.heartbeat->set_phase("epoch end");
@@ -767,6 +789,7 @@ int run_training(const Config& config, const TrainOptions& options) {
   const MemoryFormat input_format = input_memory_format(config);
   if (st.loss_scale > 0) scaler.load_state(st.loss_scale, st.loss_scale_growth_tracker);
 
+  HostReadback readback;  // losses (and the stop-signal agreement) come back to the host asynchronously
   // train.cuda_graph: full-size steps replay a CUDA graph, unless the run needs the host inside a step.
   std::unique_ptr<StepGraph> step_graph;
   if (device.is_cuda()) {
@@ -814,6 +837,7 @@ int run_training(const Config& config, const TrainOptions& options) {
       .rank = rank,
       .stall = stall_hook_from_env(),
       .graph = step_graph.get(),
+      .readback = readback,
   };
   TrainLoop loop{
       .config = config,
@@ -840,6 +864,8 @@ int run_training(const Config& config, const TrainOptions& options) {
       .step_times = std::move(step_times),
       .summary = std::move(summary),
       .done = done,
+      .stop_signal = 0,
+      .pending_stop = {},
   };
 
   for (; loop.st.epoch < config.train.epochs && !loop.done; ++loop.st.epoch) {

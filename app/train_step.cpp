@@ -7,8 +7,10 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "app/format.h"
+#include "app/host_readback.h"
 #include "app/step_graph.h"
 #include "nn/amp/autocast.h"
 #include "nn/functional.h"
@@ -59,23 +61,31 @@ Variable forward_loss(StepContext& ctx, const Tensor& images, const Tensor& labe
   return F::cross_entropy((*ctx.e.model)(Variable(images)), labels, ctx.config.train.label_smoothing);
 }
 
-// forward and backward of a fetched micro-batch, the `micro`-th of the step's ctx.accum.
+// forward and backward of a fetched micro-batch, the `micro`-th of the step's ctx.accum. On the CPU
+// the loss is checked before backward; on a GPU it is read back while the next step runs (a read
+// here would leave the device idle while the host queues backward), so a non-finite loss stops the
+// run one step later, when the step is reported.
 void run_micro_batch(StepContext& ctx, MicroBatch& mb, int micro, TrainingState& st, int epoch,
-                     StepResult& result) {
+                     StepResult& result, std::vector<std::function<double()>>& pending) {
   StepTimer& timer = ctx.timer;
   const int accum = ctx.accum;
   timer.begin(Phase::forward);
   mb.loss = forward_loss(ctx, mb.images, mb.labels);
-  const double loss_value = mb.loss.item();
-  timer.end(Phase::forward);
-  check_loss_is_finite(loss_value, st.step + 1, epoch, ctx.e.optimizer->lr());
+  if (ctx.device.is_cuda()) {
+    pending.push_back(ctx.readback.read_later(mb.loss.data()));
+    timer.end(Phase::forward);
+  } else {
+    const double loss_value = mb.loss.item();
+    timer.end(Phase::forward);
+    check_loss_is_finite(loss_value, st.step + 1, epoch, ctx.e.optimizer->lr());
+    result.loss += loss_value / accum;
+  }
   // ---- backward (the loss of each micro-batch counts 1/k, so k micro-batches equal one big one)
   timer.begin(Phase::backward);
   const bool last_micro = micro + 1 == accum;
   ctx.reducer.set_sync(last_micro);  // accumulation micro-batches communicate nothing
   ctx.scaler.scale_loss(accum > 1 ? F::mul(mb.loss, 1.0 / accum) : mb.loss).backward();
   timer.end(Phase::backward);
-  result.loss += loss_value / accum;
 }
 
 // What a step's micro-batches add to the counters.
@@ -146,7 +156,7 @@ StepResult graphed_step(StepContext& ctx, MicroBatch mb, TrainingState& st) {
     ctx.log.line(fmt("CUDA graph: step %lld captured (%zu nodes); full-size batches replay it",
                      static_cast<long long>(st.step + 1), graph.nodes()));
   }
-  result.pending_loss = graph.read_loss_later();
+  result.pending_loss = ctx.readback.read_later(graph.loss());
   ctx.timer.end(Phase::graph);
   result.lr = lr;
   count_micro_batch(ctx, mb, st, result);
@@ -159,6 +169,7 @@ StepResult graphed_step(StepContext& ctx, MicroBatch mb, TrainingState& st) {
 std::optional<StepResult> train_step(StepContext& ctx, DevicePrefetcher& input, TrainingState& st,
                                      int epoch) {
   StepResult result;
+  std::vector<std::function<double()>> pending;  // the micro-batches' losses on their way to the host
   for (int micro = 0; micro < ctx.accum; ++micro) {
     MicroBatch mb;
     if (!fetch_micro_batch(ctx, input, st, mb)) return std::nullopt;
@@ -166,11 +177,17 @@ std::optional<StepResult> train_step(StepContext& ctx, DevicePrefetcher& input, 
       if (ctx.graph->accepts(mb.images, mb.labels)) return graphed_step(ctx, std::move(mb), st);
       ctx.graph->note_eager_step(mb.images, mb.labels);
     }
-    run_micro_batch(ctx, mb, micro, st, epoch, result);
+    run_micro_batch(ctx, mb, micro, st, epoch, result, pending);
     count_micro_batch(ctx, mb, st, result);
     if (micro + 1 == ctx.accum) result.last = std::move(mb);
   }
   result.lr = finish_step(ctx, st);
+  if (!pending.empty())
+    result.pending_loss = [pending = std::move(pending), accum = ctx.accum] {
+      double mean = 0.0;
+      for (const auto& loss : pending) mean += loss() / accum;
+      return mean;
+    };
   return result;
 }
 

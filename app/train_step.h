@@ -21,6 +21,7 @@
 
 namespace trainer {
 
+class HostReadback;
 class StepGraph;
 
 // Test hook TRAINER_TEST_STALL="RANK:STEP:SECONDS": that rank waits in data_wait before that step (a
@@ -56,6 +57,7 @@ struct StepContext {
   // train.cuda_graph where step_graph_blocker() allows it: full-size steps replay a CUDA graph; null
   // otherwise (every step eager).
   StepGraph* graph = nullptr;
+  HostReadback& readback;  // on a GPU, losses come back to the host without stopping it
 };
 
 // One micro-batch's tensors, in the order they are made (and so destroyed in reverse).

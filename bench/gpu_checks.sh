@@ -3,7 +3,9 @@
 # PyTorch figure measured in the same run. Usage, from the repository root on the GPU host:
 #   bench/gpu_checks.sh BIN_DIR FASHION_MNIST_DIR OUT_DIR [sections...]
 # BIN_DIR holds trainer, gpu_tests, nn_bench and parity_step (../shared/gpu/pack makes such a bundle;
-# source its env.sh first). Sections (default: all): tests parity throughput fmnist bench plan resume.
+# source its env.sh first). Sections (default: all but multigpu): tests parity throughput fmnist bench plan
+# resume trace; multigpu needs 2 GPUs. THROUGHPUT_MATH (default "fp32 tf32 bf16 fp16") picks the
+# throughput section's precisions.
 # Section multigpu (not in the default list; a host with 2 GPUs, ~8 min, torchrun from PyTorch): issue
 # 13's scaling rows (trainer bench next to bench/torch_ddp_bench.py) and the no-hang guarantees under real
 # NCCL (a rank killed mid-epoch under trainer launch and under torchrun, a step-count mismatch, Fashion-MNIST
@@ -35,7 +37,7 @@ if want throughput; then
   # fp16 is not captured: the loss scaler's skip decision is a host read (nn_bench says so and times
   # eager steps). Each line: model batch input device math layout img/s peak-MiB.
   {
-    for b in 128 512; do for m in fp32 tf32 bf16 fp16; do
+    for b in 128 512; do for m in ${THROUGHPUT_MATH:-fp32 tf32 bf16 fp16}; do
       layout=nchw; flag=""
       if [[ $m == bf16 || $m == fp16 ]]; then layout=cl; flag=--channels-last; fi
       timeout 120 "$B/nn_bench" --model resnet18 --image 32 --channels 3 --batch $b --device cuda --math $m --layout $layout --iters 40 2>/dev/null | tail -1

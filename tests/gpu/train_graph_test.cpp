@@ -76,6 +76,25 @@ TEST_F(TrainGraph, Bf16ChannelsLastReplaysEqualEagerStepsBitwise) {
   expect_graph_equals_eager(config("[optim]\nlr = 0.05\n"), " --set train.precision=bf16");
 }
 
+// On a GPU the loss is read back one step late (replayed or eager): a diverging run still stops at a
+// non-finite loss with the step and the hint, and writes no final checkpoint of NaN weights.
+TEST_F(TrainGraph, ANanLossStopsTheRunWithAndWithoutTheGraph) {
+  REQUIRE_GPU();
+  const std::string cfg = config("[optim]\nlr = 1e12\n");
+  for (const char* graph : {"true", "false"}) {
+    const auto r =
+        run_trainer("train " + cfg + kSamples + " --set train.device=cuda --set train.cuda_graph=" + graph +
+                    " --set train.run_dir=" + run_dir(graph));
+    EXPECT_EQ(r.exit_code, 1) << graph << "\n" << r.output;
+    EXPECT_TRUE(r.output.find("loss is NaN at step") != std::string::npos ||
+                r.output.find("loss is infinite at step") != std::string::npos)
+        << graph << "\n"
+        << r.output;
+    EXPECT_NE(r.output.find("training diverged. HINT: lower optim.lr"), std::string::npos) << r.output;
+    EXPECT_FALSE(fs::exists(dir_ / graph / "checkpoints" / "final.safetensors")) << graph;
+  }
+}
+
 TEST_F(TrainGraph, RunsTheGraphCannotTakeRunEagerlyAndSaySo) {
   REQUIRE_GPU();
   const std::string cfg = config("[optim]\nlr = 0.05\n");

@@ -1,0 +1,31 @@
+#pragma once
+// Device scalars read back to the host without stopping it: read_later(t) queues a copy of t into
+// pinned memory and an event on the compute stream, and returns what waits for that event and gives
+// the value. Called right after a step is queued and resolved after the next one is queued, the host
+// never waits for the device between steps (a `.item()` would: the device then idles while the host
+// queues the next step). A CPU tensor is read at once.
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "nn/tensor.h"
+
+namespace trainer {
+
+class HostReadback {
+ public:
+  HostReadback();
+  ~HostReadback();
+  HostReadback(const HostReadback&) = delete;
+  HostReadback& operator=(const HostReadback&) = delete;
+
+  // `scalar`: one f32 or f64 element. The returned function may be called once or more, while this
+  // HostReadback lives; its slot is reused once the function is gone.
+  std::function<double()> read_later(const Tensor& scalar);
+
+ private:
+  struct Slot;
+  std::vector<std::shared_ptr<Slot>> slots_;
+};
+
+}  // namespace trainer
