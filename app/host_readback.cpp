@@ -57,4 +57,29 @@ std::function<double()> HostReadback::read_later(const Tensor& scalar) {
 #endif
 }
 
+StepFence::StepFence() = default;
+
+StepFence::~StepFence() {
+#ifdef TRAINER_WITH_CUDA
+  for (void* e : events_)
+    if (e) cudaEventDestroy(static_cast<cudaEvent_t>(e));
+#endif
+}
+
+void StepFence::step_queued(Device device) {
+  if (!device.is_cuda()) return;
+#ifdef TRAINER_WITH_CUDA
+  const int mine = next_, previous = next_ ^ 1;
+  next_ = previous;
+  if (!events_[mine]) {
+    cudaEvent_t e = nullptr;
+    CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    events_[mine] = e;
+  }
+  CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(events_[mine]), cuda_stream()));
+  recorded_[mine] = true;
+  if (recorded_[previous]) CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(events_[previous])));
+#endif
+}
+
 }  // namespace trainer

@@ -28,4 +28,23 @@ class HostReadback {
   std::vector<std::shared_ptr<Slot>> slots_;
 };
 
+// Keeps the host at most one step ahead of the device: step_queued() records an event after the step
+// just queued and waits for the one recorded after the step before it. A loop that reads nothing back
+// synchronously would otherwise queue steps faster than the device runs them without bound: memory of
+// the queued steps piles up, a stop signal is seen late, and step times measured on the host (trainer
+// bench's) undercount. No-op on the CPU.
+class StepFence {
+ public:
+  StepFence();
+  ~StepFence();
+  StepFence(const StepFence&) = delete;
+  StepFence& operator=(const StepFence&) = delete;
+  void step_queued(Device device);
+
+ private:
+  void* events_[2] = {nullptr, nullptr};  // cudaEvent_t, recorded alternately
+  int next_ = 0;
+  bool recorded_[2] = {false, false};
+};
+
 }  // namespace trainer

@@ -346,6 +346,7 @@ struct TrainLoop {
   bool done = false;                     // the run has reached total_steps or the target accuracy
   int stop_signal = 0;                   // the signal all ranks agreed to stop on; 0 = none
   std::function<double()> pending_stop;  // GPUs: the last step's stop-signal agreement, still on its way
+  StepFence fence;                       // GPUs: the host stays at most one step ahead of the device
 };
 
 // Where the epoch in progress started, for its rate, ETA and train_seconds.
@@ -642,9 +643,10 @@ EpochEnd run_epoch(TrainLoop& loop) {
     if (st.step >= e.total_steps) loop.done = true;
     if (st.step == loop.sigterm_at_step) std::raise(SIGTERM);
     loop.stop_signal = agreed_stop_signal(loop);
-    // The step ends after the stop-signal agreement: at several ranks that all-reduce waits for the
-    // device to finish the step's work, and a step timed without it would look shorter than it is
-    // (trainer bench's img/s come from these times).
+    // The step ends once the device has finished the step before it (the host stays at most one step
+    // ahead), after the stop-signal agreement: step times measured on the host then add up to the
+    // device's time (trainer bench's img/s come from them).
+    loop.fence.step_queued(loop.step.device);
     if (auto t = loop.timer.end_step()) observe_step(loop, *t);
     if (loop.stop_signal != 0) break;
     if (checkpoint_due_at_step(loop)) {
@@ -866,6 +868,7 @@ int run_training(const Config& config, const TrainOptions& options) {
       .done = done,
       .stop_signal = 0,
       .pending_stop = {},
+      .fence = {},
   };
 
   for (; loop.st.epoch < config.train.epochs && !loop.done; ++loop.st.epoch) {
