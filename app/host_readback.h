@@ -28,11 +28,12 @@ class HostReadback {
   std::vector<std::shared_ptr<Slot>> slots_;
 };
 
-// Keeps the host at most one step ahead of the device: step_queued() records an event after the step
-// just queued and waits for the one recorded after the step before it. A loop that reads nothing back
-// synchronously would otherwise queue steps faster than the device runs them without bound: memory of
-// the queued steps piles up, a stop signal is seen late, and step times measured on the host (trainer
-// bench's) undercount. No-op on the CPU.
+// Keeps the host at most one step ahead of the device, and puts its wait inside the step: step_queued()
+// records an event after the step just queued and waits for the one recorded after the step before
+// it. Without it the host, which queues a step faster than the device runs it, waited only when the
+// step timer resolved an older step's events -- after the step's end mark -- so host-measured step
+// times left the wait out and trainer bench reported twice the real img/s of eager steps. No-op on the
+// CPU.
 class StepFence {
  public:
   StepFence();
