@@ -34,5 +34,24 @@ TEST(StepGraphBlocker, EachFeatureThatNeedsTheHostInAStepNamesItsKey) {
             std::string::npos);
 }
 
+// Which batches replay the graph: none before a warm-up step of their shape, then only the shape (and
+// dtypes) the graph was captured with; an epoch's smaller last batch runs eagerly.
+TEST(StepGraphBatches, TheWarmUpShapeIsCapturedAndOtherShapesRunEagerly) {
+  StepGraph graph;
+  const Tensor images = Tensor::zeros({32, 3, 8, 8}), labels = Tensor::zeros({32}, DType::i64);
+  const Tensor last_images = Tensor::zeros({12, 3, 8, 8}), last_labels = Tensor::zeros({12}, DType::i64);
+  EXPECT_FALSE(graph.accepts(images, labels));  // no warm-up step yet
+  graph.note_eager_step(images, labels);
+  EXPECT_TRUE(graph.accepts(images, labels));
+  EXPECT_FALSE(graph.accepts(last_images, last_labels));
+  graph.load(images, labels);  // the graph's inputs now exist: their shape is the captured one
+  EXPECT_EQ(graph.images().shape(), images.shape());
+  graph.note_eager_step(last_images, last_labels);  // an eager last batch does not change it
+  EXPECT_TRUE(graph.accepts(images, labels));
+  EXPECT_FALSE(graph.accepts(last_images, last_labels));
+  EXPECT_FALSE(graph.accepts(images.to(DType::f64), labels));  // another dtype is another graph
+  EXPECT_FALSE(graph.captured());
+}
+
 }  // namespace
 }  // namespace trainer
