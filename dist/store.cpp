@@ -436,40 +436,77 @@ TcpStore::~TcpStore() {
 
 std::string TcpStore::address() const { return net::endpoint_str(options_.host, port_); }
 
-std::string TcpStore::request(const std::string& body, Deadline deadline, const std::string& what) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (!broken_.empty()) throw DistError(broken_);
+net::IoStatus TcpStore::exchange(const std::string& body, Deadline deadline, const std::string& what,
+                                 std::string& reply, std::string& why) {
   int err = 0;
   const std::string out = frame(body);
   net::IoStatus st = net::send_all(socket_.fd(), out.data(), out.size(), deadline, &err);
   char len_bytes[4];
   if (st == net::IoStatus::ok) st = net::recv_all(socket_.fd(), len_bytes, 4, deadline, &err);
-  std::string reply;
-  std::string why;
   if (st == net::IoStatus::ok) {
     const uint32_t n = frame_length(len_bytes);
     if (n > kMaxFrame) {
       why = "garbled reply to " + what;
-    } else {
-      reply.resize(n);
-      st = net::recv_all(socket_.fd(), reply.data(), n, deadline, &err);
+      return net::IoStatus::error;
     }
+    reply.resize(n);
+    st = net::recv_all(socket_.fd(), reply.data(), n, deadline, &err);
   }
-  if (why.empty()) {
-    switch (st) {
-      case net::IoStatus::ok:
-        return reply;
-      case net::IoStatus::timeout:
-        why = "no reply to " + what + " in time (rank 0 is stuck or the network is down)";
-        break;
-      case net::IoStatus::closed:
-        why = "lost the connection during " + what + " (rank 0 exited or crashed)";
-        break;
-      case net::IoStatus::error:
-        why = what + " failed: " + net::errno_text(err);
-        break;
+  switch (st) {
+    case net::IoStatus::ok:
+      break;
+    case net::IoStatus::timeout:
+      why = "no reply to " + what + " in time (rank 0 is stuck or the network is down)";
+      break;
+    case net::IoStatus::closed:
+      why = "lost the connection during " + what + " (rank 0 exited or crashed)";
+      break;
+    case net::IoStatus::error:
+      why = what + " failed: " + net::errno_text(err);
+      break;
+  }
+  return st;
+}
+
+void TcpStore::reconnect(Deadline deadline) {
+  net::ConnectError error = net::ConnectError::none;
+  std::string text;
+  socket_ = net::connect_with_retry(options_.host, port_, deadline, &error, &text);
+  std::string reply, why;
+  if (socket_.valid()) {
+    const std::string hello = Writer()
+                                  .u8(kCmdHello)
+                                  .str(kHello)
+                                  .u64(static_cast<uint64_t>(options_.world_size))
+                                  .str(options_.job_id)
+                                  .bytes();
+    if (exchange(hello, deadline, "handshake", reply, why) == net::IoStatus::ok) {
+      broken_.clear();
+      return;
     }
+    socket_.close();
+  } else {
+    why = "cannot reconnect: " + text;
+    // Nothing listens on the port any more: rank 0 is gone, and no later call will reach it either.
+    reconnectable_ = error != net::ConnectError::refused;
   }
+  broken_ = "rendezvous store at " + address() + ": " + why +
+            ". HINT: rank 0 serves the store; if it exited or crashed, its log says why";
+  throw DistError(broken_);
+}
+
+std::string TcpStore::request(const std::string& body, Deadline deadline, const std::string& what) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!broken_.empty()) {
+    // A reply that came too late left the stream unusable, but rank 0 may only have been slow (an
+    // overloaded host): a fresh connection tells. Once the connection was lost or refused, it is gone.
+    if (!reconnectable_) throw DistError(broken_);
+    reconnect(deadline);
+  }
+  std::string reply, why;
+  const net::IoStatus st = exchange(body, deadline, what, reply, why);
+  if (st == net::IoStatus::ok) return reply;
+  reconnectable_ = st == net::IoStatus::timeout;
   broken_ = "rendezvous store at " + address() + ": " + why +
             ". HINT: rank 0 serves the store; if it exited or crashed, its log says why";
   socket_.close();

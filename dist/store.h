@@ -96,14 +96,20 @@ class TcpStore : public Store {
   std::string local_address() const { return local_address_; }
 
  private:
+  // One request and its reply on the connection. After a timeout the next request reconnects first
+  // (rank 0 may just have been slow); after a lost or refused connection every request fails at once.
   std::string request(const std::string& body, net::Deadline deadline, const std::string& what);
+  net::IoStatus exchange(const std::string& body, net::Deadline deadline, const std::string& what,
+                         std::string& reply, std::string& why);
+  void reconnect(net::Deadline deadline);
 
   TcpStoreOptions options_;
   int port_ = 0;
   std::unique_ptr<StoreServer> server_;
   std::mutex mutex_;  // one request at a time on the connection
   net::Socket socket_;
-  std::string broken_;  // why the connection is unusable, once it is
+  std::string broken_;          // why the connection is unusable, once it is
+  bool reconnectable_ = false;  // broken by a timeout: the next request tries a fresh connection
   std::string local_address_;
 };
 

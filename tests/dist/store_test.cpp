@@ -2,9 +2,11 @@
 
 #include <gtest/gtest.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <csignal>
 #include <thread>
 
 #include "dist/error.h"
@@ -171,6 +173,43 @@ TEST(TcpStore, ServerGoneIsAnErrorNotAHang) {
   EXPECT_LT(seconds_since(start), 3.0);
   // Later calls fail at once with the same story.
   EXPECT_NE(error_of([&] { client.set("x", "y"); }).find("lost the connection"), std::string::npos);
+}
+
+// A rank 0 that stops answering for a while (an overloaded host; here SIGSTOP) costs the waiting
+// request a timeout, not the connection: the next request reconnects. Once rank 0 is gone for good
+// (SIGKILL: nothing listens on the port) requests fail at once.
+TEST(TcpStore, ReconnectsAfterATimeoutButNotAfterRankZeroIsGone) {
+  int port_pipe[2];
+  ASSERT_EQ(::pipe(port_pipe), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {  // rank 0: serve the store until killed
+    TcpStore server(store_options(0, true));
+    const int port = server.port();
+    if (::write(port_pipe[1], &port, sizeof port) != sizeof port) ::_exit(1);
+    for (;;) ::pause();
+  }
+  int port = 0;
+  ASSERT_EQ(::read(port_pipe[0], &port, sizeof port), static_cast<ssize_t>(sizeof port));
+  TcpStoreOptions o = store_options(port, false);
+  o.reply_timeout = 300ms;
+  TcpStore client(o);
+  client.set("a", "1");
+  ::kill(child, SIGSTOP);
+  EXPECT_NE(error_of([&] { client.set("b", "2"); }).find("no reply to set 'b' in time"), std::string::npos);
+  ::kill(child, SIGCONT);
+  std::this_thread::sleep_for(100ms);
+  client.set("c", "3");  // a fresh connection
+  EXPECT_EQ(client.get("a", 1s), "1");
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  const auto start = Clock::now();
+  const std::string gone = error_of([&] { client.set("d", "4"); });
+  EXPECT_FALSE(gone.empty());
+  EXPECT_NE(error_of([&] { client.set("e", "5"); }), "");
+  EXPECT_LT(seconds_since(start), 3.0) << gone;
+  ::close(port_pipe[0]);
+  ::close(port_pipe[1]);
 }
 
 TEST(TcpStore, BarrierAndMissingRanks) {
