@@ -5,6 +5,9 @@
 #ifdef TRAINER_WITH_CUDA
 #include <cuda_runtime.h>
 
+#include <chrono>
+#include <thread>
+
 #include "nn/cuda/cuda_backend.h"
 #endif
 
@@ -23,7 +26,31 @@ struct HostReadback::Slot {
 struct HostReadback::Slot {};
 #endif
 
-HostReadback::HostReadback() = default;
+#ifdef TRAINER_WITH_CUDA
+namespace {
+
+// Until `event` has completed: in the driver without a check; else polling, calling `failed` between
+// polls (naps of at most 50 us, so the host resumes promptly when the event completes).
+void wait_for(cudaEvent_t event, const WaitCheck& failed) {
+  if (!failed) {
+    CUDA_CHECK(cudaEventSynchronize(event));
+    return;
+  }
+  auto nap = std::chrono::microseconds(2);
+  for (;;) {
+    const cudaError_t q = cudaEventQuery(event);
+    if (q == cudaSuccess) return;
+    if (q != cudaErrorNotReady) CUDA_CHECK(q);
+    failed();
+    std::this_thread::sleep_for(nap);
+    nap = std::min(nap * 2, std::chrono::microseconds(50));
+  }
+}
+
+}  // namespace
+#endif
+
+HostReadback::HostReadback(WaitCheck failed) : failed_(std::move(failed)) {}
 HostReadback::~HostReadback() = default;
 
 std::function<double()> HostReadback::read_later(const Tensor& scalar) {
@@ -47,8 +74,8 @@ std::function<double()> HostReadback::read_later(const Tensor& scalar) {
       cudaMemcpyAsync(slot->host, scalar.raw_data(), scalar.nbytes(), cudaMemcpyDeviceToHost, cuda_stream()));
   CUDA_CHECK(cudaEventRecord(slot->copied, cuda_stream()));
   const bool f32 = scalar.dtype() == DType::f32;
-  return [slot, f32] {
-    CUDA_CHECK(cudaEventSynchronize(slot->copied));
+  return [slot, f32, failed = failed_] {
+    wait_for(slot->copied, failed);
     return f32 ? static_cast<double>(*static_cast<const float*>(slot->host))
                : *static_cast<const double*>(slot->host);
   };
@@ -57,7 +84,7 @@ std::function<double()> HostReadback::read_later(const Tensor& scalar) {
 #endif
 }
 
-StepFence::StepFence() = default;
+StepFence::StepFence(WaitCheck failed) : failed_(std::move(failed)) {}
 
 StepFence::~StepFence() {
 #ifdef TRAINER_WITH_CUDA
@@ -78,7 +105,7 @@ void StepFence::step_queued(Device device) {
   }
   CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(events_[mine]), cuda_stream()));
   recorded_[mine] = true;
-  if (recorded_[previous]) CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(events_[previous])));
+  if (recorded_[previous]) wait_for(static_cast<cudaEvent_t>(events_[previous]), failed_);
 #endif
 }
 

@@ -12,9 +12,14 @@
 
 namespace trainer {
 
+// While a device wait can depend on a communicator's work (several ranks on GPUs), it polls and calls
+// `failed` (Comm::throw_if_failed) between polls: a dead peer can leave NCCL kernels spinning, and the
+// wait must end with the communicator's error, not hang. Without it, the waits block in the driver.
+using WaitCheck = std::function<void()>;
+
 class HostReadback {
  public:
-  HostReadback();
+  explicit HostReadback(WaitCheck failed = {});
   ~HostReadback();
   HostReadback(const HostReadback&) = delete;
   HostReadback& operator=(const HostReadback&) = delete;
@@ -26,6 +31,7 @@ class HostReadback {
  private:
   struct Slot;
   std::vector<std::shared_ptr<Slot>> slots_;
+  WaitCheck failed_;
 };
 
 // Keeps the host at most one step ahead of the device, and puts its wait inside the step: step_queued()
@@ -36,7 +42,7 @@ class HostReadback {
 // CPU.
 class StepFence {
  public:
-  StepFence();
+  explicit StepFence(WaitCheck failed = {});
   ~StepFence();
   StepFence(const StepFence&) = delete;
   StepFence& operator=(const StepFence&) = delete;
@@ -46,6 +52,7 @@ class StepFence {
   void* events_[2] = {nullptr, nullptr};  // cudaEvent_t, recorded alternately
   int next_ = 0;
   bool recorded_[2] = {false, false};
+  WaitCheck failed_;
 };
 
 }  // namespace trainer

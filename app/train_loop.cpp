@@ -791,7 +791,11 @@ int run_training(const Config& config, const TrainOptions& options) {
   const MemoryFormat input_format = input_memory_format(config);
   if (st.loss_scale > 0) scaler.load_state(st.loss_scale, st.loss_scale_growth_tracker);
 
-  HostReadback readback;  // losses (and the stop-signal agreement) come back to the host asynchronously
+  // Several GPUs: the loop's device waits can sit behind NCCL kernels that a dead peer leaves spinning;
+  // they poll the communicator's failure instead of blocking in the driver.
+  WaitCheck comm_failed;
+  if (device.is_cuda() && world > 1) comm_failed = [&comm = pg->comm()] { comm.throw_if_failed(); };
+  HostReadback readback(comm_failed);  // losses (and the stop-signal agreement) come back asynchronously
   // train.cuda_graph: full-size steps replay a CUDA graph, unless the run needs the host inside a step.
   std::unique_ptr<StepGraph> step_graph;
   if (device.is_cuda()) {
@@ -868,7 +872,7 @@ int run_training(const Config& config, const TrainOptions& options) {
       .done = done,
       .stop_signal = 0,
       .pending_stop = {},
-      .fence = {},
+      .fence = StepFence(comm_failed),
   };
 
   for (; loop.st.epoch < config.train.epochs && !loop.done; ++loop.st.epoch) {

@@ -81,6 +81,10 @@ class Comm {
   // parameter): pending and later calls throw, and the other ranks' collectives fail at once with
   // `reason` instead of waiting out the timeout. Blocks briefly until peers were told.
   virtual void abort(const std::string& reason) = 0;
+  // Throws the DistError this communicator failed with (a timeout, a dead peer, an abort), if it
+  // failed. For waits outside the communicator that depend on its work: on a GPU the training loop
+  // waits for events queued behind NCCL kernels, which a dead peer can leave spinning.
+  virtual void throw_if_failed() const {}
   // Orderly end: a last collective so that no rank closes its connections while another still
   // communicates, then closes them. Every rank calls it once after its last collective; without it, a
   // rank that exits early can make a slower rank's last collective fail.

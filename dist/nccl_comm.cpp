@@ -750,6 +750,12 @@ void NcclComm::barrier() {
   impl_->host_wait(*p);
 }
 
+void NcclComm::throw_if_failed() const {
+  if (!impl_->failed) return;
+  const std::string f = impl_->failure_text();
+  throw DistError(f.empty() ? "the NCCL communicator failed" : "the NCCL communicator failed earlier: " + f);
+}
+
 void NcclComm::abort(const std::string& reason) {
   Impl& s = *impl_;
   {

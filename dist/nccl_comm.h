@@ -104,6 +104,7 @@ class NcclComm : public Comm {
   void set_timeout(std::chrono::milliseconds timeout) override;
   std::chrono::milliseconds timeout() const override;
   void abort(const std::string& reason) override;
+  void throw_if_failed() const override;
   void shutdown() override;
 
   // The communication stream, as a cudaStream_t.

@@ -6,6 +6,8 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <stdexcept>
+
 #include "nn/backend.h"
 #include "tests/gpu/gpu_test_util.h"
 
@@ -52,6 +54,29 @@ TEST(StepFence, AfterAStepIsQueuedTheStepBeforeItHasFinished) {
   float host = 0;
   ASSERT_EQ(cudaMemcpy(&host, first.raw_data(), sizeof host, cudaMemcpyDeviceToHost), cudaSuccess);
   EXPECT_EQ(host, 7.0f);
+}
+
+// With a failure check (several ranks: Comm::throw_if_failed), a wait behind work that does not end
+// ends with the check's error: here the work is only long, and the check fails on its first call.
+TEST(HostReadback, AWaitWithAFailureCheckEndsWithItsError) {
+  REQUIRE_GPU();
+  int checks = 0;
+  const WaitCheck failed = [&checks] {
+    ++checks;
+    throw std::runtime_error("the communicator failed");
+  };
+  HostReadback readback(failed);
+  Tensor t = Tensor::zeros({1}, DType::f32, gpu());
+  queue_long_work();
+  t.fill_(1.0);
+  const auto value = readback.read_later(t);
+  EXPECT_THROW(value(), std::runtime_error);
+  StepFence fence(failed);
+  fence.step_queued(gpu());
+  queue_long_work();
+  EXPECT_THROW(fence.step_queued(gpu()), std::runtime_error);
+  EXPECT_GE(checks, 2);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the work itself finishes on its own
 }
 
 }  // namespace
