@@ -452,8 +452,8 @@ void maybe_checkpoint_at_epoch_end(TrainLoop& loop, int epoch) {
   }
 }
 
-// A step whose report waits for its loss (a replayed CUDA graph's loss is read back while the next
-// step runs, so the host never waits for the device in between).
+// A step whose report waits for its loss (on a GPU every step's loss, replayed or eager, is read back
+// while the next step runs, so the host never waits for the device in between).
 struct PendingReport {
   int64_t step = 0;  // 1-based, as counted
   int epoch = 0;     // 0-based
@@ -629,7 +629,7 @@ EpochEnd run_epoch(TrainLoop& loop) {
   e.optimizer->zero_grad();  // micro-batches left over by the previous epoch must not leak into this one
   EpochProgress progress{Clock::now(), st.train_seconds, st.samples_seen};
   loop.exporter.set_epoch(epoch + 1);
-  std::optional<PendingReport> pending;  // the last graphed step, reported once the next one is queued
+  std::optional<PendingReport> pending;  // the last GPU step, reported once the next one is queued
   while (!loop.done) {
     std::optional<StepResult> result = train_step(loop.step, input, st, epoch);
     if (!result) break;  // the loader ran out (a last step short of grad_accum_steps micro-batches)

@@ -71,7 +71,7 @@ struct MicroBatch {
 
 struct StepResult {
   double loss = 0.0;  // this rank's loss, the mean over the step's micro-batches (unless pending)
-  // A replayed CUDA graph's loss is still on its way to the host: this waits for it and returns it.
+  // On a GPU the loss is still on its way to the host (HostReadback): this waits for it and returns it.
   std::function<double()> pending_loss;
   double lr = 0.0;      // the schedule's learning rate for this step (also when the step was skipped)
   int64_t samples = 0;  // this rank's samples in the step
@@ -88,7 +88,8 @@ void check_loss_is_finite(double loss, int64_t step, int epoch, double lr);
 // the consumed samples and micro-batches in `st` (st.step is left to the caller). Returns nullopt when
 // the loader ran out before the step was complete: the step's timing is still open (the caller
 // discards it) and its gradients are left for the next epoch's zero_grad(). Throws std::runtime_error
-// when an eager step's loss is not finite (before its update); `epoch` (0-based) is for that message.
+// when a CPU step's loss is not finite (before its update; a GPU step's is checked when it is reported,
+// one step later); `epoch` (0-based) is for that message.
 std::optional<StepResult> train_step(StepContext& ctx, DevicePrefetcher& input, TrainingState& st, int epoch);
 
 }  // namespace trainer

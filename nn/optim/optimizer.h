@@ -38,6 +38,8 @@ class Optimizer {
   Optimizer& operator=(const Optimizer&) = delete;
 
   // Updates every parameter whose gradient is defined; the others (and their state) stay untouched.
+  // Throws std::invalid_argument for a gradient the kernels refuse (shape, dtype, layout); the
+  // optimizer's parameters, state and step counts are then unspecified (the trainer stops).
   // Virtual, like state_tensors() and load_state(), for the sharded optimizer (dist/zero_optimizer.h).
   virtual void step();
   // Drops every gradient (PyTorch's set_to_none=True). Virtual for the sharded optimizer, which also
