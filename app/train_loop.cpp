@@ -288,20 +288,29 @@ struct StepTimesCsv {
   int64_t first_step = 0;
 };
 
-StepTimesCsv open_step_times_csv(const std::string& run_dir, int64_t first_step, bool writer) {
+StepTimesCsv open_step_times_csv(const std::string& run_dir, int64_t first_step, bool writer, Log& log) {
   StepTimesCsv csv;
   csv.first_step = first_step;
   if (writer) {
     const std::string path = run_dir + "/step_times.csv";
-    const bool fresh = first_step == 0 || !std::filesystem::exists(path);
+    std::string header = "step,step_seconds";
+    for (Phase p : kAllPhases)
+      if (p != Phase::step) header += "," + std::string(phase_name(p)) + "_seconds";
+    bool fresh = first_step == 0 || !std::filesystem::exists(path);
+    if (!fresh) {
+      // A run resumed by a trainer with other phases (columns) starts the file again: appended rows
+      // would not match its header.
+      std::string existing;
+      std::ifstream in(path);
+      std::getline(in, existing);
+      if (existing != header) {
+        log.line("step_times.csv: its columns differ from this trainer's phases; starting it again");
+        fresh = true;
+      }
+    }
     if (!fresh) truncate_step_csv(path, first_step);
     csv.file.open(path, fresh ? std::ios::trunc : std::ios::app);
-    if (fresh) {
-      csv.file << "step,step_seconds";
-      for (Phase p : kAllPhases)
-        if (p != Phase::step) csv.file << ',' << phase_name(p) << "_seconds";
-      csv.file << '\n';
-    }
+    if (fresh) csv.file << header << '\n';
   }
   return csv;
 }
@@ -781,7 +790,7 @@ int run_training(const Config& config, const TrainOptions& options) {
   TrainingState st = start_or_resume(config, options, e, run_dir, ckpt_dir, csv_path, writer, log);
   StepLog steps;
   if (writer) steps.csv.open(csv_path, std::ios::app);
-  StepTimesCsv step_times = open_step_times_csv(run_dir, st.step, writer);
+  StepTimesCsv step_times = open_step_times_csv(run_dir, st.step, writer, log);
 
   // fp16 needs dynamic loss scaling; every other precision runs with the scaler disabled (scale 1).
   LossScalerOptions so;

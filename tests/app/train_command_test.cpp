@@ -3,6 +3,7 @@
 #include <sys/wait.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -191,6 +192,34 @@ TEST_F(TrainCommand, ResumeAfterSigtermIsBitExact) {
   EXPECT_EQ(read_file(dir_ / "full/train_steps.csv"), read_file(dir_ / "cut/train_steps.csv"));
   EXPECT_EQ(read_file(dir_ / "full/checkpoints/final.safetensors"),
             read_file(dir_ / "cut/checkpoints/final.safetensors"));
+}
+
+// A run started by a trainer with other step phases (here: the file's header lacks a column) and
+// resumed by this one starts step_times.csv again, instead of appending rows wider than the header.
+TEST_F(TrainCommand, ResumeWithOtherPhaseColumnsStartsStepTimesAgain) {
+  const std::string cfg = write_config("[checkpoint]\nevery_steps = 5\n");
+  RunResult killed =
+      run_trainer("train " + cfg + " --set train.run_dir=" + run_dir("r"), "TRAINER_TEST_SIGTERM_AT_STEP=7");
+  ASSERT_EQ(killed.exit_code, 128 + 15) << killed.output;
+  const fs::path csv = dir_ / "r/step_times.csv";
+  std::string text = read_file(csv);
+  const std::string column = ",graph_seconds";
+  ASSERT_NE(text.find(column), std::string::npos) << text;
+  text.erase(text.find(column), column.size());  // the header of an older trainer
+  std::ofstream(csv, std::ios::trunc) << text;
+  RunResult resumed = run_trainer("train " + cfg + " --set train.run_dir=" + run_dir("r") + " --resume auto");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("step_times.csv: its columns differ"), std::string::npos) << resumed.output;
+  std::stringstream lines(read_file(csv));
+  std::string header, row;
+  std::getline(lines, header);
+  EXPECT_NE(header.find(column), std::string::npos) << header;
+  int rows = 0;
+  while (std::getline(lines, row)) {
+    EXPECT_EQ(std::count(row.begin(), row.end(), ','), std::count(header.begin(), header.end(), ',')) << row;
+    ++rows;
+  }
+  EXPECT_GT(rows, 0);
 }
 
 TEST_F(TrainCommand, ResumeAutoSkipsACorruptCheckpoint) {
