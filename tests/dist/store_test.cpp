@@ -192,13 +192,16 @@ TEST(TcpStore, ReconnectsAfterATimeoutButNotAfterRankZeroIsGone) {
   int port = 0;
   ASSERT_EQ(::read(port_pipe[0], &port, sizeof port), static_cast<ssize_t>(sizeof port));
   TcpStoreOptions o = store_options(port, false);
-  o.reply_timeout = 300ms;
+  o.reply_timeout = 1s;
   TcpStore client(o);
   client.set("a", "1");
   ::kill(child, SIGSTOP);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, WUNTRACED), child);  // stopped for sure, not just signalled
+  ASSERT_TRUE(WIFSTOPPED(status));
   EXPECT_NE(error_of([&] { client.set("b", "2"); }).find("no reply to set 'b' in time"), std::string::npos);
   ::kill(child, SIGCONT);
-  std::this_thread::sleep_for(100ms);
+  ASSERT_EQ(::waitpid(child, &status, WCONTINUED), child);
   client.set("c", "3");  // a fresh connection
   EXPECT_EQ(client.get("a", 1s), "1");
   ::kill(child, SIGKILL);
