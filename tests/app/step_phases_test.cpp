@@ -9,11 +9,10 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <map>
-#include <sstream>
 #include <string>
 #include <vector>
 
+#include "app/trainer_process.h"
 #include "app/trainer_ranks.h"
 #include "metrics/step_timer.h"
 
@@ -21,25 +20,6 @@ namespace trainer {
 namespace {
 
 namespace fs = std::filesystem;
-
-// Column name -> values, of a CSV with a header line and numeric fields.
-std::map<std::string, std::vector<double>> read_csv(const fs::path& path) {
-  std::ifstream in(path);
-  std::string line;
-  std::vector<std::string> names;
-  std::map<std::string, std::vector<double>> columns;
-  if (std::getline(in, line)) {
-    std::stringstream header(line);
-    for (std::string name; std::getline(header, name, ',');) names.push_back(name);
-  }
-  while (std::getline(in, line)) {
-    std::stringstream row(line);
-    std::string field;
-    for (std::size_t i = 0; i < names.size() && std::getline(row, field, ','); ++i)
-      columns[names[i]].push_back(std::stod(field));
-  }
-  return columns;
-}
 
 TEST(StepPhases, AddUpToTheStepTimeWithin5PercentOnATwoRankRun) {
   const fs::path dir = fs::temp_directory_path() / ("trainer_step_phases_" + std::to_string(::getpid()));
@@ -58,7 +38,7 @@ TEST(StepPhases, AddUpToTheStepTimeWithin5PercentOnATwoRankRun) {
   ASSERT_EQ(codes[0], 0) << ranks.outputs();
   ASSERT_EQ(codes[1], 0) << ranks.outputs();
 
-  auto csv = read_csv(dir / "run" / "step_times.csv");
+  auto csv = trainer::testing::read_csv_columns(dir / "run" / "step_times.csv");
   const std::vector<double>& step = csv["step_seconds"];
   ASSERT_EQ(step.size(), 40u) << "one row per optimizer step";
   double step_total = 0.0, phases_total = 0.0;

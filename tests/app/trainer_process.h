@@ -9,9 +9,11 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <system_error>
+#include <vector>
 
 namespace trainer::testing {
 
@@ -80,6 +82,25 @@ inline std::string read_file(const std::filesystem::path& p) {
   std::stringstream s;
   s << in.rdbuf();
   return s.str();
+}
+
+// Column name -> values, of a CSV the trainer wrote (a header line, numeric fields): step_times.csv.
+inline std::map<std::string, std::vector<double>> read_csv_columns(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  std::string line;
+  std::vector<std::string> names;
+  std::map<std::string, std::vector<double>> columns;
+  if (std::getline(in, line)) {
+    std::stringstream header(line);
+    for (std::string name; std::getline(header, name, ',');) names.push_back(name);
+  }
+  while (std::getline(in, line)) {
+    std::stringstream row(line);
+    std::string field;
+    for (std::size_t i = 0; i < names.size() && std::getline(row, field, ','); ++i)
+      columns[names[i]].push_back(std::stod(field));
+  }
+  return columns;
 }
 
 }  // namespace trainer::testing

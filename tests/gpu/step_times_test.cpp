@@ -7,8 +7,6 @@
 
 #include <filesystem>
 #include <fstream>
-#include <map>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -20,25 +18,8 @@ namespace trainer {
 namespace {
 
 namespace fs = std::filesystem;
+using trainer::testing::read_csv_columns;
 using trainer::testing::run_trainer;
-
-std::map<std::string, std::vector<double>> read_csv(const fs::path& path) {
-  std::ifstream in(path);
-  std::string line;
-  std::vector<std::string> names;
-  std::map<std::string, std::vector<double>> columns;
-  if (std::getline(in, line)) {
-    std::stringstream header(line);
-    for (std::string name; std::getline(header, name, ',');) names.push_back(name);
-  }
-  while (std::getline(in, line)) {
-    std::stringstream row(line);
-    std::string field;
-    for (std::size_t i = 0; i < names.size() && std::getline(row, field, ','); ++i)
-      columns[names[i]].push_back(std::stod(field));
-  }
-  return columns;
-}
 
 class GpuStepTimes : public trainer::testing::TrainerRunTest {
  protected:
@@ -61,7 +42,7 @@ TEST_F(GpuStepTimes, DevicePhasesFitInsideTheHostStepEagerAndReplayed) {
     const auto r = run_trainer("train " + cfg.string() + " --set train.cuda_graph=" + graph +
                                " --set train.run_dir=" + run_dir(graph));
     ASSERT_EQ(r.exit_code, 0) << r.output;
-    auto csv = read_csv(dir_ / graph / "step_times.csv");
+    auto csv = read_csv_columns(dir_ / graph / "step_times.csv");
     const std::vector<double>& step = csv["step_seconds"];
     ASSERT_EQ(step.size(), 60u) << graph;
     double steps = 0.0, phases = 0.0;
