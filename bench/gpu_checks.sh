@@ -6,8 +6,9 @@
 # source its env.sh first). Sections (default: all but multigpu): tests parity throughput fmnist bench plan
 # resume trace; multigpu needs 2 GPUs. THROUGHPUT_MATH (default "fp32 tf32 bf16 fp16") picks the
 # throughput section's precisions.
-# Section multigpu (not in the default list; a host with 2 GPUs, ~8 min, torchrun from PyTorch): issue
-# 13's scaling rows (trainer bench next to bench/torch_ddp_bench.py) and the no-hang guarantees under real
+# Section multigpu (not in the default list; a host with 2 or more GPUs, ~5 min at 2 and ~8 at 4,
+# torchrun from PyTorch): issue 13's scaling rows at 1, 2, 4, 8 GPUs up to MG_GPUS (default: all the
+# host's GPUs; trainer bench next to bench/torch_ddp_bench.py) and the no-hang guarantees (2 ranks) under real
 # NCCL (a rank killed mid-epoch under trainer launch and under torchrun, a step-count mismatch, Fashion-MNIST
 # under both launchers); writes multigpu.txt (the summary) and multigpu_logs.txt (log tails) to OUT_DIR.
 # Results go to OUT_DIR as text; keep the copies under bench/results/.
@@ -111,6 +112,12 @@ if want multigpu; then
   TORCHRUN=${TORCHRUN:-python3 -m torch.distributed.run}
   DEV=cuda; PREC=bf16; R18="--steps 20 --warmup 5"; R50="--steps 15 --warmup 5"; DDP="--steps 20 --warmup 5"
   R18_BATCH=128,512; R50_BATCH=128; R50_SIZE=""; KILL_AFTER="step 300/"; SYN=4000000; FM_STEPS=200
+  # The scaling rows' GPU counts: 1, 2, 4, 8 up to MG_GPUS (default: the GPUs nvidia-smi lists). The
+  # no-hang checks use 2 ranks whatever the host has.
+  MG_GPUS=${MG_GPUS:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)}
+  ((MG_GPUS >= 2)) || MG_GPUS=2
+  PROC_COUNTS=1; for n in 2 4 8; do ((n <= MG_GPUS)) && PROC_COUNTS="$PROC_COUNTS $n"; done
+  PROCS=${PROC_COUNTS// /,}
   if [[ ${MG_CPU_DRY_RUN:-0} == 1 ]]; then
     DEV=cpu; PREC=fp32; R18="--steps 2 --warmup 1"; R50="--steps 1 --warmup 1"; DDP="--device cpu --steps 1 --warmup 1"
     R18_BATCH=4; R50_BATCH=2; R50_SIZE="--set data.synthetic_image_size=32 --set data.image_size=32"; KILL_AFTER="step 4/"; SYN=4000
@@ -143,24 +150,24 @@ if want multigpu; then
 
     # Eager steps at every world size: a step is captured as a CUDA graph at one rank only (see the
     # throughput section for the 1-GPU graph figures), so the scaling rows compare like with like.
-    echo "== multigpu: trainer bench, synthetic data, bf16, eager steps, 1 and 2 GPUs (weak scaling, lr linear)"
+    echo "== multigpu: trainer bench, synthetic data, bf16, eager steps, $PROCS GPUs (weak scaling, lr linear)"
     for sbn in false true; do
       echo "-- resnet18-cifar32, model.sync_bn=$sbn"
-      timeout 240 "$T" bench configs/cifar10_resnet18.toml --procs 1,2 --batch $R18_BATCH --precisions $PREC $R18 \
+      timeout 240 "$T" bench configs/cifar10_resnet18.toml --procs $PROCS --batch $R18_BATCH --precisions $PREC $R18 \
         --set train.device=$DEV --set train.cuda_graph=false --set model.sync_bn=$sbn --set dist.timeout_seconds=60 --out "$MG/bench_r18_sbn_$sbn" \
         > "$MG/bench_r18_$sbn.log" 2>&1 || echo "FAILED (exit $?)"
-      grep -A6 "^procs" "$MG/bench_r18_$sbn.log"; tail_log "$MG/bench_r18_$sbn.log" 8
+      grep -A8 "^procs" "$MG/bench_r18_$sbn.log"; tail_log "$MG/bench_r18_$sbn.log" 10
     done
     # Synthetic data has at most 256 classes (and evaluation needs the model's classes = the data's): 256
     # here, and in the DDP reference below (1000 would add 1.5 M parameters, 6%, to the all-reduce).
     echo "-- resnet50-imagenet224 (256 classes), model.sync_bn=false"
-    timeout 240 "$T" bench configs/imagefolder_resnet50.toml --procs 1,2 --batch $R50_BATCH --precisions $PREC $R50 \
+    timeout 240 "$T" bench configs/imagefolder_resnet50.toml --procs $PROCS --batch $R50_BATCH --precisions $PREC $R50 \
       --set train.device=$DEV --set train.cuda_graph=false --set data.synthetic_classes=256 --set schedule.warmup_epochs=0 $R50_SIZE --set dist.timeout_seconds=60 \
       --out "$MG/bench_r50" > "$MG/bench_r50.log" 2>&1 || echo "FAILED (exit $?)"
-    grep -A4 "^procs" "$MG/bench_r50.log"; tail_log "$MG/bench_r50.log" 8
+    grep -A5 "^procs" "$MG/bench_r50.log"; tail_log "$MG/bench_r50.log" 8
 
     echo "== multigpu: PyTorch DDP reference (bench/torch_ddp_bench.py), the same points"
-    for n in 1 2; do
+    for n in $PROC_COUNTS; do
       hdr=""; ((n > 1)) && hdr=--no-header
       if [[ $DEV == cuda ]]; then
         timeout 120 $TORCHRUN --standalone --nproc-per-node $n bench/torch_ddp_bench.py $DDP $hdr --model resnet18 --batch 128,512 \
