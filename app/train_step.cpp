@@ -95,6 +95,11 @@ void count_micro_batch(StepContext& ctx, const MicroBatch& mb, TrainingState& st
   ++st.batch_in_epoch;
 }
 
+// The schedule's learning rate for the step after st.step.
+double step_lr(const Experiment& e, const TrainingState& st) {
+  return e.base_lr * e.schedule->factor(st.step);
+}
+
 // The step's end: wait for the all-reduce, then unscale and check (after the all-reduce, so every rank
 // skips the same steps), clip, step, zero the gradients. Returns the step's learning rate.
 double finish_step(StepContext& ctx, const TrainingState& st) {
@@ -111,7 +116,7 @@ double finish_step(StepContext& ctx, const TrainingState& st) {
       !scaler.enabled() ||
       (ctx.zero ? scaler.unscale_and_check(ctx.zero->gradients_to_unscale(), ctx.all_ranks_finite)
                 : scaler.unscale_and_check(ctx.params, ctx.all_ranks_finite));
-  const double lr = e.base_lr * e.schedule->factor(st.step);
+  const double lr = step_lr(e, st);
   if (finite) {
     if (ctx.config.optim.clip_grad_norm > 0 && !ctx.zero)
       clip_grad_norm(ctx.params, ctx.config.optim.clip_grad_norm);
@@ -139,7 +144,7 @@ StepResult graphed_step(StepContext& ctx, MicroBatch mb, TrainingState& st) {
   StepResult result;
   ctx.timer.begin(Phase::graph);
   graph.load(mb.images, mb.labels);
-  const double lr = e.base_lr * e.schedule->factor(st.step);
+  const double lr = step_lr(e, st);
   e.optimizer->set_lr(lr);
   e.optimizer->stage_device_scalars();
   if (graph.captured()) {

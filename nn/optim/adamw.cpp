@@ -49,9 +49,11 @@ void AdamW::update(Variable& param, const ParamGroup& group, ParamState& state) 
   backend_for(param.data()).adamw_step(param.data(), param.grad(), state.slots[0], state.slots[1], p);
 }
 
-std::vector<double> AdamW::device_scalar_values(const ParamGroup& group, int64_t step) const {
+void AdamW::device_scalar_values(const ParamGroup& group, int64_t step, double* out) const {
   const AdamWScalars s = adamw_scalars(adamw_params(options_, lr(), group.weight_decay, step));
-  return {lr(), s.step_size, s.bias_correction2_sqrt};
+  out[0] = lr();
+  out[1] = s.step_size;
+  out[2] = s.bias_correction2_sqrt;
 }
 
 }  // namespace trainer

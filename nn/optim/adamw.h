@@ -28,7 +28,7 @@ class AdamW final : public Optimizer {
 
  protected:
   void update(Variable& param, const ParamGroup& group, ParamState& state) override;
-  std::vector<double> device_scalar_values(const ParamGroup& group, int64_t step) const override;
+  void device_scalar_values(const ParamGroup& group, int64_t step, double* out) const override;
 
  private:
   AdamWOptions options_;

@@ -110,7 +110,7 @@ void Optimizer::update_group(const ParamGroup& group, const std::vector<Update>&
   current_device_scalars_ = nullptr;
 }
 
-std::vector<double> Optimizer::device_scalar_values(const ParamGroup&, int64_t) const { return {lr_}; }
+void Optimizer::device_scalar_values(const ParamGroup&, int64_t, double* out) const { out[0] = lr_; }
 
 void Optimizer::use_device_scalars() {
   size_t count = 0;
@@ -125,21 +125,19 @@ void Optimizer::use_device_scalars() {
     }
   }
   device_scalars_ = Tensor::zeros({static_cast<int64_t>(count * kMaxDeviceScalars)}, DType::f64, device);
+  host_scalars_ = Tensor::zeros(device_scalars_.shape(), DType::f64);
 }
 
 void Optimizer::stage_device_scalars() {
   if (!device_scalars_.defined())
     throw std::logic_error(name_ + ": stage_device_scalars before use_device_scalars");
-  std::vector<double> values(static_cast<size_t>(device_scalars_.numel()), 0.0);
+  double* values = host_scalars_.data<double>();
   size_t flat = 0;
-  for (size_t g = 0; g < groups_.size(); ++g) {
-    for (size_t i = 0; i < groups_[g].params.size(); ++i, ++flat) {
-      const std::vector<double> v = device_scalar_values(groups_[g], states_[g][i].steps + 1);
-      std::copy(v.begin(), v.end(), values.begin() + static_cast<std::ptrdiff_t>(flat * kMaxDeviceScalars));
-    }
-  }
-  // From pageable memory: the copy stages the bytes before it returns, so `values` may go.
-  device_scalars_.copy_(Tensor::from_vector<double>(values, {device_scalars_.numel()}));
+  for (size_t g = 0; g < groups_.size(); ++g)
+    for (size_t i = 0; i < groups_[g].params.size(); ++i, ++flat)
+      device_scalar_values(groups_[g], states_[g][i].steps + 1, values + flat * kMaxDeviceScalars);
+  // From pageable memory: the copy stages the bytes before it returns, so the next step may refill them.
+  device_scalars_.copy_(host_scalars_);
 }
 
 void Optimizer::count_replayed_step() {

@@ -102,7 +102,8 @@ class Optimizer {
   // Device scalars: how many per parameter, and their values for a parameter's update number `step`
   // (1-based) at the current lr. The default is the learning rate alone.
   static constexpr int kMaxDeviceScalars = 4;
-  virtual std::vector<double> device_scalar_values(const ParamGroup& group, int64_t step) const;
+  // Writes them to out (at most kMaxDeviceScalars values).
+  virtual void device_scalar_values(const ParamGroup& group, int64_t step, double* out) const;
   // The device scalars of the parameter update() is called for, or null without use_device_scalars().
   const double* current_device_scalars() const { return current_device_scalars_; }
 
@@ -114,6 +115,7 @@ class Optimizer {
   double lr_ = 0.0;
   int64_t step_count_ = 0;
   Tensor device_scalars_;  // f64 [parameters][kMaxDeviceScalars] on the parameters' device
+  Tensor host_scalars_;    // the same on the host (pageable), refilled by every stage_device_scalars()
   const double* current_device_scalars_ = nullptr;
   std::vector<std::vector<char>> updated_;  // parallel to groups_[g].params: stepped by the last step()
 };
