@@ -104,8 +104,7 @@ void StepFence::step_queued(Device device) {
     events_[mine] = e;
   }
   CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(events_[mine]), cuda_stream()));
-  recorded_[mine] = true;
-  if (recorded_[previous]) wait_for(static_cast<cudaEvent_t>(events_[previous]), failed_);
+  if (events_[previous]) wait_for(static_cast<cudaEvent_t>(events_[previous]), failed_);
 #endif
 }
 

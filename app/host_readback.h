@@ -49,9 +49,8 @@ class StepFence {
   void step_queued(Device device);
 
  private:
-  void* events_[2] = {nullptr, nullptr};  // cudaEvent_t, recorded alternately
+  void* events_[2] = {nullptr, nullptr};  // cudaEvent_t, recorded alternately (created when first recorded)
   int next_ = 0;
-  bool recorded_[2] = {false, false};
   WaitCheck failed_;
 };
 
