@@ -56,6 +56,7 @@ struct TrainConfig {
   std::int64_t seed = 0;
   int grad_accum_steps = 1;
   double label_smoothing = 0.0;
+  double loss_scale_init = 65536.0;  // fp16: the dynamic loss scale's first value (GradScaler's init_scale)
   int log_every_steps = 50;
   int eval_every_epochs = 1;  // 0 = only at the end
   // Stop after the evaluation that reaches this test top-1 (0 = off): `trainer bench --to-accuracy`.

@@ -102,6 +102,7 @@ void visit_fields(C& c, Visit&& visit) {
   visit("train", "seed", t.seed, at_least(0));
   visit("train", "grad_accum_steps", t.grad_accum_steps, at_least(1));
   visit("train", "label_smoothing", t.label_smoothing, half_open(0, 1));
+  visit("train", "loss_scale_init", t.loss_scale_init, open_closed(0, 1e38));
   visit("train", "log_every_steps", t.log_every_steps, at_least(1));
   visit("train", "eval_every_epochs", t.eval_every_epochs, at_least(0));
   visit("train", "target_accuracy", t.target_accuracy, closed(0, 1));

@@ -8,9 +8,10 @@
 // from the device (Optimizer::use_device_scalars); BatchNorm counts its batches on the device. What
 // stays eager: the first full-size step (it allocates the optimizer state and picks the
 // convolution algorithms, which a capture must not do), and any batch of another shape (an epoch's
-// smaller last batch). Runs whose step needs the host in the middle (several ranks, fp16's loss
-// scaler, accumulation, clipping, dropout) are not captured at all: step_graph_blocker() says why,
-// and the log says so.
+// smaller last batch). fp16's loss scaler decides on the device where it can (see
+// loss_scaler_host_reason), and is captured with the step. Runs whose step needs the host in the
+// middle (several ranks, a host-side loss scaler, accumulation, clipping, dropout) are not captured
+// at all: step_graph_blocker() says why, and the log says so.
 #include <functional>
 #include <memory>
 #include <string>
@@ -23,6 +24,12 @@ namespace trainer {
 // Why this run's step cannot be captured ("" when it can): the first feature of the config that needs
 // the host inside a step. `world_size` is the number of ranks.
 std::string step_graph_blocker(const Config& config, int world_size);
+
+// Why fp16's loss scaler must decide on the host whether a step is skipped ("" when it can keep its
+// state and decision on the device, LossScaler::keep_on_device): an optimizer that cannot skip on a
+// device flag exactly (AdamW's bias correction counts steps), clipping (the gradient norm is a host
+// value) or the sharded optimizer (it unscales its own shard).
+std::string loss_scaler_host_reason(const Config& config);
 
 class StepGraph {
  public:

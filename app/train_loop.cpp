@@ -355,7 +355,11 @@ struct TrainLoop {
   bool done = false;                     // the run has reached total_steps or the target accuracy
   int stop_signal = 0;                   // the signal all ranks agreed to stop on; 0 = none
   std::function<double()> pending_stop;  // GPUs: the last step's stop-signal agreement, still on its way
-  StepFence fence;                       // GPUs: the host stays at most one step ahead of the device
+  int64_t skipped_steps_reported = 0;    // a device loss scaler's skipped steps logged so far
+  // GPUs at world size > 1: the one-element flag the agreement reduces, kept for the run. Refilling it
+  // is safe: the next fill queues on the compute stream behind the read-back copy of the last value.
+  Tensor stop_flag;
+  StepFence fence;  // GPUs: the host stays at most one step ahead of the device
 };
 
 // Where the epoch in progress started, for its rate, ETA and train_seconds.
@@ -387,9 +391,10 @@ int agreed_stop_signal(TrainLoop& loop) {
   if (loop.pg.world_size() == 1) return stop_requested();
   if (loop.step.device.is_cuda()) {
     const int agreed = loop.pending_stop ? static_cast<int>(loop.pending_stop()) : 0;
-    Tensor flag = Tensor::full({1}, static_cast<double>(stop_requested()), DType::f32, loop.step.device);
-    loop.pg.comm().all_reduce(flag, ReduceOp::max);
-    loop.pending_stop = loop.step.readback.read_later(flag);
+    if (!loop.stop_flag.defined()) loop.stop_flag = Tensor::zeros({1}, DType::f32, loop.step.device);
+    loop.stop_flag.fill_(static_cast<double>(stop_requested()));
+    loop.pg.comm().all_reduce(loop.stop_flag, ReduceOp::max);
+    loop.pending_stop = loop.step.readback.read_later(loop.stop_flag);
     return agreed;
   }
   loop.timer.begin(Phase::allreduce_total, Timeline::compute);
@@ -468,6 +473,9 @@ struct PendingReport {
   int epoch = 0;     // 0-based
   double lr = 0.0;
   std::function<double()> loss;  // waits for the value
+  // A loss scaler kept on the device: its skipped-step count and scale after the step (else null).
+  std::function<double()> skipped_steps;
+  std::function<double()> loss_scale;
 };
 
 // The step is done: count it (the loop's decisions -- max_steps, checkpoints -- depend on the count).
@@ -525,11 +533,25 @@ void report_step(TrainLoop& loop, int64_t step, int epoch, double loss, double l
   }
 }
 
+// A device loss scaler's outcome of a step, now on the host: a skipped step is logged and counted as
+// the host scaler does it at once.
+void report_loss_scale(TrainLoop& loop, int64_t step, double skipped_steps, double loss_scale) {
+  const int64_t skipped = static_cast<int64_t>(skipped_steps) - loop.skipped_steps_reported;
+  if (skipped > 0) {
+    loop.exporter.add_skipped_steps(skipped);
+    loop.log.line(fmt("step %lld: inf/NaN gradients, step skipped; loss scale now %g",
+                      static_cast<long long>(step), loss_scale));
+    loop.skipped_steps_reported += skipped;
+  }
+  loop.exporter.set_loss_scale(loss_scale);
+}
+
 // Reports a pending step, if any (before anything that reads the losses: a checkpoint, the epoch's end).
 void report_pending(TrainLoop& loop, std::optional<PendingReport>& pending, EpochProgress& progress) {
   if (!pending) return;
   const PendingReport p = std::move(*pending);
   pending.reset();
+  if (p.skipped_steps) report_loss_scale(loop, p.step, p.skipped_steps(), p.loss_scale());
   report_step(loop, p.step, p.epoch, p.loss(), p.lr, progress);
 }
 
@@ -645,7 +667,12 @@ EpochEnd run_epoch(TrainLoop& loop) {
     count_step(loop, *result, progress);
     report_pending(loop, pending, progress);  // its loss was read back while this step ran
     if (result->pending_loss)
-      pending = PendingReport{st.step, epoch, result->lr, std::move(result->pending_loss)};
+      pending = PendingReport{st.step,
+                              epoch,
+                              result->lr,
+                              std::move(result->pending_loss),
+                              std::move(result->pending_skipped_steps),
+                              std::move(result->pending_loss_scale)};
     else
       report_step(loop, st.step, epoch, result->loss, result->lr, progress);
     result.reset();
@@ -795,10 +822,23 @@ int run_training(const Config& config, const TrainOptions& options) {
   // fp16 needs dynamic loss scaling; every other precision runs with the scaler disabled (scale 1).
   LossScalerOptions so;
   so.enabled = config.train.precision == "fp16";
+  so.init_scale = config.train.loss_scale_init;
   LossScaler scaler(so);
   const std::optional<DType> half_dtype = autocast_dtype_for(config);
   const MemoryFormat input_format = input_memory_format(config);
   if (st.loss_scale > 0) scaler.load_state(st.loss_scale, st.loss_scale_growth_tracker);
+  // On a GPU the scaler decides on the device where the optimizer can skip there exactly: no step then
+  // waits for the host's verdict, and the step can be captured.
+  if (so.enabled && device.is_cuda()) {
+    const std::string host_reason = loss_scaler_host_reason(config);
+    if (host_reason.empty()) {
+      scaler.keep_on_device(device);
+      e.optimizer->skip_if(scaler.found_inf_flag());
+      log.line("loss scaling: on the device (skipped steps are reported one step late)");
+    } else {
+      log.line("loss scaling: on the host, one synchronisation per step (" + host_reason + ")");
+    }
+  }
 
   // Several GPUs: the loop's device waits can sit behind NCCL kernels that a dead peer leaves spinning;
   // they poll the communicator's failure instead of blocking in the driver.
@@ -845,6 +885,10 @@ int run_training(const Config& config, const TrainOptions& options) {
       .zero = zero,
       .scaler = scaler,
       .all_ranks_finite = [&pg = *pg](bool local) { return max_over_ranks(pg, local ? 0 : 1) == 0; },
+      .agree_found_inf = world > 1 ? std::function<void(Tensor&)>([&pg = *pg](Tensor& flag) {
+        pg.comm().all_reduce(flag, ReduceOp::max);
+      })
+                                   : std::function<void(Tensor&)>(),
       .timer = timer,
       .allreduce_open = allreduce_open,
       .exporter = exporter,
@@ -881,6 +925,8 @@ int run_training(const Config& config, const TrainOptions& options) {
       .done = done,
       .stop_signal = 0,
       .pending_stop = {},
+      .skipped_steps_reported = 0,
+      .stop_flag = {},
       .fence = StepFence(comm_failed),
   };
 

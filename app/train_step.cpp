@@ -100,9 +100,25 @@ double step_lr(const Experiment& e, const TrainingState& st) {
   return e.base_lr * e.schedule->factor(st.step);
 }
 
+// A loss scaler kept on the device: unscale, agree on the found-inf flag, step (the kernels skip on the
+// flag), update the scale. Nothing waits for the device. Capturable (no read-back is queued here: a
+// captured copy would keep writing into a slot the host reuses).
+void step_with_device_scaler(StepContext& ctx) {
+  LossScaler& scaler = ctx.scaler;
+  scaler.unscale_on_device(ctx.params, ctx.agree_found_inf);
+  ctx.e.optimizer->step();
+  scaler.update_on_device();
+}
+
+// The device scaler's outcome of the step just queued, read back while the next one runs.
+void read_scaler_later(StepContext& ctx, StepResult& result) {
+  result.pending_skipped_steps = ctx.readback.read_later(ctx.scaler.device_skipped());
+  result.pending_loss_scale = ctx.readback.read_later(ctx.scaler.device_scale());
+}
+
 // The step's end: wait for the all-reduce, then unscale and check (after the all-reduce, so every rank
 // skips the same steps), clip, step, zero the gradients. Returns the step's learning rate.
-double finish_step(StepContext& ctx, const TrainingState& st) {
+double finish_step(StepContext& ctx, const TrainingState& st, StepResult& result) {
   Experiment& e = ctx.e;
   StepTimer& timer = ctx.timer;
   LossScaler& scaler = ctx.scaler;
@@ -112,6 +128,16 @@ double finish_step(StepContext& ctx, const TrainingState& st) {
   if (ctx.allreduce_open) timer.end(Phase::allreduce_total);
   ctx.allreduce_open = false;
   timer.begin(Phase::optimizer);
+  if (scaler.on_device()) {
+    const double lr = step_lr(e, st);
+    e.optimizer->set_lr(lr);
+    if (e.optimizer->uses_device_scalars()) e.optimizer->stage_device_scalars();
+    step_with_device_scaler(ctx);
+    read_scaler_later(ctx, result);
+    e.optimizer->zero_grad();
+    timer.end(Phase::optimizer);
+    return lr;
+  }
   const bool finite =
       !scaler.enabled() ||
       (ctx.zero ? scaler.unscale_and_check(ctx.zero->gradients_to_unscale(), ctx.all_ranks_finite)
@@ -153,8 +179,12 @@ StepResult graphed_step(StepContext& ctx, MicroBatch mb, TrainingState& st) {
   } else {
     graph.capture_and_run([&] {
       Variable loss = forward_loss(ctx, graph.images(), graph.labels());
-      loss.backward();
-      e.optimizer->step();
+      ctx.scaler.scale_loss(loss).backward();  // the loss itself unless fp16
+      if (ctx.scaler.on_device()) {
+        step_with_device_scaler(ctx);
+      } else {
+        e.optimizer->step();
+      }
       e.optimizer->zero_grad();
       return loss.data();
     });
@@ -162,6 +192,7 @@ StepResult graphed_step(StepContext& ctx, MicroBatch mb, TrainingState& st) {
                      static_cast<long long>(st.step + 1), graph.nodes()));
   }
   result.pending_loss = ctx.readback.read_later(graph.loss());
+  if (ctx.scaler.on_device()) read_scaler_later(ctx, result);
   ctx.timer.end(Phase::graph);
   result.lr = lr;
   count_micro_batch(ctx, mb, st, result);
@@ -186,7 +217,7 @@ std::optional<StepResult> train_step(StepContext& ctx, DevicePrefetcher& input, 
     count_micro_batch(ctx, mb, st, result);
     if (micro + 1 == ctx.accum) result.last = std::move(mb);
   }
-  result.lr = finish_step(ctx, st);
+  result.lr = finish_step(ctx, st, result);
   if (!pending.empty())
     result.pending_loss = [pending = std::move(pending), accum = ctx.accum] {
       double mean = 0.0;

@@ -47,6 +47,9 @@ struct StepContext {
   LossScaler& scaler;
   // Combines this rank's "gradients are finite" with every other rank's (all must be).
   std::function<bool(bool)> all_ranks_finite;
+  // A loss scaler kept on the device (scaler.on_device()): the same agreement on the found-inf flag, an
+  // all-reduce (max) on the device at several ranks; empty at one.
+  std::function<void(Tensor&)> agree_found_inf;
   StepTimer& timer;
   // Set by the reducer's first-launch observer when it opened allreduce_total; the step closes it.
   bool& allreduce_open;
@@ -73,6 +76,10 @@ struct StepResult {
   double loss = 0.0;  // this rank's loss, the mean over the step's micro-batches (unless pending)
   // On a GPU the loss is still on its way to the host (HostReadback): this waits for it and returns it.
   std::function<double()> pending_loss;
+  // A loss scaler kept on the device: its skipped-step count and scale after this step, on their way
+  // to the host like the loss (null otherwise; the host scaler logs a skipped step at once).
+  std::function<double()> pending_skipped_steps;
+  std::function<double()> pending_loss_scale;
   double lr = 0.0;      // the schedule's learning rate for this step (also when the step was skipped)
   int64_t samples = 0;  // this rank's samples in the step
   // The last micro-batch, alive until the caller drops the result after recording the step: the device

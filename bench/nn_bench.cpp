@@ -236,6 +236,12 @@ Result run(const Point& p) {
   scaler_options.enabled = p.math == "fp16";
   LossScaler scaler(scaler_options);
   const std::vector<Variable> params = model->parameters();
+  // On a GPU the scaler decides on the device, as in the trainer (and capturable); PyTorch's GradScaler
+  // reads its found-inf flag on the host every step.
+  if (device.is_cuda() && scaler.enabled()) {
+    scaler.keep_on_device(device);
+    opt.skip_if(scaler.found_inf_flag());
+  }
   // As bench/torch_reference.py: autocast forward, scaled backward, unscale + check, step.
   auto step = [&] {
     {
@@ -243,9 +249,15 @@ Result run(const Point& p) {
       last_loss = F::cross_entropy((*model)(Variable(x)), y);
     }
     scaler.scale_loss(last_loss).backward();
-    const bool finite = !scaler.enabled() || scaler.unscale_and_check(params);
-    if (finite) opt.step();
-    scaler.update(!finite);
+    if (scaler.on_device()) {
+      scaler.unscale_on_device(params);
+      opt.step();
+      scaler.update_on_device();
+    } else {
+      const bool finite = !scaler.enabled() || scaler.unscale_and_check(params);
+      if (finite) opt.step();
+      scaler.update(!finite);
+    }
     opt.zero_grad();
   };
   for (int i = 0; i < 3; ++i) step();  // warm-up: allocator, algorithm search, BLAS threads

@@ -52,6 +52,14 @@ struct SgdParams {
   double lr = 0.1, momentum = 0.0, dampening = 0.0, weight_decay = 0.0;
   bool nesterov = false;
   const double* device_scalars = nullptr;  // [lr]
+  // The loss scaler's found-inf flag (i64, on the parameters' device) when it decides on the device
+  // (LossScaler::keep_on_device): nonzero leaves parameters and buffers as they are. Null: always update.
+  const int64_t* skip_if = nullptr;
+};
+
+struct LossScaleRule {
+  double growth_factor = 2.0, backoff_factor = 0.5;
+  int64_t growth_interval = 2000;
 };
 
 struct AdamWParams {
@@ -93,6 +101,15 @@ class Backend {
   // or NaN; the flag is never cleared, so one read after many calls checks them all (the loss scaler
   // unscales every gradient with one host synchronisation per step instead of one per tensor).
   virtual void scale_and_flag_nonfinite(Tensor& dst, double alpha, Tensor& flag) = 0;
+  // The same with the factor 1 / scale[0] read on the device (scale: f32 [1] on dst's device), for a
+  // loss scaler kept there: no host value is baked into the launch, so a captured step replays it.
+  virtual void unscale_and_flag_nonfinite(Tensor& dst, const Tensor& scale, Tensor& flag) = 0;
+  // torch.amp.GradScaler's update, on the device: flag set -> scale *= backoff_factor, tracker = 0,
+  // skipped += 1; otherwise ++tracker, and at growth_interval scale *= growth_factor, tracker = 0.
+  // Then clears the flag for the next step. scale f32 [1], tracker and flag i64 [1], skipped f64 [1]
+  // (a count the host reads back without stopping), all on one device.
+  virtual void update_loss_scale(Tensor& scale, Tensor& tracker, Tensor& skipped, Tensor& flag,
+                                 const LossScaleRule& rule) = 0;
 
   // ---- matmul (nn/cpu/matmul.cpp): op(a) @ op(b) for 2-D tensors.
   virtual Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) = 0;

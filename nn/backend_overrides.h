@@ -16,6 +16,9 @@
   Tensor broadcast_to(const Tensor& a, const Shape& shape) override;                                         \
   bool all_finite(const Tensor& a) override;                                                                 \
   void scale_and_flag_nonfinite(Tensor& dst, double alpha, Tensor& flag) override;                           \
+  void unscale_and_flag_nonfinite(Tensor& dst, const Tensor& scale, Tensor& flag) override;                  \
+  void update_loss_scale(Tensor& scale, Tensor& tracker, Tensor& skipped, Tensor& flag,                      \
+                         const LossScaleRule& rule) override;                                                \
   Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) override;                      \
   Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p) override;       \
   Tensor conv2d_backward_input(const Tensor& grad_y, const Tensor& w, const Shape& x_shape,                  \

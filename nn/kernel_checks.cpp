@@ -59,4 +59,26 @@ void check_counter(const Tensor& counter, const char* op) {
                                 std::string(dtype_name(counter.dtype())) + " " + shape_str(counter.shape()));
 }
 
+void check_loss_scale(const Tensor& scale, Device device, const char* op) {
+  if (scale.dtype() != DType::f32 || scale.numel() != 1 || scale.device() != device)
+    throw std::invalid_argument(std::string(op) + ": the loss scale must be f32 [1] on " + device.str() +
+                                ", got " + std::string(dtype_name(scale.dtype())) + " " +
+                                shape_str(scale.shape()) + " on " + scale.device().str());
+}
+
+void check_loss_scale_state(const Tensor& scale, const Tensor& tracker, const Tensor& skipped,
+                            const Tensor& flag, const LossScaleRule& rule, const char* op) {
+  check_loss_scale(scale, scale.device(), op);
+  check_flag(flag, scale.device(), op);
+  check_counter(tracker, op);
+  if (tracker.device() != scale.device() || skipped.device() != scale.device() ||
+      skipped.dtype() != DType::f64 || skipped.numel() != 1)
+    throw std::invalid_argument(std::string(op) + ": tracker (i64 [1]) and skipped (f64 [1]) must be on " +
+                                scale.device().str() + ", got " + tracker.str() + " and " + skipped.str());
+  if (!(rule.growth_factor > 1) || !(rule.backoff_factor > 0) || !(rule.backoff_factor < 1) ||
+      rule.growth_interval < 1)
+    throw std::invalid_argument(std::string(op) +
+                                ": need growth_factor > 1, 0 < backoff_factor < 1, growth_interval >= 1");
+}
+
 }  // namespace trainer

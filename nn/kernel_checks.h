@@ -18,6 +18,11 @@ void check_label_smoothing(double eps, const char* op);
 void check_flag(const Tensor& flag, Device device, const char* op);
 // Checks a counter: one i64 element.
 void check_counter(const Tensor& counter, const char* op);
+// Checks a loss scale on a device: f32 [1] on `device`.
+void check_loss_scale(const Tensor& scale, Device device, const char* op);
+// Checks update_loss_scale's state: scale f32 [1], tracker and flag i64 [1], skipped f64 [1], one device.
+void check_loss_scale_state(const Tensor& scale, const Tensor& tracker, const Tensor& skipped,
+                            const Tensor& flag, const LossScaleRule& rule, const char* op);
 
 // torch.optim.AdamW's per-step scalars (single-tensor path), computed on the host in double.
 struct AdamWScalars {

@@ -1,5 +1,6 @@
 #include "nn/amp/loss_scaler.h"
 
+#include <cmath>
 #include <stdexcept>
 
 #include "nn/backend.h"
@@ -16,8 +17,19 @@ LossScaler::LossScaler(LossScalerOptions options)
         "LossScaler: need init_scale > 0, growth_factor > 1, 0 < backoff_factor < 1, growth_interval >= 1");
 }
 
+double LossScaler::scale() const { return on_device() ? device_scale_.item() : scale_; }
+int64_t LossScaler::growth_tracker() const {
+  return on_device() ? static_cast<int64_t>(device_tracker_.item()) : growth_tracker_;
+}
+int64_t LossScaler::skipped_steps() const {
+  return on_device() ? static_cast<int64_t>(device_skipped_.item()) : skipped_steps_;
+}
+
 Variable LossScaler::scale_loss(const Variable& loss) const {
-  return options_.enabled ? F::mul(loss, scale_) : loss;
+  if (!options_.enabled) return loss;
+  if (!on_device()) return F::mul(loss, scale_);
+  // The scale as a constant operand: its value is read on the device, so a replay scales by the current one.
+  return F::mul(loss, Variable(device_scale_.reshape(loss.shape()).to(loss.dtype()), false));
 }
 
 bool LossScaler::unscale_and_check(const std::vector<Variable>& params,
@@ -45,6 +57,7 @@ bool LossScaler::unscale_and_check(const std::vector<Tensor>& grads, const std::
 
 void LossScaler::update(bool found_inf) {
   if (!options_.enabled) return;
+  if (on_device()) throw std::logic_error("LossScaler::update: the scaler is kept on the device");
   if (found_inf) {
     scale_ *= options_.backoff_factor;
     growth_tracker_ = 0;
@@ -52,7 +65,8 @@ void LossScaler::update(bool found_inf) {
     return;
   }
   if (++growth_tracker_ == options_.growth_interval) {
-    scale_ *= options_.growth_factor;
+    // GradScaler grows only to a finite (f32) scale; the device copy is f32.
+    if (std::isfinite(static_cast<float>(scale_ * options_.growth_factor))) scale_ *= options_.growth_factor;
     growth_tracker_ = 0;
   }
 }
@@ -61,6 +75,40 @@ void LossScaler::load_state(double scale, int64_t growth_tracker) {
   if (scale <= 0 || growth_tracker < 0) throw std::invalid_argument("LossScaler::load_state: invalid state");
   scale_ = scale;
   growth_tracker_ = growth_tracker;
+  if (on_device()) {
+    device_scale_.fill_(scale);
+    device_tracker_.fill_(static_cast<double>(growth_tracker));
+  }
+}
+
+void LossScaler::keep_on_device(Device device) {
+  if (!options_.enabled) throw std::logic_error("LossScaler::keep_on_device: the scaler is disabled");
+  device_scale_ = Tensor::full({1}, scale_, DType::f32, device);
+  device_tracker_ = Tensor::full({1}, static_cast<double>(growth_tracker_), DType::i64, device);
+  device_skipped_ = Tensor::full({1}, static_cast<double>(skipped_steps_), DType::f64, device);
+  found_inf_ = Tensor::zeros({1}, DType::i64, device);
+}
+
+void LossScaler::unscale_on_device(const std::vector<Variable>& params,
+                                   const std::function<void(Tensor&)>& agree) {
+  if (!on_device()) throw std::logic_error("LossScaler::unscale_on_device: call keep_on_device first");
+  for (const Variable& p : params) {
+    Tensor g = p.grad();  // a handle: unscaled in place
+    if (g.defined()) backend_for(g).unscale_and_flag_nonfinite(g, device_scale_, found_inf_);
+  }
+  if (agree) agree(found_inf_);
+}
+
+const int64_t* LossScaler::found_inf_flag() const {
+  if (!on_device()) throw std::logic_error("LossScaler::found_inf_flag: call keep_on_device first");
+  return static_cast<const int64_t*>(found_inf_.raw_data());
+}
+
+void LossScaler::update_on_device() {
+  if (!on_device()) throw std::logic_error("LossScaler::update_on_device: call keep_on_device first");
+  const LossScaleRule rule{options_.growth_factor, options_.backoff_factor, options_.growth_interval};
+  backend_for(device_scale_)
+      .update_loss_scale(device_scale_, device_tracker_, device_skipped_, found_inf_, rule);
 }
 
 }  // namespace trainer

@@ -140,4 +140,28 @@ void CpuBackend::scale_and_flag_nonfinite(Tensor& dst, double alpha, Tensor& fla
   if (!all_finite(dst)) flag.data<int64_t>()[0] = 1;
 }
 
+void CpuBackend::unscale_and_flag_nonfinite(Tensor& dst, const Tensor& scale, Tensor& flag) {
+  check_loss_scale(scale, dst.device(), "unscale_and_flag_nonfinite");
+  // 1/scale in double, rounded once to the gradient's precision by scale(): as the host's scaler does.
+  scale_and_flag_nonfinite(dst, 1.0 / static_cast<double>(scale.data<float>()[0]), flag);
+}
+
+void CpuBackend::update_loss_scale(Tensor& scale, Tensor& tracker, Tensor& skipped, Tensor& flag,
+                                   const LossScaleRule& rule) {
+  check_loss_scale_state(scale, tracker, skipped, flag, rule, "update_loss_scale");
+  float& s = scale.data<float>()[0];
+  int64_t& t = tracker.data<int64_t>()[0];
+  int64_t& f = flag.data<int64_t>()[0];
+  if (f != 0) {
+    s = static_cast<float>(s * rule.backoff_factor);
+    t = 0;
+    skipped.data<double>()[0] += 1.0;
+  } else if (++t == rule.growth_interval) {
+    const float grown = static_cast<float>(s * rule.growth_factor);
+    if (std::isfinite(grown)) s = grown;
+    t = 0;
+  }
+  f = 0;
+}
+
 }  // namespace trainer

@@ -2,8 +2,8 @@
 // weight decay), in place, with torch.optim's update rules and order of operations.
 #include <cmath>
 
-#include "nn/kernel_checks.h"
 #include "nn/cpu/cpu_backend.h"
+#include "nn/kernel_checks.h"
 
 namespace trainer {
 namespace {
@@ -41,6 +41,7 @@ void CpuBackend::sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_bu
   const Tensor g_in = grad_like(param, grad, format, "sgd_step");
   const bool use_momentum = p.momentum != 0.0;
   if (use_momentum) check_state(param, momentum_buffer, "sgd_step", "momentum buffer");
+  if (p.skip_if && *p.skip_if != 0) return;  // the loss scaler found inf/NaN gradients
   TRAINER_DISPATCH_FLOAT(param.dtype(), "sgd_step", [&] {
     scalar_t* w = param.data<scalar_t>();
     const scalar_t* gp = g_in.data<scalar_t>();

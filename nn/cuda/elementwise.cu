@@ -169,6 +169,53 @@ void CudaBackend::scale_and_flag_nonfinite(Tensor& dst, double alpha, Tensor& fl
   });
 }
 
+void CudaBackend::unscale_and_flag_nonfinite(Tensor& dst, const Tensor& scale, Tensor& flag) {
+  using namespace cuda;
+  check_device(dst, "unscale_and_flag_nonfinite", "destination");
+  check_loss_scale(scale, dst.device(), "unscale_and_flag_nonfinite");
+  check_flag(flag, dst.device(), "unscale_and_flag_nonfinite");
+  if (!is_dense(dst))
+    throw std::invalid_argument("unscale_and_flag_nonfinite: destination must be contiguous");
+  int64_t* pf = static_cast<int64_t*>(flag.raw_data());
+  const float* ps = static_cast<const float*>(scale.raw_data());
+  CUDA_DISPATCH_FLOAT(dst.dtype(), "unscale_and_flag_nonfinite", [&] {
+    using acc = acc_t<scalar_t>;
+    scalar_t* d = static_cast<scalar_t*>(dst.raw_data());
+    for_each(dst.numel(), [=] __device__(int64_t i) {
+      // 1/scale in double, rounded once to acc: the host scaler's factor (scale_and_flag_nonfinite).
+      const acc a = static_cast<acc>(__drcp_rn(static_cast<double>(*ps)));
+      d[i] = from_acc<scalar_t>(to_acc(d[i]) * a);
+      if (!isfinite(to_acc(d[i]))) *pf = 1;
+    });
+  });
+}
+
+void CudaBackend::update_loss_scale(Tensor& scale, Tensor& tracker, Tensor& skipped, Tensor& flag,
+                                    const LossScaleRule& rule) {
+  using namespace cuda;
+  check_device(scale, "update_loss_scale", "scale");
+  check_loss_scale_state(scale, tracker, skipped, flag, rule, "update_loss_scale");
+  float* s = static_cast<float*>(scale.raw_data());
+  int64_t* t = static_cast<int64_t*>(tracker.raw_data());
+  double* skips = static_cast<double*>(skipped.raw_data());
+  int64_t* f = static_cast<int64_t*>(flag.raw_data());
+  const double growth = rule.growth_factor, backoff = rule.backoff_factor;
+  const int64_t interval = rule.growth_interval;
+  for_each(1, [=] __device__(int64_t) {
+    // The CPU backend's update, in the same double-then-float arithmetic.
+    if (*f != 0) {
+      *s = static_cast<float>(__dmul_rn(*s, backoff));
+      *t = 0;
+      *skips += 1.0;
+    } else if (++*t == interval) {
+      const float grown = static_cast<float>(__dmul_rn(*s, growth));
+      if (isfinite(grown)) *s = grown;
+      *t = 0;
+    }
+    *f = 0;
+  });
+}
+
 void CudaBackend::add_to_counter(Tensor& counter, int64_t amount) {
   using namespace cuda;
   check_device(counter, "add_to_counter", "counter");

@@ -57,8 +57,9 @@ struct SgdLaunch {
 
 // torch.optim.SGD's update of one element, in its order of operations.
 template <class T>
-__global__ void sgd_many_kernel(SgdLaunch<T> l, T host_lr, const double* device_lr, T wd, T mom, T keep,
-                                bool decay, bool nesterov) {
+__global__ void sgd_many_kernel(SgdLaunch<T> l, T host_lr, const double* device_lr, const int64_t* skip_if,
+                                T wd, T mom, T keep, bool decay, bool nesterov) {
+  if (skip_if && *skip_if != 0) return;  // the loss scaler found inf/NaN gradients
   int t = 0;
   while (t + 1 < l.tensors && l.chunk_start[t + 1] <= static_cast<int>(blockIdx.x)) ++t;
   const T lr = device_lr ? static_cast<T>(*device_lr) : host_lr;
@@ -85,7 +86,7 @@ void launch_sgd(SgdLaunch<T>& l, const SgdParams& p) {
   const T lr = static_cast<T>(p.lr), wd = static_cast<T>(p.weight_decay), mom = static_cast<T>(p.momentum),
           keep = static_cast<T>(1.0 - p.dampening);
   sgd_many_kernel<T><<<l.chunk_start[l.tensors], 256, 0, cuda_stream()>>>(
-      l, lr, p.device_scalars, wd, mom, keep, p.weight_decay != 0.0, p.nesterov);
+      l, lr, p.device_scalars, p.skip_if, wd, mom, keep, p.weight_decay != 0.0, p.nesterov);
   CUDA_CHECK_LAUNCH();
   l.tensors = 0;
   l.chunk_start[0] = 0;

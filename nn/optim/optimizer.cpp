@@ -272,4 +272,11 @@ double clip_grad_norm(const std::vector<Variable>& params, double max_norm) {
   return total_norm;
 }
 
+void Optimizer::skip_if(const int64_t* device_flag) {
+  if (device_flag && !skips_exactly_on_device())
+    throw std::logic_error(name_ +
+                           ": cannot skip steps on the device flag exactly (see skips_exactly_on_device)");
+  skip_flag_ = device_flag;
+}
+
 }  // namespace trainer

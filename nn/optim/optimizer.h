@@ -76,6 +76,15 @@ class Optimizer {
   void stage_device_scalars();
   void count_replayed_step();
 
+  // ---- a loss scaler kept on the device (LossScaler::keep_on_device). skip_if(flag): the update
+  // kernels read the scaler's found-inf flag and leave parameters and state as they are when it is set;
+  // the host's step counts still advance. skips_exactly_on_device(): whether the update after such a
+  // skipped step is the one torch.optim makes after a step GradScaler skipped (not calling step()).
+  // SGD with dampening 0 is: a buffer never written is zeros, and momentum * 0 + 1 * g is the first
+  // step's g. AdamW is not: its bias correction counts the skipped step. skip_if throws for those.
+  virtual bool skips_exactly_on_device() const { return false; }
+  void skip_if(const int64_t* device_flag);
+
  protected:
   // For subclasses that override step() and load_state().
   void set_step_count(int64_t count) { step_count_ = count; }
@@ -106,6 +115,8 @@ class Optimizer {
   virtual void device_scalar_values(const ParamGroup& group, int64_t step, double* out) const;
   // The device scalars of the parameter update() is called for, or null without use_device_scalars().
   const double* current_device_scalars() const { return current_device_scalars_; }
+  // The flag set by skip_if(), or null.
+  const int64_t* skip_flag() const { return skip_flag_; }
 
  private:
   std::string name_;
@@ -117,6 +128,7 @@ class Optimizer {
   Tensor device_scalars_;  // f64 [parameters][kMaxDeviceScalars] on the parameters' device
   Tensor host_scalars_;    // the same on the host (pageable), refilled by every stage_device_scalars()
   const double* current_device_scalars_ = nullptr;
+  const int64_t* skip_flag_ = nullptr;
   std::vector<std::vector<char>> updated_;  // parallel to groups_[g].params: stepped by the last step()
 };
 

@@ -52,6 +52,7 @@ Sgd::Sgd(std::vector<NamedParameter> params, const SgdOptions& options)
 void Sgd::update(Variable& param, const ParamGroup& group, ParamState& state) {
   SgdParams p = sgd_params(options_, lr(), group.weight_decay);
   p.device_scalars = current_device_scalars();
+  p.skip_if = skip_flag();
   Tensor no_buffer;
   Tensor& buffer = state.slots.empty() ? no_buffer : state.slots[0];
   backend_for(param.data()).sgd_step(param.data(), param.grad(), buffer, state.steps == 1, p);
@@ -65,6 +66,7 @@ void Sgd::update_group(const ParamGroup& group, const std::vector<Update>& updat
   // The device scalars (the learning rate) are the same for every parameter of a group.
   SgdParams p = sgd_params(options_, lr(), group.weight_decay);
   p.device_scalars = updates.front().device_scalars;
+  p.skip_if = skip_flag();
   std::vector<Backend::SgdUpdate> batch;
   batch.reserve(updates.size());
   for (const Update& u : updates) {

@@ -23,6 +23,10 @@ class Sgd final : public Optimizer {
   // Throws std::invalid_argument on invalid options (PyTorch's checks).
   Sgd(std::vector<NamedParameter> params, const SgdOptions& options);
   const SgdOptions& options() const { return options_; }
+  // Dampening 0 (or no momentum): see Optimizer::skips_exactly_on_device.
+  bool skips_exactly_on_device() const override {
+    return options_.dampening == 0.0 || options_.momentum == 0.0;
+  }
 
  protected:
   void update(Variable& param, const ParamGroup& group, ParamState& state) override;

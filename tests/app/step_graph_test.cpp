@@ -18,12 +18,17 @@ TEST(StepGraphBlocker, TheDefaultSingleRankRunIsCaptured) {
   EXPECT_EQ(step_graph_blocker(Config{}, 1), "");
   EXPECT_EQ(blocker_with([](Config& c) { c.train.precision = "bf16"; }), "");
   EXPECT_EQ(blocker_with([](Config& c) { c.optim.name = "adamw"; }), "");
+  // fp16 with SGD: the loss scaler decides on the device, inside the captured step.
+  EXPECT_EQ(blocker_with([](Config& c) { c.train.precision = "fp16"; }), "");
 }
 
 TEST(StepGraphBlocker, EachFeatureThatNeedsTheHostInAStepNamesItsKey) {
   EXPECT_EQ(blocker_with([](Config& c) { c.train.cuda_graph = false; }), "train.cuda_graph = false");
   EXPECT_NE(blocker_with([](Config&) {}, 2).find("2 ranks"), std::string::npos);
-  EXPECT_NE(blocker_with([](Config& c) { c.train.precision = "fp16"; }).find("train.precision = \"fp16\""),
+  EXPECT_NE(blocker_with([](Config& c) {
+              c.train.precision = "fp16";
+              c.optim.name = "adamw";
+            }).find("train.precision = \"fp16\" with optim.name = \"adamw\""),
             std::string::npos);
   EXPECT_NE(blocker_with([](Config& c) { c.train.grad_accum_steps = 2; }).find("train.grad_accum_steps"),
             std::string::npos);
@@ -51,6 +56,27 @@ TEST(StepGraphBatches, TheWarmUpShapeIsCapturedAndOtherShapesRunEagerly) {
   EXPECT_FALSE(graph.accepts(last_images, last_labels));
   EXPECT_FALSE(graph.accepts(images.to(DType::f64), labels));  // another dtype is another graph
   EXPECT_FALSE(graph.captured());
+}
+
+}  // namespace
+}  // namespace trainer
+
+namespace trainer {
+namespace {
+
+// fp16's loss scaler stays on the host only where the optimizer cannot skip on a device flag exactly,
+// or where the step reads gradients on the host anyway.
+TEST(LossScalerHostReason, OnlyAdamWClippingAndZeroKeepTheScalerOnTheHost) {
+  EXPECT_EQ(loss_scaler_host_reason(Config{}), "");
+  Config adamw;
+  adamw.optim.name = "adamw";
+  EXPECT_EQ(loss_scaler_host_reason(adamw), "optim.name = \"adamw\"");
+  Config clip;
+  clip.optim.clip_grad_norm = 1.0;
+  EXPECT_EQ(loss_scaler_host_reason(clip), "optim.clip_grad_norm");
+  Config zero;
+  zero.dist.zero_stage = 2;
+  EXPECT_EQ(loss_scaler_host_reason(zero), "dist.zero_stage");
 }
 
 }  // namespace

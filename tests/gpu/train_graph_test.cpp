@@ -76,6 +76,22 @@ TEST_F(TrainGraph, Bf16ChannelsLastReplaysEqualEagerStepsBitwise) {
   expect_graph_equals_eager(config("[optim]\nlr = 0.05\n"), " --set train.precision=bf16");
 }
 
+// fp16 with SGD: the loss scaler decides on the device and is captured with the step. The loss scale
+// starts at 2^24 so that the first step overflows: skipped steps, the back-off and the growth all
+// replay as they run eagerly, and the log reports each skip one step late.
+TEST_F(TrainGraph, Fp16WithTheDeviceLossScalerReplaysEqualEagerStepsBitwise) {
+  REQUIRE_GPU();
+  expect_graph_equals_eager(config("[optim]\nlr = 0.05\n"),
+                            " --set train.precision=fp16 --set train.loss_scale_init=16777216");
+  for (const char* graph : {"true", "false"}) {
+    const std::string log = read_file(dir_ / graph / "train.log");
+    EXPECT_NE(log.find("loss scaling: on the device"), std::string::npos) << log;
+    EXPECT_NE(log.find("step 1: inf/NaN gradients, step skipped; loss scale now 8.38861e+06"),
+              std::string::npos)
+        << log;
+  }
+}
+
 // On a GPU the loss is read back one step late (replayed or eager): a diverging run still stops at a
 // non-finite loss with the step and the hint, and writes no final checkpoint of NaN weights.
 TEST_F(TrainGraph, ANanLossStopsTheRunWithAndWithoutTheGraph) {
@@ -99,11 +115,15 @@ TEST_F(TrainGraph, RunsTheGraphCannotTakeRunEagerlyAndSaySo) {
   REQUIRE_GPU();
   const std::string cfg = config("[optim]\nlr = 0.05\n");
   const auto r = run_trainer("train " + cfg + kSamples +
-                             " --set train.device=cuda --set train.precision=fp16 --set train.max_steps=5"
-                             " --set train.run_dir=" +
+                             " --set train.device=cuda --set train.precision=fp16 --set optim.name=adamw"
+                             " --set train.max_steps=5 --set train.run_dir=" +
                              run_dir("fp16"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("CUDA graph: off, every step runs eagerly (train.precision = \"fp16\""),
+  EXPECT_NE(r.output.find("CUDA graph: off, every step runs eagerly (train.precision = \"fp16\" with "
+                          "optim.name = \"adamw\""),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("loss scaling: on the host, one synchronisation per step (optim.name = \"adamw\")"),
             std::string::npos)
       << r.output;
   EXPECT_EQ(r.output.find("captured"), std::string::npos) << r.output;

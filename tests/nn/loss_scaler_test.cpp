@@ -7,6 +7,7 @@
 
 #include "nn/functional.h"
 #include "nn/modules/module.h"
+#include "nn/optim/adamw.h"
 #include "nn/optim/sgd.h"
 
 namespace trainer {
@@ -117,6 +118,98 @@ TEST(LossScaler, RejectsBadOptionsAndState) {
   s.load_state(128, 7);
   EXPECT_EQ(s.scale(), 128);
   EXPECT_EQ(s.growth_tracker(), 7);
+}
+
+// ---- kept on the device (here the CPU backend, which implements the same kernels as the GPU's).
+
+// The device scaler follows the host scaler's rule step for step: growth after growth_interval clean
+// steps, back-off and a skipped step on inf, the tracker reset by either.
+TEST(LossScalerOnDevice, FollowsTheHostRuleStepForStep) {
+  LossScaler host(small_interval()), device(small_interval());
+  device.keep_on_device(Device::cpu());
+  const bool pattern[] = {false, false, false, true, false, false, true, true, false, false, false, false};
+  for (bool inf : pattern) {
+    Variable w(Tensor::from_vector<float>({1.0f, inf ? std::numeric_limits<float>::infinity() : 2.0f}, {2}),
+               true);
+    w.grad() = w.data().clone();
+    Variable wh(w.data().clone(), true);
+    wh.grad() = w.data().clone();
+    device.unscale_on_device({w});
+    const bool finite = host.unscale_and_check({wh});
+    EXPECT_EQ(*device.found_inf_flag() != 0, !finite);
+    host.update(!finite);
+    device.update_on_device();
+    EXPECT_EQ(*device.found_inf_flag(), 0);  // cleared for the next step
+    EXPECT_EQ(device.scale(), host.scale());
+    EXPECT_EQ(device.growth_tracker(), host.growth_tracker());
+    EXPECT_EQ(device.skipped_steps(), host.skipped_steps());
+    if (finite) EXPECT_EQ(w.grad().to_vector<float>(), wh.grad().to_vector<float>());
+  }
+  EXPECT_EQ(device.skipped_steps(), 3);
+  EXPECT_EQ(device.scale(), 512);  // 1024 -> 2048 -> 1024 -> 512 -> 256 -> 512
+}
+
+// The scaled loss reads the device scale (a constant operand): its gradient is scale times the plain one.
+TEST(LossScalerOnDevice, ScalesTheLossByTheDeviceValueAndLoadsState) {
+  LossScaler s(small_interval());
+  s.keep_on_device(Device::cpu());
+  s.load_state(256, 2);  // a resumed run: the device copy takes the checkpoint's values
+  EXPECT_EQ(s.scale(), 256);
+  EXPECT_EQ(s.growth_tracker(), 2);
+  Variable w(Tensor::from_vector<float>({0.5f, -1.0f}, {2}), true);
+  s.scale_loss(F::sum(F::mul(w, 3.0))).backward();
+  EXPECT_EQ(w.grad().to_vector<float>(), (std::vector<float>{768, 768}));
+  s.update_on_device();  // a third clean step: grows
+  EXPECT_EQ(s.scale(), 512);
+  EXPECT_THROW(s.update(false), std::logic_error);  // the host rule is not used any more
+}
+
+// SGD skipping on the flag leaves weights and momentum untouched, and (dampening 0) the step after a
+// skipped first step equals a first step: what torch.optim.SGD does when GradScaler skips on the host.
+TEST(LossScalerOnDevice, SgdSkipsOnTheFlagExactlyAsAHostSkip) {
+  SgdOptions so;
+  so.lr = 0.1;
+  so.momentum = 0.9;
+  so.nesterov = true;
+  so.weight_decay = 0.01;
+  Variable a(Tensor::from_vector<float>({1, 2, 3}, {3}), true),
+      ref(Tensor::from_vector<float>({1, 2, 3}, {3}), true);
+  Sgd opt({{"a", a}}, so), ref_opt({{"a", ref}}, so);
+  ASSERT_TRUE(opt.skips_exactly_on_device());
+  LossScaler s(small_interval());
+  s.keep_on_device(Device::cpu());
+  opt.skip_if(s.found_inf_flag());
+  // Step 1: an inf gradient, skipped on the flag.
+  a.grad() = Tensor::from_vector<float>({1, std::numeric_limits<float>::infinity(), 1}, {3});
+  s.unscale_on_device({a});
+  opt.step();
+  s.update_on_device();
+  EXPECT_EQ(a.data().to_vector<float>(), (std::vector<float>{1, 2, 3}));
+  EXPECT_EQ(opt.state_tensors()[0].second.to_vector<float>(), (std::vector<float>{0, 0, 0}));
+  // Step 2 (scale now 512): equals the reference's first step.
+  for (int step = 0; step < 2; ++step) {
+    const std::vector<float> g = {0.25f * (step + 1), -0.5f, 0.75f};
+    a.grad() = F::mul(Variable(Tensor::from_vector<float>(g, {3})), s.scale()).data();
+    s.unscale_on_device({a});
+    opt.step();
+    s.update_on_device();
+    ref.grad() = Tensor::from_vector<float>(g, {3});
+    ref_opt.step();
+    EXPECT_EQ(a.data().to_vector<float>(), ref.data().to_vector<float>()) << step;
+    EXPECT_EQ(opt.state_tensors()[0].second.to_vector<float>(),
+              ref_opt.state_tensors()[0].second.to_vector<float>());
+  }
+}
+
+// AdamW cannot skip on a device flag exactly (its bias correction would count the skipped step).
+TEST(LossScalerOnDevice, AdamWRefusesToSkipOnAFlag) {
+  Variable a(Tensor::from_vector<float>({1}, {1}), true);
+  AdamW opt({{"a", a}}, AdamWOptions{});
+  EXPECT_FALSE(opt.skips_exactly_on_device());
+  const int64_t flag = 0;
+  EXPECT_THROW(opt.skip_if(&flag), std::logic_error);
+  LossScaler disabled(LossScalerOptions{.enabled = false});
+  EXPECT_THROW(disabled.keep_on_device(Device::cpu()), std::logic_error);
 }
 
 }  // namespace
