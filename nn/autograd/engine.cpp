@@ -112,10 +112,14 @@ void Variable::backward(const Tensor& grad_output) {
     Tensor& acc = leaf.grad();
     if (!acc.defined()) {
       // The gradient must own its memory (the closure's tensor may alias others); one nobody else
-      // holds, dense and exactly its storage's size, is taken as it is instead of copied.
+      // holds, dense and exactly its storage's size, is taken as it is instead of copied. A copy keeps
+      // the gradient's layout: a channels-last weight's gradient stays channels-last (a contiguous
+      // copy cost two strided copies of every 3x3 convolution's weight gradient per step, there and
+      // back in the optimizer).
+      const MemoryFormat format = g.suggest_memory_format();
       const bool sole_owner = g.storage() && g.storage().use_count() == 1 && g.offset() == 0 &&
-                              g.is_contiguous() && g.storage()->nbytes() == g.nbytes();
-      acc = sole_owner ? g : g.clone();
+                              g.is_contiguous(format) && g.storage()->nbytes() == g.nbytes();
+      acc = sole_owner ? g : g.clone(format);
     } else {
       backend_for(acc).axpy(acc, g, 1.0);
     }

@@ -67,6 +67,27 @@ TEST(Autograd, BackwardNeedsScalarOrSeed) {
   EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{2, 20}));
 }
 
+// A leaf's gradient keeps the layout the backward gave it: a channels-last gradient is taken as it is
+// when nothing else holds it, and copied channels-last when something does (a contiguous copy made the
+// optimizer convert every channels-last weight gradient back, two strided copies per weight per step).
+TEST(Autograd, ALeafGradientKeepsItsChannelsLastLayout) {
+  const Tensor value = Tensor::ones({4, 3, 3, 3}).contiguous(MemoryFormat::channels_last);
+  for (bool shared : {false, true}) {
+    Variable w(value.clone(MemoryFormat::channels_last), true);
+    const Tensor g = Tensor::full({4, 3, 3, 3}, 2.0).contiguous(MemoryFormat::channels_last);
+    Tensor held;  // a second owner of the gradient's storage, in the shared case
+    Variable y = record_op("channels_last_grad", w.data(), {w}, [&, shared](const Tensor&) -> std::vector<Tensor> {
+      Tensor out = g.clone(MemoryFormat::channels_last);
+      if (shared) held = out;
+      return {out};
+    });
+    y.backward(Tensor::ones({4, 3, 3, 3}));
+    EXPECT_TRUE(w.grad().is_contiguous(MemoryFormat::channels_last)) << "shared " << shared;
+    EXPECT_EQ(w.grad().to_vector<float>(), g.to_vector<float>());
+    if (shared) EXPECT_NE(w.grad().storage(), held.storage());  // copied: the op's tensor may change
+  }
+}
+
 // ---- finite-difference checks of the elementwise, reduction, shape and matmul ops
 
 Variable leaf(const Shape& s, Generator& g, double lo = -1, double hi = 1) {
