@@ -85,6 +85,9 @@ class Backend {
   virtual Tensor unary_backward(UnaryOp op, const Tensor& grad, const Tensor& x, const Tensor& y) = 0;
   // dst += alpha * src, same shape; dst contiguous. Used to accumulate gradients.
   virtual void axpy(Tensor& dst, const Tensor& src, double alpha) = 0;
+  // unary_backward(relu, binary(add, a, b), {}, relu_out), bit for bit, in one pass on the GPU: the
+  // gradient of a residual block's output (two parts) through the ReLU that made it.
+  virtual Tensor relu_backward_of_sum(const Tensor& a, const Tensor& b, const Tensor& relu_out) = 0;
   // dst *= alpha in place.
   virtual void scale(Tensor& dst, double alpha) = 0;
   // counter (an i64 scalar) += amount, in place on its device: BatchNorm's num_batches_tracked counts

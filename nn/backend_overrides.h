@@ -10,6 +10,7 @@
   Tensor unary(UnaryOp op, const Tensor& a) override;                                                        \
   Tensor unary_backward(UnaryOp op, const Tensor& grad, const Tensor& x, const Tensor& y) override;          \
   void axpy(Tensor& dst, const Tensor& src, double alpha) override;                                          \
+  Tensor relu_backward_of_sum(const Tensor& a, const Tensor& b, const Tensor& relu_out) override;            \
   void scale(Tensor& dst, double alpha) override;                                                            \
   void add_to_counter(Tensor& counter, int64_t amount) override;                                             \
   Tensor sum(const Tensor& a, const std::vector<int>& dims, bool keepdim) override;                          \

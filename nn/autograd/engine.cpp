@@ -66,6 +66,10 @@ Variable record_op(const char* name, Tensor result, std::vector<Variable> inputs
   return make_variable(std::move(result), std::move(node));
 }
 
+void set_backward_of_two(const Variable& v, BackwardOfTwoFn backward_of_two) {
+  if (v.grad_fn()) v.grad_fn()->backward_of_two = std::move(backward_of_two);
+}
+
 void Variable::backward() {
   if (numel() != 1)
     throw std::invalid_argument("backward() without a gradient needs a one-element output, got shape " +
@@ -136,6 +140,23 @@ void Variable::backward(const Tensor& grad_output) {
   auto newer_first = [](Node* a, Node* b) { return a->sequence_nr < b->sequence_nr; };
   std::priority_queue<Node*, std::vector<Node*>, decltype(newer_first)> ready(newer_first);
   std::unordered_map<Node*, Tensor> grads;
+  // For nodes with backward_of_two: the second part of their gradient, not yet added to the first.
+  // A third part is added in arrival order, as without backward_of_two.
+  std::unordered_map<Node*, Tensor> second_parts;
+  auto send = [&](Node* child, const Tensor& g) {
+    Tensor& first = grads[child];
+    if (!child->backward_of_two || !first.defined()) {
+      first = accumulate(first, g);
+      return;
+    }
+    Tensor& second = second_parts[child];
+    if (!second.defined()) {
+      second = g;
+    } else {
+      first = accumulate(accumulate(first, second), g);
+      second = Tensor();
+    }
+  };
   grads[impl_->grad_fn.get()] = grad_output;
   ready.push(impl_->grad_fn.get());
 
@@ -144,13 +165,19 @@ void Variable::backward(const Tensor& grad_output) {
     ready.pop();
     Tensor grad = std::move(grads[node]);
     grads.erase(node);
+    Tensor second;
+    if (auto it = second_parts.find(node); it != second_parts.end()) {
+      second = std::move(it->second);
+      second_parts.erase(it);
+    }
     if (!node->backward)
       throw std::logic_error("autograd: backward through '" + node->name +
                              "' a second time; its saved tensors were already freed");
     // A node that received no gradient passes none on, but still releases its inputs' counts so that
     // every leaf below it is visited (and its hooks fire when it did get a gradient elsewhere).
-    std::vector<Tensor> input_grads =
-        grad.defined() ? node->backward(grad) : std::vector<Tensor>(node->inputs.size());
+    std::vector<Tensor> input_grads = !grad.defined()    ? std::vector<Tensor>(node->inputs.size())
+                                      : second.defined() ? node->backward_of_two(grad, second)
+                                                         : node->backward(grad);
     if (input_grads.size() != node->inputs.size())
       throw std::logic_error("autograd: '" + node->name + "' returned the wrong number of gradients");
     for (size_t i = 0; i < node->inputs.size(); ++i) {
@@ -161,7 +188,7 @@ void Variable::backward(const Tensor& grad_output) {
       if (g.defined()) {
         check_grad_shape(g, in.shape, node->name);
         if (child)
-          grads[child] = accumulate(grads[child], g);
+          send(child, g);
         else
           deliver_to_leaf(in.leaf, g);
       } else if (!child) {
@@ -174,6 +201,7 @@ void Variable::backward(const Tensor& grad_output) {
     }
     // Free saved tensors and inputs as soon as this node is done, like PyTorch without retain_graph.
     node->backward = nullptr;
+    node->backward_of_two = nullptr;
     node->inputs.clear();
   }
 }

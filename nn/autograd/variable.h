@@ -72,6 +72,9 @@ class Variable {
 // Receives the gradient of the node's output and returns one gradient per input (an undefined
 // tensor for inputs that need none).
 using BackwardFn = std::function<std::vector<Tensor>(const Tensor& grad_output)>;
+// The same for a gradient that arrives in two parts (the output feeds two ops): the backward of
+// a + b, for a node whose first pass can add them as it reads (a residual join and the ReLU before it).
+using BackwardOfTwoFn = std::function<std::vector<Tensor>(const Tensor& part_a, const Tensor& part_b)>;
 
 // Where an input's gradient goes. A node does not keep its inputs' data alive: only what its
 // backward closure saved survives until backward (like PyTorch's edges), so an activation is freed as
@@ -80,7 +83,7 @@ struct Edge {
   std::shared_ptr<Node> node;  // producer of a non-leaf input; null for leaves and constants
   Variable leaf;               // the input itself when it is a leaf that requires a gradient
   bool requires_grad = false;
-  Shape shape;                 // to check the gradient the op returns
+  Shape shape;  // to check the gradient the op returns
 };
 
 struct Node {
@@ -88,7 +91,14 @@ struct Node {
   uint64_t sequence_nr = 0;  // creation order; backward runs newest first
   std::vector<Edge> inputs;
   BackwardFn backward;
+  // Optional: used instead of backward(a + b) when exactly two parts arrive. Its result must equal
+  // backward(a + b) bit for bit.
+  BackwardOfTwoFn backward_of_two;
 };
+
+// Gives the node of `v` (the output of the op just recorded) a backward_of_two; nothing for a
+// variable without a node.
+void set_backward_of_two(const Variable& v, BackwardOfTwoFn backward_of_two);
 
 // Records an op: returns `result` as a Variable whose node backpropagates through `backward` into
 // `inputs`, or a plain Variable when grad mode is off or no input requires a gradient.

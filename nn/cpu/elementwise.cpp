@@ -120,6 +120,10 @@ void CpuBackend::axpy(Tensor& dst, const Tensor& src, double alpha) {
   });
 }
 
+Tensor CpuBackend::relu_backward_of_sum(const Tensor& a, const Tensor& b, const Tensor& relu_out) {
+  return unary_backward(UnaryOp::relu, binary(BinaryOp::add, a, b), Tensor(), relu_out);
+}
+
 void CpuBackend::scale(Tensor& dst, double alpha) {
   if (!dst.is_contiguous()) throw std::invalid_argument("scale: destination must be contiguous");
   TRAINER_DISPATCH_FLOAT(dst.dtype(), "scale", [&] {

@@ -133,6 +133,32 @@ Tensor CudaBackend::unary_backward(UnaryOp op, const Tensor& grad, const Tensor&
   return out;
 }
 
+Tensor CudaBackend::relu_backward_of_sum(const Tensor& a, const Tensor& b, const Tensor& relu_out) {
+  using namespace cuda;
+  check_device(a, "relu_backward_of_sum", "a");
+  check_device(b, "relu_backward_of_sum", "b");
+  check_device(relu_out, "relu_backward_of_sum", "relu_out");
+  check_same_dtype(a, b, "relu_backward_of_sum");
+  check_same_dtype(a, relu_out, "relu_backward_of_sum");
+  if (a.shape() != b.shape() || a.shape() != relu_out.shape())
+    throw std::invalid_argument("relu_backward_of_sum: shapes " + shape_str(a.shape()) + ", " +
+                                shape_str(b.shape()) + " and " + shape_str(relu_out.shape()) + " differ");
+  const MemoryFormat f = format_of(relu_out);
+  const Tensor pa = a.contiguous(f), pb = b.contiguous(f), py = relu_out.contiguous(f);
+  Tensor out = empty(a.shape(), a.dtype(), f);
+  CUDA_DISPATCH_FLOAT(a.dtype(), "relu_backward_of_sum", [&] {
+    using acc = acc_t<scalar_t>;
+    map(out.numel(), static_cast<scalar_t*>(out.raw_data()), static_cast<const scalar_t*>(pa.raw_data()),
+        static_cast<const scalar_t*>(pb.raw_data()), static_cast<const scalar_t*>(py.raw_data()),
+        [=] __device__(acc x, acc y, acc r) {
+          // The sum rounded to the storage type first, as binary(add) stores it before the mask.
+          const acc sum = to_acc(store<scalar_t>(binary_value(BinaryOp::add, x, y)));
+          return unary_backward_value(UnaryOp::relu, sum, acc(0), r);
+        });
+  });
+  return out;
+}
+
 void CudaBackend::axpy(Tensor& dst, const Tensor& src, double alpha) {
   using namespace cuda;
   check_device(dst, "axpy", "destination");

@@ -93,36 +93,50 @@ Variable batch_norm(const Variable& x, const Variable& weight, const Variable& b
   if (has_weight) inputs.push_back(weight);
   if (has_bias) inputs.push_back(bias);
   if (has_residual) inputs.push_back(residual);
-  return record_op(
-      "batch_norm", y, inputs,
-      [xd, wd, mean, invstd, batch_stats, count, has_weight, has_bias, x_needs_grad, has_residual,
-       relu_out = relu ? y : Tensor(), weight_dtype = has_weight ? wd.dtype() : xd.dtype(),
-       bias_dtype = has_bias ? bd.dtype() : xd.dtype()](const Tensor& g_out) -> std::vector<Tensor> {
-        Backend& k = backend_for(g_out);
-        // Through the ReLU (its output is positive exactly where it passed its input). The batch-norm
-        // kernels apply the mask as they read; the masked gradient is made here only where it is
-        // needed as a tensor: as the residual's gradient, or for evaluation mode's affine backward.
-        const bool mask_here = relu_out.defined() && (has_residual || !batch_stats);
-        const Tensor g = mask_here ? k.unary_backward(UnaryOp::relu, g_out, Tensor(), relu_out) : g_out;
-        const Tensor mask = mask_here ? Tensor() : relu_out;
-        Tensor sum_dy, sum_dy_xhat;
-        if (has_weight || has_bias || (batch_stats && x_needs_grad))
-          std::tie(sum_dy, sum_dy_xhat) = k.bn_backward_reduce(g, xd, mean, invstd, mask);
-        std::vector<Tensor> grads;
-        if (!x_needs_grad) {
-          grads.emplace_back();
-        } else if (batch_stats) {
-          grads.push_back(k.bn_backward_input(g, xd, mean, invstd, wd, sum_dy, sum_dy_xhat, count, mask));
-        } else {
-          // Running statistics are constants: grad_x = dy * invstd * gamma.
-          const Tensor zero = Tensor::zeros(mean.shape(), mean.dtype(), mean.device());
-          grads.push_back(k.bn_apply(g, zero, invstd, wd, Tensor(), {}));
-        }
-        if (has_weight) grads.push_back(sum_dy_xhat.to(weight_dtype));
-        if (has_bias) grads.push_back(sum_dy.to(bias_dtype));
-        if (has_residual) grads.push_back(g);
-        return grads;
-      });
+  // The backward from the gradient at the normalisation's output (`mask`: the ReLU's output, applied by
+  // the batch-norm kernels as they read, or undefined when g is already masked).
+  auto from_normalised = [xd, wd, mean, invstd, batch_stats, count, has_weight, has_bias, x_needs_grad,
+                          has_residual, weight_dtype = has_weight ? wd.dtype() : xd.dtype(),
+                          bias_dtype = has_bias ? bd.dtype() : xd.dtype()](const Tensor& g,
+                                                                           const Tensor& mask) {
+    Backend& k = backend_for(g);
+    Tensor sum_dy, sum_dy_xhat;
+    if (has_weight || has_bias || (batch_stats && x_needs_grad))
+      std::tie(sum_dy, sum_dy_xhat) = k.bn_backward_reduce(g, xd, mean, invstd, mask);
+    std::vector<Tensor> grads;
+    if (!x_needs_grad) {
+      grads.emplace_back();
+    } else if (batch_stats) {
+      grads.push_back(k.bn_backward_input(g, xd, mean, invstd, wd, sum_dy, sum_dy_xhat, count, mask));
+    } else {
+      // Running statistics are constants: grad_x = dy * invstd * gamma.
+      const Tensor zero = Tensor::zeros(mean.shape(), mean.dtype(), mean.device());
+      grads.push_back(k.bn_apply(g, zero, invstd, wd, Tensor(), {}));
+    }
+    if (has_weight) grads.push_back(sum_dy_xhat.to(weight_dtype));
+    if (has_bias) grads.push_back(sum_dy.to(bias_dtype));
+    if (has_residual) grads.push_back(g);
+    return grads;
+  };
+  // Through the ReLU (its output is positive exactly where it passed its input). The batch-norm
+  // kernels apply the mask as they read; the masked gradient is made here only where it is needed as
+  // a tensor: as the residual's gradient, or for evaluation mode's affine backward.
+  const Tensor relu_out = relu ? y : Tensor();
+  const bool mask_here = relu && (has_residual || !batch_stats);
+  Variable out =
+      record_op("batch_norm", y, inputs,
+                [from_normalised, relu_out, mask_here](const Tensor& g_out) -> std::vector<Tensor> {
+                  if (!mask_here) return from_normalised(g_out, relu_out);
+                  return from_normalised(
+                      backend_for(g_out).unary_backward(UnaryOp::relu, g_out, Tensor(), relu_out), Tensor());
+                });
+  // A residual block's output usually feeds two ops (the next block's convolution and its shortcut):
+  // its gradient arrives in two parts, added in the same pass that applies the ReLU's mask.
+  if (mask_here)
+    set_backward_of_two(out, [from_normalised, relu_out](const Tensor& a, const Tensor& b) {
+      return from_normalised(backend_for(a).relu_backward_of_sum(a, b, relu_out), Tensor());
+    });
+  return out;
 }
 
 }  // namespace trainer::F

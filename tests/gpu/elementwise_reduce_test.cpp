@@ -91,6 +91,25 @@ TEST(CudaElementwise, ScalarUnaryAndBackward) {
   }
 }
 
+// The residual join's fused gradient equals the GPU's own add then ReLU backward bit for bit (the
+// trainer's loss sequence must not change with the fusion), in every dtype and both layouts.
+TEST(CudaElementwise, ReluBackwardOfSumEqualsAddThenReluBackward) {
+  REQUIRE_GPU();
+  Generator gen(14);
+  for (const Precision& pr : kPrecisions)
+    for (MemoryFormat f : {MemoryFormat::contiguous, MemoryFormat::channels_last}) {
+      const Tensor a = on_gpu(random({4, 8, 5, 3}, gen, pr.dtype), f),
+                   b = on_gpu(random({4, 8, 5, 3}, gen, pr.dtype), f);
+      const Tensor y = on_gpu(random({4, 8, 5, 3}, gen, pr.dtype, -1.0, 1.0), f);
+      const Tensor fused = dev().relu_backward_of_sum(a, b, y);
+      const Tensor separate =
+          dev().unary_backward(UnaryOp::relu, dev().binary(BinaryOp::add, a, b), Tensor(), y);
+      EXPECT_EQ(fused.to(Device::cpu()).to_vector<double>(), separate.to(Device::cpu()).to_vector<double>());
+      expect_close(cpu().relu_backward_of_sum(reference_input(a), reference_input(b), reference_input(y)),
+                   fused, pr.rtol, pr.atol, "relu_backward_of_sum");
+    }
+}
+
 TEST(CudaElementwise, AxpyAndScale) {
   REQUIRE_GPU();
   Generator gen(12);

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "gradcheck.h"
+#include "nn/backend.h"
 #include "nn/functional.h"
 
 namespace trainer {
@@ -76,15 +77,41 @@ TEST(Autograd, ALeafGradientKeepsItsChannelsLastLayout) {
     Variable w(value.clone(MemoryFormat::channels_last), true);
     const Tensor g = Tensor::full({4, 3, 3, 3}, 2.0).contiguous(MemoryFormat::channels_last);
     Tensor held;  // a second owner of the gradient's storage, in the shared case
-    Variable y = record_op("channels_last_grad", w.data(), {w}, [&, shared](const Tensor&) -> std::vector<Tensor> {
-      Tensor out = g.clone(MemoryFormat::channels_last);
-      if (shared) held = out;
-      return {out};
-    });
+    Variable y =
+        record_op("channels_last_grad", w.data(), {w}, [&, shared](const Tensor&) -> std::vector<Tensor> {
+          Tensor out = g.clone(MemoryFormat::channels_last);
+          if (shared) held = out;
+          return {out};
+        });
     y.backward(Tensor::ones({4, 3, 3, 3}));
     EXPECT_TRUE(w.grad().is_contiguous(MemoryFormat::channels_last)) << "shared " << shared;
     EXPECT_EQ(w.grad().to_vector<float>(), g.to_vector<float>());
     if (shared) EXPECT_NE(w.grad().storage(), held.storage());  // copied: the op's tensor may change
+  }
+}
+
+// A node with backward_of_two gets two parts unadded; a third part is added to them in arrival order
+// and the node's plain backward runs; one part runs the plain backward too.
+TEST(Autograd, BackwardOfTwoGetsTwoPartsAndThreeAreAdded) {
+  for (int consumers = 1; consumers <= 3; ++consumers) {
+    Variable x(Tensor::from_vector<double>({1, 2}, {2}), true);
+    std::vector<std::vector<double>> seen_plain, seen_two;
+    Variable y = record_op("identity", x.data(), {x}, [&](const Tensor& g) -> std::vector<Tensor> {
+      seen_plain.push_back(g.to_vector<double>());
+      return {g};
+    });
+    set_backward_of_two(y, [&](const Tensor& a, const Tensor& b) -> std::vector<Tensor> {
+      seen_two.push_back(a.to_vector<double>());
+      seen_two.push_back(b.to_vector<double>());
+      return {backend_for(a).binary(BinaryOp::add, a, b)};
+    });
+    Variable total = F::mul(y, 1.0);
+    for (int c = 1; c < consumers; ++c) total = F::add(total, F::mul(y, static_cast<double>(10 * c)));
+    F::sum(total).backward();
+    const double expected = 1.0 + (consumers > 1 ? 10.0 : 0.0) + (consumers > 2 ? 20.0 : 0.0);
+    EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{expected, expected})) << consumers;
+    EXPECT_EQ(seen_two.size(), consumers == 2 ? 2u : 0u) << consumers;
+    EXPECT_EQ(seen_plain.size(), consumers == 2 ? 0u : 1u) << consumers;
   }
 }
 
@@ -151,7 +178,8 @@ TEST(Gradcheck, MatmulAndLinear) {
   EXPECT_GRADCHECK([](auto& in) { return F::matmul(in[0], in[1]); }, {leaf({3, 4}, g), leaf({4, 5}, g)});
   EXPECT_GRADCHECK([](auto& in) { return F::linear(in[0], in[1], in[2]); },
                    {leaf({3, 4}, g), leaf({5, 4}, g), leaf({5}, g)});
-  EXPECT_GRADCHECK([](auto& in) { return F::linear(in[0], in[1], Variable()); }, {leaf({3, 4}, g), leaf({2, 4}, g)});
+  EXPECT_GRADCHECK([](auto& in) { return F::linear(in[0], in[1], Variable()); },
+                   {leaf({3, 4}, g), leaf({2, 4}, g)});
 }
 
 }  // namespace

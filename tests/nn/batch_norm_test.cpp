@@ -177,6 +177,39 @@ TEST(BatchNorm, GradcheckFusedResidualAndRelu) {
     }
 }
 
+// A residual block's output feeds two ops: its gradient arrives in two parts, which the fused tail
+// adds in the pass that applies the ReLU's mask (Node::backward_of_two). Finite differences check the
+// gradients, and they equal those of the same graph whose two parts are added before the tail.
+TEST(BatchNorm, FusedTailWhoseOutputFeedsTwoOps) {
+  Generator gen(12);
+  Tensor rm = random_tensor({3}, gen), rv = random_tensor({3}, gen, 0.5, 1.5);
+  Variable x(random_tensor({2, 3, 3, 2}, gen), true), r(random_tensor({2, 3, 3, 2}, gen), true);
+  Variable w(random_tensor({3}, gen, 0.5, 1.5), true), b(random_tensor({3}, gen), true);
+  auto tail = [&](const std::vector<Variable>& in) {
+    Tensor m = rm.clone(), v = rv.clone();
+    return F::batch_norm(in[0], in[1], in[2], m, v, true, 0.1, kEps, in[3], true);
+  };
+  // y feeds a product and a scaled copy: two parts, both depending on y.
+  EXPECT_GRADCHECK(
+      [&](const std::vector<Variable>& in) {
+        const Variable y = tail(in);
+        return F::add(F::mul(y, F::mul(y, 0.5)), F::mul(y, 3.0));
+      },
+      {x, w, b, r});
+  std::vector<std::vector<double>> grads[2];
+  for (int summed_first = 0; summed_first < 2; ++summed_first) {
+    Variable xi(x.data().clone(), true), ri(r.data().clone(), true), wi(w.data().clone(), true),
+        bi(b.data().clone(), true);
+    const Variable y = tail({xi, wi, bi, ri});
+    const Variable a = F::mul(y, 2.0), c = F::mul(y, -0.75);
+    // Two parts reach the tail, or one already added (the product of y and 1 + 0 keeps one consumer).
+    const Variable out = summed_first ? F::mul(y, 1.25) : F::add(a, c);
+    F::sum(F::mul(out, out)).backward();
+    for (const Variable& v : {xi, wi, bi, ri}) grads[summed_first].push_back(v.grad().to_vector<double>());
+  }
+  for (size_t i = 0; i < grads[0].size(); ++i) expect_near(grads[0][i], grads[1][i], 1e-12);
+}
+
 // The fused tail gives the unfused ops' values and gradients (f32, so bit-for-bit up to rounding).
 TEST(BatchNorm, FusedTailEqualsSeparateOps) {
   Generator gen(9);
