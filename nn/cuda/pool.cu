@@ -256,7 +256,18 @@ Tensor CudaBackend::global_avg_pool(const Tensor& x) {
   CUDA_DISPATCH_FLOAT(x.dtype(), "global_avg_pool", [&] {
     const scalar_t* px = static_cast<const scalar_t*>(x.raw_data());
     scalar_t* py = static_cast<scalar_t*>(y.raw_data());
-    // One warp per plane, summing in double like the CPU.
+    // Summing in double like the CPU. Channels-last: a thread per plane, so that neighbouring threads
+    // read neighbouring channels (a warp per plane read one element per 32-byte sector there: 60 us
+    // for resnet18's last 4 MB at batch 512). Otherwise a warp per plane, reading along the row.
+    if (sx.c == 1 && C > 1) {
+      for_each(planes, [=] __device__(int64_t plane) {
+        const scalar_t* base = px + (plane / C) * sx.n + (plane % C);
+        double s = 0.0;
+        for (int64_t k = 0; k < hw; ++k) s += to_acc(base[(k / W) * sx.h + (k % W) * sx.w]);
+        py[plane] = from_acc<scalar_t>(s / static_cast<double>(hw));
+      });
+      return;
+    }
     for_each(planes * 32, [=] __device__(int64_t t) {
       const int64_t plane = t / 32;
       const int lane = static_cast<int>(t % 32);
