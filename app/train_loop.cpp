@@ -832,6 +832,11 @@ int run_training(const Config& config, const TrainOptions& options) {
   if (so.enabled && device.is_cuda()) {
     const std::string host_reason = loss_scaler_host_reason(config);
     if (host_reason.empty()) {
+      // loss_scaler_host_reason() reads the config; the optimizer has the last word (step_graph_blocker
+      // relies on the same config decision, so the two must agree).
+      if (!e.optimizer->skips_exactly_on_device())
+        throw std::logic_error("loss scaling: the config allows a device loss scaler but optimizer '" +
+                               e.optimizer->name() + "' cannot skip on a device flag exactly");
       scaler.keep_on_device(device);
       e.optimizer->skip_if(scaler.found_inf_flag());
       log.line("loss scaling: on the device (skipped steps are reported one step late)");

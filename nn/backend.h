@@ -106,9 +106,13 @@ class Backend {
   virtual void scale_and_flag_nonfinite(Tensor& dst, double alpha, Tensor& flag) = 0;
   // The same with the factor 1 / scale[0] read on the device (scale: f32 [1] on dst's device), for a
   // loss scaler kept there: no host value is baked into the launch, so a captured step replays it.
+  // Both flag a value that is non-finite after the multiplication, which includes every non-finite
+  // input; GradScaler checks the input only, so the two differ only where a finite gradient
+  // overflows when unscaled by a scale below 1 (GradScaler would pass the inf to the optimizer).
   virtual void unscale_and_flag_nonfinite(Tensor& dst, const Tensor& scale, Tensor& flag) = 0;
   // torch.amp.GradScaler's update, on the device: flag set -> scale *= backoff_factor, tracker = 0,
-  // skipped += 1; otherwise ++tracker, and at growth_interval scale *= growth_factor, tracker = 0.
+  // skipped += 1; otherwise ++tracker (consecutive clean steps), and at growth_interval
+  // scale *= growth_factor when that is finite in f32, tracker = 0.
   // Then clears the flag for the next step. scale f32 [1], tracker and flag i64 [1], skipped f64 [1]
   // (a count the host reads back without stopping), all on one device.
   virtual void update_loss_scale(Tensor& scale, Tensor& tracker, Tensor& skipped, Tensor& flag,

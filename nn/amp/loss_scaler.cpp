@@ -41,6 +41,7 @@ bool LossScaler::unscale_and_check(const std::vector<Variable>& params,
 }
 
 bool LossScaler::unscale_and_check(const std::vector<Tensor>& grads, const std::function<bool(bool)>& agree) {
+  if (on_device()) throw std::logic_error("LossScaler::unscale_and_check: the scaler is kept on the device");
   // One flag per device, read once at the end: a read is a host synchronisation.
   std::vector<Tensor> flags;
   for (Tensor g : grads) {  // a handle: scaled in place

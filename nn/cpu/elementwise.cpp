@@ -110,8 +110,10 @@ Tensor CpuBackend::unary_backward(UnaryOp op, const Tensor& grad, const Tensor& 
 void CpuBackend::axpy(Tensor& dst, const Tensor& src, double alpha) {
   check_same_dtype(dst, src, "axpy");
   if (dst.shape() != src.shape()) throw std::invalid_argument("axpy: shape mismatch");
-  if (!dst.is_contiguous()) throw std::invalid_argument("axpy: destination must be contiguous");
-  Tensor s = src.contiguous();
+  // Any dense destination (a channels-last gradient too): the source is brought to its layout.
+  const MemoryFormat format = dst.suggest_memory_format();
+  if (!dst.is_contiguous(format)) throw std::invalid_argument("axpy: destination must be contiguous");
+  Tensor s = src.contiguous(format);
   TRAINER_DISPATCH_FLOAT(dst.dtype(), "axpy", [&] {
     scalar_t* d = dst.data<scalar_t>();
     const scalar_t* p = s.data<scalar_t>();
@@ -125,7 +127,8 @@ Tensor CpuBackend::relu_backward_of_sum(const Tensor& a, const Tensor& b, const 
 }
 
 void CpuBackend::scale(Tensor& dst, double alpha) {
-  if (!dst.is_contiguous()) throw std::invalid_argument("scale: destination must be contiguous");
+  if (!dst.is_contiguous(dst.suggest_memory_format()))  // any dense layout: elementwise in memory order
+    throw std::invalid_argument("scale: destination must be contiguous");
   TRAINER_DISPATCH_FLOAT(dst.dtype(), "scale", [&] {
     scalar_t* d = dst.data<scalar_t>();
     const scalar_t a = static_cast<scalar_t>(alpha);

@@ -1,6 +1,6 @@
 // Optimizer updates (SGD with momentum/dampening/Nesterov and coupled weight decay; AdamW with
-// decoupled weight decay), in place, one thread per element, with the CPU backend's (torch.optim's)
-// update rules and order of operations. f32 and f64, like the CPU.
+// decoupled weight decay), in place, with the CPU backend's (torch.optim's) update rules and order of
+// operations per element. f32 and f64, like the CPU.
 #include <cmath>
 
 #include "nn/cuda/kernels.cuh"

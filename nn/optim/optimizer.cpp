@@ -263,7 +263,7 @@ double clip_grad_norm(const std::vector<Variable>& params, double max_norm) {
     for (Variable& v : with_grad) {
       Tensor& g = v.grad();
       Backend& be = backend_for(g);
-      if (g.is_contiguous())
+      if (g.is_contiguous(g.suggest_memory_format()))  // dense in any layout: scaled in place
         be.scale(g, coef);
       else
         g = be.binary_scalar(BinaryOp::mul, g, coef, false);

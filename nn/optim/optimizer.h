@@ -80,8 +80,9 @@ class Optimizer {
   // kernels read the scaler's found-inf flag and leave parameters and state as they are when it is set;
   // the host's step counts still advance. skips_exactly_on_device(): whether the update after such a
   // skipped step is the one torch.optim makes after a step GradScaler skipped (not calling step()).
-  // SGD with dampening 0 is: a buffer never written is zeros, and momentum * 0 + 1 * g is the first
-  // step's g. AdamW is not: its bias correction counts the skipped step. skip_if throws for those.
+  // SGD with dampening 0 is, up to the sign of zero: a buffer never written is zeros, and
+  // momentum * 0 + 1 * g is the first step's g (where g is -0 the buffer holds +0, torch's clone -0).
+  // AdamW is not: its bias correction counts the skipped step. skip_if throws for those.
   virtual bool skips_exactly_on_device() const { return false; }
   void skip_if(const int64_t* device_flag);
 

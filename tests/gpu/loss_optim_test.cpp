@@ -135,6 +135,31 @@ TEST(CudaOptim, SgdStepManyEqualsTheCpuOneByOne) {
   }
 }
 
+// The 16-byte path (every operand aligned) and the element path (a launch holding an offset view,
+// whose data is not 16-byte aligned) give the same bits, sizes with a tail that is not a whole pack
+// included.
+TEST(CudaOptim, SgdVectorisedAndElementwiseUpdatesAreBitwiseEqual) {
+  REQUIRE_GPU();
+  Generator gen(45);
+  SgdParams p;
+  p.lr = 0.05, p.momentum = 0.9, p.weight_decay = 1e-3, p.nesterov = true;
+  for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{1029}, int64_t{40003}}) {
+    const Tensor w0 = random({n}, gen, DType::f32), g = random({n}, gen, DType::f32).to(gpu());
+    // Aligned: a tensor of its own. Unaligned: elements 1..n of a larger one.
+    Tensor wa = w0.to(gpu()), ba = Tensor::zeros({n}, DType::f32, gpu());
+    Tensor big_w = Tensor::zeros({n + 1}, DType::f32, gpu()),
+           big_b = Tensor::zeros({n + 1}, DType::f32, gpu());
+    Tensor wu = big_w.slice(0, 1, n + 1), bu = big_b.slice(0, 1, n + 1);
+    wu.copy_(w0);
+    for (int step = 0; step < 2; ++step) {
+      dev().sgd_step_many({{&wa, &g, &ba, step == 0}}, p);
+      dev().sgd_step_many({{&wu, &g, &bu, step == 0}}, p);
+    }
+    EXPECT_EQ(wa.to(Device::cpu()).to_vector<float>(), wu.to(Device::cpu()).to_vector<float>()) << n;
+    EXPECT_EQ(ba.to(Device::cpu()).to_vector<float>(), bu.to(Device::cpu()).to_vector<float>()) << n;
+  }
+}
+
 TEST(CudaOptim, AdamWSteps) {
   REQUIRE_GPU();
   Generator gen(43);
