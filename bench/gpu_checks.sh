@@ -229,5 +229,21 @@ if want multigpu; then
       > "$MG/fm_torchrun.log" 2>&1
     echo "torchrun: exit $?: $(grep -E '^done' "$MG/fm_torchrun.log" | tail -1)"
     tail_log "$MG/fm_launch.log" 6; tail_log "$MG/fm_torchrun.log" 10
+
+    if [[ $DEV == cuda ]]; then
+      # fp16's loss scaler kept on the device at 2 ranks: the ranks agree on the found-inf flag with an
+      # NCCL all-reduce. A first scale of 2^24 overflows the first steps, so skips must show up, the
+      # same on both ranks, and the run must finish.
+      echo "== multigpu: Fashion-MNIST resnet18 fp16 (device loss scaler), $FM_STEPS steps, 2 ranks"
+      timeout 150 "$T" launch --nproc-per-node 2 -- train ${FMRUN/precision=$PREC/precision=fp16} \
+        --set train.loss_scale_init=16777216 --set train.run_dir="$MG/fm_fp16" > "$MG/fm_fp16.log" 2>&1
+      echo "trainer launch: exit $?: $(grep -E '^(\[rank 0\] )?done' "$MG/fm_fp16.log" | tail -1)"
+      grep -m1 "loss scaling:" "$MG/fm_fp16.log"
+      for r in 0 1; do
+        f="$MG/fm_fp16/train.log"; [[ $r == 1 ]] && f="$MG/fm_fp16/train.rank1.log"
+        echo "rank $r skipped: $(grep -o 'step [0-9]*: inf/NaN gradients' "$f" 2>/dev/null | cut -d: -f1 | tr '\n' ' ')"
+      done
+      tail_log "$MG/fm_fp16.log" 10
+    fi
   } 2>&1 | tee "$OUT/multigpu.txt"
 fi
