@@ -100,6 +100,12 @@ double step_lr(const Experiment& e, const TrainingState& st) {
   return e.base_lr * e.schedule->factor(st.step);
 }
 
+// The learning rate of the coming update, where the optimizer's kernels read it.
+void set_step_lr(Optimizer& optimizer, double lr) {
+  optimizer.set_lr(lr);
+  if (optimizer.uses_device_scalars()) optimizer.stage_device_scalars();
+}
+
 // A loss scaler kept on the device: unscale, agree on the found-inf flag, step (the kernels skip on the
 // flag), update the scale. Nothing waits for the device. Capturable (no read-back is queued here: a
 // captured copy would keep writing into a slot the host reuses).
@@ -116,39 +122,19 @@ void read_scaler_later(StepContext& ctx, StepResult& result) {
   result.pending_loss_scale = ctx.readback.read_later(ctx.scaler.device_scale());
 }
 
-// The step's end: wait for the all-reduce, then unscale and check (after the all-reduce, so every rank
-// skips the same steps), clip, step, zero the gradients. Returns the step's learning rate.
-double finish_step(StepContext& ctx, const TrainingState& st, StepResult& result) {
-  Experiment& e = ctx.e;
-  StepTimer& timer = ctx.timer;
+// Without a scaler, or with one deciding on the host: unscale and check (one host read), then clip and
+// step, or skip and say so.
+void step_with_host_scaler(StepContext& ctx, const TrainingState& st, double lr) {
   LossScaler& scaler = ctx.scaler;
-  timer.begin(Phase::allreduce_exposed);
-  ctx.reducer.finish();
-  timer.end(Phase::allreduce_exposed);
-  if (ctx.allreduce_open) timer.end(Phase::allreduce_total);
-  ctx.allreduce_open = false;
-  timer.begin(Phase::optimizer);
-  if (scaler.on_device()) {
-    const double lr = step_lr(e, st);
-    e.optimizer->set_lr(lr);
-    if (e.optimizer->uses_device_scalars()) e.optimizer->stage_device_scalars();
-    step_with_device_scaler(ctx);
-    read_scaler_later(ctx, result);
-    e.optimizer->zero_grad();
-    timer.end(Phase::optimizer);
-    return lr;
-  }
   const bool finite =
       !scaler.enabled() ||
       (ctx.zero ? scaler.unscale_and_check(ctx.zero->gradients_to_unscale(), ctx.all_ranks_finite)
                 : scaler.unscale_and_check(ctx.params, ctx.all_ranks_finite));
-  const double lr = step_lr(e, st);
   if (finite) {
     if (ctx.config.optim.clip_grad_norm > 0 && !ctx.zero)
       clip_grad_norm(ctx.params, ctx.config.optim.clip_grad_norm);
-    e.optimizer->set_lr(lr);
-    if (e.optimizer->uses_device_scalars()) e.optimizer->stage_device_scalars();
-    e.optimizer->step();
+    set_step_lr(*ctx.e.optimizer, lr);
+    ctx.e.optimizer->step();
   } else {
     ctx.exporter.add_skipped_steps(1);
     ctx.log.line(fmt("step %lld: inf/NaN gradients at loss scale %g, step skipped",
@@ -156,7 +142,27 @@ double finish_step(StepContext& ctx, const TrainingState& st, StepResult& result
   }
   scaler.update(!finite);
   ctx.exporter.set_loss_scale(scaler.scale());
-  e.optimizer->zero_grad();
+}
+
+// The step's end: wait for the all-reduce, then unscale and check (after the all-reduce, so every rank
+// skips the same steps), clip, step, zero the gradients. Returns the step's learning rate.
+double finish_step(StepContext& ctx, const TrainingState& st, StepResult& result) {
+  StepTimer& timer = ctx.timer;
+  timer.begin(Phase::allreduce_exposed);
+  ctx.reducer.finish();
+  timer.end(Phase::allreduce_exposed);
+  if (ctx.allreduce_open) timer.end(Phase::allreduce_total);
+  ctx.allreduce_open = false;
+  timer.begin(Phase::optimizer);
+  const double lr = step_lr(ctx.e, st);
+  if (ctx.scaler.on_device()) {
+    set_step_lr(*ctx.e.optimizer, lr);
+    step_with_device_scaler(ctx);
+    read_scaler_later(ctx, result);
+  } else {
+    step_with_host_scaler(ctx, st, lr);
+  }
+  ctx.e.optimizer->zero_grad();
   timer.end(Phase::optimizer);
   return lr;
 }
@@ -171,8 +177,7 @@ StepResult graphed_step(StepContext& ctx, MicroBatch mb, TrainingState& st) {
   ctx.timer.begin(Phase::graph);
   graph.load(mb.images, mb.labels);
   const double lr = step_lr(e, st);
-  e.optimizer->set_lr(lr);
-  e.optimizer->stage_device_scalars();
+  set_step_lr(*e.optimizer, lr);  // the graph reads it from the device (use_device_scalars)
   if (graph.captured()) {
     graph.replay();
     e.optimizer->count_replayed_step();
