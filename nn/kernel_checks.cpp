@@ -4,6 +4,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "nn/amp/loss_scale_rule.h"
+
 namespace trainer {
 
 int64_t check_logits(const Tensor& logits, const char* op) {
@@ -75,8 +77,7 @@ void check_loss_scale_state(const Tensor& scale, const Tensor& tracker, const Te
       skipped.dtype() != DType::f64 || skipped.numel() != 1)
     throw std::invalid_argument(std::string(op) + ": tracker (i64 [1]) and skipped (f64 [1]) must be on " +
                                 scale.device().str() + ", got " + tracker.str() + " and " + skipped.str());
-  if (!(rule.growth_factor > 1) || !(rule.backoff_factor > 0) || !(rule.backoff_factor < 1) ||
-      rule.growth_interval < 1)
+  if (!valid_loss_scale_rule(rule))
     throw std::invalid_argument(std::string(op) +
                                 ": need growth_factor > 1, 0 < backoff_factor < 1, growth_interval >= 1");
 }

@@ -1,8 +1,8 @@
 #include "nn/amp/loss_scaler.h"
 
-#include <cmath>
 #include <stdexcept>
 
+#include "nn/amp/loss_scale_rule.h"
 #include "nn/backend.h"
 #include "nn/functional.h"
 
@@ -10,9 +10,7 @@ namespace trainer {
 
 LossScaler::LossScaler(LossScalerOptions options)
     : options_(options), scale_(options.enabled ? options.init_scale : 1.0) {
-  if (options_.enabled &&
-      (options_.init_scale <= 0 || options_.growth_factor <= 1 || options_.backoff_factor <= 0 ||
-       options_.backoff_factor >= 1 || options_.growth_interval < 1))
+  if (options_.enabled && (options_.init_scale <= 0 || !valid_loss_scale_rule(options_.rule)))
     throw std::invalid_argument(
         "LossScaler: need init_scale > 0, growth_factor > 1, 0 < backoff_factor < 1, growth_interval >= 1");
 }
@@ -59,17 +57,7 @@ bool LossScaler::unscale_and_check(const std::vector<Tensor>& grads, const std::
 void LossScaler::update(bool found_inf) {
   if (!options_.enabled) return;
   if (on_device()) throw std::logic_error("LossScaler::update: the scaler is kept on the device");
-  if (found_inf) {
-    scale_ *= options_.backoff_factor;
-    growth_tracker_ = 0;
-    ++skipped_steps_;
-    return;
-  }
-  if (++growth_tracker_ == options_.growth_interval) {
-    // GradScaler grows only to a finite (f32) scale; the device copy is f32.
-    if (std::isfinite(static_cast<float>(scale_ * options_.growth_factor))) scale_ *= options_.growth_factor;
-    growth_tracker_ = 0;
-  }
+  if (apply_loss_scale_rule(options_.rule, found_inf, scale_, growth_tracker_)) ++skipped_steps_;
 }
 
 void LossScaler::load_state(double scale, int64_t growth_tracker) {
@@ -107,9 +95,8 @@ const int64_t* LossScaler::found_inf_flag() const {
 
 void LossScaler::update_on_device() {
   if (!on_device()) throw std::logic_error("LossScaler::update_on_device: call keep_on_device first");
-  const LossScaleRule rule{options_.growth_factor, options_.backoff_factor, options_.growth_interval};
   backend_for(device_scale_)
-      .update_loss_scale(device_scale_, device_tracker_, device_skipped_, found_inf_, rule);
+      .update_loss_scale(device_scale_, device_tracker_, device_skipped_, found_inf_, options_.rule);
 }
 
 }  // namespace trainer

@@ -17,15 +17,14 @@
 #include <vector>
 
 #include "nn/autograd/variable.h"
+#include "nn/backend.h"
 
 namespace trainer {
 
 struct LossScalerOptions {
   bool enabled = true;  // off: scale 1, never skips (fp32, tf32, bf16)
   double init_scale = 65536.0;
-  double growth_factor = 2.0;
-  double backoff_factor = 0.5;
-  int64_t growth_interval = 2000;
+  LossScaleRule rule;  // growth 2x every 2000 clean steps, back-off 0.5x (GradScaler's defaults)
 };
 
 class LossScaler {

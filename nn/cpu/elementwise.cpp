@@ -2,6 +2,7 @@
 // gradients, axpy and scale.
 #include <cmath>
 
+#include "nn/amp/loss_scale_rule.h"
 #include "nn/cpu/cpu_backend.h"
 #include "nn/cpu/strided.h"
 #include "nn/elementwise_math.h"
@@ -156,18 +157,9 @@ void CpuBackend::unscale_and_flag_nonfinite(Tensor& dst, const Tensor& scale, Te
 void CpuBackend::update_loss_scale(Tensor& scale, Tensor& tracker, Tensor& skipped, Tensor& flag,
                                    const LossScaleRule& rule) {
   check_loss_scale_state(scale, tracker, skipped, flag, rule, "update_loss_scale");
-  float& s = scale.data<float>()[0];
-  int64_t& t = tracker.data<int64_t>()[0];
   int64_t& f = flag.data<int64_t>()[0];
-  if (f != 0) {
-    s = static_cast<float>(s * rule.backoff_factor);
-    t = 0;
+  if (apply_loss_scale_rule(rule, f != 0, scale.data<float>()[0], tracker.data<int64_t>()[0]))
     skipped.data<double>()[0] += 1.0;
-  } else if (++t == rule.growth_interval) {
-    const float grown = static_cast<float>(s * rule.growth_factor);
-    if (std::isfinite(grown)) s = grown;
-    t = 0;
-  }
   f = 0;
 }
 

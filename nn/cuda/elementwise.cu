@@ -1,6 +1,7 @@
 // Elementwise kernels: broadcasting binary ops, scalar forms, unary ops and their gradients, axpy and
 // scale. Half types compute in f32. Dense inputs keep their memory format (so channels-last
 // activations stay channels-last); broadcasting binary ops return contiguous tensors, as on the CPU.
+#include "nn/amp/loss_scale_rule.h"
 #include "nn/cuda/kernels.cuh"
 #include "nn/elementwise_math.h"
 #include "nn/kernel_checks.h"
@@ -225,19 +226,8 @@ void CudaBackend::update_loss_scale(Tensor& scale, Tensor& tracker, Tensor& skip
   int64_t* t = static_cast<int64_t*>(tracker.raw_data());
   double* skips = static_cast<double*>(skipped.raw_data());
   int64_t* f = static_cast<int64_t*>(flag.raw_data());
-  const double growth = rule.growth_factor, backoff = rule.backoff_factor;
-  const int64_t interval = rule.growth_interval;
   for_each(1, [=] __device__(int64_t) {
-    // The CPU backend's update, in the same double-then-float arithmetic.
-    if (*f != 0) {
-      *s = static_cast<float>(__dmul_rn(*s, backoff));
-      *t = 0;
-      *skips += 1.0;
-    } else if (++*t == interval) {
-      const float grown = static_cast<float>(__dmul_rn(*s, growth));
-      if (isfinite(grown)) *s = grown;
-      *t = 0;
-    }
+    if (apply_loss_scale_rule(rule, *f != 0, *s, *t)) *skips += 1.0;
     *f = 0;
   });
 }

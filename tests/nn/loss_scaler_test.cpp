@@ -16,7 +16,7 @@ namespace {
 LossScalerOptions small_interval() {
   LossScalerOptions o;
   o.init_scale = 1024;
-  o.growth_interval = 3;
+  o.rule.growth_interval = 3;
   return o;
 }
 
@@ -111,7 +111,7 @@ TEST(LossScaler, InjectedInfSkipsTheStepAndLeavesStateUntouched) {
 
 TEST(LossScaler, RejectsBadOptionsAndState) {
   LossScalerOptions o;
-  o.backoff_factor = 1.5;
+  o.rule.backoff_factor = 1.5;
   EXPECT_THROW(LossScaler{o}, std::invalid_argument);
   LossScaler s;
   EXPECT_THROW(s.load_state(-1, 0), std::invalid_argument);
