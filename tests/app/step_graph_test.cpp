@@ -58,12 +58,6 @@ TEST(StepGraphBatches, TheWarmUpShapeIsCapturedAndOtherShapesRunEagerly) {
   EXPECT_FALSE(graph.captured());
 }
 
-}  // namespace
-}  // namespace trainer
-
-namespace trainer {
-namespace {
-
 // fp16's loss scaler stays on the host only where the optimizer cannot skip on a device flag exactly,
 // or where the step reads gradients on the host anyway.
 TEST(LossScalerHostReason, OnlyAdamWClippingAndZeroKeepTheScalerOnTheHost) {
