@@ -97,6 +97,7 @@ struct DistConfig {
   int zero_stage = 0;         // 0..2
   std::string nccl_debug;     // NCCL_DEBUG for this run ("" = leave the environment alone)
   std::string socket_ifname;  // NCCL_SOCKET_IFNAME for this run ("" = leave the environment alone)
+  bool cuda_graph = false;    // several ranks: capture the step with its all-reduce (train.cuda_graph too)
   bool operator==(const DistConfig&) const = default;
 };
 

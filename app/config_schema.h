@@ -135,6 +135,7 @@ void visit_fields(C& c, Visit&& visit) {
   visit("dist", "zero_stage", c.dist.zero_stage, closed(0, 2));
   visit("dist", "nccl_debug", c.dist.nccl_debug, one_of({"", "VERSION", "WARN", "INFO", "TRACE"}));
   visit("dist", "socket_ifname", c.dist.socket_ifname, any());
+  visit("dist", "cuda_graph", c.dist.cuda_graph, any());
 
   auto& k = c.checkpoint;
   visit("checkpoint", "dir", k.dir, any());

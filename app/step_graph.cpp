@@ -3,6 +3,7 @@
 #include <stdexcept>
 
 #include "app/format.h"
+#include "dist/comm.h"
 #ifdef TRAINER_WITH_CUDA
 #include "nn/cuda/cuda_graph.h"
 #endif
@@ -11,8 +12,13 @@ namespace trainer {
 
 std::string step_graph_blocker(const Config& config, int world_size) {
   if (!config.train.cuda_graph) return "train.cuda_graph = false";
-  if (world_size > 1)
-    return fmt("%d ranks: the gradient all-reduce and its watchdog are not captured yet", world_size);
+  if (world_size > 1 && !config.dist.cuda_graph)
+    return fmt(
+        "%d ranks and dist.cuda_graph = false: set it to capture the all-reduce too, at the cost of "
+        "per-phase step times",
+        world_size);
+  if (world_size > 1 && config.dist.backend == "gloo")
+    return "dist.backend = \"gloo\": collectives through the host cannot be captured";
   if (config.train.precision == "fp16" && !loss_scaler_host_reason(config).empty())
     return "train.precision = \"fp16\" with " + loss_scaler_host_reason(config) +
            ": the loss scaler decides on the host whether a step is skipped";
@@ -38,7 +44,7 @@ struct StepGraph::Graph {
 struct StepGraph::Graph {};
 #endif
 
-StepGraph::StepGraph() : graph_(std::make_unique<Graph>()) {}
+StepGraph::StepGraph(Comm* comm) : comm_(comm), graph_(std::make_unique<Graph>()) {}
 StepGraph::~StepGraph() = default;
 
 bool StepGraph::accepts(const Tensor& images, const Tensor& labels) const {
@@ -72,10 +78,13 @@ void StepGraph::capture_and_run(const std::function<Tensor()>& step) {
   Tensor loss;
   graph_->graph.capture([&] { loss = step(); });
   loss_ = loss;
-  graph_->graph.replay();
+  replay();
 }
 
-void StepGraph::replay() { graph_->graph.replay(); }
+void StepGraph::replay() {
+  graph_->graph.replay();
+  watch_replay();
+}
 
 #else
 bool StepGraph::captured() const { return false; }
@@ -85,5 +94,9 @@ void StepGraph::capture_and_run(const std::function<Tensor()>&) {
 }
 void StepGraph::replay() { throw std::logic_error("StepGraph::replay without a CUDA build"); }
 #endif
+
+void StepGraph::watch_replay() {
+  if (comm_ && comm_->world_size() > 1) comm_->watch_graph_replay("the training step's CUDA graph");
+}
 
 }  // namespace trainer

@@ -10,8 +10,16 @@
 // convolution algorithms, which a capture must not do), and any batch of another shape (an epoch's
 // smaller last batch). fp16's loss scaler decides on the device where it can (see
 // loss_scaler_host_reason), and is captured with the step. Runs whose step needs the host in the
-// middle (several ranks, a host-side loss scaler, accumulation, clipping, dropout) are not captured
-// at all: step_graph_blocker() says why, and the log says so.
+// middle (a host-side loss scaler, accumulation, clipping, dropout, ZeRO) are not captured at all:
+// step_graph_blocker() says why, and the log says so.
+//
+// Several ranks (dist.cuda_graph): the gradient all-reduce is captured with the step. The reducer's
+// hooks run during the capture, so its bucket copies and NCCL calls become graph nodes on the
+// communication stream's branch of the graph, joined back before the optimizer; SyncBatchNorm's and the
+// device loss scaler's all-reduces likewise. Every rank captures at the same step (the batch shapes
+// agree across ranks), so all issue the same collectives in the same order. NCCL collectives in a graph
+// cannot be watched one by one: after each replay the communicator watches the replay as one unit
+// (Comm::watch_graph_replay), with the collectives' timeout and abort.
 #include <functional>
 #include <memory>
 #include <string>
@@ -20,6 +28,8 @@
 #include "nn/tensor.h"
 
 namespace trainer {
+
+class Comm;
 
 // Why this run's step cannot be captured ("" when it can): the first feature of the config that needs
 // the host inside a step. `world_size` is the number of ranks.
@@ -33,7 +43,9 @@ std::string loss_scaler_host_reason(const Config& config);
 
 class StepGraph {
  public:
-  StepGraph();
+  // `comm`: the communicator whose collectives the step issues (watched after each replay); null when
+  // the step communicates nothing. It must outlive the graph.
+  explicit StepGraph(Comm* comm = nullptr);
   ~StepGraph();
   StepGraph(const StepGraph&) = delete;
   StepGraph& operator=(const StepGraph&) = delete;
@@ -60,7 +72,9 @@ class StepGraph {
   size_t nodes() const;
 
  private:
-  struct Graph;                   // the CUDA graph (CUDA builds only)
+  struct Graph;  // the CUDA graph (CUDA builds only)
+  void watch_replay();
+  Comm* comm_;
   std::unique_ptr<Graph> graph_;  // destroyed last: the tensors below live in its memory pool
   Tensor images_, labels_;
   Tensor loss_;

@@ -855,9 +855,13 @@ int run_training(const Config& config, const TrainOptions& options) {
   if (device.is_cuda()) {
     const std::string blocker = step_graph_blocker(config, world);
     if (blocker.empty()) {
-      step_graph = std::make_unique<StepGraph>();
+      step_graph = std::make_unique<StepGraph>(&pg->comm());
       e.optimizer->use_device_scalars();  // a replayed step reads each step's learning rate there
-      log.line("CUDA graph: on: the first full-size step runs eagerly, the next is captured and replayed");
+      log.line(std::string("CUDA graph: on: the first full-size step runs eagerly, the next is captured and "
+                           "replayed") +
+               (world > 1 ? " with its gradient all-reduce (each replay is one 'graph' phase, watched as "
+                            "one unit by the NCCL watchdog)"
+                          : ""));
     } else {
       log.line("CUDA graph: off, every step runs eagerly (" + blocker + ")");
     }

@@ -182,9 +182,14 @@ StepResult graphed_step(StepContext& ctx, MicroBatch mb, TrainingState& st) {
     graph.replay();
     e.optimizer->count_replayed_step();
   } else {
+    // Inside a replay the all-reduce is not timed apart from the step (and a CUDA event recorded in a
+    // capture cannot be timed): the observer that opens allreduce_total sits the capture out.
+    PauseFirstLaunchObserver untimed(ctx.reducer);
     graph.capture_and_run([&] {
       Variable loss = forward_loss(ctx, graph.images(), graph.labels());
+      ctx.reducer.set_sync(true);
       ctx.scaler.scale_loss(loss).backward();  // the loss itself unless fp16
+      ctx.reducer.finish();  // several ranks: the buckets' all-reduces and copies back, captured
       if (ctx.scaler.on_device()) {
         step_with_device_scaler(ctx);
       } else {
@@ -193,8 +198,9 @@ StepResult graphed_step(StepContext& ctx, MicroBatch mb, TrainingState& st) {
       e.optimizer->zero_grad();
       return loss.data();
     });
-    ctx.log.line(fmt("CUDA graph: step %lld captured (%zu nodes); full-size batches replay it",
-                     static_cast<long long>(st.step + 1), graph.nodes()));
+    ctx.log.line(fmt("CUDA graph: step %lld captured (%zu nodes%s); full-size batches replay it",
+                     static_cast<long long>(st.step + 1), graph.nodes(),
+                     ctx.reducer.active() ? ", with the gradient all-reduce" : ""));
   }
   result.pending_loss = ctx.readback.read_later(graph.loss());
   if (ctx.scaler.on_device()) read_scaler_later(ctx, result);

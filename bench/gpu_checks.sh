@@ -147,8 +147,8 @@ if want multigpu; then
       grep -E "FAILED|PASSED|tests ran" "$MG/gpu_tests.log"; tail_log "$MG/gpu_tests.log" 30
     fi
 
-    # Eager steps at every world size: a step is captured as a CUDA graph at one rank only (see the
-    # throughput section for the 1-GPU graph figures), so the scaling rows compare like with like.
+    # Eager steps at every world size (train.cuda_graph=false), so the scaling rows compare like with
+    # like and show the per-phase times; the dist.cuda_graph rows come at the end of the section.
     echo "== multigpu: trainer bench, synthetic data, bf16, eager steps, $PROCS GPUs (weak scaling, lr linear)"
     for sbn in false true; do
       echo "-- resnet18-cifar32, model.sync_bn=$sbn"
@@ -244,6 +244,26 @@ if want multigpu; then
         echo "rank $r skipped: $(grep -o 'step [0-9]*: inf/NaN gradients' "$f" 2>/dev/null | cut -d: -f1 | tr '\n' ' ')"
       done
       tail_log "$MG/fm_fp16.log" 10
+
+      # dist.cuda_graph: the step captured with its all-reduce at 2 ranks. Under train.deterministic the
+      # graphed run's per-step losses must equal the eager run's, and the scaling row shows what the
+      # capture buys when steps are launch-bound (batch 128).
+      echo "== multigpu: dist.cuda_graph at 2 ranks: graphed steps = eager steps (train_steps.csv), then throughput"
+      for g in true false; do
+        timeout 150 "$T" launch --nproc-per-node 2 -- train $FMRUN --set train.deterministic=true \
+          --set dist.cuda_graph=$g --set train.run_dir="$MG/fm_graph_$g" > "$MG/fm_graph_$g.log" 2>&1
+        echo "dist.cuda_graph=$g: exit $?: $(grep -m1 -o 'CUDA graph: [^(]*' "$MG/fm_graph_$g.log") $(grep -m1 -o 'step [0-9]* captured[^;]*' "$MG/fm_graph_$g.log")"
+      done
+      if cmp -s "$MG/fm_graph_true/train_steps.csv" "$MG/fm_graph_false/train_steps.csv"; then
+        echo "train_steps.csv identical ($(wc -l < "$MG/fm_graph_true/train_steps.csv") lines)"
+      else
+        echo "FAILED: train_steps.csv differs"; diff "$MG/fm_graph_true/train_steps.csv" "$MG/fm_graph_false/train_steps.csv" | head -5
+      fi
+      tail_log "$MG/fm_graph_true.log" 10
+      timeout 240 "$T" bench configs/cifar10_resnet18.toml --procs $PROCS --batch $R18_BATCH --precisions $PREC $R18 \
+        --set train.device=$DEV --set train.cuda_graph=true --set dist.cuda_graph=true --set dist.timeout_seconds=60 \
+        --out "$MG/bench_r18_graph" > "$MG/bench_r18_graph.log" 2>&1 || echo "FAILED (exit $?)"
+      grep -A8 "^procs" "$MG/bench_r18_graph.log"; tail_log "$MG/bench_r18_graph.log" 10
     fi
   } 2>&1 | tee "$OUT/multigpu.txt"
 fi

@@ -1,7 +1,7 @@
 #pragma once
 // The communicator interface every data-parallel piece talks to: all-reduce, reduce-scatter, broadcast,
 // all-gather and barrier over the ranks of one job. Backends: CpuComm (dist/cpu_comm.h, TCP between
-// processes, for CPU tensors), SingleProcessComm (world size 1: every call is free), and the NCCL one to come
+// processes, for CPU tensors), SingleProcessComm (world size 1: every call is free), and NcclComm
 // for CUDA tensors.
 //
 // Contract, for every backend:
@@ -18,7 +18,7 @@
 //   - *_async calls return at once; the tensor must not be touched until Work::wait() returns. Calls are
 //     executed in issue order, so an async all-reduce followed by a blocking barrier is fine.
 //
-// For NCCL (to come): all_reduce_async enqueues on the communicator's stream after an event on the
+// For NCCL (dist/nccl_comm.h): all_reduce_async enqueues on the communicator's stream after an event on the
 // current compute stream; Work::wait() makes the compute stream wait for the collective's event (it
 // does not block the host); the timeout is enforced by a watchdog thread that aborts the NCCL
 // communicator (ncclCommAbort) and fails the pending Work with the op's name.
@@ -85,6 +85,11 @@ class Comm {
   // failed. For waits outside the communicator that depend on its work: on a GPU the training loop
   // waits for events queued behind NCCL kernels, which a dead peer can leave spinning.
   virtual void throw_if_failed() const {}
+  // CUDA graphs: a collective issued while the compute stream is being captured is recorded into the
+  // graph, not run, so it cannot be watched on its own. After each replay of such a graph the caller
+  // calls this: the replay is watched as one unit, with a collective's timeout and failure handling,
+  // and `what` names it in the error. A no-op for communicators whose collectives are never captured.
+  virtual void watch_graph_replay(const std::string& what) { (void)what; }
   // Orderly end: a last collective so that no rank closes its connections while another still
   // communicates, then closes them. Every rank calls it once after its last collective; without it, a
   // rank that exits early can make a slower rank's last collective fail.

@@ -158,8 +158,9 @@ GradientReducer::~GradientReducer() {
 
 void GradientReducer::set_sync(bool sync) { state_->sync = sync; }
 bool GradientReducer::sync() const { return state_->sync; }
-void GradientReducer::set_first_launch_observer(std::function<void()> observer) {
-  state_->first_launch_observer = std::move(observer);
+std::function<void()> GradientReducer::set_first_launch_observer(std::function<void()> observer) {
+  std::swap(state_->first_launch_observer, observer);
+  return observer;
 }
 
 bool GradientReducer::active() const { return state_->comm && state_->comm->world_size() > 1; }

@@ -74,8 +74,8 @@ class GradientReducer {
   void finish();
 
   // Called when the first bucket of a synchronised backward is launched, on the thread running
-  // backward (the training loop starts its allreduce_total phase there).
-  void set_first_launch_observer(std::function<void()> observer);
+  // backward (the training loop starts its allreduce_total phase there). Returns the one it replaces.
+  std::function<void()> set_first_launch_observer(std::function<void()> observer);
 
   bool active() const;  // world size > 1
   // A synchronised backward has delivered gradients since the last finish().
@@ -108,6 +108,20 @@ class NoSyncGuard {
  private:
   GradientReducer& reducer_;
   bool previous_;
+};
+
+// Scoped: no first-launch observer (a backward captured into a CUDA graph is not timed by phase).
+class PauseFirstLaunchObserver {
+ public:
+  explicit PauseFirstLaunchObserver(GradientReducer& reducer)
+      : reducer_(reducer), paused_(reducer.set_first_launch_observer({})) {}
+  ~PauseFirstLaunchObserver() { reducer_.set_first_launch_observer(std::move(paused_)); }
+  PauseFirstLaunchObserver(const PauseFirstLaunchObserver&) = delete;
+  PauseFirstLaunchObserver& operator=(const PauseFirstLaunchObserver&) = delete;
+
+ private:
+  GradientReducer& reducer_;
+  std::function<void()> paused_;
 };
 
 // Copies rank `root`'s parameters and buffers (a module's state_dict()) into every rank, so all ranks

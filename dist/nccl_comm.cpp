@@ -141,6 +141,7 @@ struct Pending {
   std::vector<Tensor> keep_alive;
   std::atomic<bool> finished{false};  // the communication stream passed `done`
   std::atomic<bool> failed{false};
+  bool captured = false;  // recorded into a CUDA graph being captured: never run or watched itself
 
   ~Pending() {
     if (done) cudaEventDestroy(done);
@@ -166,6 +167,9 @@ struct NcclComm::Impl {
   mutable std::mutex mutex;
   std::condition_variable cv;
   std::deque<std::shared_ptr<Pending>> pending;
+  // Collectives recorded by a capture, kept (with their tensors) until a replay of the graph is watched:
+  // by then the capture is over.
+  std::vector<std::shared_ptr<Pending>> captured;
   std::string failure;  // the first error; the communicator is unusable once set
   std::atomic<bool> failed{false};
   bool closed = false;
@@ -254,9 +258,13 @@ struct NcclComm::Impl {
       std::lock_guard<std::mutex> lock(call_mutex);
       if (!comm) throw DistError("the NCCL communicator failed earlier: " + failure_text());
       cudaStream_t compute = cuda_stream();
+      cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+      cuda_or_throw(cudaStreamIsCapturing(compute, &capture), "cudaStreamIsCapturing");
+      p->captured = capture != cudaStreamCaptureStatusNone;
       const uint64_t seq = next_seq++;
       p->op = op;
-      p->describe = "#" + std::to_string(seq) + (detail.empty() ? "" : ", " + detail) + ", " + where();
+      p->describe = "#" + std::to_string(seq) + (detail.empty() ? "" : ", " + detail) + ", " + where() +
+                    (p->captured ? ", in a CUDA graph" : "");
       cuda_or_throw(cudaEventCreateWithFlags(&p->done, cudaEventDisableTiming), "cudaEventCreate");
       cuda_or_throw(cudaEventRecord(ready, compute), "cudaEventRecord (compute stream)");
       cuda_or_throw(cudaStreamWaitEvent(stream, ready, 0), "cudaStreamWaitEvent (communication stream)");
@@ -272,8 +280,30 @@ struct NcclComm::Impl {
     p->start = Clock::now();
     std::lock_guard<std::mutex> lock(mutex);
     if (!failure.empty()) throw DistError("the NCCL communicator failed earlier: " + failure);
-    pending.push_back(p);
+    if (p->captured)
+      captured.push_back(p);
+    else
+      pending.push_back(p);
     return p;
+  }
+
+  // Watches everything queued on the compute stream so far (a graph replay) as one collective would be.
+  void watch_compute_stream(const std::string& op, const std::string& describe) {
+    throw_if_unusable(op.c_str());
+    auto p = std::make_shared<Pending>();
+    p->op = op;
+    p->describe = describe + ", " + where();
+    cuda_or_throw(cudaEventCreateWithFlags(&p->done, cudaEventDisableTiming), "cudaEventCreate");
+    cuda_or_throw(cudaEventRecord(p->done, cuda_stream()), "cudaEventRecord (after a graph replay)");
+    p->start = Clock::now();
+    std::vector<std::shared_ptr<Pending>> capture_over;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (!failure.empty()) throw DistError("the NCCL communicator failed earlier: " + failure);
+      pending.push_back(p);
+      capture_over.swap(captured);
+    }
+    capture_over.clear();  // frees their tensors outside the lock
   }
 
   std::chrono::milliseconds timeout_now() const {
@@ -297,6 +327,11 @@ struct NcclComm::Impl {
 
   // The host waits for the collective, polling so that a failure (timeout, abort) ends the wait.
   void host_wait(const Pending& p) const {
+    if (p.captured)
+      throw DistError("NCCL " + p.op + " (" + p.describe +
+                      "): the host cannot wait for a collective recorded in a CUDA graph capture. HINT: "
+                      "barrier(), all_gather and collectives on CPU tensors cannot be captured; issue them "
+                      "outside the captured step");
     auto nap = std::chrono::microseconds(2);
     for (;;) {
       throw_if_failed(p);
@@ -411,9 +446,12 @@ struct NcclComm::Impl {
     std::lock_guard<std::mutex> lock(mutex);
     if (cudaStreamQuery(stream) == cudaSuccess) {
       pending.clear();
+      captured.clear();
     } else {
       for (auto& p : pending) new std::shared_ptr<Pending>(p);  // leaked on purpose
+      for (auto& p : captured) new std::shared_ptr<Pending>(p);
       pending.clear();
+      captured.clear();
     }
   }
 };
@@ -448,6 +486,7 @@ class NcclWork : public Work {
   }
 
   bool completed() const override {
+    if (pending_->captured) return false;  // it runs in each replay, not now
     return pending_->finished || pending_->failed || impl_->failed ||
            cudaEventQuery(pending_->done) == cudaSuccess;
   }
@@ -748,6 +787,20 @@ void NcclComm::barrier() {
     return ncclAllReduce(data, data, 1, ncclFloat32, ncclSum, c, s);
   });
   impl_->host_wait(*p);
+}
+
+void NcclComm::watch_graph_replay(const std::string& what) {
+  impl_->watch_compute_stream("CUDA graph replay", what);
+}
+
+size_t NcclComm::pending_count() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->pending.size();
+}
+
+size_t NcclComm::captured_count() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->captured.size();
 }
 
 void NcclComm::throw_if_failed() const {

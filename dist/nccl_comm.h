@@ -38,6 +38,16 @@
 // seconds, well inside the timeout. ncclCommAbort blocks even in non-blocking mode, so it runs on a
 // thread of its own, bounded by abort_limit: a hung abort never turns the error into a hang.
 //
+// CUDA graphs: a collective issued while the compute stream is being captured (a whole training step
+// recorded as a graph, app/step_graph.h) is recorded into the graph: the two events and the NCCL call
+// become graph nodes and edges, and the communication stream takes part in the capture. Such a
+// collective is not registered with the watchdog (querying an event recorded in a capture is invalid,
+// and it would never complete); its tensors are kept until the capture is over, so the capture's
+// allocator cannot hand them to later captured work that the graph does not order after NCCL. Instead,
+// watch_graph_replay() after each cudaGraphLaunch records one event behind the replay on the compute
+// stream and watches it like a collective: the same timeout, peer checks and abort. A host wait inside
+// a capture (barrier, all_gather, CPU tensors) fails the capture with a DistError that says so.
+//
 // Set-up: rank 0 creates the ncclUniqueId and shares it (hex) through the store under
 // "nccl/<name>/<generation>/unique_id"; every rank calls ncclCommInitRankConfig (non-blocking mode, so
 // a rank that never arrives makes set-up fail after connect_timeout instead of hanging).
@@ -104,11 +114,17 @@ class NcclComm : public Comm {
   void set_timeout(std::chrono::milliseconds timeout) override;
   std::chrono::milliseconds timeout() const override;
   void abort(const std::string& reason) override;
+  void watch_graph_replay(const std::string& what) override;
   void throw_if_failed() const override;
   void shutdown() override;
 
   // The communication stream, as a cudaStream_t.
   void* stream() const;
+  // Collectives and graph replays the watchdog is waiting for (tests).
+  size_t pending_count() const;
+  // Collectives recorded by a capture whose tensors are still held (until the next graph replay is
+  // watched; tests).
+  size_t captured_count() const;
 
   struct Impl;
 
