@@ -34,9 +34,12 @@
 #include <vector>
 
 #include "nn/cuda/cuda_common.h"
+#include "nn/cuda/cudnn_graph.h"
 
 namespace trainer {
 namespace {
+
+using namespace cudnn_graph;
 
 constexpr size_t kMinWorkspaceLimit = size_t{256} << 20;
 constexpr int kMaxAlgos = 16;
@@ -53,10 +56,6 @@ struct NoAlgorithm {};  // thrown when cuDNN has no algorithm for a layout; the 
 bool env_is(const char* name, const char* value) {
   const char* v = std::getenv(name);
   return v && std::string(v) == value;
-}
-bool debug() {
-  static const bool on = env_is("TRAINER_CUDNN_DEBUG", "1");
-  return on;
 }
 std::string params_str(const Conv2dParams& p) {
   return "stride (" + std::to_string(p.stride_h) + ", " + std::to_string(p.stride_w) + "), padding (" +
@@ -150,80 +149,7 @@ struct Descriptors {
   Descriptors& operator=(const Descriptors&) = delete;
 };
 
-// ---- graph API
-
-// A backend descriptor, destroyed with its owner unless released.
-class BackendDesc {
- public:
-  BackendDesc() = default;
-  explicit BackendDesc(cudnnBackendDescriptorType_t type) {
-    if (cudnnBackendCreateDescriptor(type, &d_) != CUDNN_STATUS_SUCCESS) d_ = nullptr;
-  }
-  ~BackendDesc() {
-    if (d_) cudnnBackendDestroyDescriptor(d_);
-  }
-  BackendDesc(BackendDesc&& o) noexcept : d_(o.d_) { o.d_ = nullptr; }
-  BackendDesc& operator=(BackendDesc&& o) noexcept {
-    std::swap(d_, o.d_);
-    return *this;
-  }
-  BackendDesc(const BackendDesc&) = delete;
-  BackendDesc& operator=(const BackendDesc&) = delete;
-  cudnnBackendDescriptor_t get() const { return d_; }
-  cudnnBackendDescriptor_t* addr() { return &d_; }
-  cudnnBackendDescriptor_t release() {
-    cudnnBackendDescriptor_t d = d_;
-    d_ = nullptr;
-    return d;
-  }
-  explicit operator bool() const { return d_ != nullptr; }
-
- private:
-  cudnnBackendDescriptor_t d_ = nullptr;
-};
-
-// Graph-API status checks: a failure means "this way does not work" (the caller moves on), and is
-// printed under TRAINER_CUDNN_DEBUG.
-bool ok(cudnnStatus_t status, const char* what) {
-  if (status == CUDNN_STATUS_SUCCESS) return true;
-  if (debug()) std::fprintf(stderr, "cudnn graph: %s: %s\n", what, cudnnGetErrorString(status));
-  return false;
-}
-#define GRAPH_OK(call) ok((call), #call)
-
-template <class T>
-bool set(cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type,
-         int64_t count, const T* values) {
-  return GRAPH_OK(cudnnBackendSetAttribute(d, name, type, count, values));
-}
-
-// The attributes that are deprecated in cuDNN 9 but still the documented way to give a handle.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
-constexpr cudnnBackendAttributeName_t kGraphHandle = CUDNN_ATTR_OPERATIONGRAPH_HANDLE;
-constexpr cudnnBackendAttributeName_t kPlanHandle = CUDNN_ATTR_EXECUTION_PLAN_HANDLE;
-#pragma GCC diagnostic pop
-
-// Dense strides of a 4-D tensor of shape s in NCHW or NHWC.
-std::array<int64_t, 4> dense_strides(const Shape& s, bool nhwc) {
-  if (nhwc) return {s[1] * s[2] * s[3], 1, s[3] * s[1], s[1]};
-  return {s[1] * s[2] * s[3], s[2] * s[3], s[3], 1};
-}
-
-BackendDesc tensor_desc(int64_t uid, cudnnDataType_t dt, const Shape& shape, bool nhwc, int64_t alignment) {
-  BackendDesc t(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
-  if (!t) return t;
-  const std::array<int64_t, 4> dims{shape[0], shape[1], shape[2], shape[3]};
-  const std::array<int64_t, 4> strides = dense_strides(shape, nhwc);
-  if (!set(t.get(), CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &dt) ||
-      !set(t.get(), CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dims.data()) ||
-      !set(t.get(), CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, strides.data()) ||
-      !set(t.get(), CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid) ||
-      !set(t.get(), CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &alignment) ||
-      !GRAPH_OK(cudnnBackendFinalize(t.get())))
-    return BackendDesc();
-  return t;
-}
+// ---- graph API (helpers in nn/cuda/cudnn_graph.h)
 
 // Tensor unique ids in the variant pack: x (or dx), w (or dw), y (or dy).
 constexpr int64_t kUids[3] = {1, 2, 3};
@@ -343,22 +269,9 @@ Graph operation_graph(cudnnHandle_t handle, ConvOp op, DType dtype, bool nhwc, c
   BackendDesc x = tensor_desc(kUids[0], dt, xs, nhwc, alignment);
   BackendDesc w = tensor_desc(kUids[1], dt, ws, nhwc, alignment);
   BackendDesc y = tensor_desc(kUids[2], dt, ys, nhwc, alignment);
-  BackendDesc conv(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR);
-  if (!x || !w || !y || !conv) return none;
   const cudnnDataType_t comp = dtype == DType::f64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
-  const cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
-  const int64_t spatial = 2;
-  const int64_t dil[2] = {p.dilation_h, p.dilation_w}, str[2] = {p.stride_h, p.stride_w},
-                pad[2] = {p.pad_h, p.pad_w};
-  if (!set(conv.get(), CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp) ||
-      !set(conv.get(), CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode) ||
-      !set(conv.get(), CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1, &spatial) ||
-      !set(conv.get(), CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, 2, dil) ||
-      !set(conv.get(), CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, 2, str) ||
-      !set(conv.get(), CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, 2, pad) ||
-      !set(conv.get(), CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, 2, pad) ||
-      !GRAPH_OK(cudnnBackendFinalize(conv.get())))
-    return none;
+  BackendDesc conv = convolution_desc(p, comp);
+  if (!x || !w || !y || !conv) return none;
 
   cudnnBackendDescriptorType_t type = CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR;
   cudnnBackendAttributeName_t a_x = CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X,
@@ -415,34 +328,6 @@ Graph operation_graph(cudnnHandle_t handle, ConvOp op, DType dtype, bool nhwc, c
   out.parts.push_back(std::move(conv));
   out.parts.push_back(std::move(operation));
   out.graph = std::move(graph);
-  return out;
-}
-
-// The engine configurations the heuristics suggest for graph, best first.
-std::vector<BackendDesc> engine_configs(cudnnBackendDescriptor_t graph, cudnnBackendHeurMode_t mode) {
-  std::vector<BackendDesc> out;
-  BackendDesc heur(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
-  if (!heur ||
-      !set(heur.get(), CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph) ||
-      !set(heur.get(), CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode) ||
-      !GRAPH_OK(cudnnBackendFinalize(heur.get())))
-    return out;
-  int64_t count = 0;
-  if (!GRAPH_OK(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
-                                         CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, nullptr)) ||
-      count <= 0)
-    return out;
-  std::vector<cudnnBackendDescriptor_t> raw;
-  for (int64_t i = 0; i < count; ++i) {
-    out.emplace_back(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
-    if (!out.back()) return {};
-    raw.push_back(out.back().get());
-  }
-  int64_t got = 0;
-  if (!GRAPH_OK(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
-                                         CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got, raw.data())))
-    return {};
-  out.resize(static_cast<size_t>(std::min(got, count)));
   return out;
 }
 

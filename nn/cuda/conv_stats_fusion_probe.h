@@ -1,0 +1,32 @@
+#pragma once
+// Does cuDNN fusion pay for BatchNorm's forward statistics? (issue 12, "cuDNN runtime fusion where it
+// pays"). BatchNorm reads every convolution output once more only to sum it per channel; cuDNN can
+// compute the per-channel sum and sum of squares in the convolution's epilogue instead. This probe
+// builds, for one convolution shape and dtype (NHWC), the fused graphs that would do it, asks cuDNN's
+// heuristics for engines, finalises and times every one that runs, and times the way we run today:
+// the convolution (its best graph-API engine) plus our statistics kernel (Backend::bn_mean_var).
+// A measurement for bench/PERF_NOTES.md (bench/cudnn_fusion_probe), not used by training.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "nn/backend.h"
+#include "nn/tensor.h"
+
+namespace trainer::cuda {
+
+struct FusionProbeRow {
+  std::string pattern;       // "conv", "conv + genstats", "conv + reduction", "ours: conv + bn_mean_var"
+  int engines = 0;           // engine configurations the heuristics offered
+  int runnable = 0;          // of those, finalised and run
+  float best_ms = -1.0f;     // the fastest that ran; -1 when none did
+  int64_t best_engine = -1;  // its cuDNN global engine index
+  std::string note;          // why nothing ran, or which engines needed runtime compilation
+};
+
+// x [N, C, H, W] and w [K, C, R, S] in `dtype` (bf16 or f16), channels-last. Engines that compile kernels at
+// run time are included (their first run includes the compilation, which is not timed).
+std::vector<FusionProbeRow> probe_conv_stats_fusion(DType dtype, const Shape& x, const Shape& w,
+                                                    const Conv2dParams& p);
+
+}  // namespace trainer::cuda

@@ -1,0 +1,93 @@
+#include "nn/cuda/cudnn_graph.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+namespace trainer::cudnn_graph {
+
+bool debug() {
+  static const bool on = [] {
+    const char* v = std::getenv("TRAINER_CUDNN_DEBUG");
+    return v && std::string(v) == "1";
+  }();
+  return on;
+}
+
+bool ok(cudnnStatus_t status, const char* what) {
+  if (status == CUDNN_STATUS_SUCCESS) return true;
+  if (debug()) std::fprintf(stderr, "cudnn graph: %s: %s\n", what, cudnnGetErrorString(status));
+  return false;
+}
+
+std::array<int64_t, 4> dense_strides(const Shape& s, bool nhwc) {
+  if (nhwc) return {s[1] * s[2] * s[3], 1, s[3] * s[1], s[1]};
+  return {s[1] * s[2] * s[3], s[2] * s[3], s[3], 1};
+}
+
+BackendDesc tensor_desc(int64_t uid, cudnnDataType_t dt, const Shape& shape, bool nhwc, int64_t alignment,
+                        bool is_virtual) {
+  BackendDesc t(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
+  if (!t) return t;
+  const std::array<int64_t, 4> dims{shape[0], shape[1], shape[2], shape[3]};
+  const std::array<int64_t, 4> strides = dense_strides(shape, nhwc);
+  if (!set(t.get(), CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &dt) ||
+      !set(t.get(), CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dims.data()) ||
+      !set(t.get(), CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, strides.data()) ||
+      !set(t.get(), CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid) ||
+      !set(t.get(), CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &alignment) ||
+      (is_virtual && !set(t.get(), CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &is_virtual)) ||
+      !GRAPH_OK(cudnnBackendFinalize(t.get())))
+    return BackendDesc();
+  return t;
+}
+
+BackendDesc convolution_desc(const Conv2dParams& p, cudnnDataType_t compute) {
+  BackendDesc conv(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR);
+  if (!conv) return conv;
+  const cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
+  const int64_t spatial = 2;
+  const int64_t dil[2] = {p.dilation_h, p.dilation_w}, str[2] = {p.stride_h, p.stride_w},
+                pad[2] = {p.pad_h, p.pad_w};
+  if (!set(conv.get(), CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &compute) ||
+      !set(conv.get(), CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode) ||
+      !set(conv.get(), CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1, &spatial) ||
+      !set(conv.get(), CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, 2, dil) ||
+      !set(conv.get(), CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, 2, str) ||
+      !set(conv.get(), CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, 2, pad) ||
+      !set(conv.get(), CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, 2, pad) ||
+      !GRAPH_OK(cudnnBackendFinalize(conv.get())))
+    return BackendDesc();
+  return conv;
+}
+
+// The engine configurations the heuristics suggest for graph, best first.
+std::vector<BackendDesc> engine_configs(cudnnBackendDescriptor_t graph, cudnnBackendHeurMode_t mode) {
+  std::vector<BackendDesc> out;
+  BackendDesc heur(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
+  if (!heur ||
+      !set(heur.get(), CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph) ||
+      !set(heur.get(), CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode) ||
+      !GRAPH_OK(cudnnBackendFinalize(heur.get())))
+    return out;
+  int64_t count = 0;
+  if (!GRAPH_OK(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                         CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, nullptr)) ||
+      count <= 0)
+    return out;
+  std::vector<cudnnBackendDescriptor_t> raw;
+  for (int64_t i = 0; i < count; ++i) {
+    out.emplace_back(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
+    if (!out.back()) return {};
+    raw.push_back(out.back().get());
+  }
+  int64_t got = 0;
+  if (!GRAPH_OK(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                         CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got, raw.data())))
+    return {};
+  out.resize(static_cast<size_t>(std::min(got, count)));
+  return out;
+}
+
+}  // namespace trainer::cudnn_graph

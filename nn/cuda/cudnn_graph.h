@@ -1,0 +1,85 @@
+#pragma once
+// cuDNN's graph (backend) API in small pieces: an owning descriptor handle, attribute setting with a
+// status check, tensor descriptors in NCHW or NHWC, and the heuristics' engine configurations. Shared by
+// the convolutions (nn/cuda/conv.cpp) and the fusion probe (nn/cuda/conv_stats_fusion_probe.h).
+//
+// A failed graph-API call means "this way does not work" (the caller moves on): the helpers return
+// false or an empty descriptor, and print the call and cuDNN's status under TRAINER_CUDNN_DEBUG=1.
+#include <cudnn.h>
+
+#include <array>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "nn/backend.h"
+#include "nn/tensor.h"
+
+namespace trainer::cudnn_graph {
+
+// TRAINER_CUDNN_DEBUG=1: print every failed call, candidate and choice.
+bool debug();
+
+// A backend descriptor, destroyed with its owner unless released.
+class BackendDesc {
+ public:
+  BackendDesc() = default;
+  explicit BackendDesc(cudnnBackendDescriptorType_t type) {
+    if (cudnnBackendCreateDescriptor(type, &d_) != CUDNN_STATUS_SUCCESS) d_ = nullptr;
+  }
+  ~BackendDesc() {
+    if (d_) cudnnBackendDestroyDescriptor(d_);
+  }
+  BackendDesc(BackendDesc&& o) noexcept : d_(o.d_) { o.d_ = nullptr; }
+  BackendDesc& operator=(BackendDesc&& o) noexcept {
+    std::swap(d_, o.d_);
+    return *this;
+  }
+  BackendDesc(const BackendDesc&) = delete;
+  BackendDesc& operator=(const BackendDesc&) = delete;
+  cudnnBackendDescriptor_t get() const { return d_; }
+  cudnnBackendDescriptor_t* addr() { return &d_; }
+  cudnnBackendDescriptor_t release() {
+    cudnnBackendDescriptor_t d = d_;
+    d_ = nullptr;
+    return d;
+  }
+  explicit operator bool() const { return d_ != nullptr; }
+
+ private:
+  cudnnBackendDescriptor_t d_ = nullptr;
+};
+
+// True on success; otherwise prints `what` and the status under TRAINER_CUDNN_DEBUG.
+bool ok(cudnnStatus_t status, const char* what);
+#define GRAPH_OK(call) ::trainer::cudnn_graph::ok((call), #call)
+
+template <class T>
+bool set(cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type,
+         int64_t count, const T* values) {
+  return GRAPH_OK(cudnnBackendSetAttribute(d, name, type, count, values));
+}
+
+// The attributes that are deprecated in cuDNN 9 but still the documented way to give a handle.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+constexpr cudnnBackendAttributeName_t kGraphHandle = CUDNN_ATTR_OPERATIONGRAPH_HANDLE;
+constexpr cudnnBackendAttributeName_t kPlanHandle = CUDNN_ATTR_EXECUTION_PLAN_HANDLE;
+#pragma GCC diagnostic pop
+
+// Dense strides of a 4-D tensor of shape s in NCHW or NHWC.
+std::array<int64_t, 4> dense_strides(const Shape& s, bool nhwc);
+
+// A finalised 4-D tensor descriptor (dense, NCHW or NHWC); `is_virtual`: an intermediate of a fused
+// graph that never reaches memory. Empty when cuDNN refuses it.
+BackendDesc tensor_desc(int64_t uid, cudnnDataType_t dt, const Shape& shape, bool nhwc, int64_t alignment,
+                        bool is_virtual = false);
+
+// A finalised 2-D cross-correlation descriptor (stride, padding, dilation of p; groups are not set)
+// accumulating in `compute`. Empty when cuDNN refuses it.
+BackendDesc convolution_desc(const Conv2dParams& p, cudnnDataType_t compute);
+
+// The engine configurations the heuristics suggest for graph, best first.
+std::vector<BackendDesc> engine_configs(cudnnBackendDescriptor_t graph, cudnnBackendHeurMode_t mode);
+
+}  // namespace trainer::cudnn_graph
