@@ -14,8 +14,8 @@
 // step_graph_blocker() says why, and the log says so.
 //
 // Several ranks (dist.cuda_graph): the gradient all-reduce is captured with the step. The reducer's
-// hooks run during the capture, so its bucket copies and NCCL calls become graph nodes on the
-// communication stream's branch of the graph, joined back before the optimizer; SyncBatchNorm's and the
+// hooks run during the capture, so its bucket copies (compute stream) and NCCL calls (the
+// communication stream's branch of the graph) become graph nodes, joined back before the optimizer; SyncBatchNorm's and the
 // device loss scaler's all-reduces likewise. Every rank captures at the same step (the batch shapes
 // agree across ranks), so all issue the same collectives in the same order. NCCL collectives in a graph
 // cannot be watched one by one: after each replay the communicator watches the replay as one unit

@@ -360,7 +360,19 @@ struct TrainLoop {
   // is safe: the next fill queues on the compute stream behind the read-back copy of the last value.
   Tensor stop_flag;
   StepFence fence;  // GPUs: the host stays at most one step ahead of the device
+  // train.cuda_graph: the captured step (step.graph points to it); null when every step runs eagerly.
+  // Owned here so that it goes before the process group (leave_process_group).
+  std::unique_ptr<StepGraph> step_graph;
 };
+
+// The orderly end of a rank's part in the job. A CUDA graph that captured NCCL collectives holds
+// references on the communicator (NCCL 2.26 and later) until it is destroyed, and ncclCommFinalize
+// waits for them: the graph goes first, or shutdown() would wait out the collective timeout.
+void leave_process_group(TrainLoop& loop) {
+  loop.step.graph = nullptr;
+  loop.step_graph.reset();
+  loop.pg.shutdown();
+}
 
 // Where the epoch in progress started, for its rate, ETA and train_seconds.
 struct EpochProgress {
@@ -578,7 +590,7 @@ void stop_on_signal(TrainLoop& loop) {
       fmt("received signal %d at step %lld", loop.stop_signal, static_cast<long long>(loop.st.step)) +
       (loop.config.checkpoint.on_signal ? ": writing a checkpoint before exiting" : ": exiting"));
   if (loop.config.checkpoint.on_signal) save_checkpoint(loop, true);
-  loop.pg.shutdown();
+  leave_process_group(loop);
 }
 
 // The epoch's train loss over every rank's batches, not rank 0's alone (one small all-reduce per
@@ -744,7 +756,7 @@ int finish_run(TrainLoop& loop) {
     write_summary(loop.run_dir + "/summary.json", summary);
     if (!loop.options.summary_path.empty()) write_summary(loop.options.summary_path, summary);
   }
-  loop.pg.shutdown();
+  leave_process_group(loop);
   log.line(fmt("done: %lld steps in %s (%.0f img/s), final test accuracy %.2f%%, best %.2f%%",
                static_cast<long long>(st.step), format_duration(st.train_seconds).c_str(),
                summary.samples_per_second, 100 * summary.final_test_accuracy,
@@ -937,6 +949,7 @@ int run_training(const Config& config, const TrainOptions& options) {
       .skipped_steps_reported = 0,
       .stop_flag = {},
       .fence = StepFence(comm_failed),
+      .step_graph = std::move(step_graph),
   };
 
   for (; loop.st.epoch < config.train.epochs && !loop.done; ++loop.st.epoch) {

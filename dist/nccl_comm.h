@@ -42,11 +42,15 @@
 // recorded as a graph, app/step_graph.h) is recorded into the graph: the two events and the NCCL call
 // become graph nodes and edges, and the communication stream takes part in the capture. Such a
 // collective is not registered with the watchdog (querying an event recorded in a capture is invalid,
-// and it would never complete); its tensors are kept until the capture is over, so the capture's
-// allocator cannot hand them to later captured work that the graph does not order after NCCL. Instead,
-// watch_graph_replay() after each cudaGraphLaunch records one event behind the replay on the compute
-// stream and watches it like a collective: the same timeout, peer checks and abort. A host wait inside
-// a capture (barrier, all_gather, CPU tensors) fails the capture with a DistError that says so.
+// and it would never complete); its tensors are kept until the next watch_graph_replay() (the capture
+// is over by then), so the capture's allocator cannot hand them to later captured work that the graph
+// does not order after NCCL. Instead, watch_graph_replay() after each cudaGraphLaunch records one event
+// behind the replay on the compute stream and watches it like a collective: the same timeout, peer
+// checks and abort. Collectives the host waits for cannot be captured: barrier() fails the capture
+// with a DistError that says so; all_gather and collectives on CPU tensors copy between host and
+// device first, which fails the capture with CUDA's error.
+// A graph holding captured collectives also holds a reference on the NCCL communicator (NCCL 2.26 and
+// later): destroy it before shutdown(), whose ncclCommFinalize waits for those references.
 //
 // Set-up: rank 0 creates the ncclUniqueId and shares it (hex) through the store under
 // "nccl/<name>/<generation>/unique_id"; every rank calls ncclCommInitRankConfig (non-blocking mode, so

@@ -2,7 +2,10 @@
 
 #include <cuda_runtime.h>
 
+#include <chrono>
+#include <cstdio>
 #include <stdexcept>
+#include <thread>
 
 #include "nn/cuda/caching_allocator.h"
 #include "nn/cuda/cuda_backend.h"
@@ -16,9 +19,24 @@ void CudaGraph::reset() {
   if (graph_) cudaGraphDestroy(static_cast<cudaGraph_t>(graph_));
   exec_ = graph_ = nullptr;
   if (pool_) {
-    // Replays may still be queued: their memory must not be handed out before they finish.
-    cudaStreamSynchronize(cuda_stream());
-    release_private_pool(pool_);
+    // Replays may still be queued: their memory must not be handed out before they finish. A replay
+    // whose NCCL kernels wait for a dead peer finishes only once the communicator is aborted; if it
+    // does not within a bound, the pool stays reserved (leaked) rather than this wait becoming a hang.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    cudaError_t state = cudaStreamQuery(cuda_stream());
+    while (state == cudaErrorNotReady && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      state = cudaStreamQuery(cuda_stream());
+    }
+    if (state == cudaSuccess) {
+      release_private_pool(pool_);
+    } else {
+      cudaGetLastError();
+      std::fprintf(stderr,
+                   "trainer: warning: a CUDA graph's replays did not finish within 30 s (%s); its memory "
+                   "stays reserved\n",
+                   cudaGetErrorName(state));
+    }
   }
   pool_ = 0;
   nodes_ = 0;

@@ -7,7 +7,9 @@
 //
 // One GPU cannot hold two NCCL ranks, so the reducer sees a view of the one-rank communicator that
 // claims two ranks: its hooks, buckets, copies and NCCL calls all run (NCCL then averages over one
-// rank, the identity). Two real ranks are covered by bench/gpu_checks.sh's multigpu section.
+// rank, the identity). At one rank NCCL takes a shortcut (no kernel plans, proxies or references held
+// by the graph), so these tests check our side of the capture (streams, events, the watchdog, the
+// reducer, tensor lifetimes), not NCCL's: two real ranks are bench/gpu_checks.sh's multigpu section.
 #include <gtest/gtest.h>
 
 #include <chrono>
