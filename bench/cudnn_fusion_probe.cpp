@@ -3,7 +3,7 @@
 // alone, of our statistics kernel alone, and of the best engine cuDNN offers for the convolution with
 // the per-channel sum and sum of squares fused into its epilogue (the dedicated genstats operation and
 // the generic reductions of runtime fusion). See nn/cuda/conv_stats_fusion_probe.h.
-//   cudnn_fusion_probe [--batch 512]
+//   cudnn_fusion_probe [--batch 512] [--dtype bf16|f16|both]
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -16,10 +16,14 @@
 
 int main(int argc, char** argv) {
   int batch = 512;
-  for (int i = 1; i + 1 < argc; ++i)
+  std::string dtypes = "both";
+  for (int i = 1; i + 1 < argc; ++i) {
     if (std::strcmp(argv[i], "--batch") == 0) batch = std::atoi(argv[i + 1]);
+    if (std::strcmp(argv[i], "--dtype") == 0) dtypes = argv[i + 1];
+  }
 #ifndef TRAINER_WITH_CUDA
   (void)batch;
+  (void)dtypes;
   std::fprintf(stderr, "cudnn_fusion_probe needs a CUDA build of the trainer\n");
   return 2;
 #else
@@ -35,6 +39,7 @@ int main(int argc, char** argv) {
       {"layer2 64->128 s2", 64, 32, 128, 3, 2},   {"layer2 128->128 16x16", 128, 16, 128, 3, 1},
       {"layer3 256->256 8x8", 256, 8, 256, 3, 1}, {"layer4 512->512 4x4", 512, 4, 512, 3, 1}};
   for (DType dtype : {DType::bf16, DType::f16}) {
+    if (dtypes != "both" && dtypes != std::string(dtype_name(dtype))) continue;
     for (const Layer& l : layers) {
       Conv2dParams p;
       p.stride_h = p.stride_w = static_cast<int>(l.stride);

@@ -3,9 +3,14 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
 #include <functional>
 #include <limits>
 #include <map>
+#include <optional>
+#include <set>
 #include <stdexcept>
 
 #include "nn/cuda/cuda_common.h"
@@ -140,29 +145,41 @@ OpGraph build(Pattern pattern, cudnnHandle_t handle, DType dtype, const Shape& x
   return g;
 }
 
-// Milliseconds per call of `run` (best of 5 after a warm-up), or infinity when it fails.
-float time_ms(const std::function<bool()>& run) {
-  if (!run()) return std::numeric_limits<float>::infinity();
-  CUDA_CHECK(cudaStreamSynchronize(cuda_stream()));
-  cudaEvent_t a, b;
-  CUDA_CHECK(cudaEventCreate(&a));
-  CUDA_CHECK(cudaEventCreate(&b));
-  float best = std::numeric_limits<float>::infinity();
-  for (int rep = 0; rep < 5; ++rep) {
-    CUDA_CHECK(cudaEventRecord(a, cuda_stream()));
-    const bool good = run();
-    CUDA_CHECK(cudaEventRecord(b, cuda_stream()));
-    CUDA_CHECK(cudaEventSynchronize(b));
-    float ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-    if (!good) {
-      best = std::numeric_limits<float>::infinity();
-      break;
-    }
-    best = std::min(best, ms);
+// Two CUDA events, destroyed with their owner.
+struct EventPair {
+  cudaEvent_t a = nullptr, b = nullptr;
+  EventPair() {
+    CUDA_CHECK(cudaEventCreate(&a));
+    CUDA_CHECK(cudaEventCreate(&b));
   }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
+  ~EventPair() {
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+  }
+  EventPair(const EventPair&) = delete;
+  EventPair& operator=(const EventPair&) = delete;
+};
+
+// Milliseconds per call of `run`: kRuns calls back to back between two events (so the GPU never waits
+// for the host and a call's launch latency hides behind the previous one, as in a training step),
+// best of three such rounds after a warm-up; infinity when a call fails.
+constexpr int kRuns = 50;
+float time_ms(const std::function<bool()>& run) {
+  const float fail = std::numeric_limits<float>::infinity();
+  if (!run()) return fail;
+  CUDA_CHECK(cudaStreamSynchronize(cuda_stream()));
+  EventPair events;
+  float best = fail;
+  for (int round = 0; round < 3; ++round) {
+    CUDA_CHECK(cudaEventRecord(events.a, cuda_stream()));
+    for (int i = 0; i < kRuns; ++i)
+      if (!run()) return fail;
+    CUDA_CHECK(cudaEventRecord(events.b, cuda_stream()));
+    CUDA_CHECK(cudaEventSynchronize(events.b));
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, events.a, events.b));
+    best = std::min(best, ms / kRuns);
+  }
   return best;
 }
 
@@ -185,13 +202,50 @@ bool needs_runtime_compilation(cudnnBackendDescriptor_t cfg, int64_t& engine_ind
   return false;
 }
 
-// Every engine the heuristics offer for `pattern`, finalised and timed on these buffers.
+// A finalised plan with its workspace and variant pack, ready to execute.
+struct Runnable {
+  BackendDesc plan, pack;
+  Tensor workspace;
+  bool execute() const { return GRAPH_OK(cudnnBackendExecute(cuda_context().cudnn, plan.get(), pack.get())); }
+};
+
+// The plan of engine configuration cfg with its pack over `ptrs`, or nothing when it does not finalise.
+std::optional<Runnable> runnable(cudnnBackendDescriptor_t cfg, const std::vector<int64_t>& uids,
+                                 const std::vector<void*>& ptrs) {
+  cudnnHandle_t handle = cuda_context().cudnn;
+  Runnable r;
+  r.plan = BackendDesc(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+  if (!r.plan || !set(r.plan.get(), kPlanHandle, CUDNN_TYPE_HANDLE, 1, &handle) ||
+      !set(r.plan.get(), CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfg) ||
+      !GRAPH_OK(cudnnBackendFinalize(r.plan.get())))
+    return std::nullopt;
+  int64_t bytes = 0, n = 0;
+  if (!GRAPH_OK(cudnnBackendGetAttribute(r.plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                                         CUDNN_TYPE_INT64, 1, &n, &bytes)) ||
+      bytes < 0 || bytes > (int64_t{1} << 30))
+    return std::nullopt;
+  r.workspace = Tensor::empty({std::max<int64_t>(bytes, 1)}, DType::u8, current_device());
+  void* workspace = r.workspace.raw_data();
+  r.pack = BackendDesc(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
+  if (!r.pack ||
+      !set(r.pack.get(), CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64,
+           static_cast<int64_t>(uids.size()), uids.data()) ||
+      !set(r.pack.get(), CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR,
+           static_cast<int64_t>(ptrs.size()), ptrs.data()) ||
+      !set(r.pack.get(), CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace) ||
+      !GRAPH_OK(cudnnBackendFinalize(r.pack.get())))
+    return std::nullopt;
+  return r;
+}
+
+// Every engine the heuristics offer for `pattern` (each engine once, though both heuristics modes may
+// list it), finalised and timed on these buffers. `best` receives the fastest.
 FusionProbeRow probe(Pattern pattern, const char* name, DType dtype, const Shape& xs, const Shape& ws,
-                     const Shape& ys, const Conv2dParams& p, const std::map<int64_t, void*>& buffers) {
+                     const Shape& ys, const Conv2dParams& p, const std::map<int64_t, void*>& buffers,
+                     std::optional<Runnable>& best) {
   FusionProbeRow row;
   row.pattern = name;
-  cudnnHandle_t handle = cuda_context().cudnn;
-  OpGraph g = build(pattern, handle, dtype, xs, ws, ys, p);
+  OpGraph g = build(pattern, cuda_context().cudnn, dtype, xs, ws, ys, p);
   if (!g.graph) {
     row.note = "cuDNN refused the operation graph (TRAINER_CUDNN_DEBUG=1 names the call)";
     return row;
@@ -204,35 +258,21 @@ FusionProbeRow probe(Pattern pattern, const char* name, DType dtype, const Shape
     ptrs.push_back(buffers.at(uid));
   }
   int rtc = 0;
+  double finalize_s = 0.0;
+  std::set<int64_t> seen;
   for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
     for (BackendDesc& cfg : engine_configs(g.graph.get(), mode)) {
-      ++row.engines;
       int64_t engine = -1;
       const bool compiled = needs_runtime_compilation(cfg.get(), engine);
-      BackendDesc plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
-      cudnnBackendDescriptor_t c = cfg.get();
-      if (!plan || !set(plan.get(), kPlanHandle, CUDNN_TYPE_HANDLE, 1, &handle) ||
-          !set(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &c) ||
-          !GRAPH_OK(cudnnBackendFinalize(plan.get())))
-        continue;
-      int64_t bytes = 0, n = 0;
-      if (!GRAPH_OK(cudnnBackendGetAttribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
-                                             CUDNN_TYPE_INT64, 1, &n, &bytes)) ||
-          bytes < 0 || bytes > (int64_t{1} << 30))
-        continue;
-      Tensor ws_tensor = Tensor::empty({std::max<int64_t>(bytes, 1)}, DType::u8, current_device());
-      void* workspace = ws_tensor.raw_data();
-      const float ms = time_ms([&] {
-        BackendDesc pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
-        return pack &&
-               set(pack.get(), CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64,
-                   static_cast<int64_t>(uids.size()), uids.data()) &&
-               set(pack.get(), CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR,
-                   static_cast<int64_t>(ptrs.size()), ptrs.data()) &&
-               set(pack.get(), CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace) &&
-               GRAPH_OK(cudnnBackendFinalize(pack.get())) &&
-               GRAPH_OK(cudnnBackendExecute(handle, plan.get(), pack.get()));
-      });
+      if (!seen.insert(engine).second) continue;
+      ++row.engines;
+      const auto finalize_start = std::chrono::steady_clock::now();
+      std::optional<Runnable> r = runnable(cfg.get(), uids, ptrs);
+      if (!r) continue;
+      // Finalising a plan is where a runtime-fusion engine compiles its kernel: a training run would
+      // pay this at start-up for every shape and every engine it times.
+      finalize_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - finalize_start).count();
+      const float ms = time_ms([&] { return r->execute(); });
       cudaGetLastError();
       if (!(ms < std::numeric_limits<float>::infinity())) continue;
       ++row.runnable;
@@ -240,6 +280,7 @@ FusionProbeRow probe(Pattern pattern, const char* name, DType dtype, const Shape
       if (row.best_ms < 0 || ms < row.best_ms) {
         row.best_ms = ms;
         row.best_engine = engine;
+        best = std::move(r);
       }
     }
   }
@@ -249,7 +290,32 @@ FusionProbeRow probe(Pattern pattern, const char* name, DType dtype, const Shape
     row.note = "no offered engine finalised and ran";
   else if (rtc)
     row.note = std::to_string(rtc) + " of them compiled at run time";
+  char finalize[64];
+  std::snprintf(finalize, sizeof finalize, "%sfinalising took %.2f s", row.note.empty() ? "" : "; ",
+                finalize_s);
+  row.note += finalize;
   return row;
+}
+
+// How far the fused statistics are from ours: the largest difference of the means over the largest
+// |mean|, and the largest relative difference of the (biased) variances.
+std::string compare_statistics(const Tensor& sum, const Tensor& sqsum, const std::pair<Tensor, Tensor>& ours,
+                               int64_t count) {
+  const std::vector<float> s = sum.to_vector<float>(), q = sqsum.to_vector<float>();
+  const std::vector<float> m = ours.first.to(DType::f32).to_vector<float>(),
+                           v = ours.second.to(DType::f32).to_vector<float>();
+  double mean_diff = 0, mean_max = 0, var_rel = 0;
+  for (size_t c = 0; c < s.size(); ++c) {
+    const double mean = s[c] / static_cast<double>(count);
+    const double var = q[c] / static_cast<double>(count) - mean * mean;
+    mean_diff = std::max(mean_diff, std::abs(mean - m[c]));
+    mean_max = std::max(mean_max, std::abs(static_cast<double>(m[c])));
+    var_rel = std::max(var_rel, std::abs(var - v[c]) / std::max(1e-30, std::abs(static_cast<double>(v[c]))));
+  }
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "; vs ours: mean %.1e (of max |mean| %.2g), var %.1e relative", mean_diff,
+                mean_max, var_rel);
+  return buf;
 }
 
 }  // namespace
@@ -276,19 +342,42 @@ std::vector<FusionProbeRow> probe_conv_stats_fusion(DType dtype, const Shape& xs
                                          {kSum, sum.raw_data()},
                                          {kSqSum, sqsum.raw_data()}};
   std::vector<FusionProbeRow> rows;
-  rows.push_back(probe(Pattern::conv, "conv alone", dtype, xs, ws, ys, p, buffers));
-  FusionProbeRow ours;
-  ours.pattern = "our BN statistics kernel alone (bn_mean_var)";
+  std::optional<Runnable> conv;
+  rows.push_back(probe(Pattern::conv, "conv alone", dtype, xs, ws, ys, p, buffers, conv));
   Backend& k = backend_for(y);
-  ours.best_ms = time_ms([&] {
+  FusionProbeRow stats;
+  stats.pattern = "our statistics kernel alone (bn_mean_var)";
+  stats.best_ms = time_ms([&] {
     k.bn_mean_var(y);
     return true;
   });
-  ours.runnable = ours.engines = 1;
-  rows.push_back(ours);
-  rows.push_back(probe(Pattern::genstats, "conv + genstats (fused)", dtype, xs, ws, ys, p, buffers));
-  rows.push_back(probe(Pattern::reduction, "conv + sum/sum-of-squares reductions (fused)", dtype, xs, ws, ys,
-                       p, buffers));
+  stats.runnable = stats.engines = 1;
+  rows.push_back(stats);
+  if (conv) {  // what a training step runs today: the two back to back
+    FusionProbeRow ours;
+    ours.pattern = "ours: conv, then bn_mean_var";
+    ours.best_ms = time_ms([&] {
+      if (!conv->execute()) return false;
+      k.bn_mean_var(y);
+      return true;
+    });
+    ours.runnable = ours.engines = 1;
+    rows.push_back(ours);
+  }
+  const int64_t count = ys[0] * ys[2] * ys[3];
+  for (auto [pattern, name] :
+       {std::pair{Pattern::genstats, "conv + genstats (fused)"},
+        std::pair{Pattern::reduction, "conv + sum/sum-of-squares reductions (fused)"}}) {
+    std::optional<Runnable> fused;
+    FusionProbeRow row = probe(pattern, name, dtype, xs, ws, ys, p, buffers, fused);
+    if (fused && conv) {  // the statistics of the same output, fused and ours
+      sum.zero_();
+      sqsum.zero_();
+      if (conv->execute() && fused->execute())
+        row.note += compare_statistics(sum, sqsum, k.bn_mean_var(y), count);
+    }
+    rows.push_back(std::move(row));
+  }
   return rows;
 }
 

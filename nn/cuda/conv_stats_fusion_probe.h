@@ -4,8 +4,11 @@
 // compute the per-channel sum and sum of squares in the convolution's epilogue instead. This probe
 // builds, for one convolution shape and dtype (NHWC), the fused graphs that would do it, asks cuDNN's
 // heuristics for engines, finalises and times every one that runs, and times the way we run today:
-// the convolution (its best graph-API engine) plus our statistics kernel (Backend::bn_mean_var).
-// A measurement for bench/PERF_NOTES.md (bench/cudnn_fusion_probe), not used by training.
+// the convolution (its best graph-API engine) followed by our statistics kernel (Backend::bn_mean_var).
+// Each figure is the mean of 50 calls queued back to back (best of three rounds), so launch latency
+// hides behind the previous call as it does in a training step. The fused statistics are compared
+// with ours on the same output. A measurement for bench/PERF_NOTES.md (bench/cudnn_fusion_probe), not
+// used by training.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -16,8 +19,8 @@
 namespace trainer::cuda {
 
 struct FusionProbeRow {
-  std::string pattern;       // "conv", "conv + genstats", "conv + reduction", "ours: conv + bn_mean_var"
-  int engines = 0;           // engine configurations the heuristics offered
+  std::string pattern;       // "conv alone", "ours: conv, then bn_mean_var", "conv + genstats (fused)", ...
+  int engines = 0;           // distinct engines the heuristics offered
   int runnable = 0;          // of those, finalised and run
   float best_ms = -1.0f;     // the fastest that ran; -1 when none did
   int64_t best_engine = -1;  // its cuDNN global engine index
