@@ -53,6 +53,7 @@ struct TrainConfig {
   std::string precision = "fp32";  // fp32 | tf32 | bf16 | fp16
   bool deterministic = false;      // bitwise reproducible GPU runs (cuda_set_deterministic)
   bool cuda_graph = true;          // replay each full-size step as a CUDA graph where the run allows it
+  bool cudnn_fusion = false;       // BatchNorm statistics in the convolutions' epilogues where faster
   std::int64_t seed = 0;
   int grad_accum_steps = 1;
   double label_smoothing = 0.0;

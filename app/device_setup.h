@@ -1,6 +1,7 @@
 #pragma once
 // Picks the device a run trains on from train.device and LOCAL_RANK, and initialises its backend.
 #include <optional>
+#include <string>
 
 #include "app/config.h"
 #include "nn/device.h"
@@ -22,5 +23,9 @@ std::optional<DType> autocast_dtype_for(const Config& config);
 // The layout input batches are given to the model in: channels-last (NHWC) for half precision, where
 // cuDNN's tensor-core kernels want it and every later activation inherits it; NCHW otherwise.
 MemoryFormat input_memory_format(const Config& config);
+
+// What train.cudnn_fusion does in this run, for the log: "on: ..." or "off: <the key that stops it>".
+// setup_device() applies the same decision.
+std::string cudnn_fusion_state(const Config& config, Device device);
 
 }  // namespace trainer

@@ -878,6 +878,7 @@ int run_training(const Config& config, const TrainOptions& options) {
       log.line("CUDA graph: off, every step runs eagerly (" + blocker + ")");
     }
   }
+  if (config.train.cudnn_fusion) log.line("cuDNN fusion: " + cudnn_fusion_state(config, device));
 
   const int accum = config.train.grad_accum_steps;
   const std::vector<Variable> params = e.model->parameters();

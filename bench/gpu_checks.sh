@@ -44,6 +44,10 @@ if want throughput; then
       timeout 120 "$B/nn_bench" --model resnet18 --image 32 --channels 3 --batch $b --device cuda --math $m --layout $layout --iters 40 --graph 1 2>/dev/null | tail -1
       timeout 120 python3 bench/torch_reference.py --model resnet18 --image 32 --channels 3 --batch $b --device cuda --dtype $m $flag --iters 40 2>/dev/null | tail -1
     done; done
+    # train.cudnn_fusion (BatchNorm statistics in the convolutions' epilogues where they time faster).
+    for b in 128 512; do
+      timeout 120 "$B/nn_bench" --model resnet18 --image 32 --channels 3 --batch $b --device cuda --math bf16 --layout cl --iters 40 --graph 1 --fusion 1 2>/dev/null | tail -1
+    done
     for g in 0 1; do
       timeout 200 "$B/nn_bench" --model resnet50 --stem imagenet --image 224 --channels 3 --batch 128 --device cuda --math bf16 --layout cl --iters 15 --graph $g 2>/dev/null | tail -1
     done
@@ -58,6 +62,10 @@ if want fmnist; then
       --set data.root="$FM" --set train.run_dir=/tmp/fm18_$p > "$OUT/fm18_$p.log" 2>&1
     grep -E "^done|rror" "$OUT/fm18_$p.log" | tail -2
   done
+  echo "== configs/fashion_mnist_resnet18.toml, bf16, train.cudnn_fusion = true"
+  timeout 300 "$B/trainer" train configs/fashion_mnist_resnet18.toml --set train.device=cuda --set train.precision=bf16 \
+    --set train.cudnn_fusion=true --set data.root="$FM" --set train.run_dir=/tmp/fm18_bf16_fusion > "$OUT/fm18_bf16_fusion.log" 2>&1
+  grep -E "^done|rror|cuDNN fusion" "$OUT/fm18_bf16_fusion.log" | tail -3
 fi
 
 if want bench; then

@@ -3,6 +3,8 @@
 //   build/nn_bench                                  cnn 28x28x1 and resnet18-cifar 32x32x3, batch 64, CPU
 //   build/nn_bench --model resnet18 --image 32 --channels 3 --batch 512 --device cuda --math tf32 --layout cl
 //   ... --device cuda --graph 1     times replays of one step captured as a CUDA graph
+//   ... --device cuda --fusion 1    BatchNorm statistics in the convolutions' epilogues where faster
+//                                   (train.cudnn_fusion; the device column then says "+fusion")
 //   ... --device cuda --trace 5     then 5 more steps under CUPTI: GPU time per kernel, busy time, API calls
 #include <chrono>
 #include <cstdio>
@@ -30,6 +32,7 @@
 #include <memory>
 
 #include "nn/cuda/caching_allocator.h"
+#include "nn/cuda/conv_stats_fusion.h"
 #include "nn/cuda/cuda_backend.h"
 #include "nn/cuda/cuda_graph.h"
 #endif
@@ -189,6 +192,7 @@ struct Point {
   std::string stem = "cifar";  // cifar | imagenet (torchvision's 7x7 stride-2 stem and max-pool)
   int trace_steps = 0;         // CUDA only: steps traced with CUPTI after the timed ones
   bool graph = false;          // CUDA only: capture one step as a CUDA graph and time its replays
+  bool fusion = false;         // CUDA only: train.cudnn_fusion (nn/cuda/conv_stats_fusion.h)
 };
 
 struct Result {
@@ -203,6 +207,7 @@ Result run(const Point& p) {
   if (p.device == "cuda") {
     init_cuda_backend(0);
     cuda_set_allow_tf32(p.math == "tf32");
+    cuda::set_conv_stats_fusion(p.fusion ? cuda::ConvStatsFusion::where_faster : cuda::ConvStatsFusion::off);
     device = Device::cuda(0);
   }
 #endif
@@ -338,6 +343,8 @@ int main(int argc, char** argv) {
       custom.stem = v;
     else if (k == "--graph")
       custom.graph = std::atoi(v) != 0;
+    else if (k == "--fusion")
+      custom.fusion = std::atoi(v) != 0;
     else if (k == "--trace")
       custom.trace_steps = std::atoi(v);
     else {
@@ -357,8 +364,8 @@ int main(int argc, char** argv) {
       std::printf("%-10s %6lld %5lldx%lldx%lld %10s %5s %6s %10.1f %10.0f\n", p.model.c_str(),
                   static_cast<long long>(p.batch), static_cast<long long>(p.image),
                   static_cast<long long>(p.image), static_cast<long long>(p.channels),
-                  (p.device + (r.graph ? "+graph" : "")).c_str(), p.math.c_str(),
-                  p.channels_last ? "cl" : "nchw", r.images_per_second, r.peak_mib);
+                  (p.device + (r.graph ? "+graph" : "") + (p.fusion ? "+fusion" : "")).c_str(),
+                  p.math.c_str(), p.channels_last ? "cl" : "nchw", r.images_per_second, r.peak_mib);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "nn_bench: %s\n", e.what());
       return 1;

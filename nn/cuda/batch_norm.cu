@@ -13,9 +13,11 @@
 // have: no conversion kernels. Each piece is one kernel: a reduction, or an elementwise pass
 // (16 bytes at a time when the layout allows) that computes its per-channel coefficients itself.
 #include <mutex>
+#include <optional>
 #include <type_traits>
 #include <vector>
 
+#include "nn/cuda/conv_stats_fusion.h"
 #include "nn/cuda/kernels.cuh"
 
 namespace trainer {
@@ -537,6 +539,40 @@ void channel_affine(const ChannelLayout& l, int64_t n, const T* x, const T* g, T
 }
 
 }  // namespace
+
+std::pair<Tensor, Tensor> bn_train_stats_from_sums(const ChannelSums& sums, DType x_dtype, double eps,
+                                                   double momentum, Tensor& running_mean,
+                                                   Tensor& running_var) {
+  const int64_t C = sums.sum.numel();
+  if (sums.sum.dtype() != DType::f32 || sums.sqsum.dtype() != DType::f32 || sums.sqsum.numel() != C ||
+      sums.count <= 0)
+    throw std::invalid_argument("bn_train_stats_from_sums: expected two f32 [C] sums and a positive count");
+  const ChannelTarget rm = channel_target(running_mean, C, "running_mean"),
+                      rv = channel_target(running_var, C, "running_var");
+  const double n = static_cast<double>(sums.count);
+  const double unbias = n > 1 ? n / (n - 1.0) : 1.0;
+  const DType stats = accumulate_dtype(x_dtype);
+  if (stats != DType::f32) throw std::invalid_argument("bn_train_stats_from_sums: half inputs only");
+  Tensor mean = empty({C}, stats), invstd = empty({C}, stats);
+  const float* ps = static_cast<const float*>(sums.sum.raw_data());
+  const float* pq = static_cast<const float*>(sums.sqsum.raw_data());
+  float* out_mean = static_cast<float*>(mean.raw_data());
+  float* out_invstd = static_cast<float*>(invstd.raw_data());
+  for_each(C, [=] __device__(int64_t c) {
+    // As bn_train_stats's finish, from unshifted sums: the mean and biased variance in double.
+    const double m = static_cast<double>(ps[c]) / n;
+    const double var = fmax(static_cast<double>(pq[c]) / n - m * m, 0.0);
+    out_mean[c] = static_cast<float>(m);
+    out_invstd[c] = 1.0f / sqrtf(static_cast<float>(var) + static_cast<float>(eps));
+    if (rm.p) {
+      rm.move_towards(c, m, momentum);
+      rv.move_towards(c, var * unbias, momentum);
+    }
+  });
+  CUDA_CHECK_LAUNCH();
+  return {mean, invstd};
+}
+
 }  // namespace cuda
 
 std::pair<Tensor, Tensor> CudaBackend::bn_mean_var(const Tensor& x_in) {
@@ -578,6 +614,9 @@ std::pair<Tensor, Tensor> CudaBackend::bn_train_stats(const Tensor& x_in, double
   if (running_mean.defined() != running_var.defined())
     throw std::invalid_argument(
         "bn_train_stats: running_mean and running_var must be both defined or neither");
+  // train.cudnn_fusion: the convolution that made x summed it already (nn/cuda/conv_stats_fusion.h).
+  if (std::optional<ChannelSums> sums = take_channel_sums(x_in))
+    return bn_train_stats_from_sums(*sums, x_in.dtype(), eps, momentum, running_mean, running_var);
   const Tensor x = x_in.contiguous(l.format());
   const int64_t C = l.channels;
   const double n = static_cast<double>(l.per_channel());

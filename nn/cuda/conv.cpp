@@ -31,8 +31,10 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <vector>
 
+#include "nn/cuda/conv_stats_fusion.h"
 #include "nn/cuda/cuda_common.h"
 #include "nn/cuda/cudnn_graph.h"
 
@@ -710,15 +712,21 @@ Tensor CudaBackend::conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor&
   }
   const DType dtype = x_in.dtype();
   const bool nhwc = x_in.suggest_memory_format() == MemoryFormat::channels_last;
-  Tensor y = with_layout_fallback(nhwc, dtype, [&](bool cl) {
-    const MemoryFormat f = format_for(cl);
-    const Tensor x = x_in.contiguous(f), w = w_in.contiguous(f);
-    Tensor out = empty(ys, dtype, f);
-    if (out.numel() == 0) return out;
-    void* const ptrs[3] = {x.raw_data(), w.raw_data(), out.raw_data()};
-    run_conv(ConvOp::forward, dtype, cl, x.shape(), w.shape(), ys, p, ptrs);
-    return out;
-  });
+  const auto plain = [&] {
+    return with_layout_fallback(nhwc, dtype, [&](bool cl) {
+      const MemoryFormat f = format_for(cl);
+      const Tensor x = x_in.contiguous(f), w = w_in.contiguous(f);
+      Tensor out = empty(ys, dtype, f);
+      if (out.numel() == 0) return out;
+      void* const ptrs[3] = {x.raw_data(), w.raw_data(), out.raw_data()};
+      run_conv(ConvOp::forward, dtype, cl, x.shape(), w.shape(), ys, p, ptrs);
+      return out;
+    });
+  };
+  // train.cudnn_fusion: a convolution feeding a training BatchNorm may also sum its output per channel.
+  if (std::optional<Tensor> fused = conv2d_with_channel_sums(x_in, w_in, bias.defined(), p, ys, plain))
+    return *fused;
+  Tensor y = plain();
   if (bias.defined()) add_channel_bias(y, bias);
   return y;
 }

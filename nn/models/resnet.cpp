@@ -103,6 +103,8 @@ ResNet::ResNet(const ResNetConfig& config, Generator& gen) : config_(config) {
     if (auto* conv = dynamic_cast<Conv2d*>(m)) {
       init::kaiming_normal_(conv->weight().data(), gen, 0.0, init::FanMode::fan_out,
                             init::Nonlinearity::relu);
+      conv->set_feeds_batch_norm(
+          true);  // every ResNet convolution (stem, blocks, shortcuts) is followed by one
     } else if (auto* bn = dynamic_cast<BatchNorm2d*>(m)) {
       bn->reset_parameters();  // weight 1, bias 0
     }

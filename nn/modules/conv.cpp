@@ -5,6 +5,7 @@
 #include <string>
 
 #include "nn/functional.h"
+#include "nn/fusion_hints.h"
 
 namespace trainer {
 
@@ -41,6 +42,7 @@ Variable Conv2d::forward(const Variable& x) {
     throw std::invalid_argument("Conv2d(" + std::to_string(in_channels_) + ", " +
                                 std::to_string(out_channels_) + ") expects input [N, " +
                                 std::to_string(in_channels_) + ", H, W], got " + shape_str(x.shape()));
+  const ConvFeedsBatchNormStats hint(feeds_batch_norm_ && is_training());
   return F::conv2d(x, weight_, bias_, params_);
 }
 

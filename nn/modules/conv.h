@@ -21,11 +21,17 @@ class Conv2d : public Module {
   const Conv2dParams& params() const { return params_; }
   Variable& weight() { return weight_; }
   Variable& bias() { return bias_; }  // undefined without bias
+  // Whether this convolution's output goes straight into a BatchNorm (every ResNet convolution's
+  // does): in training, the backend may then compute the BatchNorm's batch statistics in the
+  // convolution's epilogue (nn/fusion_hints.h). Numbers change only by the statistics' rounding.
+  void set_feeds_batch_norm(bool feeds) { feeds_batch_norm_ = feeds; }
+  bool feeds_batch_norm() const { return feeds_batch_norm_; }
 
  private:
   int64_t in_channels_, out_channels_;
   Conv2dParams params_;
   Variable weight_, bias_;
+  bool feeds_batch_norm_ = false;
 };
 
 }  // namespace trainer

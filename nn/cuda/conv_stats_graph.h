@@ -1,0 +1,70 @@
+#pragma once
+// cuDNN operation graphs for a convolution whose epilogue also computes the per-channel sum and sum
+// of squares of its output (what BatchNorm's batch statistics need), and the pieces to run and time
+// their engines. Used by the fusion itself (nn/cuda/conv_stats_fusion.h) and by its measurement
+// (nn/cuda/conv_stats_fusion_probe.h). Tensors are channels-last (NHWC) in bf16 or f16; the sums
+// are f32 [1, C, 1, 1].
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <optional>
+#include <vector>
+
+#include "nn/cuda/cudnn_graph.h"
+
+namespace trainer::cuda::conv_stats {
+
+// Tensor ids in the variant packs.
+constexpr int64_t kX = 1, kW = 2, kY = 3, kSum = 4, kSqSum = 5, kSquare = 6;
+
+enum class Pattern {
+  conv,       // the convolution alone
+  genstats,   // + cuDNN's dedicated statistics operation (the ConvBNfprop pattern's epilogue)
+  reduction,  // + generic reductions of y and y * y over N, H, W (runtime fusion)
+};
+
+// The operations of one graph and every descriptor they were built from (kept alive with them).
+struct OpGraph {
+  std::deque<cudnn_graph::BackendDesc> parts;  // a deque: references to earlier parts stay valid
+  std::vector<cudnnBackendDescriptor_t> ops;
+  cudnn_graph::BackendDesc graph;
+  cudnn_graph::BackendDesc& keep(cudnn_graph::BackendDesc d);
+  bool add_op(cudnn_graph::BackendDesc op);
+  bool finalize(cudnnHandle_t handle);
+};
+
+// The graph of `pattern` for x [N, C, H, W] * w [K, C, R, S] -> y (shape ys), or an empty OpGraph
+// (graph undefined) when cuDNN refuses it (TRAINER_CUDNN_DEBUG=1 names the call).
+OpGraph build(Pattern pattern, cudnnHandle_t handle, DType dtype, const Shape& xs, const Shape& ws,
+              const Shape& ys, const Conv2dParams& p);
+
+// The uids of `pattern`'s variant pack, in order: x, w, y (+ sum, sqsum).
+std::vector<int64_t> pack_uids(Pattern pattern);
+
+// What an engine configuration is: its global index, whether it compiles its kernel at run time,
+// whether its results may differ from run to run.
+struct EngineInfo {
+  int64_t index = -1;
+  bool runtime_compiled = false;
+  bool nondeterministic = false;
+};
+EngineInfo engine_info(cudnnBackendDescriptor_t cfg);
+
+// A finalised execution plan and its workspace size. Finalising is where a runtime-fusion engine
+// compiles its kernel.
+struct Plan {
+  cudnn_graph::BackendDesc plan;
+  int64_t workspace_bytes = 0;
+  // Runs the plan on these pointers (in pack_uids order) with a workspace of workspace_bytes.
+  bool execute(const std::vector<int64_t>& uids, const std::vector<void*>& ptrs, void* workspace) const;
+};
+// The plan of engine configuration cfg, or nothing when it does not finalise or wants more than
+// `max_workspace` bytes.
+std::optional<Plan> finalize_plan(cudnnBackendDescriptor_t cfg, int64_t max_workspace);
+
+// Milliseconds per call of `run`: `runs` calls queued back to back between two events (so launch
+// latency hides behind the previous call, as in a training step), best of `rounds` after a warm-up;
+// infinity when a call fails.
+float time_per_call_ms(const std::function<bool()>& run, int runs = 50, int rounds = 3);
+
+}  // namespace trainer::cuda::conv_stats

@@ -1,0 +1,35 @@
+// cudnn_fusion_state: when train.cudnn_fusion takes effect, and the key the log names when it does not.
+#include "app/device_setup.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace trainer {
+namespace {
+
+Config fusion_config(const std::string& precision) {
+  Config c;
+  c.train.cudnn_fusion = true;
+  c.train.precision = precision;
+  return c;
+}
+
+TEST(CudnnFusionState, OnOnlyForHalfPrecisionOnAGpuWithoutDeterminismOrSyncBn) {
+  EXPECT_EQ(cudnn_fusion_state(Config{}, Device::cuda(0)), "off: train.cudnn_fusion = false");
+  EXPECT_EQ(cudnn_fusion_state(fusion_config("bf16"), Device::cuda(0)).rfind("on: ", 0), 0u);
+  EXPECT_EQ(cudnn_fusion_state(fusion_config("fp16"), Device::cuda(0)).rfind("on: ", 0), 0u);
+  EXPECT_NE(cudnn_fusion_state(fusion_config("fp32"), Device::cuda(0)).find("needs train.precision"),
+            std::string::npos);
+  EXPECT_NE(cudnn_fusion_state(fusion_config("bf16"), Device::cpu()).find("on a GPU"), std::string::npos);
+  Config deterministic = fusion_config("bf16");
+  deterministic.train.deterministic = true;
+  EXPECT_NE(cudnn_fusion_state(deterministic, Device::cuda(0)).find("off: train.deterministic"),
+            std::string::npos);
+  Config sync_bn = fusion_config("bf16");
+  sync_bn.model.sync_bn = true;
+  EXPECT_NE(cudnn_fusion_state(sync_bn, Device::cuda(0)).find("off: model.sync_bn"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace trainer
