@@ -56,24 +56,14 @@ bool applies(const Tensor& x, const Tensor& w, bool has_bias, const Conv2dParams
 
 // The shape, and the mode the decision was made under (`always` skips the timing).
 Key key_of(const Tensor& x, const Tensor& w, const Conv2dParams& p, ConvStatsFusion mode) {
-  const Shape& xs = x.shape();
-  const Shape& ws = w.shape();
-  return {static_cast<int64_t>(x.dtype()),
-          xs[0],
-          xs[1],
-          xs[2],
-          xs[3],
-          ws[0],
-          ws[1],
-          ws[2],
-          ws[3],
-          p.stride_h,
-          p.stride_w,
-          p.pad_h,
-          p.pad_w,
-          p.dilation_h,
-          p.dilation_w,
-          static_cast<int64_t>(mode)};
+  Key k{};
+  size_t i = 0;
+  k[i++] = static_cast<int64_t>(x.dtype());
+  k[i++] = static_cast<int64_t>(mode);
+  for (const Shape* shape : {&x.shape(), &w.shape()})
+    for (int64_t d : *shape) k[i++] = d;
+  for (int v : {p.stride_h, p.stride_w, p.pad_h, p.pad_w, p.dilation_h, p.dilation_w}) k[i++] = v;
+  return k;
 }
 
 // Runs the fused plan: y and the sums (zeroed first: [sum | sqsum], 2C f32).

@@ -17,6 +17,7 @@
 #include "nn/modules/batch_norm.h"
 #include "nn/optim/sgd.h"
 #include "tests/gpu/gpu_test_util.h"
+#include "tests/gpu/graph_steps.h"
 
 namespace trainer {
 namespace {
@@ -145,29 +146,20 @@ std::vector<double> losses(bool fusion) {
   Generator gen(10);
   Variable loss;
   auto step = [&] {
-    {
-      AutocastScope autocast(DType::bf16);
-      loss = F::cross_entropy((*model)(Variable(x)), y);
-    }
+    loss = autocast_loss(*model, x, y, DType::bf16);
     loss.backward();
     opt.step();
     opt.zero_grad();
   };
-  cuda::CudaGraph g;
-  std::vector<double> out;
-  for (int i = 0; i < 12; ++i) {
-    x.copy_(input_batch(100 + i, 32));
-    std::vector<int64_t> t(32);
-    for (int64_t& v : t) v = static_cast<int64_t>(gen.below(10));
-    y.copy_(Tensor::from_vector(t, {32}));
-    if (i == 3) g.capture(step);
-    if (g.captured())
-      g.replay();
-    else
-      step();
-    out.push_back(loss.item());
-  }
-  return out;
+  return run_graph_steps({.steps = 12,
+                          .capture_at = 3,
+                          .load_batch =
+                              [&](int i) {
+                                x.copy_(input_batch(100 + i, 32));
+                                random_labels(y, gen);
+                              },
+                          .step = step,
+                          .loss = [&] { return loss.item(); }});
 }
 
 TEST(ConvStatsFusion, TrainingStepsReplayedFromAGraphFollowTheUnfusedLosses) {

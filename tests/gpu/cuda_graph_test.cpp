@@ -8,6 +8,7 @@
 #include "nn/functional.h"
 #include "nn/optim/sgd.h"
 #include "tests/gpu/gpu_test_util.h"
+#include "tests/gpu/graph_steps.h"
 
 namespace trainer {
 namespace {
@@ -22,34 +23,23 @@ std::vector<double> losses(bool graph, std::optional<DType> half) {
   so.lr = 0.05, so.momentum = 0.9, so.weight_decay = 5e-4;
   Sgd opt(model->named_parameters(), so);
   Generator gen(9);
-  Tensor x =
-      on_gpu(random({16, 3, 32, 32}, gen), half ? MemoryFormat::channels_last : MemoryFormat::contiguous);
-  Tensor y = Tensor::zeros({16}, DType::i64, gpu());
+  auto [x, y] = cifar_batch(gen, 16, half);
   Variable loss;
   auto step = [&] {
-    {
-      AutocastScope autocast(half);
-      loss = F::cross_entropy((*model)(Variable(x)), y);
-    }
+    loss = autocast_loss(*model, x, y, half);
     loss.backward();
     opt.step();
     opt.zero_grad();
   };
-  cuda::CudaGraph g;
-  std::vector<double> out;
-  for (int i = 0; i < 50; ++i) {
-    x.copy_(random(x.shape(), gen));  // the next batch into the step's input tensors
-    std::vector<int64_t> t(16);
-    for (int64_t& v : t) v = static_cast<int64_t>(gen.below(10));
-    y.copy_(Tensor::from_vector(t, {16}));
-    if (graph && i == 3) g.capture(step);
-    if (g.captured())
-      g.replay();
-    else
-      step();
-    out.push_back(loss.item());
-  }
-  return out;
+  return run_graph_steps({.steps = 50,
+                          .capture_at = graph ? 3 : -1,
+                          .load_batch =
+                              [&](int) {
+                                x.copy_(random(x.shape(), gen));  // the next batch into the step's inputs
+                                random_labels(y, gen);
+                              },
+                          .step = step,
+                          .loss = [&] { return loss.item(); }});
 }
 
 TEST(CudaGraph, ReplaysGiveTheEagerLossSequence) {

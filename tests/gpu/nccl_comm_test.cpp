@@ -16,6 +16,7 @@
 #include "dist/process_group.h"
 #include "dist/store.h"
 #include "tests/gpu/gpu_test_util.h"
+#include "tests/gpu/nccl_test_util.h"
 
 namespace trainer {
 namespace {
@@ -23,35 +24,9 @@ namespace {
 using namespace gpu_test;
 using namespace std::chrono_literals;
 
-class Nccl : public ::testing::Test {
+class Nccl : public OneRankNcclTest {
  protected:
-  void SetUp() override {
-    REQUIRE_GPU();
-    TcpStoreOptions so;
-    so.host = "127.0.0.1";
-    so.bind_host = "127.0.0.1";
-    so.port = 0;  // any free port
-    so.is_server = true;
-    so.world_size = 1;
-    store_ = std::make_unique<TcpStore>(so);
-    NcclCommOptions o;
-    o.device = 0;
-    o.timeout = 60s;
-    o.connect_timeout = 60s;
-    TcpStoreOptions wo = so;
-    wo.port = store_->port();
-    wo.is_server = false;
-    o.watchdog_store = std::make_shared<TcpStore>(wo);
-    comm_ = NcclComm::create(*store_, 0, 1, o);
-  }
-  void TearDown() override {
-    if (comm_) comm_->shutdown();
-    comm_.reset();
-    store_.reset();
-  }
-
-  std::unique_ptr<TcpStore> store_;
-  std::shared_ptr<NcclComm> comm_;
+  Nccl() : OneRankNcclTest(/*watchdog_store=*/true) {}
 };
 
 Tensor values(const std::vector<float>& v, const Shape& shape) {

@@ -29,6 +29,8 @@
 #include "nn/functional.h"
 #include "nn/optim/sgd.h"
 #include "tests/gpu/gpu_test_util.h"
+#include "tests/gpu/graph_steps.h"
+#include "tests/gpu/nccl_test_util.h"
 
 namespace trainer {
 namespace {
@@ -37,37 +39,15 @@ using namespace gpu_test;
 using namespace std::chrono_literals;
 
 // A one-rank NCCL communicator over a loopback store.
-class NcclGraph : public ::testing::Test {
+class NcclGraph : public OneRankNcclTest {
  protected:
-  void SetUp() override {
-    REQUIRE_GPU();
-    TcpStoreOptions so;
-    so.host = "127.0.0.1";
-    so.bind_host = "127.0.0.1";
-    so.port = 0;
-    so.is_server = true;
-    so.world_size = 1;
-    store_ = std::make_unique<TcpStore>(so);
-    NcclCommOptions o;
-    o.device = 0;
-    o.timeout = 60s;
-    o.connect_timeout = 60s;
-    comm_ = NcclComm::create(*store_, 0, 1, o);
-  }
-  void TearDown() override {
-    if (comm_) comm_->shutdown();
-    comm_.reset();
-    store_.reset();
-  }
+  NcclGraph() : OneRankNcclTest(/*watchdog_store=*/false) {}
 
   // Waits (bounded) until the watchdog has seen every watched replay complete.
   bool watchdog_drained() const {
     for (int i = 0; i < 200 && comm_->pending_count() > 0; ++i) std::this_thread::sleep_for(10ms);
     return comm_->pending_count() == 0;
   }
-
-  std::unique_ptr<TcpStore> store_;
-  std::shared_ptr<NcclComm> comm_;
 };
 
 // The one-rank communicator as the reducer of a two-rank job sees it.
@@ -168,15 +148,10 @@ std::vector<double> reduced_losses(const std::shared_ptr<NcclComm>& nccl, bool g
     opt.skip_if(scaler.found_inf_flag());
   }
   Generator gen(11);
-  Tensor x =
-      on_gpu(random({16, 3, 32, 32}, gen), half ? MemoryFormat::channels_last : MemoryFormat::contiguous);
-  Tensor y = Tensor::zeros({16}, DType::i64, gpu());
+  auto [x, y] = cifar_batch(gen, 16, half);
   Variable loss;
   auto step = [&] {
-    {
-      AutocastScope autocast(half);
-      loss = F::cross_entropy((*model)(Variable(x)), y);
-    }
+    loss = autocast_loss(*model, x, y, half);
     scaler.scale_loss(loss).backward();
     reducer.finish();
     if (options.fp16) {
@@ -188,22 +163,17 @@ std::vector<double> reduced_losses(const std::shared_ptr<NcclComm>& nccl, bool g
     }
     opt.zero_grad();
   };
-  cuda::CudaGraph g;
-  std::vector<double> out;
-  for (int i = 0; i < 12; ++i) {
-    x.copy_(random(x.shape(), gen));
-    std::vector<int64_t> t(16);
-    for (int64_t& v : t) v = static_cast<int64_t>(gen.below(10));
-    y.copy_(Tensor::from_vector(t, {16}));
-    if (graph && i == 2) g.capture(step);
-    if (g.captured()) {
-      g.replay();
-      view->watch_graph_replay("resnet18 step");
-    } else {
-      step();
-    }
-    out.push_back(loss.item());
-  }
+  const std::vector<double> out =
+      run_graph_steps({.steps = 12,
+                       .capture_at = graph ? 2 : -1,
+                       .load_batch =
+                           [&](int) {
+                             x.copy_(random(x.shape(), gen));
+                             random_labels(y, gen);
+                           },
+                       .step = step,
+                       .loss = [&] { return loss.item(); },
+                       .after_replay = [&] { view->watch_graph_replay("resnet18 step"); }});
   EXPECT_EQ(reducer.last_buckets_launched_in_backward(), reducer.bucket_count());
   return out;
 }
