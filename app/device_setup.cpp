@@ -59,6 +59,9 @@ std::string cudnn_fusion_state(const Config& config, Device device) {
   if (config.train.deterministic) return "off: train.deterministic (the fused sums' order is not fixed)";
   if (config.model.sync_bn)
     return "off: model.sync_bn (SyncBatchNorm computes its statistics over all ranks)";
+  if (config.model.name.rfind("resnet", 0) != 0)
+    return "not used: model.name = \"" + config.model.name +
+           "\" has no convolution marked as feeding a BatchNorm (the ResNets mark theirs)";
   return "on: BatchNorm statistics in the convolutions' epilogues, for the shapes where that timed at least "
          "3% "
          "faster at the first step (each shape compiles cuDNN's fused kernels then)";

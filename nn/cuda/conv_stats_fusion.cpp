@@ -34,10 +34,13 @@ struct Kept {
 };
 thread_local std::optional<Kept> t_kept;
 
-// The decision for one convolution shape: whether to fuse, and the plan that does.
+// The decision for one convolution shape: whether to fuse, and the plan that does, kept with the
+// operation graph and engine configuration it was made from (as the convolutions' plans are).
 struct Decision {
-  bool fuse = false;
+  std::atomic<bool> fuse{false};
   std::optional<Plan> plan;
+  OpGraph graph;
+  cudnn_graph::BackendDesc config;
 };
 using Key = std::array<int64_t, 16>;
 std::mutex g_mutex;
@@ -83,16 +86,17 @@ void run(const Plan& plan, const Tensor& x, const Tensor& w, Tensor& y, Tensor& 
 std::unique_ptr<Decision> decide(const Tensor& x, const Tensor& w, const Conv2dParams& p, const Shape& ys,
                                  const std::function<Tensor()>& plain, ConvStatsFusion mode) {
   auto d = std::make_unique<Decision>();
-  OpGraph g = build(Pattern::reduction, cuda_context().cudnn, x.dtype(), x.shape(), w.shape(), ys, p);
-  if (!g.graph) return d;
+  d->graph = build(Pattern::reduction, cuda_context().cudnn, x.dtype(), x.shape(), w.shape(), ys, p);
+  if (!d->graph.graph) return d;
   Tensor y = empty(ys, x.dtype(), MemoryFormat::channels_last);
   Tensor sums = empty({2 * ys[1]}, DType::f32);
-  if (!aligned16(w.raw_data()) || !aligned16(y.raw_data())) return d;
   float best_ms = std::numeric_limits<float>::infinity();
   std::set<int64_t> seen;
   for (cudnnBackendHeurMode_t heur : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
-    for (cudnn_graph::BackendDesc& cfg : cudnn_graph::engine_configs(g.graph.get(), heur)) {
-      if (!seen.insert(engine_info(cfg.get()).index).second) continue;
+    for (cudnn_graph::BackendDesc& cfg : cudnn_graph::engine_configs(d->graph.graph.get(), heur)) {
+      const EngineInfo info = engine_info(cfg.get());
+      // The fused engine computes y too: the same numerics rule as every convolution (conv.cpp).
+      if (info.reduced_precision || !seen.insert(info.index).second) continue;
       std::optional<Plan> plan = finalize_plan(cfg.get(), kMaxWorkspace);  // compiles its kernel
       if (!plan) continue;
       const float ms = time_per_call_ms(
@@ -109,6 +113,7 @@ std::unique_ptr<Decision> decide(const Tensor& x, const Tensor& w, const Conv2dP
       if (ms < best_ms) {
         best_ms = ms;
         d->plan = std::move(plan);
+        d->config = std::move(cfg);
       }
     }
   }
@@ -150,6 +155,7 @@ std::optional<Tensor> conv2d_with_channel_sums(const Tensor& x, const Tensor& w_
       !applies(x, w_in, has_bias, p, ys))
     return std::nullopt;
   const Tensor w = w_in.contiguous(MemoryFormat::channels_last);
+  if (!aligned16(w.raw_data())) return std::nullopt;  // this call only: not a decision about the shape
   Decision* d = nullptr;
   {
     std::lock_guard<std::mutex> lock(g_mutex);
@@ -169,9 +175,16 @@ std::optional<Tensor> conv2d_with_channel_sums(const Tensor& x, const Tensor& w_
   if (!d->fuse) return std::nullopt;
   Tensor y = empty(ys, x.dtype(), MemoryFormat::channels_last);
   Tensor sums = empty({2 * ys[1]}, DType::f32);
-  if (!aligned16(w.raw_data()) || !aligned16(y.raw_data()) || !aligned16(sums.raw_data()))
+  if (!aligned16(y.raw_data()) || !aligned16(sums.raw_data())) return std::nullopt;
+  try {
+    run(*d->plan, x, w, y, sums);
+  } catch (const std::runtime_error& e) {
+    // It ran when the shape was decided; if it stops running, the shape goes back to the usual path.
+    std::fprintf(stderr, "trainer: warning: %s; this convolution shape runs unfused from now on\n", e.what());
+    cudaGetLastError();
+    d->fuse = false;
     return std::nullopt;
-  run(*d->plan, x, w, y, sums);
+  }
   ++g_fused;
   const int64_t C = ys[1];
   t_kept = Kept{y, ChannelSums{sums.slice(0, 0, C), sums.slice(0, C, 2 * C), ys[0] * ys[2] * ys[3]}};

@@ -152,8 +152,12 @@ EngineInfo engine_info(cudnnBackendDescriptor_t cfg) {
   count = 0;
   if (cudnnBackendGetAttribute(engine.get(), CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
                                CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &count, numerics) == CUDNN_STATUS_SUCCESS)
-    for (int64_t i = 0; i < count; ++i)
+    for (int64_t i = 0; i < count; ++i) {
       if (numerics[i] == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC) info.nondeterministic = true;
+      if (numerics[i] == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS ||
+          numerics[i] == CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION)
+        info.reduced_precision = true;
+    }
   return info;
 }
 

@@ -23,7 +23,8 @@ class Conv2d : public Module {
   Variable& bias() { return bias_; }  // undefined without bias
   // Whether this convolution's output goes straight into a BatchNorm (every ResNet convolution's
   // does): in training, the backend may then compute the BatchNorm's batch statistics in the
-  // convolution's epilogue (nn/fusion_hints.h). Numbers change only by the statistics' rounding.
+  // convolution's epilogue (nn/fusion_hints.h). Numbers change only by the statistics' rounding. The
+  // output must reach the BatchNorm unmodified: nothing checks for an in-place change in between.
   void set_feeds_batch_norm(bool feeds) { feeds_batch_norm_ = feeds; }
   bool feeds_batch_norm() const { return feeds_batch_norm_; }
 

@@ -12,6 +12,7 @@ Config fusion_config(const std::string& precision) {
   Config c;
   c.train.cudnn_fusion = true;
   c.train.precision = precision;
+  c.model.name = "resnet18";
   return c;
 }
 
@@ -29,6 +30,10 @@ TEST(CudnnFusionState, OnOnlyForHalfPrecisionOnAGpuWithoutDeterminismOrSyncBn) {
   Config sync_bn = fusion_config("bf16");
   sync_bn.model.sync_bn = true;
   EXPECT_NE(cudnn_fusion_state(sync_bn, Device::cuda(0)).find("off: model.sync_bn"), std::string::npos);
+  Config cnn = fusion_config("bf16");
+  cnn.model.name = "cnn";
+  EXPECT_NE(cudnn_fusion_state(cnn, Device::cuda(0)).find("not used: model.name = \"cnn\""),
+            std::string::npos);
 }
 
 }  // namespace
