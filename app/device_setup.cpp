@@ -21,8 +21,7 @@ Device setup_device(const Config& config, int local_rank) {
   init_cuda_backend(local_rank);  // throws with a hint when local_rank >= count
   cuda_set_allow_tf32(config.train.precision == "tf32");
   cuda_set_deterministic(config.train.deterministic);
-  // SyncBatchNorm computes its statistics itself (over all ranks): sums from the convolution would go unused.
-  cuda::set_conv_stats_fusion(config.train.cudnn_fusion && !config.model.sync_bn
+  cuda::set_conv_stats_fusion(cudnn_fusion_off_reason(config, Device::cuda(local_rank)).empty()
                                   ? cuda::ConvStatsFusion::where_faster
                                   : cuda::ConvStatsFusion::off);
   return Device::cuda(local_rank);
@@ -52,19 +51,25 @@ std::optional<DType> autocast_dtype_for(const Config& config) {
   return std::nullopt;
 }
 
-std::string cudnn_fusion_state(const Config& config, Device device) {
+std::string cudnn_fusion_off_reason(const Config& config, Device device) {
   if (!config.train.cudnn_fusion) return "off: train.cudnn_fusion = false";
   if (!device.is_cuda() || !autocast_dtype_for(config))
     return "off: train.cudnn_fusion needs train.precision = \"bf16\" or \"fp16\" on a GPU";
   if (config.train.deterministic) return "off: train.deterministic (the fused sums' order is not fixed)";
+  // SyncBatchNorm computes its statistics itself (over all ranks): sums from the convolution would go unused.
   if (config.model.sync_bn)
     return "off: model.sync_bn (SyncBatchNorm computes its statistics over all ranks)";
   if (config.model.name.rfind("resnet", 0) != 0)
     return "not used: model.name = \"" + config.model.name +
            "\" has no convolution marked as feeding a BatchNorm (the ResNets mark theirs)";
-  return "on: BatchNorm statistics in the convolutions' epilogues, for the shapes where that timed at least "
-         "3% "
-         "faster at the first step (each shape compiles cuDNN's fused kernels then)";
+  return "";
+}
+
+std::string cudnn_fusion_state(const Config& config, Device device) {
+  const std::string off = cudnn_fusion_off_reason(config, device);
+  if (!off.empty()) return off;
+  return "on: BatchNorm statistics in the convolutions' epilogues, for the shapes where that timed at "
+         "least 3% faster at the first step (each shape compiles cuDNN's fused kernels then)";
 }
 
 MemoryFormat input_memory_format(const Config& config) {

@@ -24,8 +24,10 @@ std::optional<DType> autocast_dtype_for(const Config& config);
 // cuDNN's tensor-core kernels want it and every later activation inherits it; NCHW otherwise.
 MemoryFormat input_memory_format(const Config& config);
 
-// What train.cudnn_fusion does in this run, for the log: "on: ..." or "off: <the key that stops it>".
-// setup_device() applies the same decision.
+// Why train.cudnn_fusion does not apply to this run ("off: <the key that stops it>" or "not used: ..."),
+// or "" when it does. setup_device() turns the fusion on exactly when this is empty.
+std::string cudnn_fusion_off_reason(const Config& config, Device device);
+// What train.cudnn_fusion does in this run, for the log: the reason above, or "on: ...".
 std::string cudnn_fusion_state(const Config& config, Device device);
 
 }  // namespace trainer

@@ -15,11 +15,11 @@
 //
 // Several ranks (dist.cuda_graph): the gradient all-reduce is captured with the step. The reducer's
 // hooks run during the capture, so its bucket copies (compute stream) and NCCL calls (the
-// communication stream's branch of the graph) become graph nodes, joined back before the optimizer; SyncBatchNorm's and the
-// device loss scaler's all-reduces likewise. Every rank captures at the same step (the batch shapes
-// agree across ranks), so all issue the same collectives in the same order. NCCL collectives in a graph
-// cannot be watched one by one: after each replay the communicator watches the replay as one unit
-// (Comm::watch_graph_replay), with the collectives' timeout and abort.
+// communication stream's branch of the graph) become graph nodes, joined back before the optimizer;
+// SyncBatchNorm's and the device loss scaler's all-reduces likewise. Every rank captures at the same step
+// (the batch shapes agree across ranks), so all issue the same collectives in the same order. NCCL
+// collectives in a graph cannot be watched one by one: after each replay the communicator watches the replay
+// as one unit (Comm::watch_graph_replay), with the collectives' timeout and abort.
 #include <functional>
 #include <memory>
 #include <string>

@@ -106,6 +106,25 @@ ChannelTarget channel_target(Tensor& t, int64_t C, const char* name) {
   return {t.raw_data(), t.dtype()};
 }
 
+// Stores channel c's batch statistics as bn_train_stats returns them: the mean, and the inverse std in
+// stat_t, as the separate ops computed it (and PyTorch does: a last-bit difference here flips ReLUs
+// downstream); the running statistics move towards the batch's (the unbiased variance).
+template <class stat_t>
+struct StoreBatchStats {
+  stat_t* mean;
+  stat_t* invstd;
+  ChannelTarget running_mean, running_var;
+  double eps, momentum, unbias;
+  __device__ void operator()(int64_t c, double m, double var) const {
+    mean[c] = static_cast<stat_t>(m);
+    invstd[c] = stat_t(1) / sqrt(static_cast<stat_t>(var) + static_cast<stat_t>(eps));
+    if (running_mean.p) {
+      running_mean.move_towards(c, m, momentum);
+      running_var.move_towards(c, var * unbias, momentum);
+    }
+  }
+};
+
 // Validates a per-channel tensor and returns a view of it for the kernels; `keep` holds a dense
 // device copy when t was not one already (undefined t gives a null view when optional).
 ChannelValues channel_values(const Tensor& t, int64_t C, const char* op, const char* name, bool optional,
@@ -556,18 +575,17 @@ std::pair<Tensor, Tensor> bn_train_stats_from_sums(const ChannelSums& sums, DTyp
   Tensor mean = empty({C}, stats), invstd = empty({C}, stats);
   const float* ps = static_cast<const float*>(sums.sum.raw_data());
   const float* pq = static_cast<const float*>(sums.sqsum.raw_data());
-  float* out_mean = static_cast<float*>(mean.raw_data());
-  float* out_invstd = static_cast<float*>(invstd.raw_data());
+  const StoreBatchStats<float> store{static_cast<float*>(mean.raw_data()),
+                                     static_cast<float*>(invstd.raw_data()),
+                                     rm,
+                                     rv,
+                                     eps,
+                                     momentum,
+                                     unbias};
   for_each(C, [=] __device__(int64_t c) {
-    // As bn_train_stats's finish, from unshifted sums: the mean and biased variance in double.
+    // As bn_train_stats, from unshifted sums: the mean and biased variance in double.
     const double m = static_cast<double>(ps[c]) / n;
-    const double var = fmax(static_cast<double>(pq[c]) / n - m * m, 0.0);
-    out_mean[c] = static_cast<float>(m);
-    out_invstd[c] = 1.0f / sqrtf(static_cast<float>(var) + static_cast<float>(eps));
-    if (rm.p) {
-      rm.move_towards(c, m, momentum);
-      rv.move_towards(c, var * unbias, momentum);
-    }
+    store(c, m, fmax(static_cast<double>(pq[c]) / n - m * m, 0.0));
   });
   CUDA_CHECK_LAUNCH();
   return {mean, invstd};
@@ -628,21 +646,18 @@ std::pair<Tensor, Tensor> CudaBackend::bn_train_stats(const Tensor& x_in, double
   CUDA_DISPATCH_FLOAT(x.dtype(), "bn_train_stats", [&] {
     using stat_t = std::conditional_t<std::is_same_v<scalar_t, double>, double, float>;
     const scalar_t* px = static_cast<const scalar_t*>(x.raw_data());
-    stat_t* out_mean = static_cast<stat_t*>(mean.raw_data());
-    stat_t* out_invstd = static_cast<stat_t*>(invstd.raw_data());
-    channel_reduce<scalar_t, kMoments>(
-        l, px, nullptr, nullptr, ChannelValues{}, [=] __device__(int64_t c, double s, double q) {
-          const Moments mo = moments_of(px, c, l.inner, s, q, n);
-          const double m = mo.mean, var = mo.var;
-          out_mean[c] = static_cast<stat_t>(m);
-          // In stat_t, as the separate ops computed it (and PyTorch
-          // does): a last-bit difference here flips ReLUs downstream.
-          out_invstd[c] = stat_t(1) / sqrt(static_cast<stat_t>(var) + static_cast<stat_t>(eps));
-          if (rm.p) {
-            rm.move_towards(c, m, momentum);
-            rv.move_towards(c, var * unbias, momentum);
-          }
-        });
+    const StoreBatchStats<stat_t> store{static_cast<stat_t*>(mean.raw_data()),
+                                        static_cast<stat_t*>(invstd.raw_data()),
+                                        rm,
+                                        rv,
+                                        eps,
+                                        momentum,
+                                        unbias};
+    channel_reduce<scalar_t, kMoments>(l, px, nullptr, nullptr, ChannelValues{},
+                                       [=] __device__(int64_t c, double s, double q) {
+                                         const Moments mo = moments_of(px, c, l.inner, s, q, n);
+                                         store(c, mo.mean, mo.var);
+                                       });
   });
   return {mean, invstd};
 }

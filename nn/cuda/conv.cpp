@@ -335,36 +335,14 @@ Graph operation_graph(cudnnHandle_t handle, ConvOp op, DType dtype, bool nhwc, c
 
 // Whether the engine of cfg keeps the numerics this dtype asks for; its global index for messages.
 bool numerics_allowed(cudnnBackendDescriptor_t cfg, DType dtype, int64_t& engine_index) {
-  BackendDesc engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
-  int64_t n = 0;
-  if (!engine || !GRAPH_OK(cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_ENGINE,
-                                                    CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, engine.addr())))
-    return false;
-  cudnnBackendDescriptor_t e = engine.get();
-  engine_index = -1;
-  cudnnBackendGetAttribute(e, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &n, &engine_index);
-  cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
-  int64_t count = 0;
-  if (!GRAPH_OK(cudnnBackendGetAttribute(e, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
-                                         CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &count, notes)))
-    return false;
+  const EngineInfo info = engine_info(cfg);
+  engine_index = info.index;
+  if (!info.known || info.reduced_precision) return false;
   const bool strict_fp32 = dtype == DType::f32 && !cuda_allow_tf32();
-  for (int64_t i = 0; i < count; ++i) {
-    if (notes[i] == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS ||
-        notes[i] == CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION)
-      return false;
-    if (notes[i] == CUDNN_NUMERICAL_NOTE_TENSOR_CORE && (strict_fp32 || dtype == DType::f64)) return false;
-    if (notes[i] == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC && cuda_deterministic()) return false;
-  }
-  cudnnBackendBehaviorNote_t behaviour[CUDNN_BEHAVIOR_NOTE_TYPE_COUNT];
-  count = 0;
-  if (cudnnBackendGetAttribute(e, CUDNN_ATTR_ENGINE_BEHAVIOR_NOTE, CUDNN_TYPE_BEHAVIOR_NOTE,
-                               CUDNN_BEHAVIOR_NOTE_TYPE_COUNT, &count, behaviour) == CUDNN_STATUS_SUCCESS) {
-    static const bool allow_rtc = env_is("TRAINER_CUDNN_RTC", "1");
-    for (int64_t i = 0; i < count; ++i)  // compiling kernels at run time costs seconds at start-up
-      if (behaviour[i] == CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION && !allow_rtc) return false;
-  }
-  return true;
+  if (info.tensor_core && (strict_fp32 || dtype == DType::f64)) return false;
+  if (info.nondeterministic && cuda_deterministic()) return false;
+  static const bool allow_rtc = env_is("TRAINER_CUDNN_RTC", "1");
+  return !info.runtime_compiled || allow_rtc;  // compiling kernels at run time costs seconds at start-up
 }
 
 // Milliseconds per run of plan (best of a few), or infinity when it fails.

@@ -94,9 +94,9 @@ std::unique_ptr<Decision> decide(const Tensor& x, const Tensor& w, const Conv2dP
   std::set<int64_t> seen;
   for (cudnnBackendHeurMode_t heur : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
     for (cudnn_graph::BackendDesc& cfg : cudnn_graph::engine_configs(d->graph.graph.get(), heur)) {
-      const EngineInfo info = engine_info(cfg.get());
+      const cudnn_graph::EngineInfo info = cudnn_graph::engine_info(cfg.get());
       // The fused engine computes y too: the same numerics rule as every convolution (conv.cpp).
-      if (info.reduced_precision || !seen.insert(info.index).second) continue;
+      if (!info.known || info.reduced_precision || !seen.insert(info.index).second) continue;
       std::optional<Plan> plan = finalize_plan(cfg.get(), kMaxWorkspace);  // compiles its kernel
       if (!plan) continue;
       const float ms = time_per_call_ms(

@@ -50,7 +50,7 @@ FusionProbeRow probe(Pattern pattern, const char* name, DType dtype, const Shape
   std::set<int64_t> seen;
   for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
     for (cudnn_graph::BackendDesc& cfg : cudnn_graph::engine_configs(g.graph.get(), mode)) {
-      const EngineInfo info = engine_info(cfg.get());
+      const cudnn_graph::EngineInfo info = cudnn_graph::engine_info(cfg.get());
       if (!seen.insert(info.index).second) continue;
       ++row.engines;
       // Finalising a plan is where a runtime-fusion engine compiles its kernel: a training run would

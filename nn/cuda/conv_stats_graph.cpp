@@ -133,34 +133,6 @@ std::vector<int64_t> pack_uids(Pattern pattern) {
   return {kX, kW, kY, kSum, kSqSum};
 }
 
-EngineInfo engine_info(cudnnBackendDescriptor_t cfg) {
-  EngineInfo info;
-  BackendDesc engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
-  int64_t n = 0;
-  if (!engine || !GRAPH_OK(cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_ENGINE,
-                                                    CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, engine.addr())))
-    return info;
-  cudnnBackendGetAttribute(engine.get(), CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &n,
-                           &info.index);
-  cudnnBackendBehaviorNote_t behaviour[CUDNN_BEHAVIOR_NOTE_TYPE_COUNT];
-  int64_t count = 0;
-  if (cudnnBackendGetAttribute(engine.get(), CUDNN_ATTR_ENGINE_BEHAVIOR_NOTE, CUDNN_TYPE_BEHAVIOR_NOTE,
-                               CUDNN_BEHAVIOR_NOTE_TYPE_COUNT, &count, behaviour) == CUDNN_STATUS_SUCCESS)
-    for (int64_t i = 0; i < count; ++i)
-      if (behaviour[i] == CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION) info.runtime_compiled = true;
-  cudnnBackendNumericalNote_t numerics[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
-  count = 0;
-  if (cudnnBackendGetAttribute(engine.get(), CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
-                               CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &count, numerics) == CUDNN_STATUS_SUCCESS)
-    for (int64_t i = 0; i < count; ++i) {
-      if (numerics[i] == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC) info.nondeterministic = true;
-      if (numerics[i] == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS ||
-          numerics[i] == CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION)
-        info.reduced_precision = true;
-    }
-  return info;
-}
-
 std::optional<Plan> finalize_plan(cudnnBackendDescriptor_t cfg, int64_t max_workspace) {
   cudnnHandle_t handle = cuda_context().cudnn;
   Plan p;

@@ -41,17 +41,6 @@ OpGraph build(Pattern pattern, cudnnHandle_t handle, DType dtype, const Shape& x
 // The uids of `pattern`'s variant pack, in order: x, w, y (+ sum, sqsum).
 std::vector<int64_t> pack_uids(Pattern pattern);
 
-// What an engine configuration is: its global index, whether it compiles its kernel at run time,
-// whether its results may differ from run to run, whether it computes in less precision than asked
-// (down-converted inputs or reduced-precision reductions: the convolutions never use those).
-struct EngineInfo {
-  int64_t index = -1;
-  bool runtime_compiled = false;
-  bool nondeterministic = false;
-  bool reduced_precision = false;
-};
-EngineInfo engine_info(cudnnBackendDescriptor_t cfg);
-
 // A finalised execution plan and its workspace size. Finalising is where a runtime-fusion engine
 // compiles its kernel.
 struct Plan {

@@ -62,6 +62,37 @@ BackendDesc convolution_desc(const Conv2dParams& p, cudnnDataType_t compute) {
   return conv;
 }
 
+EngineInfo engine_info(cudnnBackendDescriptor_t cfg) {
+  EngineInfo info;
+  BackendDesc engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
+  int64_t n = 0;
+  if (!engine || !GRAPH_OK(cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_ENGINE,
+                                                    CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, engine.addr())))
+    return info;
+  cudnnBackendDescriptor_t e = engine.get();
+  cudnnBackendGetAttribute(e, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &n, &info.index);
+  cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
+  int64_t count = 0;
+  if (!GRAPH_OK(cudnnBackendGetAttribute(e, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
+                                         CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &count, notes)))
+    return info;
+  info.known = true;
+  for (int64_t i = 0; i < count; ++i) {
+    if (notes[i] == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS ||
+        notes[i] == CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION)
+      info.reduced_precision = true;
+    if (notes[i] == CUDNN_NUMERICAL_NOTE_TENSOR_CORE) info.tensor_core = true;
+    if (notes[i] == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC) info.nondeterministic = true;
+  }
+  cudnnBackendBehaviorNote_t behaviour[CUDNN_BEHAVIOR_NOTE_TYPE_COUNT];
+  count = 0;
+  if (cudnnBackendGetAttribute(e, CUDNN_ATTR_ENGINE_BEHAVIOR_NOTE, CUDNN_TYPE_BEHAVIOR_NOTE,
+                               CUDNN_BEHAVIOR_NOTE_TYPE_COUNT, &count, behaviour) == CUDNN_STATUS_SUCCESS)
+    for (int64_t i = 0; i < count; ++i)
+      if (behaviour[i] == CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION) info.runtime_compiled = true;
+  return info;
+}
+
 // The engine configurations the heuristics suggest for graph, best first.
 std::vector<BackendDesc> engine_configs(cudnnBackendDescriptor_t graph, cudnnBackendHeurMode_t mode) {
   std::vector<BackendDesc> out;

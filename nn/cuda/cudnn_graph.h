@@ -79,6 +79,19 @@ BackendDesc tensor_desc(int64_t uid, cudnnDataType_t dt, const Shape& shape, boo
 // accumulating in `compute`. Empty when cuDNN refuses it.
 BackendDesc convolution_desc(const Conv2dParams& p, cudnnDataType_t compute);
 
+// What an engine configuration's engine is and promises: its global index, whether it compiles its
+// kernel at run time, and its numerical notes. `known` is false when cuDNN did not say (the engine or
+// its numerical notes could not be read): such an engine is not used.
+struct EngineInfo {
+  int64_t index = -1;
+  bool known = false;
+  bool runtime_compiled = false;
+  bool nondeterministic = false;
+  bool reduced_precision = false;  // down-converted inputs or reduced-precision reductions
+  bool tensor_core = false;
+};
+EngineInfo engine_info(cudnnBackendDescriptor_t cfg);
+
 // The engine configurations the heuristics suggest for graph, best first.
 std::vector<BackendDesc> engine_configs(cudnnBackendDescriptor_t graph, cudnnBackendHeurMode_t mode);
 
