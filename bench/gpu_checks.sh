@@ -40,18 +40,24 @@ if want throughput; then
     for b in 128 512; do for m in ${THROUGHPUT_MATH:-fp32 tf32 bf16 fp16}; do
       layout=nchw; flag=""
       if [[ $m == bf16 || $m == fp16 ]]; then layout=cl; flag=--channels-last; fi
-      timeout 120 "$B/nn_bench" --model resnet18 --image 32 --channels 3 --batch $b --device cuda --math $m --layout $layout --iters 40 2>/dev/null | tail -1
-      timeout 120 "$B/nn_bench" --model resnet18 --image 32 --channels 3 --batch $b --device cuda --math $m --layout $layout --iters 40 --graph 1 2>/dev/null | tail -1
-      timeout 120 python3 bench/torch_reference.py --model resnet18 --image 32 --channels 3 --batch $b --device cuda --dtype $m $flag --iters 40 2>/dev/null | tail -1
+      timeout 120 "$B/nn_bench" --model resnet18 --image 32 --channels 3 --batch $b --device cuda --math $m --layout $layout --iters 100 2>/dev/null | tail -1
+      timeout 120 "$B/nn_bench" --model resnet18 --image 32 --channels 3 --batch $b --device cuda --math $m --layout $layout --iters 100 --graph 1 2>/dev/null | tail -1
+      # PyTorch's best eager step: cuDNN's autotuner on (the script's default) and both of its SGD
+      # implementations; fused SGD also keeps GradScaler from reading found-inf back every step.
+      for sgd in foreach fused; do
+        timeout 120 python3 bench/torch_reference.py --model resnet18 --image 32 --channels 3 --batch $b --device cuda --dtype $m $flag --iters 100 --sgd $sgd 2>/dev/null | tail -1
+      done
     done; done
     # train.cudnn_fusion (BatchNorm statistics in the convolutions' epilogues where they time faster).
     for b in 128 512; do
-      timeout 120 "$B/nn_bench" --model resnet18 --image 32 --channels 3 --batch $b --device cuda --math bf16 --layout cl --iters 40 --graph 1 --fusion 1 2>/dev/null | tail -1
+      timeout 120 "$B/nn_bench" --model resnet18 --image 32 --channels 3 --batch $b --device cuda --math bf16 --layout cl --iters 100 --graph 1 --fusion 1 2>/dev/null | tail -1
     done
     for g in 0 1; do
       timeout 200 "$B/nn_bench" --model resnet50 --stem imagenet --image 224 --channels 3 --batch 128 --device cuda --math bf16 --layout cl --iters 15 --graph $g 2>/dev/null | tail -1
     done
-    timeout 200 python3 bench/torch_reference.py --model resnet50 --stem imagenet --image 224 --channels 3 --batch 128 --device cuda --dtype bf16 --channels-last --iters 15 2>/dev/null | tail -1
+    for sgd in foreach fused; do
+      timeout 200 python3 bench/torch_reference.py --model resnet50 --stem imagenet --image 224 --channels 3 --batch 128 --device cuda --dtype bf16 --channels-last --iters 15 --sgd $sgd 2>/dev/null | tail -1
+    done
   } | tee "$OUT/throughput.txt"
 fi
 

@@ -22,11 +22,12 @@ def main():
     p.add_argument("--channels-last", action="store_true")
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--top", type=int, default=30)
+    p.add_argument("--sgd", default="foreach", choices=["foreach", "fused"])
     a = p.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = a.dtype == "tf32"
     torch.backends.cudnn.allow_tf32 = a.dtype == "tf32"
     torch.backends.cudnn.benchmark = True
-    step = tr.training_step(a.model, a.batch, a.image, 3, "cuda", a.dtype, a.channels_last, a.stem)
+    step = tr.training_step(a.model, a.batch, a.image, 3, "cuda", a.dtype, a.channels_last, a.stem, a.sgd)
 
     for _ in range(5):
         step()

@@ -44,15 +44,17 @@ def resnet(name, channels, classes, stem):
     return model
 
 
-def training_step(model_name, batch, image, channels, device, dtype, channels_last, stem):
+def training_step(model_name, batch, image, channels, device, dtype, channels_last, stem, sgd="foreach"):
     """One training step on fixed random inputs, as a closure: autocast forward for bf16/fp16, scaled
-    backward and GradScaler for fp16, SGD with momentum (bench/torch_profile.py profiles the same)."""
+    backward and GradScaler for fp16, SGD with momentum (bench/torch_profile.py profiles the same).
+    sgd: "foreach" (PyTorch's default on CUDA: a few multi-tensor launches) or "fused" (one kernel)."""
     torch.manual_seed(1)
     model = Cnn(channels, image) if model_name == "cnn" else resnet(model_name, channels, 10, stem)
     model = model.to(device)
     fmt = torch.channels_last if channels_last else torch.contiguous_format
     model = model.to(memory_format=fmt)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    fused = sgd == "fused" and device == "cuda"
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, fused=fused or None, foreach=None if fused else True)
     x = torch.randn(batch, channels, image, image, device=device).to(memory_format=fmt)
     y = torch.randint(0, 10, (batch,), device=device)
     amp = dtype in ("bf16", "fp16")
@@ -70,8 +72,8 @@ def training_step(model_name, batch, image, channels, device, dtype, channels_la
     return step
 
 
-def run(model_name, batch, image, channels, iters, device, dtype, channels_last, stem):
-    step = training_step(model_name, batch, image, channels, device, dtype, channels_last, stem)
+def run(model_name, batch, image, channels, iters, device, dtype, channels_last, stem, sgd):
+    step = training_step(model_name, batch, image, channels, device, dtype, channels_last, stem, sgd)
     for _ in range(3):
         step()
     if device == "cuda":
@@ -98,19 +100,25 @@ def main():
     p.add_argument("--dtype", default="fp32", choices=["fp32", "tf32", "bf16", "fp16"])
     p.add_argument("--channels-last", action="store_true")
     p.add_argument("--stem", default="cifar")
+    # On by default: with static shapes an experienced user turns cuDNN's autotuner on, and the trainer
+    # times its convolution algorithms too, so PyTorch's best eager figure needs it.
+    p.add_argument("--cudnn-benchmark", type=int, default=1, help="torch.backends.cudnn.benchmark (default 1)")
+    p.add_argument("--sgd", default="foreach", choices=["foreach", "fused"])
     p.add_argument("--threads", type=int, default=os.cpu_count(), help="CPU threads (default: all cores)")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     torch.backends.cuda.matmul.allow_tf32 = a.dtype == "tf32"
     torch.backends.cudnn.allow_tf32 = a.dtype == "tf32"
+    torch.backends.cudnn.benchmark = bool(a.cudnn_benchmark)
     points = [(a.model, a.batch, a.image, a.channels, a.iters)] if a.model else [
         ("cnn", 64, 28, 1, 30), ("resnet18", 64, 32, 3, 3)]
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, device {a.device}")
-    print(f"{'model':10} {'batch':>6} {'input':>12} {'dtype':>5} {'layout':>6} {'img/s':>10} {'peak MiB':>9}")
+    print(f"{'model':10} {'batch':>6} {'input':>12} {'impl':>10} {'dtype':>5} {'layout':>6} {'img/s':>10} {'peak MiB':>9}")
     for m, b, s, c, n in points:
-        ips, peak = run(m, b, s, c, n, a.device, a.dtype, a.channels_last, a.stem)
+        ips, peak = run(m, b, s, c, n, a.device, a.dtype, a.channels_last, a.stem, a.sgd)
         layout = "cl" if a.channels_last else "nchw"
-        print(f"{m:10} {b:6d} {s:5d}x{s}x{c} {a.dtype:>5} {layout:>6} {ips:10.1f} {peak:9.0f}")
+        impl = f"torch-{a.sgd}" + ("" if a.cudnn_benchmark else "-nobench")
+        print(f"{m:10} {b:6d} {s:5d}x{s}x{c} {impl:>10} {a.dtype:>5} {layout:>6} {ips:10.1f} {peak:9.0f}")
 
 
 if __name__ == "__main__":
