@@ -19,6 +19,8 @@
 #include <functional>
 #include <string>
 
+#include "bench/probe_args.h"
+
 #ifdef TRAINER_WITH_CUDA
 #include "nn/backend.h"
 #include "nn/cuda/conv_stats_graph.h"
@@ -214,16 +216,10 @@ void probe(DType dtype, const Shape& shape, bool residual, Generator& gen) {
 #endif
 
 int main(int argc, char** argv) {
-  int batch = 512;
-  std::string dtypes = "both";
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (std::strcmp(argv[i], "--batch") == 0) batch = std::atoi(argv[i + 1]);
-    if (std::strcmp(argv[i], "--dtype") == 0) dtypes = argv[i + 1];
-  }
+  const trainer::bench::ProbeArgs args = trainer::bench::parse_probe_args(argc, argv);
 #ifndef TRAINER_WITH_CUDA
-  (void)batch;
-  (void)dtypes;
-  std::fprintf(stderr, "cudnn_bn_probe needs a CUDA build of the trainer\n");
+  (void)args;
+  std::fprintf(stderr, "%s needs a CUDA build of the trainer\n", "cudnn_bn_probe");
   return 2;
 #else
   using namespace trainer;
@@ -232,11 +228,11 @@ int main(int argc, char** argv) {
   // resnet18-cifar's BatchNorm shapes: one per stage.
   const int64_t stages[][2] = {{64, 32}, {128, 16}, {256, 8}, {512, 4}};
   for (DType dtype : {DType::bf16, DType::f16}) {
-    if (dtypes != "both" && dtypes != std::string(dtype_name(dtype))) continue;
+    if (!args.wants(std::string(dtype_name(dtype)))) continue;
     for (const auto& s : stages)
       for (bool residual : {false, true}) {
         try {
-          probe(dtype, {batch, s[0], s[1], s[1]}, residual, gen);
+          probe(dtype, {args.batch, s[0], s[1], s[1]}, residual, gen);
         } catch (const std::exception& e) {
           std::printf(" error: %s\n", e.what());
         }

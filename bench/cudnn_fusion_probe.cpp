@@ -9,22 +9,18 @@
 #include <cstring>
 #include <string>
 
+#include "bench/probe_args.h"
+
 #ifdef TRAINER_WITH_CUDA
 #include "nn/cuda/conv_stats_fusion_probe.h"
 #include "nn/cuda/cuda_backend.h"
 #endif
 
 int main(int argc, char** argv) {
-  int batch = 512;
-  std::string dtypes = "both";
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (std::strcmp(argv[i], "--batch") == 0) batch = std::atoi(argv[i + 1]);
-    if (std::strcmp(argv[i], "--dtype") == 0) dtypes = argv[i + 1];
-  }
+  const trainer::bench::ProbeArgs args = trainer::bench::parse_probe_args(argc, argv);
 #ifndef TRAINER_WITH_CUDA
-  (void)batch;
-  (void)dtypes;
-  std::fprintf(stderr, "cudnn_fusion_probe needs a CUDA build of the trainer\n");
+  (void)args;
+  std::fprintf(stderr, "%s needs a CUDA build of the trainer\n", "cudnn_fusion_probe");
   return 2;
 #else
   using namespace trainer;
@@ -39,15 +35,15 @@ int main(int argc, char** argv) {
       {"layer2 64->128 s2", 64, 32, 128, 3, 2},   {"layer2 128->128 16x16", 128, 16, 128, 3, 1},
       {"layer3 256->256 8x8", 256, 8, 256, 3, 1}, {"layer4 512->512 4x4", 512, 4, 512, 3, 1}};
   for (DType dtype : {DType::bf16, DType::f16}) {
-    if (dtypes != "both" && dtypes != std::string(dtype_name(dtype))) continue;
+    if (!args.wants(std::string(dtype_name(dtype)))) continue;
     for (const Layer& l : layers) {
       Conv2dParams p;
       p.stride_h = p.stride_w = static_cast<int>(l.stride);
       p.pad_h = p.pad_w = static_cast<int>(l.r / 2);
-      std::printf("%s batch %d %s\n", std::string(dtype_name(dtype)).c_str(), batch, l.name);
+      std::printf("%s batch %d %s\n", std::string(dtype_name(dtype)).c_str(), args.batch, l.name);
       try {
         for (const cuda::FusionProbeRow& row :
-             cuda::probe_conv_stats_fusion(dtype, {batch, l.c, l.hw, l.hw}, {l.k, l.c, l.r, l.r}, p))
+             cuda::probe_conv_stats_fusion(dtype, {args.batch, l.c, l.hw, l.hw}, {l.k, l.c, l.r, l.r}, p))
           std::printf("  %-48s engines %2d runnable %2d best %8.4f ms (engine %lld) %s\n",
                       row.pattern.c_str(), row.engines, row.runnable, row.best_ms,
                       static_cast<long long>(row.best_engine), row.note.c_str());
