@@ -66,6 +66,8 @@ def parse_args(argv=None):
     p.add_argument("--lr", type=float, default=0.1, help="learning rate at --base-batch images per step")
     p.add_argument("--base-batch", type=int, default=128)
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="cpu: gloo, for a smoke test")
+    p.add_argument("--sgd", default="foreach", choices=["foreach", "fused"],
+                   help="PyTorch's SGD implementation (bench/torch_reference.py takes the same)")
     p.add_argument("--no-header", action="store_true")
     a = p.parse_args(argv)
     if a.sync_bn and a.device == "cpu":
@@ -113,7 +115,8 @@ def bench_point(a, point, device, world, rank):
         model = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     global_batch = batch * world
     lr = a.lr * global_batch / a.base_batch
-    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+    fused = a.sgd == "fused" and device.type == "cuda"
+    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9, fused=fused or None, foreach=None if fused else True)
 
     # A few distinct batches per rank, made on the device once and cycled.
     gen = torch.Generator(device=device).manual_seed(1000 + rank)
