@@ -71,13 +71,21 @@ std::unique_ptr<ProcessGroup> ProcessGroup::init(const ProcessEnv& env, const Di
     auto store = std::make_unique<TcpStore>(so);
     const std::string local_address = store->local_address();
     pg->store_ = std::move(store);
+    // Before any peer connection: a different build might speak another protocol, and a rank on
+    // another kind of device would open another kind of communicator (NCCL against CPU sockets),
+    // which would only time out.
+    std::vector<ConsistencyItem> items;
     if (!options.build.empty())
-      check_consistency(
-          *pg->store_, env.rank, env.world_size,
-          {{"trainer build", options.build,
-            "install the same trainer build on every node (a shared file system or one container "
-            "image)"}},
-          options.connect_timeout, "build");
+      items.push_back({"trainer build", options.build,
+                       "install the same trainer build on every node (a shared file system or one "
+                       "container image)"});
+    items.push_back(
+        {"communicator", backend + ", model on " + (options.device.is_cuda() ? "GPU" : "CPU"),
+         "every rank must train on the same kind of device with the same communicator. Under "
+         "train.device = \"auto\" a rank that sees no GPU trains on the CPU: check nvidia-smi and "
+         "CUDA_VISIBLE_DEVICES on its node, or set train.device = \"cuda\" so that such a rank stops "
+         "with its own error"});
+    check_consistency(*pg->store_, env.rank, env.world_size, items, options.connect_timeout, "build");
     if (backend == "nccl") {
 #ifdef TRAINER_WITH_CUDA
       NcclCommOptions no;

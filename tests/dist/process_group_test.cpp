@@ -82,6 +82,26 @@ TEST(ProcessGroup, DifferentBuildsStopBeforeConnecting) {
   }
 }
 
+// A rank whose model sits on another kind of device (a node where train.device = "auto" found no GPU)
+// would open another kind of communicator; the ranks stop before connecting, naming both. In this
+// CPU-only build the GPU rank is one with dist.backend = "cpu" and its model on a GPU.
+TEST(ProcessGroup, RanksOnDifferentDeviceKindsStopBeforeConnecting) {
+  const int port = free_port();
+  const auto out = run_processes(2, [&](int rank) {
+    DistOptions options;
+    options.backend = "cpu";
+    options.device = rank == 0 ? Device::cpu() : Device::cuda(0);
+    ProcessGroup::init(process_env_from(torchrun_env(rank, 2, port)), options);
+  });
+  for (const auto& o : out) {
+    EXPECT_NE(
+        o.error.find("communicator: 'cpu, model on CPU' on rank(s) 0; 'cpu, model on GPU' on rank(s) 1"),
+        std::string::npos)
+        << all_errors(out);
+    EXPECT_NE(o.error.find("CUDA_VISIBLE_DEVICES"), std::string::npos) << all_errors(out);
+  }
+}
+
 TEST(ProcessGroup, PortInUseNamesThePort) {
   TcpStore other(store_options(0, true));
   std::string e;
