@@ -227,6 +227,40 @@ TEST_F(DistributedTrain, TwoRanksKilledWhileWritingACheckpointResumeBitExact) {
             slurp(dir_ / "cut/checkpoints/final.safetensors"));
 }
 
+// optim.lr_scaling = "linear" (the seed guides' "new_lr = base_lr x num_gpus"): the learning rate the
+// run trains with, as rank 0's train_steps.csv logs it, scales with the global batch, that is with
+// the ranks and with gradient accumulation: 0.05 at 32 images (base_batch_size), 0.1 on 2 ranks,
+// 0.2 on 2 ranks accumulating 2 micro-batches.
+TEST_F(DistributedTrain, LinearLrScalingFollowsTheGlobalBatch) {
+  const std::string cfg = write_config(
+      "[model]\nname = \"mlp\"\nin_channels = 1\n"
+      "[data]\ndataset = \"synthetic\"\nsynthetic_samples = 512\nsynthetic_image_size = 12\nbatch_size = 32\n"
+      "[train]\nepochs = 1\nmax_steps = 2\n[optim]\nlr = 0.05\nlr_scaling = \"linear\"\nbase_batch_size = "
+      "32\n"
+      "[schedule]\nname = \"constant\"\n[checkpoint]\nevery_epochs = 0\n");
+  // The lr column of the first step in run `name`'s train_steps.csv ("step,epoch,loss,lr").
+  auto first_lr = [&](const std::string& name) {
+    std::istringstream csv(slurp(dir_ / name / "train_steps.csv"));
+    std::string header, row;
+    std::getline(csv, header);
+    std::getline(csv, row);
+    return std::stod(row.substr(row.rfind(',') + 1));
+  };
+  auto run = [&](const std::string& name, int ranks, int accumulate) {
+    const std::string args = "train " + cfg + " --set train.run_dir=" + (dir_ / name).string() +
+                             " --set train.grad_accum_steps=" + std::to_string(accumulate);
+    port_ = free_port();
+    const auto r = run_ranks(std::vector<std::string>(static_cast<size_t>(ranks), args));
+    for (const RankResult& rank : r) EXPECT_EQ(rank.exit_code, 0) << rank.output;
+  };
+  run("one", 1, 1);
+  run("two", 2, 1);
+  run("two_accumulating", 2, 2);
+  EXPECT_NEAR(first_lr("one"), 0.05, 1e-9);
+  EXPECT_NEAR(first_lr("two"), 0.1, 1e-9);
+  EXPECT_NEAR(first_lr("two_accumulating"), 0.2, 1e-9);
+}
+
 // A checkpoint written by 2 ranks, mid-epoch (SIGTERM after step 11: epoch 2, 192 of 512 samples
 // seen), resumed at another world size. Refused unless checkpoint.allow_world_size_change; then the
 // 320 samples not yet seen continue in the epoch's global order, re-sharded. On 1 rank with twice the
