@@ -261,6 +261,49 @@ TEST_F(DistributedTrain, LinearLrScalingFollowsTheGlobalBatch) {
   EXPECT_NEAR(first_lr("two_accumulating"), 0.2, 1e-9);
 }
 
+// The loop reshuffles every epoch (the seed guides' forgotten sampler.set_epoch): with a learning rate
+// too small to move the weights, a step's loss depends only on which samples its batch holds, so the
+// second epoch's losses repeat the first's exactly when data.shuffle = false and differ when the
+// sampler draws a new order. On 2 ranks, as the sampler's epoch is what every rank must share.
+TEST_F(DistributedTrain, EveryEpochIsShuffledAnew) {
+  const std::string cfg = write_config(
+      "[model]\nname = \"mlp\"\nin_channels = 1\n"
+      "[data]\ndataset = \"synthetic\"\nsynthetic_samples = 256\nsynthetic_image_size = 12\nbatch_size = 32\n"
+      "[train]\nepochs = 2\n[optim]\nlr = 1e-12\nweight_decay = 0.0\nmomentum = 0.0\n"
+      "[schedule]\nname = \"constant\"\n[checkpoint]\nevery_epochs = 0\n");
+  // Rank 0's logged losses of each epoch, as text ("step,epoch,loss,lr").
+  auto losses_by_epoch = [&](const std::string& name) {
+    std::istringstream csv(slurp(dir_ / name / "train_steps.csv"));
+    std::map<std::string, std::vector<std::string>> by_epoch;
+    std::string row;
+    std::getline(csv, row);  // header
+    while (std::getline(csv, row)) {
+      std::vector<std::string> f;
+      std::istringstream fields(row);
+      for (std::string v; std::getline(fields, v, ',');) f.push_back(v);
+      if (f.size() == 4) by_epoch[f[1]].push_back(f[2]);
+    }
+    return by_epoch;
+  };
+  for (const bool shuffle : {false, true}) {
+    const std::string name = shuffle ? "shuffled" : "in_order";
+    const std::string args = "train " + cfg + " --set train.run_dir=" + (dir_ / name).string() +
+                             " --set data.shuffle=" + (shuffle ? "true" : "false");
+    port_ = free_port();
+    for (const RankResult& r : run_ranks({args, args})) ASSERT_EQ(r.exit_code, 0) << r.output;
+    const auto epochs = losses_by_epoch(name);
+    ASSERT_EQ(epochs.size(), 2u) << slurp(dir_ / name / "train_steps.csv");
+    const std::vector<std::string>& first = epochs.begin()->second;
+    const std::vector<std::string>& second = std::next(epochs.begin())->second;
+    ASSERT_EQ(first.size(), 4u);  // 256 samples / (2 ranks x 32)
+    ASSERT_EQ(second.size(), first.size());
+    if (shuffle)
+      EXPECT_NE(first, second);
+    else
+      EXPECT_EQ(first, second);
+  }
+}
+
 // A checkpoint written by 2 ranks, mid-epoch (SIGTERM after step 11: epoch 2, 192 of 512 samples
 // seen), resumed at another world size. Refused unless checkpoint.allow_world_size_change; then the
 // 320 samples not yet seen continue in the epoch's global order, re-sharded. On 1 rank with twice the
