@@ -70,6 +70,15 @@ int default_loader_workers() {
   return static_cast<int>(std::max(1u, cores / ranks / 2));  // the other half is the math library's
 }
 
+std::string loader_workers_warning(int workers, int local_world_size, unsigned cores) {
+  const int64_t total = static_cast<int64_t>(workers) * std::max(1, local_world_size);
+  if (workers < 0 || total <= static_cast<int64_t>(cores)) return "";
+  return fmt(
+      "warning: data.workers = %d on each of this node's %d ranks starts %lld loader threads for %u "
+      "cores. HINT: set data.workers = -1 (each rank gets its share of the cores) or fewer workers",
+      workers, std::max(1, local_world_size), static_cast<long long>(total), cores);
+}
+
 namespace {
 
 // Train-step bookkeeping for the progress display and the per-step CSV.
@@ -806,6 +815,9 @@ int run_training(const Config& config, const TrainOptions& options) {
                               e.model->named_parameters());
   GradientReducer& reducer = zero && zero->gradient_reducer() ? *zero->gradient_reducer() : ddp_reducer;
   log_run_description(log, config, e, device, run_dir, build);
+  const std::string workers_warning =
+      loader_workers_warning(config.data.workers, env.local_world_size, std::thread::hardware_concurrency());
+  if (!workers_warning.empty()) log.error(workers_warning);
 
   // ---- observability: per-phase step times, exported per rank for Prometheus
   Exporter exporter(exporter_options(config, env, rank, build));

@@ -20,4 +20,10 @@ int run_training(const Config& config, const TrainOptions& options);
 // Loader threads per rank when data.workers = -1.
 int default_loader_workers();
 
+// A warning when `workers` loader threads (data.workers) on each of a node's `local_world_size` ranks
+// start more threads than the node has `cores` (the seed guides' pitfall: "the total worker count
+// balloons and exhausts the CPU's memory"); "" when they fit, and for workers < 0 (the default shares
+// the cores between the node's ranks).
+std::string loader_workers_warning(int workers, int local_world_size, unsigned cores);
+
 }  // namespace trainer
