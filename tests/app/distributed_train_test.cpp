@@ -97,6 +97,21 @@ class DistributedTrain : public ::testing::Test {
 
   void expect_two_rank_resume_after_sigterm_is_bit_exact(const std::string& overrides);
 
+  // The rows of run directory `name`'s train_steps.csv (rank 0's), split into their fields
+  // (step, epoch, loss, lr), without the header.
+  std::vector<std::vector<std::string>> train_steps(const std::string& name) {
+    std::istringstream csv(slurp(dir_ / name / "train_steps.csv"));
+    std::vector<std::vector<std::string>> rows;
+    std::string line;
+    std::getline(csv, line);  // header
+    while (std::getline(csv, line)) {
+      std::vector<std::string>& fields = rows.emplace_back();
+      std::istringstream in(line);
+      for (std::string v; std::getline(in, v, ',');) fields.push_back(v);
+    }
+    return rows;
+  }
+
   fs::path dir_;
   int port_ = 0;
 };
@@ -238,13 +253,10 @@ TEST_F(DistributedTrain, LinearLrScalingFollowsTheGlobalBatch) {
       "[train]\nepochs = 1\nmax_steps = 2\n[optim]\nlr = 0.05\nlr_scaling = \"linear\"\nbase_batch_size = "
       "32\n"
       "[schedule]\nname = \"constant\"\n[checkpoint]\nevery_epochs = 0\n");
-  // The lr column of the first step in run `name`'s train_steps.csv ("step,epoch,loss,lr").
+  // The learning rate of the run's first step.
   auto first_lr = [&](const std::string& name) {
-    std::istringstream csv(slurp(dir_ / name / "train_steps.csv"));
-    std::string header, row;
-    std::getline(csv, header);
-    std::getline(csv, row);
-    return std::stod(row.substr(row.rfind(',') + 1));
+    const auto rows = train_steps(name);
+    return rows.empty() || rows[0].size() != 4 ? -1.0 : std::stod(rows[0][3]);
   };
   auto run = [&](const std::string& name, int ranks, int accumulate) {
     const std::string args = "train " + cfg + " --set train.run_dir=" + (dir_ / name).string() +
@@ -271,18 +283,11 @@ TEST_F(DistributedTrain, EveryEpochIsShuffledAnew) {
       "[data]\ndataset = \"synthetic\"\nsynthetic_samples = 256\nsynthetic_image_size = 12\nbatch_size = 32\n"
       "[train]\nepochs = 2\n[optim]\nlr = 1e-12\nweight_decay = 0.0\nmomentum = 0.0\n"
       "[schedule]\nname = \"constant\"\n[checkpoint]\nevery_epochs = 0\n");
-  // Rank 0's logged losses of each epoch, as text ("step,epoch,loss,lr").
+  // Rank 0's logged losses of each epoch, as text.
   auto losses_by_epoch = [&](const std::string& name) {
-    std::istringstream csv(slurp(dir_ / name / "train_steps.csv"));
     std::map<std::string, std::vector<std::string>> by_epoch;
-    std::string row;
-    std::getline(csv, row);  // header
-    while (std::getline(csv, row)) {
-      std::vector<std::string> f;
-      std::istringstream fields(row);
-      for (std::string v; std::getline(fields, v, ',');) f.push_back(v);
+    for (const std::vector<std::string>& f : train_steps(name))
       if (f.size() == 4) by_epoch[f[1]].push_back(f[2]);
-    }
     return by_epoch;
   };
   for (const bool shuffle : {false, true}) {
