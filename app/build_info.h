@@ -12,6 +12,10 @@ struct TrainerBuild {
   std::string cudnn_version;  // "9.19.0", or ""
   std::string nccl_version;   // nccl.h's, in CUDA builds; "" otherwise
   std::string compiler;
+  // What this host loads at run time (CUDA builds; "" otherwise): "driver 13.0, runtime 13.0, cuDNN
+  // 9.19.0, NCCL 2.28.9". The headers' versions above can agree across nodes whose installed driver
+  // or libraries differ; the cross-rank build check compares these too.
+  std::string loaded;
   std::string str() const;  // one line for logs
 };
 
