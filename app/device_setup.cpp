@@ -3,6 +3,7 @@
 #ifdef TRAINER_WITH_CUDA
 #include "nn/cuda/conv_stats_fusion.h"
 #include "nn/cuda/cuda_backend.h"
+#include "nn/cuda/cudnn_batch_norm.h"
 #endif
 
 namespace trainer {
@@ -24,6 +25,7 @@ Device setup_device(const Config& config, int local_rank) {
   cuda::set_conv_stats_fusion(cudnn_fusion_off_reason(config, Device::cuda(local_rank)).empty()
                                   ? cuda::ConvStatsFusion::where_faster
                                   : cuda::ConvStatsFusion::off);
+  cuda::set_cudnn_batch_norm(cudnn_batchnorm_off_reason(config, Device::cuda(local_rank)).empty());
   return Device::cuda(local_rank);
 #else
   if (wanted == "cuda")
@@ -70,6 +72,23 @@ std::string cudnn_fusion_state(const Config& config, Device device) {
   if (!off.empty()) return off;
   return "on: BatchNorm statistics in the convolutions' epilogues, for the shapes where that timed at "
          "least 3% faster at the first step (each shape compiles cuDNN's fused kernels then)";
+}
+
+std::string cudnn_batchnorm_off_reason(const Config& config, Device device) {
+  if (!config.train.cudnn_batchnorm) return "off: train.cudnn_batchnorm = false";
+  if (!device.is_cuda() || !autocast_dtype_for(config))
+    return "off: train.cudnn_batchnorm needs train.precision = \"bf16\" or \"fp16\" on a GPU";
+  if (config.train.deterministic)
+    return "off: train.deterministic (cuDNN documents no determinism for its batch-norm kernels)";
+  if (config.model.sync_bn)
+    return "not used: model.sync_bn (SyncBatchNorm all-reduces between its two backward kernels)";
+  return "";
+}
+
+std::string cudnn_batchnorm_state(const Config& config, Device device) {
+  const std::string off = cudnn_batchnorm_off_reason(config, device);
+  if (!off.empty()) return off;
+  return "on: BatchNorm backward through cuDNN's NHWC batch-norm kernels";
 }
 
 MemoryFormat input_memory_format(const Config& config) {

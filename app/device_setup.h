@@ -30,4 +30,8 @@ std::string cudnn_fusion_off_reason(const Config& config, Device device);
 // What train.cudnn_fusion does in this run, for the log: the reason above, or "on: ...".
 std::string cudnn_fusion_state(const Config& config, Device device);
 
+// The same two for train.cudnn_batchnorm.
+std::string cudnn_batchnorm_off_reason(const Config& config, Device device);
+std::string cudnn_batchnorm_state(const Config& config, Device device);
+
 }  // namespace trainer

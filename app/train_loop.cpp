@@ -891,6 +891,7 @@ int run_training(const Config& config, const TrainOptions& options) {
     }
   }
   if (config.train.cudnn_fusion) log.line("cuDNN fusion: " + cudnn_fusion_state(config, device));
+  if (config.train.cudnn_batchnorm) log.line("cuDNN batch norm: " + cudnn_batchnorm_state(config, device));
 
   const int accum = config.train.grad_accum_steps;
   const std::vector<Variable> params = e.model->parameters();

@@ -5,6 +5,7 @@
 //   ... --device cuda --graph 1     times replays of one step captured as a CUDA graph
 //   ... --device cuda --fusion 1    BatchNorm statistics in the convolutions' epilogues where faster
 //                                   (train.cudnn_fusion; the device column then says "+fusion")
+//   ... --device cuda --cudnn-bn 1  BatchNorm's backward through cuDNN (train.cudnn_batchnorm; "+cudnn-bn")
 //   ... --device cuda --trace 5     then 5 more steps under CUPTI: GPU time per kernel, busy time, API calls
 #include <chrono>
 #include <cstdio>
@@ -33,6 +34,7 @@
 
 #include "nn/cuda/caching_allocator.h"
 #include "nn/cuda/conv_stats_fusion.h"
+#include "nn/cuda/cudnn_batch_norm.h"
 #include "nn/cuda/cuda_backend.h"
 #include "nn/cuda/cuda_graph.h"
 #endif
@@ -193,6 +195,7 @@ struct Point {
   int trace_steps = 0;         // CUDA only: steps traced with CUPTI after the timed ones
   bool graph = false;          // CUDA only: capture one step as a CUDA graph and time its replays
   bool fusion = false;         // CUDA only: train.cudnn_fusion (nn/cuda/conv_stats_fusion.h)
+  bool cudnn_bn = false;       // CUDA only: train.cudnn_batchnorm (nn/cuda/cudnn_batch_norm.h)
 };
 
 struct Result {
@@ -208,6 +211,7 @@ Result run(const Point& p) {
     init_cuda_backend(0);
     cuda_set_allow_tf32(p.math == "tf32");
     cuda::set_conv_stats_fusion(p.fusion ? cuda::ConvStatsFusion::where_faster : cuda::ConvStatsFusion::off);
+    cuda::set_cudnn_batch_norm(p.cudnn_bn);
     device = Device::cuda(0);
   }
 #endif
@@ -345,6 +349,8 @@ int main(int argc, char** argv) {
       custom.graph = std::atoi(v) != 0;
     else if (k == "--fusion")
       custom.fusion = std::atoi(v) != 0;
+    else if (k == "--cudnn-bn")
+      custom.cudnn_bn = std::atoi(v) != 0;
     else if (k == "--trace")
       custom.trace_steps = std::atoi(v);
     else {
@@ -364,7 +370,7 @@ int main(int argc, char** argv) {
       std::printf("%-10s %6lld %5lldx%lldx%lld %10s %5s %6s %10.1f %10.0f\n", p.model.c_str(),
                   static_cast<long long>(p.batch), static_cast<long long>(p.image),
                   static_cast<long long>(p.image), static_cast<long long>(p.channels),
-                  (p.device + (r.graph ? "+graph" : "") + (p.fusion ? "+fusion" : "")).c_str(),
+                  (p.device + (r.graph ? "+graph" : "") + (p.fusion ? "+fusion" : "") + (p.cudnn_bn ? "+cudnn-bn" : "")).c_str(),
                   p.math.c_str(), p.channels_last ? "cl" : "nchw", r.images_per_second, r.peak_mib);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "nn_bench: %s\n", e.what());

@@ -8,6 +8,7 @@
 // "contiguous"; floating kernels accept f32 and f64 on the CPU (f64 exists for gradient checks).
 // NCHW is the logical shape of image tensors whatever their memory format.
 #include <cstdint>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -44,6 +45,11 @@ int64_t pool_output_size(int64_t in, int kernel, int stride, int pad, bool ceil_
 struct BnEpilogue {
   Tensor residual;  // same shape as x, or undefined
   bool relu = false;
+};
+
+// bn_backward_fused's result.
+struct BnGrads {
+  Tensor grad_x, grad_gamma, grad_beta;
 };
 
 // device_scalars (CUDA only, for captured steps; see Optimizer::use_device_scalars): where the
@@ -166,6 +172,17 @@ class Backend {
   virtual Tensor bn_backward_input(const Tensor& grad_y, const Tensor& x, const Tensor& mean,
                                    const Tensor& invstd, const Tensor& gamma, const Tensor& sum_dy,
                                    const Tensor& sum_dy_xhat, int64_t count, const Tensor& relu_out) = 0;
+
+  // The backward of a training batch norm in one call, where the backend has a faster kernel for
+  // this input than bn_backward_reduce + bn_backward_input: {grad_x, grad_gamma (= sum_dy_xhat),
+  // grad_beta (= sum_dy)}; nullopt otherwise, and the caller runs those two. gamma, beta and eps are
+  // the forward's; relu_out as above. CUDA: cuDNN's NHWC batch norm under train.cudnn_batchnorm.
+  virtual std::optional<BnGrads> bn_backward_fused(const Tensor& grad_y, const Tensor& x, const Tensor& mean,
+                                                   const Tensor& invstd, const Tensor& gamma,
+                                                   const Tensor& beta, const Tensor& relu_out, double eps) {
+    (void)grad_y, (void)x, (void)mean, (void)invstd, (void)gamma, (void)beta, (void)relu_out, (void)eps;
+    return std::nullopt;
+  }
 
   // ---- loss (nn/cpu/loss.cpp). logits [N, K], targets i64 [N].
   // Cross-entropy with label smoothing via a fused log-softmax; returns {per-sample loss [N],

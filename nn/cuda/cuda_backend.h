@@ -66,6 +66,9 @@ class CudaBackend final : public Backend {
  public:
   TRAINER_BACKEND_OVERRIDES
   void sgd_step_many(const std::vector<SgdUpdate>& updates, const SgdParams& p) override;
+  std::optional<BnGrads> bn_backward_fused(const Tensor& grad_y, const Tensor& x, const Tensor& mean,
+                                           const Tensor& invstd, const Tensor& gamma, const Tensor& beta,
+                                           const Tensor& relu_out, double eps) override;
 };
 
 }  // namespace trainer

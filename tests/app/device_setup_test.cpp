@@ -1,4 +1,5 @@
-// cudnn_fusion_state: when train.cudnn_fusion takes effect, and the key the log names when it does not.
+// cudnn_fusion_state and cudnn_batchnorm_state: when train.cudnn_fusion and train.cudnn_batchnorm take
+// effect, and the key the log names when they do not.
 #include "app/device_setup.h"
 
 #include <gtest/gtest.h>
@@ -33,6 +34,26 @@ TEST(CudnnFusionState, OnOnlyForHalfPrecisionOnAGpuWithoutDeterminismOrSyncBn) {
   Config cnn = fusion_config("bf16");
   cnn.model.name = "cnn";
   EXPECT_NE(cudnn_fusion_state(cnn, Device::cuda(0)).find("not used: model.name = \"cnn\""),
+            std::string::npos);
+}
+
+TEST(CudnnBatchnormState, OnOnlyForHalfPrecisionOnAGpuWithoutDeterminismOrSyncBn) {
+  Config c;
+  c.train.cudnn_batchnorm = true;
+  c.train.precision = "bf16";
+  EXPECT_EQ(cudnn_batchnorm_state(Config{}, Device::cuda(0)), "off: train.cudnn_batchnorm = false");
+  EXPECT_EQ(cudnn_batchnorm_state(c, Device::cuda(0)).rfind("on: ", 0), 0u);
+  EXPECT_NE(cudnn_batchnorm_state(c, Device::cpu()).find("on a GPU"), std::string::npos);
+  Config fp32 = c;
+  fp32.train.precision = "fp32";
+  EXPECT_NE(cudnn_batchnorm_state(fp32, Device::cuda(0)).find("needs train.precision"), std::string::npos);
+  Config deterministic = c;
+  deterministic.train.deterministic = true;
+  EXPECT_NE(cudnn_batchnorm_state(deterministic, Device::cuda(0)).find("off: train.deterministic"),
+            std::string::npos);
+  Config sync_bn = c;
+  sync_bn.model.sync_bn = true;
+  EXPECT_NE(cudnn_batchnorm_state(sync_bn, Device::cuda(0)).find("not used: model.sync_bn"),
             std::string::npos);
 }
 

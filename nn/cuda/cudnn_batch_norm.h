@@ -1,0 +1,23 @@
+#pragma once
+#include <cstdint>
+// train.cudnn_batchnorm: the batch norm's backward through cuDNN's NHWC batch-norm kernels
+// (cudnnBatchNormalizationBackwardEx, CUDNN_BATCHNORM_SPATIAL_PERSISTENT) after our forward: one call
+// for grad_x, grad_gamma and grad_beta instead of our reduction and our elementwise pass, with the
+// fused ReLU's mask applied by cuDNN (CUDNN_BATCHNORM_OPS_BN_ACTIVATION, given our output y; cuDNN
+// does not document whether it masks by y or by its own recomputed pre-activation). On an
+// H200 at batch 512 it is 27-35% faster than ours on resnet18-cifar's large stages
+// (bench/cudnn_bn_probe, bench/PERF_NOTES.md v9).
+//
+// CudaBackend::bn_backward_fused takes it for bf16/f16 channels-last 4-D inputs with f32 gamma, beta
+// and statistics, when on and not under train.deterministic (cuDNN documents no determinism for these
+// kernels). Elsewhere, or where cuDNN declines a shape (at its descriptors, its workspace query, a
+// reserve space it would want, or its first call), the caller runs our two kernels.
+
+namespace trainer::cuda {
+
+void set_cudnn_batch_norm(bool on);
+bool cudnn_batch_norm_enabled();
+// Backward calls cuDNN has run so far (tests: that the option took effect).
+int64_t cudnn_batch_norm_calls();
+
+}  // namespace trainer::cuda

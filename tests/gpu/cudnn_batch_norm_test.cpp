@@ -1,0 +1,189 @@
+// train.cudnn_batchnorm (nn/cuda/cudnn_batch_norm.h): cuDNN's batch-norm backward after our forward
+// gives our kernels' gradients within half-precision rounding, with and without the fused ReLU; it
+// is declined when off, under train.deterministic and for inputs it does not cover; resnet18 training
+// steps with it follow the steps without it, and replaying them from a CUDA graph gives the eager
+// losses (within 1e-3: outside train.deterministic neither cuDNN's batch norm nor every convolution
+// engine promises the same bits twice).
+#include "nn/cuda/cudnn_batch_norm.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "nn/optim/sgd.h"
+#include "tests/gpu/gpu_test_util.h"
+#include "tests/gpu/graph_steps.h"
+
+namespace trainer {
+namespace {
+
+using namespace gpu_test;
+
+// Sets the option for a scope and turns it off after it.
+class CudnnBatchNormMode {
+ public:
+  explicit CudnnBatchNormMode(bool on = true) { cuda::set_cudnn_batch_norm(on); }
+  ~CudnnBatchNormMode() { cuda::set_cudnn_batch_norm(false); }
+};
+
+struct BnCase {
+  Tensor x, dy, gamma, beta, mean, invstd, y;
+};
+
+BnCase bn_case(DType dtype, const Shape& shape, bool relu, Generator& gen,
+               MemoryFormat format = MemoryFormat::channels_last) {
+  const int64_t C = shape[1];
+  BnCase c;
+  c.x = on_gpu(random(shape, gen, DType::f32, -2.0, 2.0).to(dtype), format);
+  c.dy = on_gpu(random(shape, gen).to(dtype), format);
+  c.gamma = random({C}, gen, DType::f32, 0.5, 1.5).to(gpu());
+  c.beta = random({C}, gen, DType::f32, -0.5, 0.5).to(gpu());
+  Tensor rm = Tensor::zeros({C}, DType::f32, gpu()), rv = Tensor::ones({C}, DType::f32, gpu());
+  std::tie(c.mean, c.invstd) = dev().bn_train_stats(c.x, 1e-5, 0.1, rm, rv);
+  c.y = dev().bn_apply(c.x, c.mean, c.invstd, c.gamma, c.beta, {Tensor(), relu});
+  return c;
+}
+
+TEST(CudnnBatchNorm, BackwardGivesOurKernelsGradients) {
+  REQUIRE_GPU();
+  cuda_set_deterministic(false);
+  const CudnnBatchNormMode on;
+  Generator gen(41);
+  for (DType dtype : {DType::bf16, DType::f16})
+    for (bool relu : {false, true})
+      for (const Shape& shape : {Shape{32, 64, 8, 8}, Shape{16, 128, 4, 4}}) {
+        const BnCase c = bn_case(dtype, shape, relu, gen);
+        const Tensor relu_out = relu ? c.y : Tensor();
+        const int64_t count = c.x.numel() / shape[1];
+        const auto [sum_dy, sum_dy_xhat] = dev().bn_backward_reduce(c.dy, c.x, c.mean, c.invstd, relu_out);
+        const Tensor dx = dev().bn_backward_input(c.dy, c.x, c.mean, c.invstd, c.gamma, sum_dy, sum_dy_xhat,
+                                                  count, relu_out);
+        const std::optional<BnGrads> fused =
+            dev().bn_backward_fused(c.dy, c.x, c.mean, c.invstd, c.gamma, c.beta, relu_out, 1e-5);
+        const std::string what = std::string(dtype_name(dtype)) + (relu ? " relu " : " ") + shape_str(shape);
+        ASSERT_TRUE(fused.has_value()) << what;
+        EXPECT_TRUE(fused->grad_x.is_contiguous(MemoryFormat::channels_last)) << what;
+        const double tol = dtype == DType::bf16 ? 2e-2 : 4e-3;
+        expect_close(dx, fused->grad_x, tol, tol, what + " grad_x");
+        expect_close(sum_dy_xhat, fused->grad_gamma, 1e-3, 1e-3, what + " grad_gamma");
+        expect_close(sum_dy, fused->grad_beta, 1e-3, 1e-3, what + " grad_beta");
+        // A gradient in the other layout is copied to channels-last first.
+        const std::optional<BnGrads> from_nchw = dev().bn_backward_fused(
+            c.dy.contiguous(), c.x, c.mean, c.invstd, c.gamma, c.beta, relu_out, 1e-5);
+        ASSERT_TRUE(from_nchw.has_value()) << what;
+        expect_equal(fused->grad_x, from_nchw->grad_x, what + " grad_x from an NCHW gradient");
+      }
+}
+
+TEST(CudnnBatchNorm, DeclinedWhenOffDeterministicOrNotHalfChannelsLast) {
+  REQUIRE_GPU();
+  Generator gen(42);
+  const BnCase c = bn_case(DType::bf16, {8, 16, 4, 4}, true, gen);
+  auto fused = [&](const BnCase& k) {
+    return dev().bn_backward_fused(k.dy, k.x, k.mean, k.invstd, k.gamma, k.beta, k.y, 1e-5).has_value();
+  };
+  cuda_set_deterministic(false);
+  EXPECT_FALSE(fused(c));  // off
+  const CudnnBatchNormMode on;
+  EXPECT_TRUE(fused(c));
+  cuda_set_deterministic(true);
+  EXPECT_FALSE(fused(c));
+  cuda_set_deterministic(false);
+  EXPECT_FALSE(fused(bn_case(DType::f32, {8, 16, 4, 4}, true, gen)));
+  EXPECT_FALSE(fused(bn_case(DType::bf16, {8, 16, 4, 4}, true, gen, MemoryFormat::contiguous)));
+  BnCase half_gamma = c;  // affine parameters of a model cast to bf16
+  half_gamma.gamma = c.gamma.to(DType::bf16);
+  EXPECT_FALSE(fused(half_gamma));
+  BnCase nchw_relu_out = c;
+  nchw_relu_out.y = c.y.contiguous();
+  EXPECT_FALSE(fused(nchw_relu_out));
+}
+
+// One forward and backward of resnet18-cifar in bf16 (the same weights and batch each time): the
+// parameters' gradients, on the host in f32.
+std::vector<std::pair<std::string, Tensor>> one_step_gradients(bool cudnn_bn) {
+  const CudnnBatchNormMode mode(cudnn_bn);
+  auto model = gpu_model("resnet18", 3, 32, "cifar", 8);
+  Generator gen(12);
+  CifarBatch b = cifar_batch(gen, 32, DType::bf16);
+  random_labels(b.y, gen);
+  autocast_loss(*model, b.x, b.y, DType::bf16).backward();
+  std::vector<std::pair<std::string, Tensor>> grads;
+  for (const NamedParameter& p : model->named_parameters())
+    grads.emplace_back(p.name, p.param.grad().to(Device::cpu()).to(DType::f32));
+  return grads;
+}
+
+// Every parameter's gradient within 5% of its largest magnitude: cuDNN's sums run in another order
+// and each BatchNorm's grad_x is rounded to bf16, which the layers below amplify a little.
+TEST(CudnnBatchNorm, AResNetStepGivesOurGradients) {
+  REQUIRE_GPU();
+  cuda_set_deterministic(false);
+  const int64_t calls = cuda::cudnn_batch_norm_calls();
+  const auto with = one_step_gradients(true);
+  EXPECT_EQ(cuda::cudnn_batch_norm_calls() - calls, 20);  // resnet18's 20 BatchNorms
+  const auto without = one_step_gradients(false);
+  ASSERT_EQ(with.size(), without.size());
+  for (size_t i = 0; i < with.size(); ++i) {
+    const std::vector<float> a = with[i].second.contiguous().to_vector<float>(),
+                             b = without[i].second.contiguous().to_vector<float>();
+    double diff = 0.0, scale = 0.0;
+    for (size_t j = 0; j < a.size(); ++j) {
+      diff = std::max(diff, static_cast<double>(std::fabs(a[j] - b[j])));
+      scale = std::max(scale, static_cast<double>(std::fabs(b[j])));
+    }
+    EXPECT_LE(diff, 0.05 * scale + 1e-6) << with[i].first;
+  }
+}
+
+// 12 SGD steps of resnet18-cifar in bf16, replayed from a CUDA graph after the third (capture_at 3),
+// or all eager (capture_at -1).
+std::vector<double> resnet_losses(bool cudnn_bn, int capture_at) {
+  const CudnnBatchNormMode mode(cudnn_bn);
+  auto model = gpu_model("resnet18", 3, 32, "cifar", 8);
+  SgdOptions so;
+  so.lr = 0.01;  // small enough that random labels do not make the run diverge
+  Sgd opt(model->named_parameters(), so);
+  Generator gen(10);
+  CifarBatch b = cifar_batch(gen, 32, DType::bf16);
+  Variable loss;
+  const std::vector<double> losses = run_graph_steps({.steps = 12,
+                                                      .capture_at = capture_at,
+                                                      .load_batch =
+                                                          [&](int i) {
+                                                            Generator g(100 + static_cast<uint64_t>(i));
+                                                            b.x.copy_(random({32, 3, 32, 32}, g));
+                                                            random_labels(b.y, gen);
+                                                          },
+                                                      .step =
+                                                          [&] {
+                                                            loss =
+                                                                autocast_loss(*model, b.x, b.y, DType::bf16);
+                                                            loss.backward();
+                                                            opt.step();
+                                                            opt.zero_grad();
+                                                          },
+                                                      .loss = [&] { return loss.item(); }});
+  return losses;
+}
+
+TEST(CudnnBatchNorm, TrainingStepsFollowOursAndReplayTheEagerLosses) {
+  REQUIRE_GPU();
+  cuda_set_deterministic(false);
+  const int64_t calls = cuda::cudnn_batch_norm_calls();
+  const std::vector<double> ours = resnet_losses(false, 3), eager = resnet_losses(true, -1),
+                            replayed = resnet_losses(true, 3);
+  EXPECT_GT(cuda::cudnn_batch_norm_calls(), calls);
+  for (size_t i = 0; i < ours.size(); ++i) {
+    EXPECT_TRUE(std::isfinite(eager[i])) << i;
+    EXPECT_NEAR(eager[i], ours[i], 0.05 * std::abs(ours[i]) + 0.02) << "step " << i;
+    EXPECT_NEAR(replayed[i], eager[i], 1e-3 * std::abs(eager[i])) << "step " << i;
+  }
+}
+
+}  // namespace
+}  // namespace trainer
