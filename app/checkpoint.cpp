@@ -316,6 +316,10 @@ std::string remap_world_size(TrainingState& s, int64_t dataset_size, bool drop_l
   return line;
 }
 
+std::string checkpoint_identity(const std::string& path) {
+  return crc32c_hex(crc32c_file((fs::path(path) / "checkpoint.toml").string()));
+}
+
 TrainingState load_checkpoint(const std::string& path, Module& model, Optimizer& optimizer) {
   TrainingState state = verify_checkpoint(path);
   const std::string manifest_path = (fs::path(path) / "checkpoint.toml").string();

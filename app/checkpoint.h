@@ -95,4 +95,8 @@ std::string remap_world_size(TrainingState& state, int64_t dataset_size, bool dr
 // Verifies and loads a checkpoint into model and optimizer; returns its state.
 TrainingState load_checkpoint(const std::string& path, Module& model, Optimizer& optimizer);
 
+// What tells one checkpoint's contents from another's, wherever it is stored: the CRC-32C of its
+// manifest, which holds its state and every file's CRC. Copies of one checkpoint on two nodes agree.
+std::string checkpoint_identity(const std::string& path);
+
 }  // namespace trainer

@@ -259,15 +259,19 @@ ExporterOptions exporter_options(const Config& config, const ProcessEnv& env, in
 
 // Loads the checkpoint --resume names (on every rank) and cuts rank 0's train_steps.csv back to its
 // step; a fresh run starts rank 0's train_steps.csv with its header.
+// `start` is set to where this rank starts, for the ranks to compare (check_ranks_start_alike).
 TrainingState start_or_resume(const Config& config, const TrainOptions& options, Experiment& e,
                               const std::string& run_dir, const std::string& ckpt_dir,
-                              const std::string& csv_path, bool writer, Log& log) {
+                              const std::string& csv_path, bool writer, Log& log, std::string& start) {
   TrainingState st;
+  start = "a fresh start";
   st.world_size = e.world_size;
   st.batch_size = config.data.batch_size;
   st.run_dir = run_dir;
   if (auto path = resolve_resume(options.resume, ckpt_dir, log)) {
     st = load_checkpoint(*path, *e.model, *e.optimizer);
+    start = fmt("step %lld of checkpoint %s", static_cast<long long>(st.step),
+                checkpoint_identity(*path).c_str());
     if (st.world_size != e.world_size) {
       if (!config.checkpoint.allow_world_size_change)
         throw config_error_at(
@@ -288,6 +292,19 @@ TrainingState start_or_resume(const Config& config, const TrainOptions& options,
     std::ofstream(csv_path, std::ios::trunc) << "step,epoch,loss,lr\n";
   }
   return st;
+}
+
+// Stops every rank unless all start from the same point (world size > 1 only). Rank 0's weights were
+// broadcast before the resume, so a rank that cannot see the checkpoint directory (no shared file
+// system), was started without --resume, or was given another checkpoint would otherwise train from
+// other weights, optimizer state and step, and the ranks would part silently or hang at the end.
+void check_ranks_start_alike(ProcessGroup& pg, const std::string& start, const DistOptions& dopt) {
+  check_consistency(*pg.store(), pg.rank(), pg.world_size(),
+                    {{"resume point", start,
+                      "every rank must resume from the same checkpoint: give every node the same --resume "
+                      "and put train.run_dir (its checkpoints/) on a file system every node sees, or copy "
+                      "the checkpoint to the same path on each node"}},
+                    dopt.timeout, "resume");
 }
 
 // Rank 0's phase seconds per optimizer step, for `trainer bench`. StepTimes count this process's
@@ -838,7 +855,10 @@ int run_training(const Config& config, const TrainOptions& options) {
     for (const std::string& tmp : checkpoints.remove_stale_temps())
       log.line("checkpoint: removed " + tmp + ", left by a write that died before its rename");
   const std::string csv_path = run_dir + "/train_steps.csv";
-  TrainingState st = start_or_resume(config, options, e, run_dir, ckpt_dir, csv_path, writer, log);
+  std::string start_point;
+  TrainingState st =
+      start_or_resume(config, options, e, run_dir, ckpt_dir, csv_path, writer, log, start_point);
+  if (world > 1) check_ranks_start_alike(*pg, start_point, dopt);
   StepLog steps;
   if (writer) steps.csv.open(csv_path, std::ios::app);
   StepTimesCsv step_times = open_step_times_csv(run_dir, st.step, writer, log);

@@ -521,6 +521,46 @@ TEST_F(DistributedTrain, RanksWithDifferentDataStopAtStart) {
   EXPECT_NE(r[0].output.find("dataset fingerprint"), std::string::npos) << r[0].output;
 }
 
+// The seed guides' "load the checkpoint on every rank": a rank that resumes from another checkpoint,
+// or starts afresh (no --resume, or a node that cannot see the checkpoint directory), stops every
+// rank at the start, naming each rank's resume point, instead of training from other weights.
+TEST_F(DistributedTrain, RanksResumingFromDifferentPointsStopAtStart) {
+  const std::string cfg = write_config(
+      "[model]\nname = \"mlp\"\nin_channels = 1\n"
+      "[data]\ndataset = \"synthetic\"\nsynthetic_samples = 512\nsynthetic_image_size = 12\nbatch_size = 32\n"
+      "[train]\nepochs = 2\n[checkpoint]\nevery_steps = 3\n");
+  const std::string run = " --set train.run_dir=" + (dir_ / "run").string();
+  auto a = run_ranks({"train " + cfg + run, "train " + cfg + run});
+  ASSERT_EQ(a[0].exit_code, 0) << a[0].output;
+  const fs::path ckpts = dir_ / "run/checkpoints";
+  ASSERT_TRUE(fs::exists(ckpts / "step-00000012")) << a[0].output;
+  ASSERT_TRUE(fs::exists(ckpts / "step-00000015")) << a[0].output;
+  const std::string at12 = " --resume " + (ckpts / "step-00000012").string();
+  const std::string at15 = " --resume " + (ckpts / "step-00000015").string();
+  const std::vector<std::vector<std::string>> cases = {
+      {"train " + cfg + run + at15, "train " + cfg + run + at12},  // another checkpoint
+      {"train " + cfg + run + at15, "train " + cfg + run},         // a fresh start
+  };
+  for (const auto& ranks : cases) {
+    port_ = free_port();
+    auto r = run_ranks(ranks);
+    for (int rank = 0; rank < 2; ++rank) {
+      EXPECT_NE(r[rank].exit_code, 0) << r[rank].output;
+      EXPECT_NE(r[rank].output.find("resume point"), std::string::npos) << r[rank].output;
+      EXPECT_NE(r[rank].output.find("step 15 of checkpoint"), std::string::npos) << r[rank].output;
+      EXPECT_NE(r[rank].output.find("every rank must resume from the same checkpoint"), std::string::npos)
+          << r[rank].output;
+    }
+  }
+  // A copy of the checkpoint elsewhere (another node's disk) is the same resume point.
+  fs::copy(ckpts / "step-00000015", dir_ / "copy", fs::copy_options::recursive);
+  port_ = free_port();
+  auto same = run_ranks(
+      {"train " + cfg + run + at15, "train " + cfg + run + " --resume " + (dir_ / "copy").string()});
+  EXPECT_EQ(same[0].exit_code, 0) << same[0].output;
+  EXPECT_EQ(same[1].exit_code, 0) << same[1].output;
+}
+
 TEST_F(DistributedTrain, ARankThatNeverStartsIsReportedAfterTheTimeout) {
   const std::string cfg = write_config(std::string(kMlpConfig) + "[dist]\ntimeout_seconds = 3\n");
   // Only rank 0 of a world of 2 is started.
