@@ -1,5 +1,7 @@
 #include "app/device_setup.h"
 
+#include <cstdio>
+
 #ifdef TRAINER_WITH_CUDA
 #include "nn/cuda/conv_stats_fusion.h"
 #include "nn/cuda/cuda_backend.h"
@@ -35,6 +37,25 @@ Device setup_device(const Config& config, int local_rank) {
         "toolkit in /usr/local/cuda and rebuild, or set train.device = \"cpu\"");
   (void)local_rank;
   return Device::cpu();
+#endif
+}
+
+std::string gpu_id(Device device) {
+  if (!device.is_cuda()) return "";
+#ifdef TRAINER_WITH_CUDA
+  cudaDeviceProp prop{};
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, device.index));
+  // nvidia-smi's form: GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx.
+  std::string id = "GPU-";
+  for (int i = 0; i < 16; ++i) {
+    char hex[3];
+    std::snprintf(hex, sizeof hex, "%02x", static_cast<unsigned char>(prop.uuid.bytes[i]));
+    id += hex;
+    if (i == 3 || i == 5 || i == 7 || i == 9) id += '-';
+  }
+  return id;
+#else
+  return "";
 #endif
 }
 

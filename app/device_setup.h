@@ -14,6 +14,10 @@ namespace trainer {
 // when this build has the CUDA backend and a GPU is visible, else the CPU.
 Device setup_device(const Config& config, int local_rank);
 
+// What names this GPU across hosts and processes ("GPU-" + its UUID, as nvidia-smi -L shows it), or ""
+// for the CPU: ranks compare it so that no two train on one GPU (DistOptions::gpu_id).
+std::string gpu_id(Device device);
+
 // Whether the precision is supported on the device (the CPU trains in fp32 only).
 void check_precision(const Config& config, Device device);
 

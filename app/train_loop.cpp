@@ -166,6 +166,7 @@ DistOptions dist_options(const Config& config, const Device& device, const Train
   dopt.timeout = std::chrono::seconds(config.dist.timeout_seconds);
   dopt.connect_timeout = dopt.timeout;  // a rank that never starts is reported after dist.timeout_seconds
   dopt.build = build.str();
+  dopt.gpu_id = gpu_id(device);
   return dopt;
 }
 

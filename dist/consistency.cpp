@@ -64,6 +64,31 @@ std::string grouped(const std::vector<std::string>& values, bool quote) {
   return out;
 }
 
+// The values of `values` (one per rank) that two or more ranks share, as "'v' on rank(s) 0, 1; ...",
+// in order of first appearance; those ranks are added to `ranks`. "" when every rank has its own.
+std::string shared_values(const std::vector<std::string>& values, std::vector<int>& ranks) {
+  std::vector<std::string> order;
+  std::map<std::string, std::vector<int>> holders;
+  for (int r = 0; r < static_cast<int>(values.size()); ++r) {
+    std::vector<int>& h = holders[values[r]];
+    if (h.empty()) order.push_back(values[r]);
+    h.push_back(r);
+  }
+  std::string out;
+  for (const std::string& v : order) {
+    const std::vector<int>& h = holders[v];
+    if (h.size() < 2) continue;
+    for (int r : h)
+      if (std::find(ranks.begin(), ranks.end(), r) == ranks.end()) ranks.push_back(r);
+    if (!out.empty()) out += "; ";
+    out += '\'';
+    out += shorten(v);
+    out += "' on rank(s) ";
+    out += format_ranks(h);
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string content_hash(std::string_view text) {
@@ -103,9 +128,11 @@ void check_consistency(Store& store, int rank, int world_size, const std::vector
       std::vector<std::string> names;
       std::map<std::string, std::vector<std::string>> values;
       std::map<std::string, std::string> hints;
+      std::map<std::string, bool> distinct;
       for (const auto& it : items) {
         names.push_back(it.name);
         hints[it.name] = it.hint;
+        distinct[it.name] = it.distinct;
       }
       for (int r = 0; r < world_size; ++r) {
         for (auto& [name, value] : decode(store.get(prefix + "items/" + std::to_string(r), timeout))) {
@@ -118,10 +145,15 @@ void check_consistency(Store& store, int rank, int world_size, const std::vector
         }
       }
       std::string problems;
-      std::vector<int> differing;
+      std::vector<int> differing, sharing;
       for (const auto& name : names) {
         auto& v = values[name];
         if (v.empty()) v.assign(world_size, "<not reported>");
+        if (distinct[name]) {
+          const std::string shared = shared_values(v, sharing);
+          if (!shared.empty()) problems += "\n  " + name + " shared: " + shared + ". HINT: " + hints[name];
+          continue;
+        }
         bool same = true;
         for (int r = 1; r < world_size; ++r) {
           if (v[r] != v[0]) {
@@ -133,9 +165,13 @@ void check_consistency(Store& store, int rank, int world_size, const std::vector
         problems += "\n  " + name + ": " + grouped(v, true) + ".";
         if (!hints[name].empty()) problems += " HINT: " + hints[name];
       }
-      verdict = problems.empty() ? "ok"
-                                 : "the " + tag + " check failed: rank(s) " + format_ranks(differing) +
-                                       " differ from rank 0:" + problems;
+      std::sort(sharing.begin(), sharing.end());
+      std::string who;
+      if (!differing.empty()) who = " rank(s) " + format_ranks(differing) + " differ from rank 0";
+      if (!sharing.empty())
+        who += (who.empty() ? " rank(s) " : "; rank(s) ") + format_ranks(sharing) +
+               " share what must be their own";
+      verdict = problems.empty() ? "ok" : "the " + tag + " check failed:" + who + ":" + problems;
     } catch (const DistError& e) {
       verdict = e.what();
     }

@@ -21,7 +21,10 @@ class Comm;
 struct ConsistencyItem {
   std::string name;   // "config hash"
   std::string value;  // compared as text
-  std::string hint;   // what to do when ranks differ
+  std::string hint;   // what to do when ranks differ (or, for a distinct item, share a value)
+  // false: every rank must have the same value. true: no two ranks may have the same value (the GPU
+  // each trains on: two ranks on one GPU run out of memory or crawl while another GPU idles).
+  bool distinct = false;
 };
 
 // What must be equal on every rank before training starts.
@@ -35,8 +38,9 @@ std::vector<ConsistencyItem> run_identity_items(const RunIdentity& identity);
 
 // Every rank publishes `items` under "consistency/<tag>/"; rank 0 compares them and publishes a
 // verdict; every rank throws the same DistError when any item differs ("start-up check failed: ...
-// config hash: rank 0, 2: 'a1..'; rank 1: 'ff..'. HINT: ..."), or names the ranks that never
-// arrived within `timeout`. Every rank must call it with the same tag.
+// config hash: rank 0, 2: 'a1..'; rank 1: 'ff..'. HINT: ..."), or when ranks share the value of a
+// distinct item ("GPU: 'host-a GPU-5f..' on rank(s) 0, 1"), or names the ranks that never arrived
+// within `timeout`. Every rank must call it with the same tag.
 void check_consistency(Store& store, int rank, int world_size, const std::vector<ConsistencyItem>& items,
                        std::chrono::milliseconds timeout, const std::string& tag = "startup");
 

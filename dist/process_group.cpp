@@ -85,6 +85,12 @@ std::unique_ptr<ProcessGroup> ProcessGroup::init(const ProcessEnv& env, const Di
          "train.device = \"auto\" a rank that sees no GPU trains on the CPU: check nvidia-smi and "
          "CUDA_VISIBLE_DEVICES on its node, or set train.device = \"cuda\" so that such a rank stops "
          "with its own error"});
+    if (!options.gpu_id.empty())
+      items.push_back({"GPU", options.gpu_id,
+                       "each rank needs a GPU of its own: launch with trainer launch or torchrun, which set "
+                       "LOCAL_RANK 0, 1, ... per node, and do not give two ranks of one node the same "
+                       "LOCAL_RANK or a CUDA_VISIBLE_DEVICES with only the same GPU",
+                       /*distinct=*/true});
     check_consistency(*pg->store_, env.rank, env.world_size, items, options.connect_timeout, "build");
     if (backend == "nccl") {
 #ifdef TRAINER_WITH_CUDA

@@ -36,6 +36,10 @@ struct DistOptions {
   std::chrono::milliseconds peer_silent_after{std::chrono::seconds(4)};
   // Where this rank's model and gradients live: Device::cuda(LOCAL_RANK) on GPUs.
   Device device = Device::cpu();
+  // What names this rank's GPU across hosts (its UUID), or "" on the CPU. Ranks compare it before they
+  // connect: two ranks on one GPU (LOCAL_RANK set by hand, or CUDA_VISIBLE_DEVICES alike on both)
+  // stop naming it, instead of running out of memory or crawling while another GPU idles.
+  std::string gpu_id;
 };
 
 // The communicator backend init() will use for these options: "nccl" or "cpu" (whatever the world

@@ -63,6 +63,32 @@ TEST(Consistency, DifferentDataAndStepCounts) {
   }
 }
 
+// A distinct item (the GPU each rank trains on) stops the ranks that share a value, and only those
+// ranks and values are named; ranks with their own values pass.
+TEST(Consistency, RanksSharingADistinctItemAreNamed) {
+  auto check = [](const std::vector<std::string>& gpus) {
+    const int world = static_cast<int>(gpus.size());
+    ThreadWorld w(world);
+    return run_threads(world, [&](int rank) {
+      auto store = w.client();
+      check_consistency(*store, rank, world,
+                        {{"config hash", "same", "same config"},
+                         {"GPU", gpus[rank], "one GPU per rank", /*distinct=*/true}},
+                        5s);
+    });
+  };
+  for (const auto& e : check({"host-a GPU-0", "host-a GPU-1", "host-b GPU-0"})) EXPECT_EQ(e, "");
+  const auto errors = check({"host-a GPU-0", "host-a GPU-1", "host-a GPU-0", "host-b GPU-0"});
+  for (const auto& e : errors) {
+    EXPECT_EQ(e, errors[0]);
+    EXPECT_NE(e.find("rank(s) 0, 2 share what must be their own"), std::string::npos) << e;
+    EXPECT_NE(e.find("GPU shared: 'host-a GPU-0' on rank(s) 0, 2. HINT: one GPU per rank"), std::string::npos)
+        << e;
+    EXPECT_EQ(e.find("differ from rank 0"), std::string::npos) << e;
+    EXPECT_EQ(e.find("host-b"), std::string::npos) << e;
+  }
+}
+
 TEST(Consistency, MissingRankIsNamed) {
   const auto errors = check_all(
       3, [](int, RunIdentity&) {}, 500ms, /*ranks_calling=*/2);

@@ -102,6 +102,29 @@ TEST(ProcessGroup, RanksOnDifferentDeviceKindsStopBeforeConnecting) {
   }
 }
 
+// Two ranks on one GPU (the seed guides' "every rank on GPU 0": LOCAL_RANK set alike by hand) stop
+// before connecting, naming the GPU and both ranks; ranks on GPUs of their own connect. The GPU ids are
+// given here (a CPU-only build has none to read); `trainer train` passes each rank's GPU UUID.
+TEST(ProcessGroup, TwoRanksOnOneGpuStopBeforeConnecting) {
+  for (const bool shared : {true, false}) {
+    const int port = free_port();
+    const auto out = run_processes(2, [&](int rank) {
+      DistOptions options;
+      options.backend = "cpu";
+      options.gpu_id = shared || rank == 0 ? "GPU-5f3e" : "GPU-77aa";
+      ProcessGroup::init(process_env_from(torchrun_env(rank, 2, port)), options)->shutdown();
+    });
+    for (const auto& o : out) {
+      if (!shared) {
+        EXPECT_EQ(o.error, "") << all_errors(out);
+        continue;
+      }
+      EXPECT_NE(o.error.find("GPU shared: 'GPU-5f3e' on rank(s) 0, 1"), std::string::npos) << all_errors(out);
+      EXPECT_NE(o.error.find("each rank needs a GPU of its own"), std::string::npos) << all_errors(out);
+    }
+  }
+}
+
 TEST(ProcessGroup, PortInUseNamesThePort) {
   TcpStore other(store_options(0, true));
   std::string e;

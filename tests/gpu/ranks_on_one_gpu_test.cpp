@@ -1,0 +1,74 @@
+// The seed guides' "every rank on GPU 0": two ranks started by hand with the same LOCAL_RANK would
+// share one GPU (out of memory, or both slow while another GPU idles; NCCL itself refuses a duplicate
+// GPU only with its own terse error). `trainer train` compares the ranks' GPU UUIDs before any
+// communicator exists, so both ranks stop at once, naming the GPU, the ranks and what to do.
+// Needs one GPU only.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "app/device_setup.h"
+#include "nn/cuda/cuda_backend.h"
+#include "app/trainer_process.h"
+
+namespace trainer {
+namespace {
+
+using trainer::testing::read_file;
+using trainer::testing::trainer_binary;
+
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+class RanksOnOneGpu : public trainer::testing::TrainerRunTest {
+ protected:
+  RanksOnOneGpu() : TrainerRunTest("trainer_one_gpu_") {}
+};
+
+TEST_F(RanksOnOneGpu, GpuIdIsTheUuidNvidiaSmiShows) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  const std::string id = gpu_id(Device::cuda(0));
+  ASSERT_EQ(id.size(), 40u) << id;  // GPU- + 8-4-4-4-12 hex digits
+  EXPECT_EQ(id.rfind("GPU-", 0), 0u) << id;
+  EXPECT_EQ(id, gpu_id(Device::cuda(0)));
+  EXPECT_EQ(gpu_id(Device::cpu()), "");
+}
+
+TEST_F(RanksOnOneGpu, TwoRanksWithTheSameLocalRankStopNamingTheGpu) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  const std::string cfg = write_small_config("[train]\ndevice = \"cuda\"\n[dist]\ntimeout_seconds = 30\n");
+  const std::string port = std::to_string(free_port());
+  std::string script;
+  for (int r = 0; r < 2; ++r) {
+    const std::string out = (dir_ / ("rank" + std::to_string(r))).string();
+    script += "(RANK=" + std::to_string(r) + " WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=2 " +
+              "MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port + " timeout 120 " + trainer_binary() + " train " +
+              cfg + " --set train.run_dir=" + run_dir("run") + " > " + out + ".out 2>&1; echo $? > " + out +
+              ".rc) & ";
+  }
+  ASSERT_EQ(std::system(("bash -c '" + script + "wait'").c_str()), 0);
+  const std::string id = gpu_id(Device::cuda(0));
+  for (int r = 0; r < 2; ++r) {
+    const std::string out = read_file(dir_ / ("rank" + std::to_string(r) + ".out"));
+    EXPECT_NE(std::atoi(read_file(dir_ / ("rank" + std::to_string(r) + ".rc")).c_str()), 0) << out;
+    EXPECT_NE(out.find("GPU shared: '" + id + "' on rank(s) 0, 1"), std::string::npos) << out;
+    EXPECT_NE(out.find("each rank needs a GPU of its own"), std::string::npos) << out;
+  }
+}
+
+}  // namespace
+}  // namespace trainer
