@@ -54,7 +54,7 @@ struct TrainConfig {
   bool deterministic = false;      // bitwise reproducible GPU runs (cuda_set_deterministic)
   bool cuda_graph = true;          // replay each full-size step as a CUDA graph where the run allows it
   bool cudnn_fusion = false;       // BatchNorm statistics in the convolutions' epilogues where faster
-  bool cudnn_batchnorm = false;    // BatchNorm's backward through cuDNN's NHWC batch-norm kernels
+  bool cudnn_batchnorm = true;     // BatchNorm's backward through cuDNN's NHWC batch-norm kernels
   std::int64_t seed = 0;
   int grad_accum_steps = 1;
   double label_smoothing = 0.0;

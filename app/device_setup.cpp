@@ -98,7 +98,7 @@ std::string cudnn_fusion_state(const Config& config, Device device) {
 std::string cudnn_batchnorm_off_reason(const Config& config, Device device) {
   if (!config.train.cudnn_batchnorm) return "off: train.cudnn_batchnorm = false";
   if (!device.is_cuda() || !autocast_dtype_for(config))
-    return "off: train.cudnn_batchnorm needs train.precision = \"bf16\" or \"fp16\" on a GPU";
+    return "not used: it serves train.precision = \"bf16\" or \"fp16\" on a GPU";
   if (config.train.deterministic)
     return "off: train.deterministic (cuDNN documents no determinism for its batch-norm kernels)";
   if (config.model.sync_bn)

@@ -5,7 +5,9 @@
 //   ... --device cuda --graph 1     times replays of one step captured as a CUDA graph
 //   ... --device cuda --fusion 1    BatchNorm statistics in the convolutions' epilogues where faster
 //                                   (train.cudnn_fusion; the device column then says "+fusion")
-//   ... --device cuda --cudnn-bn 1  BatchNorm's backward through cuDNN (train.cudnn_batchnorm; "+cudnn-bn")
+//   ... --device cuda --cudnn-bn 0  BatchNorm's backward through our kernels instead of cuDNN's
+//                                   (train.cudnn_batchnorm, on by default as in the trainer; where it
+//                                   applies, bf16/fp16 on a GPU, the device column says "+cudnn-bn")
 //   ... --device cuda --trace 5     then 5 more steps under CUPTI: GPU time per kernel, busy time, API calls
 #include <chrono>
 #include <cstdio>
@@ -34,9 +36,9 @@
 
 #include "nn/cuda/caching_allocator.h"
 #include "nn/cuda/conv_stats_fusion.h"
-#include "nn/cuda/cudnn_batch_norm.h"
 #include "nn/cuda/cuda_backend.h"
 #include "nn/cuda/cuda_graph.h"
+#include "nn/cuda/cudnn_batch_norm.h"
 #endif
 
 namespace {
@@ -195,8 +197,13 @@ struct Point {
   int trace_steps = 0;         // CUDA only: steps traced with CUPTI after the timed ones
   bool graph = false;          // CUDA only: capture one step as a CUDA graph and time its replays
   bool fusion = false;         // CUDA only: train.cudnn_fusion (nn/cuda/conv_stats_fusion.h)
-  bool cudnn_bn = false;       // CUDA only: train.cudnn_batchnorm (nn/cuda/cudnn_batch_norm.h)
+  bool cudnn_bn = true;        // CUDA only: train.cudnn_batchnorm (nn/cuda/cudnn_batch_norm.h)
 };
+
+// Whether cuDNN's batch norm runs in this point's backward (the backend takes it for half inputs only).
+bool uses_cudnn_batch_norm(const Point& p) {
+  return p.cudnn_bn && p.device == "cuda" && (p.math == "bf16" || p.math == "fp16");
+}
 
 struct Result {
   double images_per_second;
@@ -370,7 +377,9 @@ int main(int argc, char** argv) {
       std::printf("%-10s %6lld %5lldx%lldx%lld %10s %5s %6s %10.1f %10.0f\n", p.model.c_str(),
                   static_cast<long long>(p.batch), static_cast<long long>(p.image),
                   static_cast<long long>(p.image), static_cast<long long>(p.channels),
-                  (p.device + (r.graph ? "+graph" : "") + (p.fusion ? "+fusion" : "") + (p.cudnn_bn ? "+cudnn-bn" : "")).c_str(),
+                  (p.device + (r.graph ? "+graph" : "") + (p.fusion ? "+fusion" : "") +
+                   (uses_cudnn_batch_norm(p) ? "+cudnn-bn" : ""))
+                      .c_str(),
                   p.math.c_str(), p.channels_last ? "cl" : "nchw", r.images_per_second, r.peak_mib);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "nn_bench: %s\n", e.what());
