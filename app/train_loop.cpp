@@ -79,6 +79,19 @@ std::string loader_workers_warning(int workers, int local_world_size, unsigned c
       workers, std::max(1, local_world_size), static_cast<long long>(total), cores);
 }
 
+std::string lr_scaling_note(const Config& config, int world_size) {
+  const int64_t global_batch =
+      config.data.batch_size * std::max(1, world_size) * std::max(1, config.train.grad_accum_steps);
+  if (config.optim.lr_scaling != "none" || global_batch == config.data.batch_size) return "";
+  return fmt(
+      "note: optim.lr = %g is used as given for a global batch of %lld (%d rank(s) x batch %lld x %d "
+      "accumulated). HINT: to scale it with the global batch (lr x global batch / base batch, the "
+      "linear rule), set optim.lr_scaling = \"linear\" and optim.base_batch_size to the batch the "
+      "lr was tuned for",
+      config.optim.lr, static_cast<long long>(global_batch), std::max(1, world_size),
+      static_cast<long long>(config.data.batch_size), std::max(1, config.train.grad_accum_steps));
+}
+
 namespace {
 
 // Train-step bookkeeping for the progress display and the per-step CSV.
@@ -836,6 +849,8 @@ int run_training(const Config& config, const TrainOptions& options) {
   const std::string workers_warning =
       loader_workers_warning(config.data.workers, env.local_world_size, std::thread::hardware_concurrency());
   if (!workers_warning.empty()) log.error(workers_warning);
+  const std::string lr_note = lr_scaling_note(config, world);
+  if (!lr_note.empty()) log.line(lr_note);
 
   // ---- observability: per-phase step times, exported per rank for Prometheus
   Exporter exporter(exporter_options(config, env, rank, build));

@@ -26,4 +26,10 @@ int default_loader_workers();
 // the cores between the node's ranks).
 std::string loader_workers_warning(int workers, int local_world_size, unsigned cores);
 
+// A note when several ranks (or accumulated micro-batches) train with optim.lr as given
+// (optim.lr_scaling = "none") on a global batch larger than data.batch_size: the seed guides' rule
+// scales the learning rate with the global batch, and a user moving from one GPU may have forgotten.
+// "" with one rank and no accumulation, or with optim.lr_scaling = "linear".
+std::string lr_scaling_note(const Config& config, int world_size);
+
 }  // namespace trainer

@@ -125,6 +125,31 @@ struct StoreBatchStats {
   }
 };
 
+// What a training-mode statistics pass over n values per channel writes: mean and invstd [C] in
+// `stats` (f32 for half inputs), made here, and the running statistics, checked here. Shared by the
+// pass over x and the one from a convolution's sums (train.cudnn_fusion).
+struct BatchStatsOutputs {
+  Tensor mean, invstd;
+  ChannelTarget running_mean, running_var;
+  double unbias;  // n / (n - 1): the running variance is the unbiased one
+  template <class stat_t>
+  StoreBatchStats<stat_t> store(double eps, double momentum) const {
+    return {static_cast<stat_t*>(mean.raw_data()),
+            static_cast<stat_t*>(invstd.raw_data()),
+            running_mean,
+            running_var,
+            eps,
+            momentum,
+            unbias};
+  }
+};
+
+BatchStatsOutputs batch_stats_outputs(int64_t C, double n, DType stats, Tensor& running_mean,
+                                      Tensor& running_var) {
+  return {empty({C}, stats), empty({C}, stats), channel_target(running_mean, C, "running_mean"),
+          channel_target(running_var, C, "running_var"), n > 1 ? n / (n - 1.0) : 1.0};
+}
+
 // Validates a per-channel tensor and returns a view of it for the kernels; `keep` holds a dense
 // device copy when t was not one already (undefined t gives a null view when optional).
 ChannelValues channel_values(const Tensor& t, int64_t C, const char* op, const char* name, bool optional,
@@ -566,29 +591,20 @@ std::pair<Tensor, Tensor> bn_train_stats_from_sums(const ChannelSums& sums, DTyp
   if (sums.sum.dtype() != DType::f32 || sums.sqsum.dtype() != DType::f32 || sums.sqsum.numel() != C ||
       sums.count <= 0)
     throw std::invalid_argument("bn_train_stats_from_sums: expected two f32 [C] sums and a positive count");
-  const ChannelTarget rm = channel_target(running_mean, C, "running_mean"),
-                      rv = channel_target(running_var, C, "running_var");
+  if (accumulate_dtype(x_dtype) != DType::f32)
+    throw std::invalid_argument("bn_train_stats_from_sums: half inputs only");
   const double n = static_cast<double>(sums.count);
-  const double unbias = n > 1 ? n / (n - 1.0) : 1.0;
-  const DType stats = accumulate_dtype(x_dtype);
-  if (stats != DType::f32) throw std::invalid_argument("bn_train_stats_from_sums: half inputs only");
-  Tensor mean = empty({C}, stats), invstd = empty({C}, stats);
+  const BatchStatsOutputs out = batch_stats_outputs(C, n, DType::f32, running_mean, running_var);
   const float* ps = static_cast<const float*>(sums.sum.raw_data());
   const float* pq = static_cast<const float*>(sums.sqsum.raw_data());
-  const StoreBatchStats<float> store{static_cast<float*>(mean.raw_data()),
-                                     static_cast<float*>(invstd.raw_data()),
-                                     rm,
-                                     rv,
-                                     eps,
-                                     momentum,
-                                     unbias};
+  const StoreBatchStats<float> store = out.store<float>(eps, momentum);
   for_each(C, [=] __device__(int64_t c) {
     // As bn_train_stats, from unshifted sums: the mean and biased variance in double.
     const double m = static_cast<double>(ps[c]) / n;
     store(c, m, fmax(static_cast<double>(pq[c]) / n - m * m, 0.0));
   });
   CUDA_CHECK_LAUNCH();
-  return {mean, invstd};
+  return {out.mean, out.invstd};
 }
 
 }  // namespace cuda
@@ -638,28 +654,19 @@ std::pair<Tensor, Tensor> CudaBackend::bn_train_stats(const Tensor& x_in, double
   const Tensor x = x_in.contiguous(l.format());
   const int64_t C = l.channels;
   const double n = static_cast<double>(l.per_channel());
-  const ChannelTarget rm = channel_target(running_mean, C, "running_mean"),
-                      rv = channel_target(running_var, C, "running_var");
-  const double unbias = n > 1 ? n / (n - 1.0) : 1.0;
-  const DType stats = accumulate_dtype(x.dtype());
-  Tensor mean = empty({C}, stats), invstd = empty({C}, stats);
+  const BatchStatsOutputs out =
+      batch_stats_outputs(C, n, accumulate_dtype(x.dtype()), running_mean, running_var);
   CUDA_DISPATCH_FLOAT(x.dtype(), "bn_train_stats", [&] {
     using stat_t = std::conditional_t<std::is_same_v<scalar_t, double>, double, float>;
     const scalar_t* px = static_cast<const scalar_t*>(x.raw_data());
-    const StoreBatchStats<stat_t> store{static_cast<stat_t*>(mean.raw_data()),
-                                        static_cast<stat_t*>(invstd.raw_data()),
-                                        rm,
-                                        rv,
-                                        eps,
-                                        momentum,
-                                        unbias};
+    const StoreBatchStats<stat_t> store = out.store<stat_t>(eps, momentum);
     channel_reduce<scalar_t, kMoments>(l, px, nullptr, nullptr, ChannelValues{},
                                        [=] __device__(int64_t c, double s, double q) {
                                          const Moments mo = moments_of(px, c, l.inner, s, q, n);
                                          store(c, mo.mean, mo.var);
                                        });
   });
-  return {mean, invstd};
+  return {out.mean, out.invstd};
 }
 
 Tensor CudaBackend::bn_apply(const Tensor& x_in, const Tensor& mean_t, const Tensor& invstd_t,

@@ -561,6 +561,35 @@ TEST_F(DistributedTrain, RanksResumingFromDifferentPointsStopAtStart) {
   EXPECT_EQ(same[1].exit_code, 0) << same[1].output;
 }
 
+// The seed guides' first pitfall, through `trainer train`: a rank that would run one step more than
+// the others in an epoch (test hook: rank 1 claims one more) stops every rank at that epoch's start,
+// naming the counts, instead of waiting forever in its extra all-reduce.
+TEST_F(DistributedTrain, ARankWithMoreStepsInAnEpochStopsEveryRankBeforeIt) {
+  const std::string cfg = write_config(kMlpConfig);
+  const std::string args = "train " + cfg + " --set train.run_dir=" + (dir_ / "steps").string();
+  const std::string hook = "TRAINER_TEST_EPOCH_STEPS=1:1";
+  auto r = run_ranks({args, args}, {hook, hook});
+  for (const RankResult& rank : r) {
+    EXPECT_NE(rank.exit_code, 0) << rank.output;
+    EXPECT_NE(
+        rank.output.find("ranks disagree on the number of steps in epoch 1: 2 on rank(s) 0; 3 on rank(s) 1"),
+        std::string::npos)
+        << rank.output;
+  }
+}
+
+// Nodes launched with different numbers of processes (LOCAL_WORLD_SIZE) stop at the start, naming it.
+TEST_F(DistributedTrain, RanksWithDifferentLocalWorldSizesStopAtStart) {
+  const std::string cfg = write_config(kMlpConfig);
+  const std::string args = "train " + cfg + " --set train.run_dir=" + (dir_ / "lws").string();
+  auto r = run_ranks({args, args}, {"LOCAL_WORLD_SIZE=1", ""});
+  for (const RankResult& rank : r) {
+    EXPECT_NE(rank.exit_code, 0) << rank.output;
+    EXPECT_NE(rank.output.find("local world size: '1' on rank(s) 0; '2' on rank(s) 1"), std::string::npos)
+        << rank.output;
+  }
+}
+
 TEST_F(DistributedTrain, ARankThatNeverStartsIsReportedAfterTheTimeout) {
   const std::string cfg = write_config(std::string(kMlpConfig) + "[dist]\ntimeout_seconds = 3\n");
   // Only rank 0 of a world of 2 is started.
