@@ -1,5 +1,7 @@
 #include "app/build_info.h"
 
+#include "source_revision.h"  // generated at build time
+
 #ifdef TRAINER_WITH_CUDA
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
@@ -37,6 +39,7 @@ std::string loaded_versions() {
 TrainerBuild trainer_build() {
   TrainerBuild info;
   info.version = TRAINER_VERSION;
+  info.revision = TRAINER_SOURCE_REVISION;
 #ifdef TRAINER_WITH_CUDA
   info.cuda = true;
   info.cuda_version =
@@ -56,7 +59,7 @@ TrainerBuild trainer_build() {
 }
 
 std::string TrainerBuild::str() const {
-  std::string s = "trainer " + version + " (" + compiler;
+  std::string s = "trainer " + version + " (" + revision + ", " + compiler;
   s += cuda ? ", CUDA " + cuda_version + ", cuDNN " + cudnn_version : ", CPU only";
   if (!nccl_version.empty()) s += ", NCCL " + nccl_version;
   if (!loaded.empty()) s += "; loaded: " + loaded;

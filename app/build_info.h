@@ -7,6 +7,9 @@ namespace trainer {
 
 struct TrainerBuild {
   std::string version;
+  // The git commit the binary was built from, "+dirty.<hash of the diff>" when the tree had
+  // uncommitted changes, "unknown" when built outside a git checkout (cmake/source_revision.cmake).
+  std::string revision;
   bool cuda = false;
   std::string cuda_version;   // "13.0", or "" without the CUDA backend
   std::string cudnn_version;  // "9.19.0", or ""

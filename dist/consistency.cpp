@@ -41,7 +41,9 @@ std::vector<std::pair<std::string, std::string>> decode(const std::string& text)
   return out;
 }
 
-std::string shorten(const std::string& v) { return v.size() <= 80 ? v : v.substr(0, 77) + "..."; }
+// Long enough for a whole build line (its run-time library versions come last, and are what most
+// often differs between nodes); cuts only runaway values.
+std::string shorten(const std::string& v) { return v.size() <= 300 ? v : v.substr(0, 297) + "..."; }
 
 // "'a1..' on rank(s) 0, 2; 'ff..' on rank(s) 1", values in order of first appearance.
 std::string grouped(const std::vector<std::string>& values, bool quote) {
