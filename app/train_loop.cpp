@@ -387,6 +387,7 @@ struct TrainLoop {
   bool writer;            // rank 0: writes checkpoints, the summary and the shared files
   bool average_bn_stats;  // without SyncBN: average the ranks' BN running statistics before eval/checkpoints
   int64_t sigterm_at_step;  // test hook TRAINER_TEST_SIGTERM_AT_STEP; -1 = none
+  int test_signal;          // the signal that hook raises: TRAINER_TEST_SIGNAL, else SIGTERM
 
   TrainingState st;
   StepLog steps;  // rank 0's losses only (each rank's loss is of its own shard; the weights are the same)
@@ -729,7 +730,7 @@ EpochEnd run_epoch(TrainLoop& loop) {
       report_step(loop, st.step, epoch, result->loss, result->lr, progress);
     result.reset();
     if (st.step >= e.total_steps) loop.done = true;
-    if (st.step == loop.sigterm_at_step) std::raise(SIGTERM);
+    if (st.step == loop.sigterm_at_step) std::raise(loop.test_signal);
     loop.stop_signal = agreed_stop_signal(loop);
     // The step ends once the device has finished the step before it (the host stays at most one step
     // ahead), after the stop-signal agreement: step times measured on the host then add up to the
@@ -938,9 +939,11 @@ int run_training(const Config& config, const TrainOptions& options) {
   summary.run_dir = run_dir;
   summary.best_test_accuracy = st.best_accuracy;
   const bool done = st.step >= e.total_steps;
-  // Test hook: deliver SIGTERM to ourselves after this step, to exercise the signal path exactly.
+  // Test hook: deliver SIGTERM (or TRAINER_TEST_SIGNAL) to ourselves after this step, to exercise the
+  // signal path exactly.
   const char* signal_at = std::getenv("TRAINER_TEST_SIGTERM_AT_STEP");
   const int64_t sigterm_at_step = signal_at ? std::atoll(signal_at) : -1;
+  const char* test_signal = std::getenv("TRAINER_TEST_SIGNAL");
   Heartbeat* heartbeat = pg->heartbeat();  // tells the other ranks where this one is, for their errors
   if (heartbeat) timer.set_phase_observer([heartbeat](Phase p) { heartbeat->set_phase(phase_name(p)); });
 
@@ -989,6 +992,7 @@ int run_training(const Config& config, const TrainOptions& options) {
       .writer = writer,
       .average_bn_stats = average_bn_stats,
       .sigterm_at_step = sigterm_at_step,
+      .test_signal = test_signal ? std::atoi(test_signal) : SIGTERM,
       .st = std::move(st),
       .steps = std::move(steps),
       .step_times = std::move(step_times),

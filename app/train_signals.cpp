@@ -18,6 +18,10 @@ extern "C" void on_stop_signal(int sig) {
 void install_stop_handlers() {
   std::signal(SIGINT, on_stop_signal);
   std::signal(SIGTERM, on_stop_signal);
+  // A closed terminal (or ssh session) sends SIGHUP, whose default action would kill the run without a
+  // checkpoint. Under nohup (SIGHUP ignored when we start) it stays ignored, as the user asked.
+  struct sigaction hup {};
+  if (sigaction(SIGHUP, nullptr, &hup) == 0 && hup.sa_handler != SIG_IGN) std::signal(SIGHUP, on_stop_signal);
   // A write past RLIMIT_FSIZE must fail with EFBIG (and be reported) instead of killing the process.
   std::signal(SIGXFSZ, SIG_IGN);
 }

@@ -1,6 +1,7 @@
 #pragma once
-// SIGINT/SIGTERM during training: the first one asks the loop to finish its step, write a checkpoint
-// and exit; the handler then restores the default action, so a second signal kills at once.
+// SIGINT/SIGTERM/SIGHUP during training: the first one asks the loop to finish its step, write a
+// checkpoint and exit with 128 + the signal; the handler then restores the default action, so a second
+// signal kills at once. SIGHUP (a closed terminal) is left alone when it was ignored at start (nohup).
 namespace trainer {
 
 void install_stop_handlers();

@@ -194,6 +194,22 @@ TEST_F(TrainCommand, ResumeAfterSigtermIsBitExact) {
             read_file(dir_ / "cut/checkpoints/final.safetensors"));
 }
 
+// A closed terminal's SIGHUP stops the run like SIGTERM (a checkpoint at the step, exit 128 + 1)
+// instead of killing it without one; under nohup (SIGHUP ignored when the trainer starts) it stays
+// ignored and the run goes on to its end.
+TEST_F(TrainCommand, SighupCheckpointsAndStopsUnlessIgnoredAtStart) {
+  const std::string cfg = write_config("[checkpoint]\nevery_steps = 0\n");
+  const std::string hook = "TRAINER_TEST_SIGTERM_AT_STEP=7 TRAINER_TEST_SIGNAL=1";
+  RunResult hup = run_trainer("train " + cfg + " --set train.run_dir=" + run_dir("hup"), hook);
+  EXPECT_EQ(hup.exit_code, 128 + 1) << hup.output;
+  EXPECT_NE(hup.output.find("received signal 1 at step 7"), std::string::npos) << hup.output;
+  EXPECT_TRUE(fs::exists(dir_ / "hup/checkpoints/step-00000007")) << hup.output;
+  RunResult nohup =
+      run_trainer("train " + cfg + " --set train.run_dir=" + run_dir("nohup"), hook, "trap \"\" HUP;");
+  EXPECT_EQ(nohup.exit_code, 0) << nohup.output;
+  EXPECT_NE(nohup.output.find("done:"), std::string::npos) << nohup.output;
+}
+
 // A run started by a trainer with other step phases (here: the file's header lacks a column) and
 // resumed by this one starts step_times.csv again, instead of appending rows wider than the header.
 TEST_F(TrainCommand, ResumeWithOtherPhaseColumnsStartsStepTimesAgain) {
