@@ -79,6 +79,12 @@ std::string loader_workers_warning(int workers, int local_world_size, unsigned c
       workers, std::max(1, local_world_size), static_cast<long long>(total), cores);
 }
 
+void export_nccl_settings(const Config& config) {
+  if (!config.dist.nccl_debug.empty()) ::setenv("NCCL_DEBUG", config.dist.nccl_debug.c_str(), 1);
+  if (!config.dist.socket_ifname.empty())
+    ::setenv("NCCL_SOCKET_IFNAME", config.dist.socket_ifname.c_str(), 1);
+}
+
 std::string lr_scaling_note(const Config& config, int world_size) {
   const int64_t global_batch =
       config.data.batch_size * std::max(1, world_size) * std::max(1, config.train.grad_accum_steps);
@@ -163,14 +169,6 @@ std::optional<std::string> resolve_resume(const std::string& resume, const std::
 }
 
 // ---- setup: processes, run directory, log, experiment, the ranks' agreement
-
-// NCCL reads its settings from the environment when the communicator is created: set them from the
-// config so users need not export them on every node by hand.
-void export_nccl_settings(const Config& config) {
-  if (!config.dist.nccl_debug.empty()) ::setenv("NCCL_DEBUG", config.dist.nccl_debug.c_str(), 1);
-  if (!config.dist.socket_ifname.empty())
-    ::setenv("NCCL_SOCKET_IFNAME", config.dist.socket_ifname.c_str(), 1);
-}
 
 DistOptions dist_options(const Config& config, const Device& device, const TrainerBuild& build) {
   DistOptions dopt;
