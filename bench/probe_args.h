@@ -1,5 +1,6 @@
 #pragma once
-// The command line of the cuDNN probes (bench/cudnn_fusion_probe, bench/cudnn_bn_probe):
+// The command line of the cuDNN probes (bench/cudnn_fusion_probe, bench/cudnn_bn_probe,
+// bench/cudnn_prologue_probe):
 //   [--batch 512] [--dtype bf16|f16|both]
 #include <cstdlib>
 #include <cstring>

@@ -17,32 +17,17 @@
 #include "nn/random.h"
 
 namespace trainer::cuda {
-namespace {
 
 using namespace conv_stats;
 
-// A plan with the workspace and pointers to run it on.
-struct Runnable {
-  Plan plan;
-  std::vector<int64_t> uids;
-  std::vector<void*> ptrs;
-  Tensor workspace;
-  bool execute() const { return plan.execute(uids, ptrs, workspace.raw_data()); }
-};
-
-// Every engine the heuristics offer for `pattern` (each engine once, though both heuristics modes may
-// list it), finalised and timed on these buffers. `best` receives the fastest.
-FusionProbeRow probe(Pattern pattern, const char* name, DType dtype, const Shape& xs, const Shape& ws,
-                     const Shape& ys, const Conv2dParams& p, const std::map<int64_t, void*>& buffers,
-                     std::optional<Runnable>& best) {
+FusionProbeRow probe_engines(const OpGraph& g, const char* name, const std::vector<int64_t>& uids,
+                             const std::map<int64_t, void*>& buffers, std::optional<RunnablePlan>& best) {
   FusionProbeRow row;
   row.pattern = name;
-  OpGraph g = build(pattern, cuda_context().cudnn, dtype, xs, ws, ys, p);
   if (!g.graph) {
     row.note = "cuDNN refused the operation graph (TRAINER_CUDNN_DEBUG=1 names the call)";
     return row;
   }
-  const std::vector<int64_t> uids = pack_uids(pattern);
   std::vector<void*> ptrs;
   for (int64_t uid : uids) ptrs.push_back(buffers.at(uid));
   int rtc = 0;
@@ -61,7 +46,7 @@ FusionProbeRow probe(Pattern pattern, const char* name, DType dtype, const Shape
       if (!plan) continue;
       Tensor workspace =
           Tensor::empty({std::max<int64_t>(plan->workspace_bytes, 1)}, DType::u8, current_device());
-      Runnable r{std::move(*plan), uids, ptrs, std::move(workspace)};
+      RunnablePlan r{std::move(*plan), uids, ptrs, std::move(workspace)};
       const float ms = time_per_call_ms([&] { return r.execute(); });
       cudaGetLastError();
       if (!(ms < std::numeric_limits<float>::infinity())) continue;
@@ -85,6 +70,17 @@ FusionProbeRow probe(Pattern pattern, const char* name, DType dtype, const Shape
                 finalize_s);
   row.note += finalize;
   return row;
+}
+
+namespace {
+
+// Every engine the heuristics offer for `pattern` (each engine once, though both heuristics modes may
+// list it), finalised and timed on these buffers. `best` receives the fastest.
+FusionProbeRow probe(Pattern pattern, const char* name, DType dtype, const Shape& xs, const Shape& ws,
+                     const Shape& ys, const Conv2dParams& p, const std::map<int64_t, void*>& buffers,
+                     std::optional<RunnablePlan>& best) {
+  return probe_engines(build(pattern, cuda_context().cudnn, dtype, xs, ws, ys, p), name, pack_uids(pattern),
+                       buffers, best);
 }
 
 // How far the fused statistics are from ours: the largest difference of the means over the largest
@@ -132,7 +128,7 @@ std::vector<FusionProbeRow> probe_conv_stats_fusion(DType dtype, const Shape& xs
                                          {kSum, sum.raw_data()},
                                          {kSqSum, sqsum.raw_data()}};
   std::vector<FusionProbeRow> rows;
-  std::optional<Runnable> conv;
+  std::optional<RunnablePlan> conv;
   rows.push_back(probe(Pattern::conv, "conv alone", dtype, xs, ws, ys, p, buffers, conv));
   Backend& k = backend_for(y);
   FusionProbeRow stats;
@@ -158,7 +154,7 @@ std::vector<FusionProbeRow> probe_conv_stats_fusion(DType dtype, const Shape& xs
   for (auto [pattern, name] :
        {std::pair{Pattern::genstats, "conv + genstats (fused)"},
         std::pair{Pattern::reduction, "conv + sum/sum-of-squares reductions (fused)"}}) {
-    std::optional<Runnable> fused;
+    std::optional<RunnablePlan> fused;
     FusionProbeRow row = probe(pattern, name, dtype, xs, ws, ys, p, buffers, fused);
     if (fused && conv) {  // the statistics of the same output, fused and ours
       sum.zero_();

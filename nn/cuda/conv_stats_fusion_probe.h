@@ -10,10 +10,13 @@
 // with ours on the same output. A measurement for bench/PERF_NOTES.md (bench/cudnn_fusion_probe), not
 // used by training.
 #include <cstdint>
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "nn/backend.h"
+#include "nn/cuda/conv_stats_graph.h"
 #include "nn/tensor.h"
 
 namespace trainer::cuda {
@@ -26,6 +29,21 @@ struct FusionProbeRow {
   int64_t best_engine = -1;  // its cuDNN global engine index
   std::string note;          // why nothing ran, or which engines needed runtime compilation
 };
+
+// A finalised plan with the workspace and pointers to run it on.
+struct RunnablePlan {
+  conv_stats::Plan plan;
+  std::vector<int64_t> uids;
+  std::vector<void*> ptrs;
+  Tensor workspace;
+  bool execute() const { return plan.execute(uids, ptrs, workspace.raw_data()); }
+};
+
+// Every engine the heuristics offer for graph g (each engine once, though both heuristics modes may
+// list it), finalised and timed on `buffers` (by uid, in `uids` order). `best` receives the fastest.
+// Shared with the prologue probe (nn/cuda/conv_prologue_probe.h).
+FusionProbeRow probe_engines(const conv_stats::OpGraph& g, const char* name, const std::vector<int64_t>& uids,
+                             const std::map<int64_t, void*>& buffers, std::optional<RunnablePlan>& best);
 
 // x [N, C, H, W] and w [K, C, R, S] in `dtype` (bf16 or f16), channels-last. Engines that compile kernels at
 // run time are included (their first run includes the compilation, which is not timed).

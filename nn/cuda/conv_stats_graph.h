@@ -14,8 +14,9 @@
 
 namespace trainer::cuda::conv_stats {
 
-// Tensor ids in the variant packs.
-constexpr int64_t kX = 1, kW = 2, kY = 3, kSum = 4, kSqSum = 5, kSquare = 6;
+// Tensor ids in the variant packs (kAfter*: virtual intermediates of the prologue).
+constexpr int64_t kX = 1, kW = 2, kY = 3, kSum = 4, kSqSum = 5, kSquare = 6, kScale = 7, kBias = 8,
+                  kAfterScale = 9, kAfterBias = 10, kAfterRelu = 11;
 
 enum class Pattern {
   conv,       // the convolution alone
@@ -40,6 +41,15 @@ OpGraph build(Pattern pattern, cudnnHandle_t handle, DType dtype, const Shape& x
 
 // The uids of `pattern`'s variant pack, in order: x, w, y (+ sum, sqsum).
 std::vector<int64_t> pack_uids(Pattern pattern);
+
+// A BatchNorm's normalisation and ReLU as the convolution's prologue: y = conv(relu(x * scale + bias), w)
+// with per-channel scale and bias [1, C, 1, 1] in `coefficients` (f32, or the data type), applied as the
+// convolution loads x (the ConvBNfprop pattern; with_genstats adds its statistics epilogue). Measured by
+// nn/cuda/conv_prologue_probe.h only; empty when cuDNN refuses the graph.
+OpGraph build_prologue(cudnnHandle_t handle, DType dtype, cudnnDataType_t coefficients, const Shape& xs,
+                       const Shape& ws, const Shape& ys, const Conv2dParams& p, bool with_genstats);
+// Its variant pack's uids: x, scale, bias, w, y (+ sum, sqsum).
+std::vector<int64_t> prologue_pack_uids(bool with_genstats);
 
 // A finalised execution plan and its workspace size. Finalising is where a runtime-fusion engine
 // compiles its kernel.

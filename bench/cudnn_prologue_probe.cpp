@@ -1,0 +1,57 @@
+// Does cuDNN pay for BatchNorm's normalisation + ReLU as the next convolution's prologue on this GPU?
+// For each resnet18-cifar convolution that follows a BatchNorm + ReLU, at a batch size (channels-last,
+// bf16 and f16), prints the convolution alone, ours (bn_apply, then the convolution; with and without
+// the statistics after it) and the best engine cuDNN offers for the fused graph. See
+// nn/cuda/conv_prologue_probe.h.
+//   cudnn_prologue_probe [--batch 512] [--dtype bf16|f16|both]
+#include <cstdio>
+#include <string>
+
+#include "bench/probe_args.h"
+
+#ifdef TRAINER_WITH_CUDA
+#include "nn/cuda/conv_prologue_probe.h"
+#include "nn/cuda/cuda_backend.h"
+#endif
+
+int main(int argc, char** argv) {
+  const trainer::bench::ProbeArgs args = trainer::bench::parse_probe_args(argc, argv);
+#ifndef TRAINER_WITH_CUDA
+  (void)args;
+  std::fprintf(stderr, "%s needs a CUDA build of the trainer\n", "cudnn_prologue_probe");
+  return 2;
+#else
+  using namespace trainer;
+  init_cuda_backend(0);
+  struct Layer {
+    const char* name;
+    int64_t c, hw, k, r, stride;
+  };
+  // resnet18-cifar's distinct convolutions whose input is a BatchNorm + ReLU output (the stem's is not).
+  const Layer layers[] = {{"layer1 64->64 32x32", 64, 32, 64, 3, 1},
+                          {"layer2 64->128 s2", 64, 32, 128, 3, 2},
+                          {"layer2 128->128 16x16", 128, 16, 128, 3, 1},
+                          {"layer3 256->256 8x8", 256, 8, 256, 3, 1},
+                          {"layer4 512->512 4x4", 512, 4, 512, 3, 1}};
+  for (DType dtype : {DType::bf16, DType::f16}) {
+    if (!args.wants(std::string(dtype_name(dtype)))) continue;
+    for (const Layer& l : layers) {
+      Conv2dParams p;
+      p.stride_h = p.stride_w = static_cast<int>(l.stride);
+      p.pad_h = p.pad_w = static_cast<int>(l.r / 2);
+      std::printf("%s batch %d %s\n", std::string(dtype_name(dtype)).c_str(), args.batch, l.name);
+      try {
+        for (const cuda::FusionProbeRow& row :
+             cuda::probe_conv_prologue_fusion(dtype, {args.batch, l.c, l.hw, l.hw}, {l.k, l.c, l.r, l.r}, p))
+          std::printf("  %-62s engines %2d runnable %2d best %8.4f ms (engine %lld) %s\n",
+                      row.pattern.c_str(), row.engines, row.runnable, row.best_ms,
+                      static_cast<long long>(row.best_engine), row.note.c_str());
+      } catch (const std::exception& e) {
+        std::printf("  error: %s\n", e.what());
+      }
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+#endif
+}
