@@ -27,7 +27,8 @@ const char* kLaunchUsage =
     "                      -- COMMAND [ARGS ...]\n\n"
     "Runs `trainer COMMAND ARGS ...` as N ranks on this node, like torchrun: each process gets RANK,\n"
     "WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT. Every line the ranks print\n"
-    "is prefixed with \"[rank R] \". SIGINT/SIGTERM sent to the launcher are forwarded to the ranks (a\n"
+    "is prefixed with \"[rank R] \". SIGINT/SIGTERM/SIGHUP sent to the launcher are forwarded to the ranks "
+    "(a\n"
     "training rank then checkpoints and exits). When a rank fails, the others get SIGTERM, then SIGKILL\n"
     "after 30 s (as torchrun), and the launcher names the first failing rank and its last error line (exit "
     "status 1).\n\n"
@@ -56,6 +57,8 @@ int parse_int(const std::string& flag, const std::string& value) {
 // SIGCHLD goes through it too, so ranks that fail milliseconds apart are seen in the order they died.
 
 int g_signal_pipe[2] = {-1, -1};
+// SIGHUP was ignored when the launcher started (nohup): it stays ignored here and in the ranks.
+bool g_hup_ignored = false;
 
 extern "C" void on_launcher_signal(int sig, siginfo_t* info, void*) {
   const int saved = errno;
@@ -75,6 +78,11 @@ class SignalForwarding {
     sigemptyset(&sa.sa_mask);
     ::sigaction(SIGINT, &sa, &old_int_);
     ::sigaction(SIGTERM, &sa, &old_term_);
+    // A closed terminal's SIGHUP is forwarded like SIGTERM, so the ranks checkpoint and stop (instead
+    // of the launcher dying and the ranks losing the pipes they log to).
+    ::sigaction(SIGHUP, nullptr, &old_hup_);
+    g_hup_ignored = old_hup_.sa_handler == SIG_IGN;
+    if (!g_hup_ignored) ::sigaction(SIGHUP, &sa, nullptr);
     sa.sa_flags |= SA_NOCLDSTOP;
     ::sigaction(SIGCHLD, &sa, &old_chld_);
     // A closed stdout (`| head`) must not kill the launcher while its ranks run.
@@ -85,6 +93,7 @@ class SignalForwarding {
   ~SignalForwarding() {
     ::sigaction(SIGINT, &old_int_, nullptr);
     ::sigaction(SIGTERM, &old_term_, nullptr);
+    ::sigaction(SIGHUP, &old_hup_, nullptr);
     ::sigaction(SIGCHLD, &old_chld_, nullptr);
     ::sigaction(SIGPIPE, &old_pipe_, nullptr);
     ::close(g_signal_pipe[0]);
@@ -97,6 +106,7 @@ class SignalForwarding {
  private:
   struct sigaction old_int_ {};
   struct sigaction old_term_ {};
+  struct sigaction old_hup_ {};
   struct sigaction old_chld_ {};
   struct sigaction old_pipe_ {};
 };
@@ -173,7 +183,9 @@ void spawn(Child& c, const std::string& exe, const std::vector<std::string>& com
   sigemptyset(&none);
   sigfillset(&all);
   posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setsigdefault(&attr, &all);  // SIGPIPE is ignored here, not in the ranks
+  // SIGPIPE is ignored here, not in the ranks; SIGHUP stays ignored in them under nohup.
+  if (g_hup_ignored) sigdelset(&all, SIGHUP);
+  posix_spawnattr_setsigdefault(&attr, &all);
   posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
   const int rc = ::posix_spawn(&c.pid, exe.c_str(), &fa, &attr, argv.data(), envp.data());
   posix_spawn_file_actions_destroy(&fa);
@@ -380,7 +392,7 @@ int launch_command(const std::vector<std::string>& args) {
 
   using Clock = std::chrono::steady_clock;
   int first_failed = -1;  // index into children
-  int stop_signal = 0;    // the first SIGINT/SIGTERM the launcher received
+  int stop_signal = 0;    // the first SIGINT/SIGTERM/SIGHUP the launcher received
   bool stopping_after_failure = false, killed = false;
   Clock::time_point kill_at{}, drain_until{};
   for (;;) {

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -154,6 +155,9 @@ std::vector<ConsistencyItem> config_key_items(const std::string& config_toml) {
   return items;
 }
 
+// The resume point of a run that starts from scratch (compared between ranks).
+constexpr const char* kFreshStart = "a fresh start";
+
 // Resolves --resume to a checkpoint directory, or nothing for a fresh start.
 std::optional<std::string> resolve_resume(const std::string& resume, const std::string& ckpt_dir, Log& log) {
   if (resume.empty()) return std::nullopt;
@@ -177,7 +181,9 @@ DistOptions dist_options(const Config& config, const Device& device, const Train
   dopt.timeout = std::chrono::seconds(config.dist.timeout_seconds);
   dopt.connect_timeout = dopt.timeout;  // a rank that never starts is reported after dist.timeout_seconds
   dopt.build = build.str();
-  dopt.gpu_id = gpu_id(device);
+  // NCCL only: it cannot run two ranks on one GPU anyway (its own error is terse), while ranks that
+  // share a GPU on purpose (MPS, time-slicing) still can with dist.backend = "gloo".
+  if (resolve_comm_backend(dopt) == "nccl") dopt.gpu_id = gpu_id(device);
   return dopt;
 }
 
@@ -269,14 +275,13 @@ ExporterOptions exporter_options(const Config& config, const ProcessEnv& env, in
 
 // ---- where to start: a fresh run, or exactly where a checkpoint left off
 
-// Loads the checkpoint --resume names (on every rank) and cuts rank 0's train_steps.csv back to its
-// step; a fresh run starts rank 0's train_steps.csv with its header.
-// `start` is set to where this rank starts, for the ranks to compare (check_ranks_start_alike).
+// Loads the checkpoint --resume names (on every rank). `start` is set to where this rank starts, for
+// the ranks to compare (check_ranks_start_alike) before anything is written.
 TrainingState start_or_resume(const Config& config, const TrainOptions& options, Experiment& e,
-                              const std::string& run_dir, const std::string& ckpt_dir,
-                              const std::string& csv_path, bool writer, Log& log, std::string& start) {
+                              const std::string& run_dir, const std::string& ckpt_dir, Log& log,
+                              std::string& start) {
   TrainingState st;
-  start = "a fresh start";
+  start = kFreshStart;
   st.world_size = e.world_size;
   st.batch_size = config.data.batch_size;
   st.run_dir = run_dir;
@@ -296,14 +301,21 @@ TrainingState start_or_resume(const Config& config, const TrainOptions& options,
                                 config.data.batch_size, config.train.grad_accum_steps));
     }
     if (!st.rng_states.empty()) e.dropout_generator->set_state(st.rng_states[0]);
-    if (writer) truncate_step_csv(csv_path, st.step);
     log.line(fmt("resumed from %s: step %lld, epoch %lld, batch %lld of the epoch", path->c_str(),
                  static_cast<long long>(st.step), static_cast<long long>(st.epoch + 1),
                  static_cast<long long>(st.batch_in_epoch)));
-  } else if (writer) {
-    std::ofstream(csv_path, std::ios::trunc) << "step,epoch,loss,lr\n";
   }
   return st;
+}
+
+// Rank 0's train_steps.csv from where the run starts: cut back to the checkpoint's step on a resume
+// (the steps a crashed run logged after it are run again), a header alone on a fresh start. Only once
+// the ranks agree on the start, so a rank that is the odd one out destroys no history.
+void begin_step_csv(const std::string& csv_path, const std::string& start, const TrainingState& st) {
+  if (start != kFreshStart)
+    truncate_step_csv(csv_path, st.step);
+  else
+    std::ofstream(csv_path, std::ios::trunc) << "step,epoch,loss,lr\n";
 }
 
 // Stops every rank unless all start from the same point (world size > 1 only). Rank 0's weights were
@@ -317,6 +329,26 @@ void check_ranks_start_alike(ProcessGroup& pg, const std::string& start, const D
                       "and put train.run_dir (its checkpoints/) on a file system every node sees, or copy "
                       "the checkpoint to the same path on each node"}},
                     dopt.timeout, "resume");
+}
+
+// start_or_resume on every rank, then the ranks' agreement on the start (world size > 1). A rank that
+// cannot load its checkpoint says why in the agreement, so every rank stops at once naming it, instead
+// of the others waiting out dist.timeout_seconds for a rank that has gone.
+TrainingState agreed_start(const Config& config, const TrainOptions& options, Experiment& e,
+                           const std::string& run_dir, const std::string& ckpt_dir, Log& log,
+                           ProcessGroup& pg, const DistOptions& dopt, std::string& start) {
+  if (pg.world_size() <= 1) return start_or_resume(config, options, e, run_dir, ckpt_dir, log, start);
+  TrainingState st;
+  std::exception_ptr failure;
+  try {
+    st = start_or_resume(config, options, e, run_dir, ckpt_dir, log, start);
+  } catch (const std::exception& error) {
+    failure = std::current_exception();
+    start = std::string("none, it stopped: ") + error.what();
+  }
+  check_ranks_start_alike(pg, start, dopt);
+  if (failure) std::rethrow_exception(failure);
+  return st;
 }
 
 // Rank 0's phase seconds per optimizer step, for `trainer bench`. StepTimes count this process's
@@ -871,9 +903,8 @@ int run_training(const Config& config, const TrainOptions& options) {
       log.line("checkpoint: removed " + tmp + ", left by a write that died before its rename");
   const std::string csv_path = run_dir + "/train_steps.csv";
   std::string start_point;
-  TrainingState st =
-      start_or_resume(config, options, e, run_dir, ckpt_dir, csv_path, writer, log, start_point);
-  if (world > 1) check_ranks_start_alike(*pg, start_point, dopt);
+  TrainingState st = agreed_start(config, options, e, run_dir, ckpt_dir, log, *pg, dopt, start_point);
+  if (writer) begin_step_csv(csv_path, start_point, st);
   StepLog steps;
   if (writer) steps.csv.open(csv_path, std::ios::app);
   StepTimesCsv step_times = open_step_times_csv(run_dir, st.step, writer, log);
@@ -990,7 +1021,7 @@ int run_training(const Config& config, const TrainOptions& options) {
       .writer = writer,
       .average_bn_stats = average_bn_stats,
       .sigterm_at_step = sigterm_at_step,
-      .test_signal = test_signal ? std::atoi(test_signal) : SIGTERM,
+      .test_signal = test_signal && std::atoi(test_signal) > 0 ? std::atoi(test_signal) : SIGTERM,
       .st = std::move(st),
       .steps = std::move(steps),
       .step_times = std::move(step_times),

@@ -22,6 +22,9 @@ void install_stop_handlers() {
   // checkpoint. Under nohup (SIGHUP ignored when we start) it stays ignored, as the user asked.
   struct sigaction hup {};
   if (sigaction(SIGHUP, nullptr, &hup) == 0 && hup.sa_handler != SIG_IGN) std::signal(SIGHUP, on_stop_signal);
+  // A closed reader of our output (`| tee` ended by the same hang-up) must not kill the run before its
+  // checkpoint: writes then fail with EPIPE instead.
+  std::signal(SIGPIPE, SIG_IGN);
   // A write past RLIMIT_FSIZE must fail with EFBIG (and be reported) instead of killing the process.
   std::signal(SIGXFSZ, SIG_IGN);
 }

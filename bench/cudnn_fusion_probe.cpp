@@ -12,6 +12,7 @@
 #include "bench/probe_args.h"
 
 #ifdef TRAINER_WITH_CUDA
+#include "bench/conv_probe_layers.h"
 #include "nn/cuda/conv_stats_fusion_probe.h"
 #include "nn/cuda/cuda_backend.h"
 #endif
@@ -25,34 +26,16 @@ int main(int argc, char** argv) {
 #else
   using namespace trainer;
   init_cuda_backend(0);
-  struct Layer {
-    const char* name;
-    int64_t c, hw, k, r, stride;
-  };
   // resnet18-cifar's distinct convolutions (3x3 unless noted) with a BatchNorm after each.
-  const Layer layers[] = {
-      {"stem 3->64 32x32", 3, 32, 64, 3, 1},      {"layer1 64->64 32x32", 64, 32, 64, 3, 1},
-      {"layer2 64->128 s2", 64, 32, 128, 3, 2},   {"layer2 128->128 16x16", 128, 16, 128, 3, 1},
-      {"layer3 256->256 8x8", 256, 8, 256, 3, 1}, {"layer4 512->512 4x4", 512, 4, 512, 3, 1}};
-  for (DType dtype : {DType::bf16, DType::f16}) {
-    if (!args.wants(std::string(dtype_name(dtype)))) continue;
-    for (const Layer& l : layers) {
-      Conv2dParams p;
-      p.stride_h = p.stride_w = static_cast<int>(l.stride);
-      p.pad_h = p.pad_w = static_cast<int>(l.r / 2);
-      std::printf("%s batch %d %s\n", std::string(dtype_name(dtype)).c_str(), args.batch, l.name);
-      try {
-        for (const cuda::FusionProbeRow& row :
-             cuda::probe_conv_stats_fusion(dtype, {args.batch, l.c, l.hw, l.hw}, {l.k, l.c, l.r, l.r}, p))
-          std::printf("  %-48s engines %2d runnable %2d best %8.4f ms (engine %lld) %s\n",
-                      row.pattern.c_str(), row.engines, row.runnable, row.best_ms,
-                      static_cast<long long>(row.best_engine), row.note.c_str());
-      } catch (const std::exception& e) {
-        std::printf("  error: %s\n", e.what());
-      }
-      std::fflush(stdout);
-    }
-  }
-  return 0;
+  return bench::run_conv_probe(args,
+                               {{"stem 3->64 32x32", 3, 32, 64, 3, 1},
+                                {"layer1 64->64 32x32", 64, 32, 64, 3, 1},
+                                {"layer2 64->128 s2", 64, 32, 128, 3, 2},
+                                {"layer2 128->128 16x16", 128, 16, 128, 3, 1},
+                                {"layer3 256->256 8x8", 256, 8, 256, 3, 1},
+                                {"layer4 512->512 4x4", 512, 4, 512, 3, 1}},
+                               48, [](DType dtype, const Shape& x, const Shape& w, const Conv2dParams& p) {
+                                 return cuda::probe_conv_stats_fusion(dtype, x, w, p);
+                               });
 #endif
 }

@@ -43,6 +43,9 @@ std::vector<std::pair<std::string, std::string>> decode(const std::string& text)
 
 // Long enough for a whole build line (its run-time library versions come last, and are what most
 // often differs between nodes); cuts only runaway values.
+// What a rank that did not report an item shows for it.
+constexpr const char* kNotReported = "<not reported>";
+
 std::string shorten(const std::string& v) { return v.size() <= 300 ? v : v.substr(0, 297) + "..."; }
 
 // "'a1..' on rank(s) 0, 2; 'ff..' on rank(s) 1", values in order of first appearance.
@@ -79,7 +82,8 @@ std::string shared_values(const std::vector<std::string>& values, std::vector<in
   std::string out;
   for (const std::string& v : order) {
     const std::vector<int>& h = holders[v];
-    if (h.size() < 2) continue;
+    // Ranks that did not report the item at all (another kind of device) differ elsewhere already.
+    if (h.size() < 2 || v == kNotReported) continue;
     for (int r : h)
       if (std::find(ranks.begin(), ranks.end(), r) == ranks.end()) ranks.push_back(r);
     if (!out.empty()) out += "; ";
@@ -140,7 +144,7 @@ void check_consistency(Store& store, int rank, int world_size, const std::vector
         for (auto& [name, value] : decode(store.get(prefix + "items/" + std::to_string(r), timeout))) {
           auto& v = values[name];
           if (v.empty()) {
-            v.assign(world_size, "<not reported>");
+            v.assign(world_size, kNotReported);
             if (!hints.count(name)) names.push_back(name);
           }
           v[r] = value;
@@ -150,7 +154,7 @@ void check_consistency(Store& store, int rank, int world_size, const std::vector
       std::vector<int> differing, sharing;
       for (const auto& name : names) {
         auto& v = values[name];
-        if (v.empty()) v.assign(world_size, "<not reported>");
+        if (v.empty()) v.assign(world_size, kNotReported);
         if (distinct[name]) {
           const std::string shared = shared_values(v, sharing);
           if (!shared.empty()) problems += "\n  " + name + " shared: " + shared + ". HINT: " + hints[name];

@@ -36,9 +36,10 @@ struct DistOptions {
   std::chrono::milliseconds peer_silent_after{std::chrono::seconds(4)};
   // Where this rank's model and gradients live: Device::cuda(LOCAL_RANK) on GPUs.
   Device device = Device::cpu();
-  // What names this rank's GPU across hosts (its UUID), or "" on the CPU. Ranks compare it before they
-  // connect: two ranks on one GPU (LOCAL_RANK set by hand, or CUDA_VISIBLE_DEVICES alike on both)
-  // stop naming it, instead of running out of memory or crawling while another GPU idles.
+  // What names this rank's GPU across hosts (its UUID), or "" for no check (the CPU; `trainer train`
+  // sets it under NCCL only). Ranks compare it before they connect: two ranks on one GPU (LOCAL_RANK
+  // set by hand, or CUDA_VISIBLE_DEVICES alike on both) stop naming it, instead of running out of
+  // memory or crawling while another GPU idles.
   std::string gpu_id;
 };
 

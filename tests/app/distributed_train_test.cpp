@@ -528,10 +528,11 @@ TEST_F(DistributedTrain, RanksResumingFromDifferentPointsStopAtStart) {
   const std::string cfg = write_config(
       "[model]\nname = \"mlp\"\nin_channels = 1\n"
       "[data]\ndataset = \"synthetic\"\nsynthetic_samples = 512\nsynthetic_image_size = 12\nbatch_size = 32\n"
-      "[train]\nepochs = 2\n[checkpoint]\nevery_steps = 3\n");
+      "[train]\nepochs = 2\n[checkpoint]\nevery_steps = 3\n[dist]\ntimeout_seconds = 60\n");
   const std::string run = " --set train.run_dir=" + (dir_ / "run").string();
   auto a = run_ranks({"train " + cfg + run, "train " + cfg + run});
   ASSERT_EQ(a[0].exit_code, 0) << a[0].output;
+  const std::string history = slurp(dir_ / "run/train_steps.csv");
   const fs::path ckpts = dir_ / "run/checkpoints";
   ASSERT_TRUE(fs::exists(ckpts / "step-00000012")) << a[0].output;
   ASSERT_TRUE(fs::exists(ckpts / "step-00000015")) << a[0].output;
@@ -551,6 +552,20 @@ TEST_F(DistributedTrain, RanksResumingFromDifferentPointsStopAtStart) {
       EXPECT_NE(r[rank].output.find("every rank must resume from the same checkpoint"), std::string::npos)
           << r[rank].output;
     }
+    // Nothing was written before the ranks agreed: rank 0's step log still holds all 16 steps.
+    EXPECT_EQ(slurp(dir_ / "run/train_steps.csv"), history);
+  }
+  // A rank that cannot load its checkpoint (a path its node does not have) stops every rank at once,
+  // the others naming why, instead of leaving them to wait out dist.timeout_seconds.
+  port_ = free_port();
+  const auto started = std::chrono::steady_clock::now();
+  auto missing = run_ranks({"train " + cfg + run + at15,
+                            "train " + cfg + run + " --resume " + (dir_ / "not-on-this-node").string()});
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(30));
+  for (const RankResult& rank : missing) {
+    EXPECT_NE(rank.exit_code, 0) << rank.output;
+    EXPECT_NE(rank.output.find("none, it stopped: "), std::string::npos) << rank.output;
+    EXPECT_NE(rank.output.find("not-on-this-node"), std::string::npos) << rank.output;
   }
   // A copy of the checkpoint elsewhere (another node's disk) is the same resume point.
   fs::copy(ckpts / "step-00000015", dir_ / "copy", fs::copy_options::recursive);

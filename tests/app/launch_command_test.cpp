@@ -111,7 +111,8 @@ TEST(LaunchLinePrefixer, KeepsLineBoundariesAcrossReads) {
 
 TEST(LaunchLinePrefixer, TheErrorLineIsKeptWhenContextLinesFollowIt) {
   LinePrefixer p("");
-  const std::string text = "step 5\ntrainer: error: all_reduce #13 timed out\n  rank 1: step 5, in data_wait\n";
+  const std::string text =
+      "step 5\ntrainer: error: all_reduce #13 timed out\n  rank 1: step 5, in data_wait\n";
   p.feed(text.data(), text.size());
   EXPECT_EQ(p.last_line(), "  rank 1: step 5, in data_wait");
   EXPECT_EQ(p.error_line(), "trainer: error: all_reduce #13 timed out");
@@ -301,21 +302,30 @@ TEST_F(LaunchCommand, FirstFailingRankIsNamedNotTheOnesItTookDown) {
   expect_gone(l.rank_pids());
 }
 
-TEST_F(LaunchCommand, SigtermIsForwardedAndTheRanksExit) {
-  Launcher l({"--nproc-per-node", "2", "--master-port", std::to_string(free_port()), "--", "train",
-              write_long_config()});
+// `sig` sent to the launcher reaches each rank once: the ranks checkpoint and exit with 128 + sig.
+void expect_forwarded(const std::string& config, int sig) {
+  Launcher l({"--nproc-per-node", "2", "--master-port", std::to_string(free_port()), "--", "train", config});
   ASSERT_TRUE(l.wait_for_output("[rank 0] epoch 1/200 step ", 30)) << l.output();
   const auto pids = l.rank_pids();
   ASSERT_EQ(pids.size(), 2u) << l.output();
-  ASSERT_EQ(::kill(l.pid(), SIGTERM), 0);
+  ASSERT_EQ(::kill(l.pid(), sig), 0);
   const int code = l.wait_exit(15);
-  EXPECT_EQ(code, 128 + SIGTERM) << l.output();
+  EXPECT_EQ(code, 128 + sig) << l.output();
   const std::string out = l.output();
-  EXPECT_NE(out.find("trainer launch: stopped by signal 15"), std::string::npos) << out;
+  EXPECT_NE(out.find("trainer launch: stopped by signal " + std::to_string(sig)), std::string::npos) << out;
   // Forwarded once: each rank stopped cleanly (a second signal would have killed it without a checkpoint).
   EXPECT_NE(out.find("[rank 0] checkpoint: "), std::string::npos) << out;
-  EXPECT_NE(out.find("rank 0 exit status 143, rank 1 exit status 143"), std::string::npos) << out;
+  const std::string status = std::to_string(128 + sig);
+  EXPECT_NE(out.find("rank 0 exit status " + status + ", rank 1 exit status " + status), std::string::npos)
+      << out;
   expect_gone(pids);
+}
+
+TEST_F(LaunchCommand, SigtermIsForwardedAndTheRanksExit) { expect_forwarded(write_long_config(), SIGTERM); }
+
+// A closed terminal's SIGHUP: the launcher stays to relay the ranks' output, and they checkpoint.
+TEST_F(LaunchCommand, SighupIsForwardedAndTheRanksCheckpoint) {
+  expect_forwarded(write_long_config(), SIGHUP);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // End-to-end tests of `trainer train` / `eval` / `config`: the binary is run as a user would run it.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <zlib.h>
 
@@ -198,6 +199,16 @@ TEST_F(TrainCommand, ResumeAfterSigtermIsBitExact) {
 // instead of killing it without one; under nohup (SIGHUP ignored when the trainer starts) it stays
 // ignored and the run goes on to its end.
 TEST_F(TrainCommand, SighupCheckpointsAndStopsUnlessIgnoredAtStart) {
+  // The trainer inherits SIGHUP's disposition from this process: a test runner that ignores it (one
+  // started under nohup) would otherwise decide the first case.
+  struct sigaction dfl {
+  }, old{};
+  dfl.sa_handler = SIG_DFL;
+  ::sigaction(SIGHUP, &dfl, &old);
+  struct Restore {
+    struct sigaction& old;
+    ~Restore() { ::sigaction(SIGHUP, &old, nullptr); }
+  } restore{old};
   const std::string cfg = write_config("[checkpoint]\nevery_steps = 0\n");
   const std::string hook = "TRAINER_TEST_SIGTERM_AT_STEP=7 TRAINER_TEST_SIGNAL=1";
   RunResult hup = run_trainer("train " + cfg + " --set train.run_dir=" + run_dir("hup"), hook);

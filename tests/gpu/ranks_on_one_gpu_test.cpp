@@ -4,35 +4,21 @@
 // communicator exists, so both ranks stop at once, naming the GPU, the ranks and what to do.
 // Needs one GPU only.
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <cstdlib>
 #include <string>
 
 #include "app/device_setup.h"
-#include "nn/cuda/cuda_backend.h"
 #include "app/trainer_process.h"
+#include "dist/multi_process.h"
+#include "nn/cuda/cuda_backend.h"
 
 namespace trainer {
 namespace {
 
+using trainer::testing::free_port;
 using trainer::testing::read_file;
 using trainer::testing::trainer_binary;
-
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
 
 class RanksOnOneGpu : public trainer::testing::TrainerRunTest {
  protected:

@@ -1,0 +1,46 @@
+#pragma once
+// The loop the two convolution-fusion probes share (bench/cudnn_fusion_probe,
+// bench/cudnn_prologue_probe): for each dtype the command line wants, each of the given
+// resnet18-cifar convolutions at --batch, run one probe and print its rows. CUDA builds only.
+#include <cstdio>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "bench/probe_args.h"
+#include "nn/cuda/conv_stats_fusion_probe.h"
+
+namespace trainer::bench {
+
+struct ConvProbeLayer {
+  const char* name;
+  int64_t c, hw, k, r, stride;  // input channels, input size, output channels, kernel size, stride
+};
+
+// probe(dtype, x shape, w shape, params) -> the rows to print; `name_width` pads the row names.
+template <class Probe>
+int run_conv_probe(const ProbeArgs& args, const std::vector<ConvProbeLayer>& layers, int name_width,
+                   Probe probe) {
+  for (DType dtype : {DType::bf16, DType::f16}) {
+    if (!args.wants(std::string(dtype_name(dtype)))) continue;
+    for (const ConvProbeLayer& l : layers) {
+      Conv2dParams p;
+      p.stride_h = p.stride_w = static_cast<int>(l.stride);
+      p.pad_h = p.pad_w = static_cast<int>(l.r / 2);
+      std::printf("%s batch %d %s\n", std::string(dtype_name(dtype)).c_str(), args.batch, l.name);
+      try {
+        for (const cuda::FusionProbeRow& row :
+             probe(dtype, Shape{args.batch, l.c, l.hw, l.hw}, Shape{l.k, l.c, l.r, l.r}, p))
+          std::printf("  %-*s engines %2d runnable %2d best %8.4f ms (engine %lld) %s\n", name_width,
+                      row.pattern.c_str(), row.engines, row.runnable, row.best_ms,
+                      static_cast<long long>(row.best_engine), row.note.c_str());
+      } catch (const std::exception& e) {
+        std::printf("  error: %s\n", e.what());
+      }
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}
+
+}  // namespace trainer::bench
