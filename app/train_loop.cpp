@@ -323,6 +323,14 @@ void begin_step_csv(const std::string& csv_path, const std::string& start, const
 // system), was started without --resume, or was given another checkpoint would otherwise train from
 // other weights, optimizer state and step, and the ranks would part silently or hang at the end.
 void check_ranks_start_alike(ProcessGroup& pg, const std::string& start, const DistOptions& dopt) {
+  // First through the communicator: like any collective it notices at once a rank that died before
+  // this point of its own error (a port in use, say), where a store wait would last
+  // dist.timeout_seconds. Only ranks that differ exchange their texts, for the message.
+  const auto hash = static_cast<int64_t>(std::stoull(content_hash(start), nullptr, 16));
+  bool same = true;
+  for (const Tensor& h : pg.comm().all_gather(Tensor::from_vector<int64_t>({hash}, {1})))
+    same = same && h.data<int64_t>()[0] == hash;
+  if (same) return;
   check_consistency(*pg.store(), pg.rank(), pg.world_size(),
                     {{"resume point", start,
                       "every rank must resume from the same checkpoint: give every node the same --resume "
