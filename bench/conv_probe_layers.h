@@ -9,6 +9,7 @@
 
 #include "bench/probe_args.h"
 #include "nn/cuda/conv_stats_fusion_probe.h"
+#include "nn/cuda/cuda_backend.h"
 
 namespace trainer::bench {
 
@@ -17,10 +18,20 @@ struct ConvProbeLayer {
   int64_t c, hw, k, r, stride;  // input channels, input size, output channels, kernel size, stride
 };
 
+// resnet18-cifar's distinct convolutions (3x3), each followed by a BatchNorm; the first is the stem.
+inline std::vector<ConvProbeLayer> resnet18_cifar_convs() {
+  return {{"stem 3->64 32x32", 3, 32, 64, 3, 1},      {"layer1 64->64 32x32", 64, 32, 64, 3, 1},
+          {"layer2 64->128 s2", 64, 32, 128, 3, 2},   {"layer2 128->128 16x16", 128, 16, 128, 3, 1},
+          {"layer3 256->256 8x8", 256, 8, 256, 3, 1}, {"layer4 512->512 4x4", 512, 4, 512, 3, 1}};
+}
+
+// The whole probe: reads the command line (bench/probe_args.h), selects GPU 0, and runs
 // probe(dtype, x shape, w shape, params) -> the rows to print; `name_width` pads the row names.
 template <class Probe>
-int run_conv_probe(const ProbeArgs& args, const std::vector<ConvProbeLayer>& layers, int name_width,
+int run_conv_probe(int argc, char** argv, const std::vector<ConvProbeLayer>& layers, int name_width,
                    Probe probe) {
+  const ProbeArgs args = parse_probe_args(argc, argv);
+  init_cuda_backend(0);
   for (DType dtype : {DType::bf16, DType::f16}) {
     if (!args.wants(std::string(dtype_name(dtype)))) continue;
     for (const ConvProbeLayer& l : layers) {

@@ -219,8 +219,7 @@ int main(int argc, char** argv) {
   const trainer::bench::ProbeArgs args = trainer::bench::parse_probe_args(argc, argv);
 #ifndef TRAINER_WITH_CUDA
   (void)args;
-  std::fprintf(stderr, "%s needs a CUDA build of the trainer\n", "cudnn_bn_probe");
-  return 2;
+  return trainer::bench::needs_cuda_build("cudnn_bn_probe");
 #else
   using namespace trainer;
   init_cuda_backend(0);

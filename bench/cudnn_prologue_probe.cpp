@@ -4,35 +4,28 @@
 // the statistics after it) and the best engine cuDNN offers for the fused graph. See
 // nn/cuda/conv_prologue_probe.h.
 //   cudnn_prologue_probe [--batch 512] [--dtype bf16|f16|both]
-#include <cstdio>
-#include <string>
+#include <vector>
 
 #include "bench/probe_args.h"
 
 #ifdef TRAINER_WITH_CUDA
 #include "bench/conv_probe_layers.h"
 #include "nn/cuda/conv_prologue_probe.h"
-#include "nn/cuda/cuda_backend.h"
 #endif
 
 int main(int argc, char** argv) {
-  const trainer::bench::ProbeArgs args = trainer::bench::parse_probe_args(argc, argv);
-#ifndef TRAINER_WITH_CUDA
-  (void)args;
-  std::fprintf(stderr, "%s needs a CUDA build of the trainer\n", "cudnn_prologue_probe");
-  return 2;
-#else
+#ifdef TRAINER_WITH_CUDA
   using namespace trainer;
-  init_cuda_backend(0);
-  // resnet18-cifar's distinct convolutions whose input is a BatchNorm + ReLU output (the stem's is not).
-  return bench::run_conv_probe(args,
-                               {{"layer1 64->64 32x32", 64, 32, 64, 3, 1},
-                                {"layer2 64->128 s2", 64, 32, 128, 3, 2},
-                                {"layer2 128->128 16x16", 128, 16, 128, 3, 1},
-                                {"layer3 256->256 8x8", 256, 8, 256, 3, 1},
-                                {"layer4 512->512 4x4", 512, 4, 512, 3, 1}},
-                               62, [](DType dtype, const Shape& x, const Shape& w, const Conv2dParams& p) {
+  // The convolutions whose input is a BatchNorm + ReLU output: all but the stem (its input is the image).
+  const std::vector<bench::ConvProbeLayer> all = bench::resnet18_cifar_convs();
+  const std::vector<bench::ConvProbeLayer> layers(all.begin() + 1, all.end());
+  return bench::run_conv_probe(argc, argv, layers, 62,
+                               [](DType dtype, const Shape& x, const Shape& w, const Conv2dParams& p) {
                                  return cuda::probe_conv_prologue_fusion(dtype, x, w, p);
                                });
+#else
+  (void)argc;
+  (void)argv;
+  return trainer::bench::needs_cuda_build("cudnn_prologue_probe");
 #endif
 }
