@@ -231,7 +231,8 @@ void check_ranks_agree(ProcessGroup& pg, const TrainerBuild& build, const std::s
        "every rank must train on the same kind of device: check train.device and each node's GPUs"});
   items.push_back({"local world size", std::to_string(env.local_world_size),
                    "launch the same number of processes on every node"});
-  check_consistency(*pg.store(), pg.rank(), pg.world_size(), items, dopt.timeout);
+  check_consistency_connected(pg.comm(), *pg.store(), pg.rank(), pg.world_size(), items, dopt.timeout,
+                              "startup");
 }
 
 // dist.zero_stage 1|2: the optimizer keeps the state of this rank's shard only and reduces the
@@ -323,20 +324,13 @@ void begin_step_csv(const std::string& csv_path, const std::string& start, const
 // system), was started without --resume, or was given another checkpoint would otherwise train from
 // other weights, optimizer state and step, and the ranks would part silently or hang at the end.
 void check_ranks_start_alike(ProcessGroup& pg, const std::string& start, const DistOptions& dopt) {
-  // First through the communicator: like any collective it notices at once a rank that died before
-  // this point of its own error (a port in use, say), where a store wait would last
-  // dist.timeout_seconds. Only ranks that differ exchange their texts, for the message.
-  const auto hash = static_cast<int64_t>(std::stoull(content_hash(start), nullptr, 16));
-  bool same = true;
-  for (const Tensor& h : pg.comm().all_gather(Tensor::from_vector<int64_t>({hash}, {1})))
-    same = same && h.data<int64_t>()[0] == hash;
-  if (same) return;
-  check_consistency(*pg.store(), pg.rank(), pg.world_size(),
-                    {{"resume point", start,
-                      "every rank must resume from the same checkpoint: give every node the same --resume "
-                      "and put train.run_dir (its checkpoints/) on a file system every node sees, or copy "
-                      "the checkpoint to the same path on each node"}},
-                    dopt.timeout, "resume");
+  check_consistency_connected(
+      pg.comm(), *pg.store(), pg.rank(), pg.world_size(),
+      {{"resume point", start,
+        "every rank must resume from the same checkpoint: give every node the same --resume "
+        "and put train.run_dir (its checkpoints/) on a file system every node sees, or copy "
+        "the checkpoint to the same path on each node"}},
+      dopt.timeout, "resume");
 }
 
 // start_or_resume on every rank, then the ranks' agreement on the start (world size > 1). A rank that

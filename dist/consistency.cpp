@@ -196,6 +196,17 @@ void check_consistency(Store& store, int rank, int world_size, const std::vector
   if (verdict != "ok") throw DistError(verdict);
 }
 
+void check_consistency_connected(Comm& comm, Store& store, int rank, int world_size,
+                                 const std::vector<ConsistencyItem>& items, std::chrono::milliseconds timeout,
+                                 const std::string& tag) {
+  if (world_size <= 1) return;
+  const auto hash = static_cast<int64_t>(std::stoull(content_hash(encode(items)), nullptr, 16));
+  bool same = true;
+  for (const Tensor& h : comm.all_gather(Tensor::from_vector<int64_t>({hash}, {1})))
+    same = same && h.data<int64_t>()[0] == hash;
+  if (!same) check_consistency(store, rank, world_size, items, timeout, tag);
+}
+
 void check_same_on_all_ranks(Comm& comm, const std::string& what, int64_t value, const std::string& hint) {
   if (comm.world_size() <= 1) return;
   const std::vector<Tensor> all = comm.all_gather(Tensor::from_vector<int64_t>({value}, {1}));

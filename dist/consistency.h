@@ -44,6 +44,15 @@ std::vector<ConsistencyItem> run_identity_items(const RunIdentity& identity);
 void check_consistency(Store& store, int rank, int world_size, const std::vector<ConsistencyItem>& items,
                        std::chrono::milliseconds timeout, const std::string& tag = "startup");
 
+// check_consistency for ranks that are already connected: first one all_gather of a hash of `items`
+// through `comm`, which notices at once a rank that died before this point of its own error (a
+// missing dataset, a port in use), as any collective does, where a store wait would last `timeout`.
+// Only when the hashes differ do the ranks exchange their items through the store, for the message.
+// A collective: every rank must call it at the same point, with the same tag.
+void check_consistency_connected(Comm& comm, Store& store, int rank, int world_size,
+                                 const std::vector<ConsistencyItem>& items, std::chrono::milliseconds timeout,
+                                 const std::string& tag);
+
 // All ranks must pass the same value (one all_gather of one int64); throws DistError on every rank
 // "ranks disagree on <what>: 468 on rank(s) 0, 2; 469 on rank(s) 1. HINT: <hint>".
 void check_same_on_all_ranks(Comm& comm, const std::string& what, int64_t value, const std::string& hint);

@@ -605,6 +605,23 @@ TEST_F(DistributedTrain, RanksWithDifferentLocalWorldSizesStopAtStart) {
   }
 }
 
+// A rank that fails while building its experiment (here its dataset directory is missing, the seed
+// guides' "nodes with different data" at its plainest) stops the others at once, at the start-up
+// check, instead of leaving them to wait out dist.timeout_seconds for a rank that has gone.
+TEST_F(DistributedTrain, ARankWhoseDatasetIsMissingStopsTheOthersAtOnce) {
+  const std::string cfg = write_config(std::string(kMlpConfig) + "[dist]\ntimeout_seconds = 60\n");
+  const std::string run = " --set train.run_dir=" + (dir_ / "m").string();
+  const auto started = std::chrono::steady_clock::now();
+  auto r = run_ranks({"train " + cfg + run, "train " + cfg + run +
+                                                " --set data.dataset=image_folder --set data.root=" +
+                                                (dir_ / "not-on-this-node").string()});
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(20));
+  EXPECT_NE(r[1].exit_code, 0) << r[1].output;
+  EXPECT_NE(r[1].output.find("not-on-this-node"), std::string::npos) << r[1].output;
+  EXPECT_NE(r[0].exit_code, 0) << r[0].output;
+  EXPECT_NE(r[0].output.find("rank 1"), std::string::npos) << r[0].output;
+}
+
 TEST_F(DistributedTrain, ARankThatNeverStartsIsReportedAfterTheTimeout) {
   const std::string cfg = write_config(std::string(kMlpConfig) + "[dist]\ntimeout_seconds = 3\n");
   // Only rank 0 of a world of 2 is started.

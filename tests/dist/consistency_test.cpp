@@ -119,6 +119,28 @@ TEST(Consistency, EpochStepCheckThroughTheCommunicator) {
 }
 
 // The hook that lets a real multi-GPU run show the check: one rank claims more steps than it has.
+// Connected ranks agree through one all_gather of a hash; ranks that differ get the same detailed
+// message as from the store alone, naming the item, the values and the ranks.
+TEST(Consistency, ConnectedRanksCompareAHashAndNameWhatDiffers) {
+  ThreadWorld w(3);
+  const auto errors = run_threads(3, [&](int rank) {
+    auto store = w.client();
+    auto comm = w.comm(*store, rank);
+    check_consistency_connected(*comm, *store, rank, 3, {{"resume point", "step 9", "same checkpoint"}}, 5s,
+                                "agree");
+    check_consistency_connected(*comm, *store, rank, 3,
+                                {{"resume point", rank == 1 ? "a fresh start" : "step 9", "same checkpoint"}},
+                                5s, "differ");
+  });
+  for (const auto& e : errors) {
+    EXPECT_NE(e.find("the differ check failed: rank(s) 1 differ from rank 0"), std::string::npos) << e;
+    EXPECT_NE(e.find("resume point: 'step 9' on rank(s) 0, 2; 'a fresh start' on rank(s) 1. HINT: same "
+                     "checkpoint"),
+              std::string::npos)
+        << e;
+  }
+}
+
 TEST(Consistency, TestHookMakesOneRankClaimMoreSteps) {
   ::setenv("TRAINER_TEST_EPOCH_STEPS", "1:3", 1);
   EXPECT_EQ(test_epoch_steps_offset(1), 3);
