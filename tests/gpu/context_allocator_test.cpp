@@ -40,6 +40,21 @@ TEST(CudaContext, CheckMacrosNameFileLineAndHint) {
   EXPECT_THROW(CUBLAS_CHECK(CUBLAS_STATUS_NOT_SUPPORTED), std::runtime_error);
 }
 
+// The seed guides' "CUDA driver version is insufficient": a node whose driver is older than the
+// build's CUDA runtime is told to update the driver (the case itself needs such a node).
+TEST(CudaContext, AnOldDriverIsToldToUpdate) {
+  try {
+    CUDA_CHECK(cudaErrorInsufficientDriver);
+    FAIL() << "expected an error";
+  } catch (const std::runtime_error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("cudaErrorInsufficientDriver"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("HINT: the NVIDIA driver is older than this build's CUDA runtime: update the driver"),
+              std::string::npos)
+        << msg;
+  }
+}
+
 TEST(CudaContext, InitIsIdempotentAndRegistersTheBackend) {
   REQUIRE_GPU();
   init_cuda_backend(0);
