@@ -59,6 +59,20 @@ std::string gpu_id(Device device) {
 #endif
 }
 
+std::string gpu_pci_bus_id(Device device) {
+  if (!device.is_cuda()) return "";
+#ifdef TRAINER_WITH_CUDA
+  char id[32] = {};
+  if (cudaDeviceGetPCIBusId(id, sizeof id, device.index) != cudaSuccess) {
+    cudaGetLastError();
+    return "";
+  }
+  return id;
+#else
+  return "";
+#endif
+}
+
 void check_precision(const Config& config, Device device) {
   if (device.is_cpu() && config.train.precision != "fp32")
     throw config_error_at(

@@ -18,6 +18,9 @@ Device setup_device(const Config& config, int local_rank);
 // for the CPU: ranks compare it so that no two train on one GPU (DistOptions::gpu_id).
 std::string gpu_id(Device device);
 
+// This GPU's PCI bus id ("0000:1b:00.0"), for NVML (metrics/gpu_utilization.h); "" for the CPU.
+std::string gpu_pci_bus_id(Device device);
+
 // Whether the precision is supported on the device (the CPU trains in fp32 only).
 void check_precision(const Config& config, Device device);
 

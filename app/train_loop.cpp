@@ -11,6 +11,7 @@
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -36,6 +37,7 @@
 #include "dist/sync_batch_norm.h"
 #include "dist/zero_optimizer.h"
 #include "metrics/exporter.h"
+#include "metrics/gpu_utilization.h"
 #include "metrics/log.h"
 #include "metrics/step_timer.h"
 #include "nn/amp/loss_scaler.h"
@@ -406,6 +408,7 @@ struct TrainLoop {
   ProcessGroup& pg;
   Log& log;
   Exporter& exporter;
+  const GpuUtilization& gpu_utilization;  // NVML's, read for the exporter at most once a second
   StepTimer& timer;
   Heartbeat* heartbeat;  // tells the other ranks where this one is, for their errors; null at world size 1
   CheckpointManager& checkpoints;
@@ -429,6 +432,7 @@ struct TrainLoop {
   int stop_signal = 0;                   // the signal all ranks agreed to stop on; 0 = none
   std::function<double()> pending_stop;  // GPUs: the last step's stop-signal agreement, still on its way
   int64_t skipped_steps_reported = 0;    // a device loss scaler's skipped steps logged so far
+  std::chrono::steady_clock::time_point gpu_utilization_read{};  // when NVML was last read
   // GPUs at world size > 1: the one-element flag the agreement reduces, kept for the run. Refilling it
   // is safe: the next fill queues on the compute stream behind the read-back copy of the last value.
   Tensor stop_flag;
@@ -581,6 +585,15 @@ void count_step(TrainLoop& loop, const StepResult& result, EpochProgress& progre
     exporter.set_device_memory({mem.allocated_bytes, mem.reserved_bytes, mem.peak_allocated_bytes});
   }
 #endif
+  // NVML's utilisation at most once a second: a read costs tens of microseconds, and NVML's own sample
+  // period is 1/6 s to 1 s.
+  if (loop.gpu_utilization.available()) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now - loop.gpu_utilization_read >= std::chrono::seconds(1)) {
+      loop.gpu_utilization_read = now;
+      if (const std::optional<double> u = loop.gpu_utilization.read()) exporter.set_gpu_utilization(*u);
+    }
+  }
 }
 
 // Its loss is known: stop if it is not finite, then report it (exporter, rank 0's train_steps.csv, the
@@ -888,6 +901,11 @@ int run_training(const Config& config, const TrainOptions& options) {
   // ---- observability: per-phase step times, exported per rank for Prometheus
   Exporter exporter(exporter_options(config, env, rank, build));
   if (exporter.enabled()) log.line("metrics: " + exporter.url());
+  const GpuUtilization gpu_utilization(exporter.enabled() ? gpu_pci_bus_id(device) : "");
+  if (exporter.enabled() && device.is_cuda())
+    log.line(gpu_utilization.available()
+                 ? "GPU utilisation: exported from NVML (trainer_gpu_utilization_ratio)"
+                 : "GPU utilisation: not exported: " + gpu_utilization.why_unavailable());
   StepTimer timer(phase_clock_for(device, pg->comm()));  // CUDA events on a GPU
   // allreduce_total: from the moment the first gradient bucket is launched (its gradients are ready on
   // the compute stream) to the end of finish() (the compute stream has waited for the last bucket).
@@ -1010,6 +1028,7 @@ int run_training(const Config& config, const TrainOptions& options) {
       .pg = *pg,
       .log = log,
       .exporter = exporter,
+      .gpu_utilization = gpu_utilization,
       .timer = timer,
       .heartbeat = heartbeat,
       .checkpoints = checkpoints,

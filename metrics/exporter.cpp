@@ -18,6 +18,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <set>
 #include <stdexcept>
@@ -59,6 +60,7 @@ struct Metrics {
   prom::Gauge* memory_peak = nullptr;
   prom::Gauge* epoch = nullptr;
   prom::Gauge* eval_accuracy = nullptr;
+  prom::Gauge* gpu_utilization = nullptr;
 };
 
 // The labels on every series. Never job or instance: Prometheus sets those when it scrapes.
@@ -106,6 +108,12 @@ Metrics register_metrics(prom::Registry& registry, const prom::Labels& common, c
   m.epoch = &gauge_family("trainer_epoch", "Epoch being trained (1-based)").Add({});
   m.eval_accuracy =
       &gauge_family("trainer_eval_accuracy", "Top-1 accuracy of the last evaluation (ratio)").Add({});
+  // NaN until a reading arrives: a rank on the CPU, or without NVML, shows no data rather than 0.
+  m.gpu_utilization = &gauge_family("trainer_gpu_utilization_ratio",
+                                    "Fraction of NVML's last sample period in which a kernel ran on this "
+                                    "rank's GPU (NaN: no reading)")
+                           .Add({});
+  m.gpu_utilization->Set(std::numeric_limits<double>::quiet_NaN());
   gauge_family("trainer_build_info", "Build of the trainer binary; the value is always 1")
       .Add({{"version", or_none(build.version)},
             {"cuda", or_none(build.cuda)},
@@ -255,6 +263,9 @@ void Exporter::set_epoch(int64_t epoch) {
 }
 void Exporter::set_eval_accuracy(double top1) {
   if (state_) state_->m.eval_accuracy->Set(top1);
+}
+void Exporter::set_gpu_utilization(double ratio) {
+  if (state_) state_->m.gpu_utilization->Set(ratio);
 }
 
 std::string Exporter::render() const {

@@ -81,7 +81,7 @@ TEST(Dashboard, HasThePromisedPanels) {
   for (const char* wanted :
        {"Step time breakdown", "p90 step time per rank", "Throughput: total and per rank", "Straggler",
         "Exposed all-reduce share", "Data-wait share", "Loss", "Learning rate", "Loss scale", "Device memory",
-        "Eval accuracy", "Skipped steps", "Bad samples"}) {
+        "Eval accuracy", "Skipped steps", "Bad samples", "GPU utilisation per rank"}) {
     EXPECT_TRUE(std::any_of(titles.begin(), titles.end(),
                             [&](const std::string& t) { return t.rfind(wanted, 0) == 0; }))
         << "no panel titled " << wanted << "...";

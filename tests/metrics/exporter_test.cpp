@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <sys/stat.h>
 
+#include <cmath>
 #include <map>
 #include <set>
 #include <sstream>
@@ -111,6 +112,16 @@ int count_sockets() {
   return n;
 }
 
+// Until a reading arrives (a rank on the CPU, or without NVML) the GPU utilisation is NaN, which
+// Grafana shows as no data, not as an idle GPU.
+TEST(Exporter, GpuUtilizationIsNaNUntilRead) {
+  Exporter exporter(test_options(testing::free_port(), 0));
+  ASSERT_TRUE(exporter.enabled());
+  EXPECT_TRUE(std::isnan(value_of(parse_exposition(exporter.render()), "trainer_gpu_utilization_ratio")));
+  exporter.set_gpu_utilization(0.5);
+  EXPECT_EQ(value_of(parse_exposition(exporter.render()), "trainer_gpu_utilization_ratio"), 0.5);
+}
+
 TEST(Exporter, ServesMetricsWithNamesLabelsAndValues) {
   // Base port one below a free port, LOCAL_RANK 1: the exporter listens on base + 1.
   const int free = testing::free_port();
@@ -141,6 +152,7 @@ TEST(Exporter, ServesMetricsWithNamesLabelsAndValues) {
   exporter.set_device_memory({1 << 20, 2 << 20, 3 << 20});
   exporter.set_epoch(2);
   exporter.set_eval_accuracy(0.9125);
+  exporter.set_gpu_utilization(0.75);
 
   const testing::HttpResponse r = http_get(exporter.port(), "/metrics");
   ASSERT_EQ(r.status, 200) << r.body;
@@ -209,6 +221,7 @@ TEST(Exporter, ServesMetricsWithNamesLabelsAndValues) {
   EXPECT_EQ(value_of(s, "trainer_device_memory_bytes", {{"kind", "peak"}}), 3 << 20);
   EXPECT_EQ(value_of(s, "trainer_epoch"), 2);
   EXPECT_EQ(value_of(s, "trainer_eval_accuracy"), 0.9125);
+  EXPECT_EQ(value_of(s, "trainer_gpu_utilization_ratio"), 0.75);
   EXPECT_EQ(value_of(s, "trainer_build_info",
                      {{"version", "0.1.0"}, {"cuda", "13.0"}, {"cudnn", "9.10.2"}, {"nccl", "none"}}),
             1);

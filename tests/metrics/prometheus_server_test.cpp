@@ -55,6 +55,7 @@ class FakeTraining {
       e.set_device_memory({100 << 20, 128 << 20, 110 << 20});
       e.set_epoch(1 + step / 50);
       e.set_eval_accuracy(0.9);
+      e.set_gpu_utilization(0.8);
       std::this_thread::sleep_for(std::chrono::milliseconds(40));
     }
   }

@@ -80,6 +80,7 @@ TEST_F(Promtool, CheckMetricsPassesOnTheExportersOutput) {
   exporter.set_device_memory({1 << 20, 2 << 20, 3 << 20});
   exporter.set_epoch(1);
   exporter.set_eval_accuracy(0.5);
+  exporter.set_gpu_utilization(0.5);
 
   const testing::HttpResponse r = testing::http_get(exporter.port(), "/metrics");
   ASSERT_EQ(r.status, 200);
