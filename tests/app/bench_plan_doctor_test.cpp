@@ -1,8 +1,6 @@
 // End-to-end tests of `trainer bench`, `trainer plan` and `trainer doctor`: the binary runs as a user
 // runs it.
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -351,20 +349,14 @@ TEST_F(Doctor, PassesWithValidConfigAndFailsWithMissingDataRoot) {
 // Rank 0's master port taken by another job, and a run directory that cannot be written (its parent is
 // a file: a check that holds for root too), each FAIL with the thing named and what to do.
 TEST_F(Doctor, ATakenMasterPortAndAnUnwritableRunDirFail) {
-  const int taken = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_ANY);
-  ASSERT_EQ(::bind(taken, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  ASSERT_EQ(::listen(taken, 1), 0);
-  socklen_t len = sizeof addr;
-  ::getsockname(taken, reinterpret_cast<sockaddr*>(&addr), &len);
-  const std::string port = std::to_string(ntohs(addr.sin_port));
+  trainer::testing::TakenPort taken;
+  ASSERT_NE(taken.port(), 0);
+  const std::string port = std::to_string(taken.port());
   std::ofstream(dir_ / "a-file") << "x";
   RunResult r = run_trainer(
       "doctor " + tiny_config() + " --set train.run_dir=" + (dir_ / "a-file/run").string(),
       "RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port);
-  ::close(taken);
+  taken.release();
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_TRUE(std::regex_search(r.output, std::regex("FAIL  master port +" + port + " ")) &&
               r.output.find("choose another MASTER_PORT") != std::string::npos)

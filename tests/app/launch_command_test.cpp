@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "app/cli.h"
+#include "app/trainer_process.h"
 
 namespace trainer {
 namespace {
@@ -280,19 +281,13 @@ TEST_F(LaunchCommand, UsageErrorsExitWithTwoAndHelpExitsWithZero) {
 // train; rank 0 then fails too (its peer left), or is stopped by the launcher: either way the summary
 // names rank 1, the first to fail, with its own error.
 TEST_F(LaunchCommand, FirstFailingRankIsNamedNotTheOnesItTookDown) {
-  const int taken = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_ANY);
-  ASSERT_EQ(::bind(taken, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  ASSERT_EQ(::listen(taken, 1), 0);
-  socklen_t len = sizeof addr;
-  ::getsockname(taken, reinterpret_cast<sockaddr*>(&addr), &len);
-  const int metrics_port = ntohs(addr.sin_port) - 1;
+  trainer::testing::TakenPort taken;
+  ASSERT_NE(taken.port(), 0);
+  const int metrics_port = taken.port() - 1;
   Launcher l({"--nproc-per-node", "2", "--master-port", std::to_string(free_port()), "--", "train",
               write_long_config(), "--set", "metrics.port=" + std::to_string(metrics_port)});
   const int code = l.wait_exit(30);
-  ::close(taken);
+  taken.release();
   EXPECT_EQ(code, 1) << l.output();
   const std::string out = l.output();
   EXPECT_NE(out.find("trainer launch: rank 1 failed (exit status 1); its last error line: "),

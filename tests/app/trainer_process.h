@@ -2,6 +2,8 @@
 // Running the built `trainer` binary from a test, as a user runs it (see trainer_binary()), and
 // reading what it wrote.
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -102,5 +104,32 @@ inline std::map<std::string, std::vector<double>> read_csv_columns(const std::fi
   }
   return columns;
 }
+
+// A TCP port another "job" holds for the object's lifetime (listening on every interface), for the
+// tests of the trainer's messages about taken ports. port is 0 if the socket could not be set up.
+class TakenPort {
+ public:
+  TakenPort() : fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_ANY);
+    socklen_t len = sizeof addr;
+    if (fd_ >= 0 && ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+        ::listen(fd_, 1) == 0 && ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) == 0)
+      port_ = ntohs(addr.sin_port);
+  }
+  ~TakenPort() { release(); }
+  TakenPort(const TakenPort&) = delete;
+  TakenPort& operator=(const TakenPort&) = delete;
+  int port() const { return port_; }
+  void release() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_ = -1;
+  int port_ = 0;
+};
 
 }  // namespace trainer::testing
