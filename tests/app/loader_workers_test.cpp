@@ -9,6 +9,7 @@
 #include <string>
 #include <thread>
 
+#include "app/run_start.h"
 #include "app/train_loop.h"
 
 namespace trainer {

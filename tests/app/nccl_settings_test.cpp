@@ -8,6 +8,7 @@
 #include <string>
 
 #include "app/config.h"
+#include "app/run_start.h"
 #include "app/train_loop.h"
 
 namespace trainer {
