@@ -438,8 +438,10 @@ int launch_command(const std::vector<std::string>& args) {
       }
       if (stop_signal == 0) stop_signal = msg[0];
       // A terminal's Ctrl-C (si_code SI_KERNEL) already reached the ranks, which share our process
-      // group; sending it again would make a training rank quit without its checkpoint.
-      if (msg[1] != SI_KERNEL) signal_running(children, msg[0]);
+      // group. A hang-up the kernel sends to us as the session's leader (`ssh -t host trainer launch`)
+      // may not have: it is forwarded whatever its origin (a rank takes a repeat within a second as
+      // the same request, app/train_signals.h).
+      if (msg[1] != SI_KERNEL || msg[0] == SIGHUP) signal_running(children, msg[0]);
     }
     for (auto& c : children) {
       if (c.out_fd >= 0) pump(&c.out_fd, c.out, STDOUT_FILENO);

@@ -5,14 +5,12 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
-#include <ctime>
 #include <exception>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <memory>
 #include <optional>
-#include <sstream>
 #include <thread>
 
 #include "app/build_info.h"
@@ -136,7 +134,6 @@ struct TrainLoop {
   ProcessGroup& pg;
   Log& log;
   Exporter& exporter;
-  const GpuUtilization& gpu_utilization;  // NVML's, read for the exporter at most once a second
   StepTimer& timer;
   Heartbeat* heartbeat;  // tells the other ranks where this one is, for their errors; null at world size 1
   CheckpointManager& checkpoints;
@@ -151,6 +148,7 @@ struct TrainLoop {
   bool average_bn_stats;  // without SyncBN: average the ranks' BN running statistics before eval/checkpoints
   int64_t sigterm_at_step;  // test hook TRAINER_TEST_SIGTERM_AT_STEP; -1 = none
   int test_signal;          // the signal that hook raises: TRAINER_TEST_SIGNAL, else SIGTERM
+  bool test_signal_twice;   // TRAINER_TEST_SIGNAL_TWICE=1: raised twice (one request delivered twice)
 
   TrainingState st;
   StepLog steps;  // rank 0's losses only (each rank's loss is of its own shard; the weights are the same)
@@ -160,7 +158,6 @@ struct TrainLoop {
   int stop_signal = 0;                   // the signal all ranks agreed to stop on; 0 = none
   std::function<double()> pending_stop;  // GPUs: the last step's stop-signal agreement, still on its way
   int64_t skipped_steps_reported = 0;    // a device loss scaler's skipped steps logged so far
-  std::chrono::steady_clock::time_point gpu_utilization_read{};  // when NVML was last read
   // GPUs at world size > 1: the one-element flag the agreement reduces, kept for the run. Refilling it
   // is safe: the next fill queues on the compute stream behind the read-back copy of the last value.
   Tensor stop_flag;
@@ -313,15 +310,6 @@ void count_step(TrainLoop& loop, const StepResult& result, EpochProgress& progre
     exporter.set_device_memory({mem.allocated_bytes, mem.reserved_bytes, mem.peak_allocated_bytes});
   }
 #endif
-  // NVML's utilisation at most once a second: a read costs tens of microseconds, and NVML's own sample
-  // period is 1/6 s to 1 s.
-  if (loop.gpu_utilization.available()) {
-    const auto now = std::chrono::steady_clock::now();
-    if (now - loop.gpu_utilization_read >= std::chrono::seconds(1)) {
-      loop.gpu_utilization_read = now;
-      if (const std::optional<double> u = loop.gpu_utilization.read()) exporter.set_gpu_utilization(*u);
-    }
-  }
 }
 
 // Its loss is known: stop if it is not finite, then report it (exporter, rank 0's train_steps.csv, the
@@ -503,7 +491,10 @@ EpochEnd run_epoch(TrainLoop& loop) {
       report_step(loop, st.step, epoch, result->loss, result->lr, progress);
     result.reset();
     if (st.step >= e.total_steps) loop.done = true;
-    if (st.step == loop.sigterm_at_step) std::raise(loop.test_signal);
+    if (st.step == loop.sigterm_at_step) {
+      std::raise(loop.test_signal);  // handled before raise returns, so a second one is a true repeat
+      if (loop.test_signal_twice) std::raise(loop.test_signal);
+    }
     loop.stop_signal = agreed_stop_signal(loop);
     // The step ends once the device has finished the step before it (the host stays at most one step
     // ahead), after the stop-signal agreement: step times measured on the host then add up to the
@@ -629,7 +620,13 @@ int run_training(const Config& config, const TrainOptions& options) {
   // ---- observability: per-phase step times, exported per rank for Prometheus
   Exporter exporter(exporter_options(config, env, rank, build));
   if (exporter.enabled()) log.line("metrics: " + exporter.url());
+  // NVML's utilisation of this rank's GPU, read once a second on a thread of its own.
   const GpuUtilization gpu_utilization(exporter.enabled() ? gpu_pci_bus_id(device) : "");
+  std::optional<PeriodicReader> gpu_utilization_reader;
+  if (gpu_utilization.available())
+    gpu_utilization_reader.emplace([&gpu_utilization] { return gpu_utilization.read(); },
+                                   [&exporter](double u) { exporter.set_gpu_utilization(u); },
+                                   std::chrono::seconds(1));
   if (exporter.enabled() && device.is_cuda())
     log.line(gpu_utilization.available()
                  ? "GPU utilisation: exported from NVML (trainer_gpu_utilization_ratio)"
@@ -756,7 +753,6 @@ int run_training(const Config& config, const TrainOptions& options) {
       .pg = *pg,
       .log = log,
       .exporter = exporter,
-      .gpu_utilization = gpu_utilization,
       .timer = timer,
       .heartbeat = heartbeat,
       .checkpoints = checkpoints,
@@ -771,6 +767,7 @@ int run_training(const Config& config, const TrainOptions& options) {
       .average_bn_stats = average_bn_stats,
       .sigterm_at_step = sigterm_at_step,
       .test_signal = test_signal && std::atoi(test_signal) > 0 ? std::atoi(test_signal) : SIGTERM,
+      .test_signal_twice = std::getenv("TRAINER_TEST_SIGNAL_TWICE") != nullptr,
       .st = std::move(st),
       .steps = std::move(steps),
       .step_times = std::move(step_times),

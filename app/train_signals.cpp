@@ -1,16 +1,38 @@
 #include "app/train_signals.h"
 
+#include <time.h>
+
 #include <atomic>
 #include <csignal>
+#include <cstdint>
 
 namespace trainer {
 namespace {
 
 std::atomic<int> g_stop_signal{0};
+std::atomic<int64_t> g_first_signal_ns{0};
+
+int64_t monotonic_ns() {  // clock_gettime is async-signal-safe
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+// The same stop often arrives twice within milliseconds: a hang-up, `scancel` or a systemd stop signals
+// the launcher and its ranks (one process group), and the launcher forwards it as well. A repeat within
+// a second is that same request; a later one is the user insisting, and kills at once.
+constexpr int64_t kRepeatIsTheSameRequestNs = 1'000'000'000;
 
 extern "C" void on_stop_signal(int sig) {
-  g_stop_signal.store(sig);
+  const int64_t now = monotonic_ns();
+  int none = 0;
+  if (g_stop_signal.compare_exchange_strong(none, sig)) {
+    g_first_signal_ns.store(now);
+    return;
+  }
+  if (now - g_first_signal_ns.load() < kRepeatIsTheSameRequestNs) return;
   std::signal(sig, SIG_DFL);
+  std::raise(sig);
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 #pragma once
 // SIGINT/SIGTERM/SIGHUP during training: the first one asks the loop to finish its step, write a
-// checkpoint and exit with 128 + the signal; the handler then restores the default action, so a second
-// signal kills at once. SIGHUP (a closed terminal) is left alone when it was ignored at start (nohup).
+// checkpoint and exit with 128 + the signal. A repeat within a second is the same request delivered
+// twice (to the launcher's whole process group, and forwarded by the launcher); a later one kills at
+// once. SIGHUP (a closed terminal) is left alone when it was ignored at start (nohup).
 namespace trainer {
 
 void install_stop_handlers();

@@ -4,9 +4,11 @@
 // more than the others waits forever in an all-reduce nobody else joins. These checks turn both into
 // an error on every rank, naming the ranks and values that differ.
 //
-// At start-up, through the store (before the communicator exists, and cheap: one key per rank, one
-// verdict from rank 0): check_consistency(store, ..., run_identity_items(identity)).
-// Every epoch, through the communicator (one tiny all_gather): check_epoch_steps(comm, epoch, steps).
+// Before the ranks connect, through the store (one key per rank, one verdict from rank 0):
+// check_consistency(store, ...) for the build, the communicator and the GPUs. Once connected, one tiny
+// all_gather of a hash first, the store only when ranks differ (check_consistency_connected: a rank
+// that has gone is noticed at once): the config, the data, the steps, the resume point. Every epoch,
+// through the communicator: check_epoch_steps(comm, epoch, steps).
 #include <chrono>
 #include <cstdint>
 #include <string>

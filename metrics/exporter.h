@@ -74,7 +74,8 @@ class Exporter {
   void set_device_memory(const DeviceMemory& m);
   void set_epoch(int64_t epoch);        // 1-based epoch being trained
   void set_eval_accuracy(double top1);  // ratio in [0, 1]
-  // NVML's GPU utilisation of this rank's GPU, ratio in [0, 1] (metrics/gpu_utilization.h); NaN until set.
+  // NVML's GPU utilisation of this rank's GPU, ratio in [0, 1] (metrics/gpu_utilization.h); NaN until set
+  // or when a read fails. Safe from any thread (a gauge): a PeriodicReader sets it.
   void set_gpu_utilization(double ratio);
 
   // The metrics in the Prometheus text format, as a scrape would return them ("" when disabled).

@@ -2,6 +2,8 @@
 
 #include <dlfcn.h>
 
+#include <limits>
+
 namespace trainer {
 namespace {
 
@@ -69,6 +71,27 @@ std::optional<double> GpuUtilization::read() const {
   NvmlUtilization u{};
   if (nvml_->utilization_rates(nvml_->device, &u) != 0) return std::nullopt;
   return u.gpu / 100.0;
+}
+
+PeriodicReader::PeriodicReader(std::function<std::optional<double>()> read,
+                               std::function<void(double)> publish, std::chrono::milliseconds period)
+    : thread_([this, read = std::move(read), publish = std::move(publish), period] {
+        std::unique_lock<std::mutex> lock(mutex_);
+        while (!wake_.wait_for(lock, period, [this] { return stop_; })) {
+          lock.unlock();
+          const std::optional<double> value = read();
+          publish(value ? *value : std::numeric_limits<double>::quiet_NaN());
+          lock.lock();
+        }
+      }) {}
+
+PeriodicReader::~PeriodicReader() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  thread_.join();
 }
 
 }  // namespace trainer

@@ -4,9 +4,14 @@
 // utilisation" next to the per-phase step times). NVML is loaded at run time from libnvidia-ml.so.1,
 // which the NVIDIA driver installs, so the binary has no link dependency on it; on the CPU, or where
 // the library or the GPU cannot be opened, the reader is unavailable and says why.
+#include <chrono>
+#include <condition_variable>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 
 namespace trainer {
 
@@ -28,6 +33,25 @@ class GpuUtilization {
   struct Nvml;
   std::unique_ptr<Nvml> nvml_;
   std::string why_;
+};
+
+// Calls `read` every `period` on a thread of its own and hands each reading to `publish` (NaN when a
+// read gives nothing), until destroyed. A thread of its own, not the training loop: pauses (an
+// evaluation, a checkpoint, a stalled loader) are then measured while they happen, instead of by the
+// first step after them, and steady training by reads during training.
+class PeriodicReader {
+ public:
+  PeriodicReader(std::function<std::optional<double>()> read, std::function<void(double)> publish,
+                 std::chrono::milliseconds period);
+  ~PeriodicReader();
+  PeriodicReader(const PeriodicReader&) = delete;
+  PeriodicReader& operator=(const PeriodicReader&) = delete;
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stop_ = false;
+  std::thread thread_;
 };
 
 }  // namespace trainer

@@ -221,6 +221,19 @@ TEST_F(TrainCommand, SighupCheckpointsAndStopsUnlessIgnoredAtStart) {
   EXPECT_NE(nohup.output.find("done:"), std::string::npos) << nohup.output;
 }
 
+// The same stop delivered twice within milliseconds (a hang-up or `scancel` reaches the launcher and
+// its ranks, and the launcher forwards it too) is one request: the run still checkpoints and exits
+// with 128 + 15, instead of the second signal killing it first.
+TEST_F(TrainCommand, ASignalRepeatedAtOnceIsOneStopWithACheckpoint) {
+  const std::string cfg = write_config("[checkpoint]\nevery_steps = 0\n");
+  // The hook raises SIGTERM at step 7 and again right after the first was handled.
+  RunResult r = run_trainer("train " + cfg + " --set train.run_dir=" + run_dir("twice"),
+                            "TRAINER_TEST_SIGTERM_AT_STEP=7 TRAINER_TEST_SIGNAL_TWICE=1");
+  EXPECT_EQ(r.exit_code, 128 + 15) << r.output;
+  EXPECT_NE(r.output.find("received signal 15 at step 7"), std::string::npos) << r.output;
+  EXPECT_TRUE(fs::exists(dir_ / "twice/checkpoints/step-00000007")) << r.output;
+}
+
 // A run started by a trainer with other step phases (here: the file's header lacks a column) and
 // resumed by this one starts step_times.csv again, instead of appending rows wider than the header.
 TEST_F(TrainCommand, ResumeWithOtherPhaseColumnsStartsStepTimesAgain) {

@@ -118,7 +118,6 @@ TEST(Consistency, EpochStepCheckThroughTheCommunicator) {
   }
 }
 
-// The hook that lets a real multi-GPU run show the check: one rank claims more steps than it has.
 // Connected ranks agree through one all_gather of a hash; ranks that differ get the same detailed
 // message as from the store alone, naming the item, the values and the ranks.
 TEST(Consistency, ConnectedRanksCompareAHashAndNameWhatDiffers) {
@@ -141,6 +140,7 @@ TEST(Consistency, ConnectedRanksCompareAHashAndNameWhatDiffers) {
   }
 }
 
+// The hook that lets a real multi-GPU run show the check: one rank claims more steps than it has.
 TEST(Consistency, TestHookMakesOneRankClaimMoreSteps) {
   ::setenv("TRAINER_TEST_EPOCH_STEPS", "1:3", 1);
   EXPECT_EQ(test_epoch_steps_offset(1), 3);
