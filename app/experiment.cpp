@@ -34,6 +34,10 @@ std::unique_ptr<Optimizer> make_optimizer(const Config& c, Module& model, double
 
 }  // namespace
 
+int64_t global_batch(const Config& config, int world_size) {
+  return static_cast<int64_t>(config.data.batch_size) * config.train.grad_accum_steps * world_size;
+}
+
 Experiment build_experiment(const Config& config, Device device, bool with_optimizer, int world_size,
                             int rank) {
   Experiment e;
@@ -88,11 +92,9 @@ Experiment build_experiment(const Config& config, Device device, bool with_optim
   e.total_steps = e.steps_per_epoch * config.train.epochs;
   if (config.train.max_steps > 0) e.total_steps = std::min<int64_t>(e.total_steps, config.train.max_steps);
 
-  const int64_t global_batch =
-      static_cast<int64_t>(config.data.batch_size) * config.train.grad_accum_steps * e.world_size;
   e.base_lr = config.optim.lr;
   if (config.optim.lr_scaling == "linear")
-    e.base_lr *= static_cast<double>(global_batch) / config.optim.base_batch_size;
+    e.base_lr *= static_cast<double>(global_batch(config, e.world_size)) / config.optim.base_batch_size;
 
   if (with_optimizer) {
     e.optimizer = make_optimizer(config, *e.model, e.base_lr);

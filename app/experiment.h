@@ -28,6 +28,9 @@ struct Experiment {
   double base_lr = 0.0;         // after linear scaling
 };
 
+// The samples of one optimizer step over all ranks: data.batch_size x grad_accum_steps x world_size.
+int64_t global_batch(const Config& config, int world_size);
+
 // Builds everything with the model on `device`; with_optimizer=false skips the optimizer and schedule
 // (evaluation).
 Experiment build_experiment(const Config& config, Device device, bool with_optimizer, int world_size = 1,

@@ -104,16 +104,15 @@ void export_nccl_settings(const Config& config) {
 }
 
 std::string lr_scaling_note(const Config& config, int world_size) {
-  const int64_t global_batch =
-      config.data.batch_size * std::max(1, world_size) * std::max(1, config.train.grad_accum_steps);
-  if (config.optim.lr_scaling != "none" || global_batch == config.data.batch_size) return "";
+  const int64_t global = global_batch(config, world_size);
+  if (config.optim.lr_scaling != "none" || global == config.data.batch_size) return "";
   return fmt(
       "note: optim.lr = %g is used as given for a global batch of %lld (%d rank(s) x batch %lld x %d "
       "accumulated). HINT: to scale it with the global batch (lr x global batch / base batch, the "
       "linear rule), set optim.lr_scaling = \"linear\" and optim.base_batch_size to the batch the "
       "lr was tuned for",
-      config.optim.lr, static_cast<long long>(global_batch), std::max(1, world_size),
-      static_cast<long long>(config.data.batch_size), std::max(1, config.train.grad_accum_steps));
+      config.optim.lr, static_cast<long long>(global), world_size,
+      static_cast<long long>(config.data.batch_size), config.train.grad_accum_steps);
 }
 
 // ---- setup: processes, run directory, log, experiment, the ranks' agreement

@@ -33,6 +33,8 @@
 namespace trainer {
 namespace {
 
+using cuda::conv_stats::relative_difference;
+
 constexpr double kEps = 1e-5, kMomentum = 0.1;
 
 Tensor random_on_gpu(const Shape& shape, DType dtype, Generator& gen, double lo, double hi,
@@ -42,20 +44,6 @@ Tensor random_on_gpu(const Shape& shape, DType dtype, Generator& gen, double lo,
   Tensor g = Tensor::empty(shape, dtype, Device::cuda(0), format);
   g.copy_(host.to(dtype));
   return g;
-}
-
-// max |a - b| / max |b|, on the host in f32.
-double relative_difference(const Tensor& a, const Tensor& b) {
-  const Tensor ha = a.to(Device::cpu()).to(DType::f32).contiguous(),
-               hb = b.to(Device::cpu()).to(DType::f32).contiguous();
-  const float* pa = ha.data<float>();
-  const float* pb = hb.data<float>();
-  double diff = 0.0, scale = 0.0;
-  for (int64_t i = 0; i < ha.numel(); ++i) {
-    diff = std::max(diff, static_cast<double>(std::fabs(pa[i] - pb[i])));
-    scale = std::max(scale, static_cast<double>(std::fabs(pb[i])));
-  }
-  return scale > 0 ? diff / scale : diff;
 }
 
 struct CudnnDescriptors {

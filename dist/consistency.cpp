@@ -95,6 +95,14 @@ std::string shared_values(const std::vector<std::string>& values, std::vector<in
   return out;
 }
 
+// Every rank's `value`, in rank order (one all_gather of one int64).
+std::vector<int64_t> gather_one(Comm& comm, int64_t value) {
+  std::vector<int64_t> values;
+  for (const Tensor& t : comm.all_gather(Tensor::from_vector<int64_t>({value}, {1})))
+    values.push_back(t.data<int64_t>()[0]);
+  return values;
+}
+
 }  // namespace
 
 std::string content_hash(std::string_view text) {
@@ -204,19 +212,17 @@ void check_consistency_connected(Comm& comm, Store& store, int rank, int world_s
   for (const ConsistencyItem& it : items)
     if (it.distinct) return check_consistency(store, rank, world_size, items, timeout, tag);
   const auto hash = static_cast<int64_t>(std::stoull(content_hash(encode(items)), nullptr, 16));
-  bool same = true;
-  for (const Tensor& h : comm.all_gather(Tensor::from_vector<int64_t>({hash}, {1})))
-    same = same && h.data<int64_t>()[0] == hash;
-  if (!same) check_consistency(store, rank, world_size, items, timeout, tag);
+  const std::vector<int64_t> hashes = gather_one(comm, hash);
+  if (std::any_of(hashes.begin(), hashes.end(), [&](int64_t h) { return h != hash; }))
+    check_consistency(store, rank, world_size, items, timeout, tag);
 }
 
 void check_same_on_all_ranks(Comm& comm, const std::string& what, int64_t value, const std::string& hint) {
   if (comm.world_size() <= 1) return;
-  const std::vector<Tensor> all = comm.all_gather(Tensor::from_vector<int64_t>({value}, {1}));
   std::vector<std::string> values;
   bool same = true;
-  for (const Tensor& t : all) {
-    values.push_back(std::to_string(t.data<int64_t>()[0]));
+  for (int64_t v : gather_one(comm, value)) {
+    values.push_back(std::to_string(v));
     same = same && values.back() == values.front();
   }
   if (!same) throw DistError("ranks disagree on " + what + ": " + grouped(values, false) + ". HINT: " + hint);

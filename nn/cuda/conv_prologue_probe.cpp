@@ -10,31 +10,8 @@
 #include "nn/random.h"
 
 namespace trainer::cuda {
-namespace {
 
 using namespace conv_stats;
-
-// The largest |a - b| over the largest |b|, of two tensors of one shape (as f32 on the host).
-double relative_difference(const Tensor& a, const Tensor& b) {
-  const std::vector<float> va = a.to(Device::cpu()).to(DType::f32).contiguous().to_vector<float>();
-  const std::vector<float> vb = b.to(Device::cpu()).to(DType::f32).contiguous().to_vector<float>();
-  double diff = 0, scale = 0;
-  for (size_t i = 0; i < va.size(); ++i) {
-    diff = std::max(diff, std::abs(static_cast<double>(va[i]) - vb[i]));
-    scale = std::max(scale, std::abs(static_cast<double>(vb[i])));
-  }
-  return diff / std::max(scale, 1e-30);
-}
-
-FusionProbeRow timed(const char* name, const std::function<bool()>& run) {
-  FusionProbeRow row;
-  row.pattern = name;
-  row.best_ms = time_per_call_ms(run);
-  row.engines = row.runnable = 1;
-  return row;
-}
-
-}  // namespace
 
 std::vector<FusionProbeRow> probe_conv_prologue_fusion(DType dtype, const Shape& xs, const Shape& ws,
                                                        const Conv2dParams& p) {
@@ -43,9 +20,7 @@ std::vector<FusionProbeRow> probe_conv_prologue_fusion(DType dtype, const Shape&
                                 std::string(dtype_name(dtype)));
   const Device dev = current_device();
   const MemoryFormat cl = MemoryFormat::channels_last;
-  const Shape ys{xs[0], ws[0],
-                 conv_output_size(xs[2], static_cast<int>(ws[2]), p.stride_h, p.pad_h, p.dilation_h),
-                 conv_output_size(xs[3], static_cast<int>(ws[3]), p.stride_w, p.pad_w, p.dilation_w)};
+  const Shape ys = conv_output_shape(xs, ws, p);
   const int64_t C = xs[1];
   Generator gen(1);
   // The BatchNorm's input (a convolution's output, roughly centred) and its statistics and affine
@@ -83,11 +58,11 @@ std::vector<FusionProbeRow> probe_conv_prologue_fusion(DType dtype, const Shape&
                                pack_uids(Pattern::conv),
                                {{kX, a.raw_data()}, {kW, w.raw_data()}, {kY, y.raw_data()}}, conv));
   if (!conv) return rows;
-  rows.push_back(timed("ours: bn_apply (scale, bias, ReLU), then conv", [&] {
+  rows.push_back(timed_row("ours: bn_apply (scale, bias, ReLU), then conv", [&] {
     k.bn_apply(x, mean_d, invstd_d, gamma_d, beta_d, relu);  // the same traffic as writing into a
     return conv->execute();
   }));
-  rows.push_back(timed("ours: bn_apply, conv, bn_mean_var", [&] {
+  rows.push_back(timed_row("ours: bn_apply, conv, bn_mean_var", [&] {
     k.bn_apply(x, mean_d, invstd_d, gamma_d, beta_d, relu);
     if (!conv->execute()) return false;
     k.bn_mean_var(y);

@@ -72,6 +72,14 @@ FusionProbeRow probe_engines(const OpGraph& g, const char* name, const std::vect
   return row;
 }
 
+FusionProbeRow timed_row(const char* name, const std::function<bool()>& run) {
+  FusionProbeRow row;
+  row.pattern = name;
+  row.best_ms = time_per_call_ms(run);
+  row.engines = row.runnable = 1;
+  return row;
+}
+
 namespace {
 
 // Every engine the heuristics offer for `pattern` (each engine once, though both heuristics modes may
@@ -112,9 +120,7 @@ std::vector<FusionProbeRow> probe_conv_stats_fusion(DType dtype, const Shape& xs
     throw std::invalid_argument("probe_conv_stats_fusion: bf16 or f16, got " +
                                 std::string(dtype_name(dtype)));
   const Device dev = current_device();
-  const Shape ys{xs[0], ws[0],
-                 conv_output_size(xs[2], static_cast<int>(ws[2]), p.stride_h, p.pad_h, p.dilation_h),
-                 conv_output_size(xs[3], static_cast<int>(ws[3]), p.stride_w, p.pad_w, p.dilation_w)};
+  const Shape ys = conv_output_shape(xs, ws, p);
   Generator gen(1);
   Tensor x = Tensor::empty(xs, dtype, dev, MemoryFormat::channels_last);
   Tensor w = Tensor::empty(ws, dtype, dev, MemoryFormat::channels_last);
@@ -131,25 +137,16 @@ std::vector<FusionProbeRow> probe_conv_stats_fusion(DType dtype, const Shape& xs
   std::optional<RunnablePlan> conv;
   rows.push_back(probe(Pattern::conv, "conv alone", dtype, xs, ws, ys, p, buffers, conv));
   Backend& k = backend_for(y);
-  FusionProbeRow stats;
-  stats.pattern = "our statistics kernel alone (bn_mean_var)";
-  stats.best_ms = time_per_call_ms([&] {
+  rows.push_back(timed_row("our statistics kernel alone (bn_mean_var)", [&] {
     k.bn_mean_var(y);
     return true;
-  });
-  stats.runnable = stats.engines = 1;
-  rows.push_back(stats);
-  if (conv) {  // what a training step runs today: the two back to back
-    FusionProbeRow ours;
-    ours.pattern = "ours: conv, then bn_mean_var";
-    ours.best_ms = time_per_call_ms([&] {
+  }));
+  if (conv)  // what a training step runs today: the two back to back
+    rows.push_back(timed_row("ours: conv, then bn_mean_var", [&] {
       if (!conv->execute()) return false;
       k.bn_mean_var(y);
       return true;
-    });
-    ours.runnable = ours.engines = 1;
-    rows.push_back(ours);
-  }
+    }));
   const int64_t count = ys[0] * ys[2] * ys[3];
   for (auto [pattern, name] :
        {std::pair{Pattern::genstats, "conv + genstats (fused)"},

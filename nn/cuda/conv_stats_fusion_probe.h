@@ -10,6 +10,7 @@
 // with ours on the same output. A measurement for bench/PERF_NOTES.md (bench/cudnn_fusion_probe), not
 // used by training.
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -44,6 +45,9 @@ struct RunnablePlan {
 // Shared with the prologue probe (nn/cuda/conv_prologue_probe.h).
 FusionProbeRow probe_engines(const conv_stats::OpGraph& g, const char* name, const std::vector<int64_t>& uids,
                              const std::map<int64_t, void*>& buffers, std::optional<RunnablePlan>& best);
+
+// A row for a run of ours (not a cuDNN engine): its time per call (time_per_call_ms).
+FusionProbeRow timed_row(const char* name, const std::function<bool()>& run);
 
 // x [N, C, H, W] and w [K, C, R, S] in `dtype` (bf16 or f16), channels-last. Engines that compile kernels at
 // run time are included (their first run includes the compilation, which is not timed).

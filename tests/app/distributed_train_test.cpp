@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "app/trainer_process.h"
 #include "nn/safetensors.h"
 
 namespace trainer {
@@ -25,17 +26,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct RankResult {
-  int exit_code;
-  std::string output;
-};
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using RankResult = trainer::testing::RunResult;
+using trainer::testing::read_file;
 
 // A port the kernel just handed out (and that we released), so parallel test runs do not collide.
 int free_port() {
@@ -68,31 +60,10 @@ class DistributedTrain : public ::testing::Test {
     return path.string();
   }
 
-  // Runs one trainer process per entry of rank_args (rank = index) and waits for all of them.
-  // prefix[r] is put before rank r's command (e.g. "timeout -s KILL 2").
+  // trainer::testing::run_ranks in this test's directory, on its port.
   std::vector<RankResult> run_ranks(const std::vector<std::string>& rank_args,
                                     const std::vector<std::string>& prefix = {}) {
-    const char* bin_env = std::getenv("TRAINER_BIN");
-    const std::string bin = bin_env ? bin_env : TRAINER_BINARY_DIR "/trainer";
-    const int n = static_cast<int>(rank_args.size());
-    std::string script;
-    for (int r = 0; r < n; ++r) {
-      const std::string out = (dir_ / ("rank" + std::to_string(r) + ".out")).string();
-      script += "(RANK=" + std::to_string(r) + " WORLD_SIZE=" + std::to_string(n) +
-                " LOCAL_RANK=" + std::to_string(r) + " LOCAL_WORLD_SIZE=" + std::to_string(n) +
-                " MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port_) + " " +
-                (r < static_cast<int>(prefix.size()) ? prefix[r] : "") + " " + bin + " " + rank_args[r] +
-                " > " + out + " 2>&1; echo $? > " + out + ".rc) & ";
-    }
-    script += "wait";
-    const int rc = std::system(("bash -c '" + script + "'").c_str());
-    (void)rc;
-    std::vector<RankResult> results;
-    for (int r = 0; r < n; ++r) {
-      const fs::path out = dir_ / ("rank" + std::to_string(r) + ".out");
-      results.push_back({std::atoi(slurp(out.string() + ".rc").c_str()), slurp(out)});
-    }
-    return results;
+    return trainer::testing::run_ranks(dir_, port_, rank_args, prefix);
   }
 
   void expect_two_rank_resume_after_sigterm_is_bit_exact(const std::string& overrides);
@@ -100,7 +71,7 @@ class DistributedTrain : public ::testing::Test {
   // The rows of run directory `name`'s train_steps.csv (rank 0's), split into their fields
   // (step, epoch, loss, lr), without the header.
   std::vector<std::vector<std::string>> train_steps(const std::string& name) {
-    std::istringstream csv(slurp(dir_ / name / "train_steps.csv"));
+    std::istringstream csv(read_file(dir_ / name / "train_steps.csv"));
     std::vector<std::vector<std::string>> rows;
     std::string line;
     std::getline(csv, line);  // header
@@ -135,8 +106,8 @@ TEST_F(DistributedTrain, TwoRanksEqualOneRankWithTwiceTheBatch) {
                         "train " + cfg + " --set data.batch_size=32 --set train.run_dir=" + two_dir});
   ASSERT_EQ(two[0].exit_code, 0) << two[0].output << two[1].output;
   ASSERT_EQ(two[1].exit_code, 0) << two[1].output;
-  EXPECT_NE(slurp(dir_ / "two/summary.json").find("\"world_size\": 2"), std::string::npos);
-  EXPECT_NE(slurp(dir_ / "two/summary.json").find("\"steps\": 16"), std::string::npos);
+  EXPECT_NE(read_file(dir_ / "two/summary.json").find("\"world_size\": 2"), std::string::npos);
+  EXPECT_NE(read_file(dir_ / "two/summary.json").find("\"steps\": 16"), std::string::npos);
   auto a = load_safetensors((dir_ / "one/checkpoints/final.safetensors").string());
   auto b = load_safetensors((dir_ / "two/checkpoints/final.safetensors").string());
   ASSERT_EQ(a.size(), b.size());
@@ -150,7 +121,7 @@ TEST_F(DistributedTrain, TwoRanksEqualOneRankWithTwiceTheBatch) {
   EXPECT_NE(two[0].output.find("(102 images"), std::string::npos) << two[0].output;
   // The train loss is the mean over both ranks' batches (equal halves of the 1-rank batch), not rank 0's.
   auto train_loss = [&](const char* run) {
-    const std::string json = slurp(dir_ / run / "summary.json");
+    const std::string json = read_file(dir_ / run / "summary.json");
     const size_t at = json.find("\"final_train_loss\": ");
     return at == std::string::npos ? -1.0 : std::stod(json.substr(at + 20));
   };
@@ -168,7 +139,7 @@ TEST_F(DistributedTrain, ThreeRanksEqualOneRankWithThreeTimesTheBatch) {
       " --set data.batch_size=32 --set train.epochs=4 --set train.run_dir=" + (dir_ / "three").string();
   auto r = run_ranks({"train " + cfg + three, "train " + cfg + three, "train " + cfg + three});
   for (const auto& rank : r) ASSERT_EQ(rank.exit_code, 0) << rank.output;
-  EXPECT_NE(slurp(dir_ / "three/summary.json").find("\"steps\": 20"), std::string::npos);
+  EXPECT_NE(read_file(dir_ / "three/summary.json").find("\"steps\": 20"), std::string::npos);
   auto a = load_safetensors((dir_ / "one/checkpoints/final.safetensors").string());
   auto b = load_safetensors((dir_ / "three/checkpoints/final.safetensors").string());
   for (auto& [name, t] : a) {
@@ -205,9 +176,9 @@ void DistributedTrain::expect_two_rank_resume_after_sigterm_is_bit_exact(const s
   ASSERT_EQ(c[0].exit_code, 0) << c[0].output;
   ASSERT_EQ(c[1].exit_code, 0) << c[1].output;
   EXPECT_NE(c[0].output.find("resumed from"), std::string::npos) << c[0].output;
-  EXPECT_EQ(slurp(dir_ / "full/train_steps.csv"), slurp(dir_ / "cut/train_steps.csv"));
-  EXPECT_EQ(slurp(dir_ / "full/checkpoints/final.safetensors"),
-            slurp(dir_ / "cut/checkpoints/final.safetensors"));
+  EXPECT_EQ(read_file(dir_ / "full/train_steps.csv"), read_file(dir_ / "cut/train_steps.csv"));
+  EXPECT_EQ(read_file(dir_ / "full/checkpoints/final.safetensors"),
+            read_file(dir_ / "cut/checkpoints/final.safetensors"));
 }
 
 // The same with a real kill: rank 0 dies by SIGKILL (test hook) while writing the step-12 checkpoint,
@@ -237,9 +208,9 @@ TEST_F(DistributedTrain, TwoRanksKilledWhileWritingACheckpointResumeBitExact) {
   ASSERT_EQ(c[1].exit_code, 0) << c[1].output;
   EXPECT_NE(c[0].output.find("step-00000009: step 9, epoch 2, batch 1 of the epoch"), std::string::npos)
       << c[0].output;
-  EXPECT_EQ(slurp(dir_ / "full/train_steps.csv"), slurp(dir_ / "cut/train_steps.csv"));
-  EXPECT_EQ(slurp(dir_ / "full/checkpoints/final.safetensors"),
-            slurp(dir_ / "cut/checkpoints/final.safetensors"));
+  EXPECT_EQ(read_file(dir_ / "full/train_steps.csv"), read_file(dir_ / "cut/train_steps.csv"));
+  EXPECT_EQ(read_file(dir_ / "full/checkpoints/final.safetensors"),
+            read_file(dir_ / "cut/checkpoints/final.safetensors"));
 }
 
 // optim.lr_scaling = "linear" (the seed guides' "new_lr = base_lr x num_gpus"): the learning rate the
@@ -297,7 +268,7 @@ TEST_F(DistributedTrain, EveryEpochIsShuffledAnew) {
     port_ = free_port();
     for (const RankResult& r : run_ranks({args, args})) ASSERT_EQ(r.exit_code, 0) << r.output;
     const auto epochs = losses_by_epoch(name);
-    ASSERT_EQ(epochs.size(), 2u) << slurp(dir_ / name / "train_steps.csv");
+    ASSERT_EQ(epochs.size(), 2u) << read_file(dir_ / name / "train_steps.csv");
     const std::vector<std::string>& first = epochs.begin()->second;
     const std::vector<std::string>& second = std::next(epochs.begin())->second;
     ASSERT_EQ(first.size(), 4u);  // 256 samples / (2 ranks x 32)
@@ -343,7 +314,7 @@ TEST_F(DistributedTrain, ResumeOnOneOrThreeRanksContinuesWithTheUnseenSamples) {
                         "seen keep their global order"),
       std::string::npos)
       << r1[0].output;
-  EXPECT_NE(slurp(dir_ / "one/summary.json").find("\"steps\": 16"), std::string::npos);
+  EXPECT_NE(read_file(dir_ / "one/summary.json").find("\"steps\": 16"), std::string::npos);
   auto x = load_safetensors((dir_ / "full/checkpoints/final.safetensors").string());
   auto y = load_safetensors((dir_ / "one/checkpoints/final.safetensors").string());
   for (auto& [name, t] : x) {
@@ -367,8 +338,8 @@ TEST_F(DistributedTrain, ResumeOnOneOrThreeRanksContinuesWithTheUnseenSamples) {
   // (data.drop_last: the sampler drops 2, the loader the last partial batch), 3 batches of 32: steps
   // 8..10, and the epoch (the run) ends.
   EXPECT_NE(r3[0].output.find("step 11 -> 7"), std::string::npos) << r3[0].output;
-  EXPECT_NE(slurp(dir_ / "three/summary.json").find("\"steps\": 10"), std::string::npos)
-      << slurp(dir_ / "three/summary.json");
+  EXPECT_NE(read_file(dir_ / "three/summary.json").find("\"steps\": 10"), std::string::npos)
+      << read_file(dir_ / "three/summary.json");
 }
 
 TEST_F(DistributedTrain, TwoRankResumeAfterSigtermIsBitExact) {
@@ -408,7 +379,7 @@ TEST_F(DistributedTrain, ZeroStagesEndAtStageZerosWeights) {
                                  " --set train.run_dir=" + run;
         auto r = run_ranks(std::vector<std::string>(world, args));
         for (const auto& rank : r) ASSERT_EQ(rank.exit_code, 0) << rank.output;
-        EXPECT_NE(slurp(run + "/summary.json").find("\"steps\": 20"), std::string::npos);
+        EXPECT_NE(read_file(run + "/summary.json").find("\"steps\": 20"), std::string::npos);
         weights.push_back(load_safetensors(run + "/checkpoints/final.safetensors"));
       }
       for (int stage = 1; stage <= 2; ++stage) {
@@ -464,7 +435,7 @@ TEST_F(DistributedTrain, ZeroOptimizerStatePerRankIsWhatPlanReports) {
     for (int rank = 0; rank < world; ++rank) {
       ASSERT_EQ(r[rank].exit_code, 0) << r[rank].output;
       const std::string log =
-          slurp(run + (rank == 0 ? "/train.log" : "/train.rank" + std::to_string(rank) + ".log"));
+          read_file(run + (rank == 0 ? "/train.log" : "/train.rank" + std::to_string(rank) + ".log"));
       EXPECT_EQ(bytes_after(log, "optimizer state "), reported) << "rank " << rank << "\n" << log;
       EXPECT_EQ(bytes_after(log, "bytes on this rank ("), unsharded) << log;
     }
@@ -532,7 +503,7 @@ TEST_F(DistributedTrain, RanksResumingFromDifferentPointsStopAtStart) {
   const std::string run = " --set train.run_dir=" + (dir_ / "run").string();
   auto a = run_ranks({"train " + cfg + run, "train " + cfg + run});
   ASSERT_EQ(a[0].exit_code, 0) << a[0].output;
-  const std::string history = slurp(dir_ / "run/train_steps.csv");
+  const std::string history = read_file(dir_ / "run/train_steps.csv");
   const fs::path ckpts = dir_ / "run/checkpoints";
   ASSERT_TRUE(fs::exists(ckpts / "step-00000012")) << a[0].output;
   ASSERT_TRUE(fs::exists(ckpts / "step-00000015")) << a[0].output;
@@ -553,7 +524,7 @@ TEST_F(DistributedTrain, RanksResumingFromDifferentPointsStopAtStart) {
           << r[rank].output;
     }
     // Nothing was written before the ranks agreed: rank 0's step log still holds all 16 steps.
-    EXPECT_EQ(slurp(dir_ / "run/train_steps.csv"), history);
+    EXPECT_EQ(read_file(dir_ / "run/train_steps.csv"), history);
   }
   // A rank that cannot load its checkpoint (a path its node does not have) stops every rank at once,
   // the others naming why, instead of leaving them to wait out dist.timeout_seconds.
@@ -636,7 +607,7 @@ TEST_F(DistributedTrain, ARankThatNeverStartsIsReportedAfterTheTimeout) {
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_NE(status, 0);
   EXPECT_LT(seconds, 3 + 10);
-  const std::string out = slurp(dir_ / "z.out");
+  const std::string out = read_file(dir_ / "z.out");
   EXPECT_NE(out.find("rank"), std::string::npos) << out;
   EXPECT_NE(out.find("HINT"), std::string::npos) << out;
 }

@@ -105,6 +105,39 @@ inline std::map<std::string, std::vector<double>> read_csv_columns(const std::fi
   return columns;
 }
 
+// Runs one `trainer` process per entry of rank_args (rank = index) as torchrun would start them
+// (RANK, WORLD_SIZE, LOCAL_RANK = rank, LOCAL_WORLD_SIZE, MASTER_ADDR 127.0.0.1, MASTER_PORT port), rank
+// r writing to dir/rank<r>.out, and waits for all of them. prefix[r] is put before rank r's command:
+// variables that override these (LOCAL_RANK=0) or a wrapper (timeout -s KILL 2).
+inline std::vector<RunResult> run_ranks(const std::filesystem::path& dir, int port,
+                                        const std::vector<std::string>& rank_args,
+                                        const std::vector<std::string>& prefix = {}) {
+  const int n = static_cast<int>(rank_args.size());
+  std::string script;
+  for (int r = 0; r < n; ++r) {
+    const std::string out = (dir / ("rank" + std::to_string(r) + ".out")).string();
+    script += "(RANK=" + std::to_string(r) + " WORLD_SIZE=" + std::to_string(n) +
+              " LOCAL_RANK=" + std::to_string(r) + " LOCAL_WORLD_SIZE=" + std::to_string(n) +
+              " MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port) + " " +
+              (r < static_cast<int>(prefix.size()) ? prefix[r] : "") + " " + trainer_binary() + " " +
+              rank_args[r] + " > " + out + " 2>&1; echo $? > " + out + ".rc) & ";
+  }
+  script += "wait";
+  const int rc = std::system(("bash -c '" + script + "'").c_str());
+  (void)rc;  // each rank's own status is in its .rc file
+  std::vector<RunResult> results;
+  for (int r = 0; r < n; ++r) {
+    const std::filesystem::path out = dir / ("rank" + std::to_string(r) + ".out");
+    std::ifstream status(out.string() + ".rc"), text(out);
+    std::stringstream output;
+    output << text.rdbuf();
+    int code = -1;
+    status >> code;
+    results.push_back({code, output.str()});
+  }
+  return results;
+}
+
 // A TCP port another "job" holds for the object's lifetime (listening on every interface), for the
 // tests of the trainer's messages about taken ports. port is 0 if the socket could not be set up.
 class TakenPort {

@@ -17,8 +17,6 @@ namespace trainer {
 namespace {
 
 using trainer::testing::free_port;
-using trainer::testing::read_file;
-using trainer::testing::trainer_binary;
 
 class RanksOnOneGpu : public trainer::testing::TrainerRunTest {
  protected:
@@ -37,22 +35,14 @@ TEST_F(RanksOnOneGpu, GpuIdIsTheUuidNvidiaSmiShows) {
 TEST_F(RanksOnOneGpu, TwoRanksWithTheSameLocalRankStopNamingTheGpu) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
   const std::string cfg = write_small_config("[train]\ndevice = \"cuda\"\n[dist]\ntimeout_seconds = 30\n");
-  const std::string port = std::to_string(free_port());
-  std::string script;
-  for (int r = 0; r < 2; ++r) {
-    const std::string out = (dir_ / ("rank" + std::to_string(r))).string();
-    script += "(RANK=" + std::to_string(r) + " WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=2 " +
-              "MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port + " timeout 120 " + trainer_binary() + " train " +
-              cfg + " --set train.run_dir=" + run_dir("run") + " > " + out + ".out 2>&1; echo $? > " + out +
-              ".rc) & ";
-  }
-  ASSERT_EQ(std::system(("bash -c '" + script + "wait'").c_str()), 0);
+  const std::string args = "train " + cfg + " --set train.run_dir=" + run_dir("run");
+  const auto ranks = trainer::testing::run_ranks(dir_, free_port(), {args, args},
+                                                 {"LOCAL_RANK=0 timeout 120", "LOCAL_RANK=0 timeout 120"});
   const std::string id = gpu_id(Device::cuda(0));
-  for (int r = 0; r < 2; ++r) {
-    const std::string out = read_file(dir_ / ("rank" + std::to_string(r) + ".out"));
-    EXPECT_NE(std::atoi(read_file(dir_ / ("rank" + std::to_string(r) + ".rc")).c_str()), 0) << out;
-    EXPECT_NE(out.find("GPU shared: '" + id + "' on rank(s) 0, 1"), std::string::npos) << out;
-    EXPECT_NE(out.find("each rank needs a GPU of its own"), std::string::npos) << out;
+  for (const trainer::testing::RunResult& rank : ranks) {
+    EXPECT_NE(rank.exit_code, 0) << rank.output;
+    EXPECT_NE(rank.output.find("GPU shared: '" + id + "' on rank(s) 0, 1"), std::string::npos) << rank.output;
+    EXPECT_NE(rank.output.find("each rank needs a GPU of its own"), std::string::npos) << rank.output;
   }
 }
 
