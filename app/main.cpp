@@ -68,6 +68,10 @@ int main(int argc, char** argv) {
   } catch (const ConfigError& e) {
     std::fprintf(stderr, "trainer: config error: %s\n", e.what());
     return 1;
+  } catch (const WaitInterrupted& e) {
+    // A stop signal while this rank waited for the others (start-up): nothing failed, exit as asked.
+    std::fprintf(stderr, "trainer: %s\n", e.what());
+    return 128 + e.signal();
   } catch (const DistError& e) {
     // A collective failed: say what every rank was doing (dead, stuck elsewhere, behind).
     std::string context = failure_context();

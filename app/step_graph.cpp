@@ -30,7 +30,6 @@ std::string step_graph_blocker(const Config& config, int world_size) {
 }
 
 std::string loss_scaler_host_reason(const Config& config) {
-  if (config.optim.name != "sgd") return "optim.name = \"" + config.optim.name + "\"";
   if (config.optim.clip_grad_norm > 0) return "optim.clip_grad_norm";
   if (config.dist.zero_stage > 0) return "dist.zero_stage";
   return "";

@@ -36,9 +36,9 @@ class Comm;
 std::string step_graph_blocker(const Config& config, int world_size);
 
 // Why fp16's loss scaler must decide on the host whether a step is skipped ("" when it can keep its
-// state and decision on the device, LossScaler::keep_on_device): an optimizer that cannot skip on a
-// device flag exactly (AdamW's bias correction counts steps), clipping (the gradient norm is a host
-// value) or the sharded optimizer (it unscales its own shard).
+// state and decision on the device, LossScaler::keep_on_device): clipping (the gradient norm is a host
+// value) or the sharded optimizer (it unscales its own shard). SGD and AdamW both skip on the device
+// flag exactly (Optimizer::skips_exactly_on_device).
 std::string loss_scaler_host_reason(const Config& config);
 
 class StepGraph {

@@ -574,6 +574,8 @@ int finish_run(TrainLoop& loop) {
 
 int run_training(const Config& config, const TrainOptions& options) {
   install_stop_handlers();
+  // Until the loop takes over the stop signals (below), they end any wait for the other ranks at once.
+  set_store_wait_interrupt(stop_requested);
   const TrainerBuild build = trainer_build();
   // ---- processes: who we are (torchrun / SLURM / OpenMPI variables) and the others
   const ProcessEnv env = process_env();
@@ -781,6 +783,9 @@ int run_training(const Config& config, const TrainOptions& options) {
       .step_graph = std::move(step_graph),
   };
 
+  // From here a stop signal is the loop's to handle (finish the step, checkpoint): the store's waits
+  // (the checkpoint's barriers among them) must run to their end.
+  set_store_wait_interrupt(nullptr);
   for (; loop.st.epoch < config.train.epochs && !loop.done; ++loop.st.epoch) {
     const EpochEnd end = run_epoch(loop);
     if (end == EpochEnd::stopped_by_signal) return 128 + loop.stop_signal;

@@ -186,6 +186,10 @@ void check_consistency(Store& store, int rank, int world_size, const std::vector
         who += (who.empty() ? " rank(s) " : "; rank(s) ") + format_ranks(sharing) +
                " share what must be their own";
       verdict = problems.empty() ? "ok" : "the " + tag + " check failed:" + who + ":" + problems;
+    } catch (const WaitInterrupted& e) {
+      // Stopped by a signal while waiting: tell the others at once (they would wait for the verdict).
+      store.set(prefix + "verdict", "rank 0 was " + std::string(e.what()));
+      throw;
     } catch (const DistError& e) {
       verdict = e.what();
     }

@@ -12,6 +12,17 @@ class DistError : public std::runtime_error {
   explicit DistError(const std::string& message) : std::runtime_error(message) {}
 };
 
+// A wait in the rendezvous store ended by a stop signal (set_store_wait_interrupt in dist/store.h)
+// rather than by the others or its timeout: nothing failed, and the process exits as the signal asks.
+class WaitInterrupted : public DistError {
+ public:
+  WaitInterrupted(const std::string& message, int signal) : DistError(message), signal_(signal) {}
+  int signal() const { return signal_; }
+
+ private:
+  int signal_;
+};
+
 }  // namespace trainer
 
 #include <algorithm>

@@ -120,6 +120,8 @@ std::unique_ptr<ProcessGroup> ProcessGroup::init(const ProcessEnv& env, const Di
     ho.is_server = false;
     ho.reply_timeout = std::chrono::seconds(3);  // a report and a failure's description stay short
     pg->heartbeat_ = std::make_unique<Heartbeat>(std::make_unique<TcpStore>(ho), env.rank, env.world_size);
+  } catch (const WaitInterrupted&) {
+    throw;  // a stop signal: nothing to explain
   } catch (const DistError& e) {
     std::string message = e.what();
     // The classic SLURM mistake: trainer run straight from the batch script is one process that

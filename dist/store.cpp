@@ -25,6 +25,15 @@ constexpr uint32_t kMaxFrame = 256u << 20;
 constexpr auto kHandshakeTimeout = 10s;
 // A WAIT's reply comes when the server's own timer fires; allow this much for it to arrive.
 constexpr auto kWaitReplyGrace = 10s;
+constexpr std::chrono::milliseconds kWaitSlice = 1s;  // how often a wait checks for a stop signal
+
+std::mutex g_wait_interrupt_mutex;
+std::function<int()>& g_wait_interrupt = *new std::function<int()>();  // never destroyed: read at exit
+
+int pending_stop_signal() {
+  std::lock_guard<std::mutex> lock(g_wait_interrupt_mutex);
+  return g_wait_interrupt ? g_wait_interrupt() : 0;
+}
 
 enum Cmd : uint8_t { kCmdHello = 1, kCmdSet, kCmdGet, kCmdAdd, kCmdCheck, kCmdWait, kCmdDelete };
 
@@ -365,6 +374,11 @@ void Store::barrier(const std::string& name, int rank, int world_size, std::chro
   if (!missing.empty()) throw ranks_timeout("barrier '" + name + "'", timeout, world_size, missing);
 }
 
+void set_store_wait_interrupt(std::function<int()> pending_signal) {
+  std::lock_guard<std::mutex> lock(g_wait_interrupt_mutex);
+  g_wait_interrupt = std::move(pending_signal);
+}
+
 TcpStore::TcpStore(const TcpStoreOptions& options) : options_(options), port_(options.port) {
   if (options.is_server) {
     int err = 0;
@@ -545,10 +559,22 @@ std::vector<bool> TcpStore::check(const std::vector<std::string>& keys) {
 
 std::vector<std::string> TcpStore::wait_for(const std::vector<std::string>& keys,
                                             std::chrono::milliseconds timeout) {
-  const auto ms = std::max<int64_t>(0, timeout.count());
-  Reader r(request(Writer().u8(kCmdWait).u64(static_cast<uint64_t>(ms)).strs(keys).bytes(),
-                   net::deadline_after(timeout + kWaitReplyGrace), "wait for " + quoted_keys(keys)));
-  if (r.u8() == 1) return {};
+  // In slices of at most kWaitSlice, so that a stop signal is noticed between them.
+  const auto end = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now());
+    const auto slice = std::clamp(left, std::chrono::milliseconds(0), kWaitSlice);
+    Reader r(request(Writer().u8(kCmdWait).u64(static_cast<uint64_t>(slice.count())).strs(keys).bytes(),
+                     net::deadline_after(slice + kWaitReplyGrace), "wait for " + quoted_keys(keys)));
+    if (r.u8() == 1) return {};
+    if (const int signal = pending_stop_signal())
+      throw WaitInterrupted("stopped by signal " + std::to_string(signal) + " (" + strsignal(signal) +
+                                ") while waiting for " + quoted_keys(keys) + " in the rendezvous store at " +
+                                address(),
+                            signal);
+    if (left <= slice) break;
+  }
   const std::vector<bool> present = check(keys);
   std::vector<std::string> missing;
   for (size_t i = 0; i < keys.size(); ++i)

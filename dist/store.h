@@ -10,6 +10,7 @@
 // store (a handshake), so a port taken by another service fails with a clear message, not garbage.
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -19,6 +20,13 @@
 #include "dist/socket.h"
 
 namespace trainer {
+
+// What may end a store wait early: `pending_signal` returns the number of a stop signal received (0:
+// none). Every wait checks it about once a second and throws WaitInterrupted when it is set. The
+// trainer passes its stop handler's flag (app/train_signals.h), so that SIGTERM or Ctrl-C while a rank
+// waits for the others at start-up (a peer that never came, a slow node) ends the process at once
+// instead of after dist.timeout_seconds. Unset (null), waits run to their timeouts.
+void set_store_wait_interrupt(std::function<int()> pending_signal);
 
 class Store {
  public:

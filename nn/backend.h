@@ -72,6 +72,13 @@ struct AdamWParams {
   double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.01;
   int64_t step = 1;                        // 1-based step count for bias correction
   const double* device_scalars = nullptr;  // [lr, step_size, bias_correction2_sqrt] (adamw_scalars)
+  // The loss scaler's found-inf flag, as SgdParams::skip_if: nonzero leaves everything as it is.
+  const int64_t* skip_if = nullptr;
+  // This parameter's count of updates applied so far (i64, on its device), when steps may be skipped on
+  // a device flag: the bias correction then uses *applied_steps + 1 instead of `step`, so that a skipped
+  // step does not count (torch.optim.AdamW is not called for a step GradScaler skips). step_size and
+  // bias_correction2_sqrt are computed from it; the learning rate still comes from device_scalars or lr.
+  const int64_t* applied_steps = nullptr;
 };
 
 class Backend {
@@ -216,6 +223,10 @@ class Backend {
   virtual void sgd_step_many(const std::vector<SgdUpdate>& updates, const SgdParams& p);
   virtual void adamw_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
                           const AdamWParams& p) = 0;
+  // counts[r] += 1 for each r in rows (distinct), unless *skip_if is nonzero (skip_if may be null): the
+  // updates an optimizer applied in a step whose skipping the device decides. counts is i64 [n] on this
+  // backend's device, skip_if an i64 there.
+  virtual void count_updates(Tensor& counts, const std::vector<int64_t>& rows, const int64_t* skip_if) = 0;
 };
 
 Backend& backend_for(Device device);

@@ -52,4 +52,5 @@
   void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, bool first_step,                 \
                 const SgdParams& p) override;                                                                \
   void adamw_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,                    \
-                  const AdamWParams& p) override;
+                  const AdamWParams& p) override;                                                            \
+  void count_updates(Tensor& counts, const std::vector<int64_t>& rows, const int64_t* skip_if) override;

@@ -1,6 +1,9 @@
 // Optimizer updates: SGD (momentum, dampening, Nesterov, coupled weight decay) and AdamW (decoupled
 // weight decay), in place, with torch.optim's update rules and order of operations.
 #include <cmath>
+#include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "nn/cpu/cpu_backend.h"
 #include "nn/kernel_checks.h"
@@ -68,7 +71,10 @@ void CpuBackend::adamw_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, 
   const Tensor g_in = grad_like(param, grad, format, "adamw_step");
   check_state(param, exp_avg, "adamw_step", "exp_avg");
   check_state(param, exp_avg_sq, "adamw_step", "exp_avg_sq");
-  const AdamWScalars scalars = adamw_scalars(p);  // throws unless p.step >= 1
+  if (p.skip_if && *p.skip_if != 0) return;  // the loss scaler found inf/NaN gradients
+  AdamWParams counted = p;
+  if (p.applied_steps) counted.step = *p.applied_steps + 1;
+  const AdamWScalars scalars = adamw_scalars(counted);  // throws unless the step is >= 1
   TRAINER_DISPATCH_FLOAT(param.dtype(), "adamw_step", [&] {
     scalar_t* w = param.data<scalar_t>();
     const scalar_t* gp = g_in.data<scalar_t>();
@@ -92,6 +98,17 @@ void CpuBackend::adamw_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, 
       w[i] += neg_step * (m[i] / denom);
     }
   });
+}
+
+void CpuBackend::count_updates(Tensor& counts, const std::vector<int64_t>& rows, const int64_t* skip_if) {
+  if (counts.dtype() != DType::i64 || counts.dim() != 1 || !counts.is_contiguous())
+    throw std::invalid_argument("count_updates: counts must be a contiguous i64 vector, got " + counts.str());
+  for (int64_t r : rows)
+    if (r < 0 || r >= counts.numel())
+      throw std::invalid_argument("count_updates: row " + std::to_string(r) + " outside " + counts.str());
+  if (skip_if && *skip_if != 0) return;
+  int64_t* c = counts.data<int64_t>();
+  for (int64_t r : rows) ++c[r];
 }
 
 }  // namespace trainer

@@ -32,11 +32,14 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "nn/cuda/conv_stats_fusion.h"
 #include "nn/cuda/cuda_common.h"
 #include "nn/cuda/cudnn_graph.h"
+#include "nn/cuda/cudnn_knobs.h"
 
 namespace trainer {
 namespace {
@@ -45,7 +48,13 @@ using namespace cudnn_graph;
 
 constexpr size_t kMinWorkspaceLimit = size_t{256} << 20;
 constexpr int kMaxAlgos = 16;
-constexpr int kMaxCandidates = 10;  // graph-API engine configurations timed per convolution
+constexpr size_t kMaxCandidates = 10;  // graph-API engine configurations timed per convolution
+// The wide search (TRAINER_CUDNN_SEARCH=wide): up to this many configurations, including the knob
+// neighbours (nn/cuda/cudnn_knobs.h) of the first kNeighbourBases, with up to kValuesPerKnob values
+// per knob.
+constexpr size_t kMaxWideCandidates = 160;
+constexpr size_t kNeighbourBases = 4;
+constexpr int kValuesPerKnob = 12;
 constexpr double kWorkspaceSlack = 1.05;
 
 enum class ConvOp : int { forward, backward_data, backward_filter };
@@ -59,6 +68,12 @@ bool env_is(const char* name, const char* value) {
   const char* v = std::getenv(name);
   return v && std::string(v) == value;
 }
+// TRAINER_CUDNN_SEARCH=wide: time more graph-API configurations per convolution (see graph_plan).
+bool wide_search() {
+  static const bool on = env_is("TRAINER_CUDNN_SEARCH", "wide");
+  return on;
+}
+
 std::string params_str(const Conv2dParams& p) {
   return "stride (" + std::to_string(p.stride_h) + ", " + std::to_string(p.stride_w) + "), padding (" +
          std::to_string(p.pad_h) + ", " + std::to_string(p.pad_w) + "), dilation (" +
@@ -345,18 +360,29 @@ bool numerics_allowed(cudnnBackendDescriptor_t cfg, DType dtype, int64_t& engine
   return !info.runtime_compiled || allow_rtc;  // compiling kernels at run time costs seconds at start-up
 }
 
-// Milliseconds per run of plan (best of a few), or infinity when it fails.
-float time_plan(cudnnHandle_t handle, cudnnBackendDescriptor_t plan, void* const ptrs[3], void* ws) {
+// Milliseconds per call of run() on the GPU (best of a few rounds), or infinity when a call fails.
+// A lone call on an idle GPU also times the host's launch (cuDNN's execute is ~10 us of host work,
+// and a split-K engine launches its workspace zeroing and its kernel separately), which a graph replay
+// or a busy stream does not pay. So a short call is queued back to back, enough calls to cover about
+// kQueuedWindowMs, and the mean taken. TRAINER_CUDNN_TIMING=single times one call per round, as
+// sessions up to 8 did.
+constexpr float kQueuedWindowMs = 0.3f;
+constexpr int kMaxQueued = 8;
+template <class Run>
+float time_calls(Run&& run) {
   const float fail = std::numeric_limits<float>::infinity();
-  if (!execute_plan(handle, plan, ptrs, ws)) return fail;  // warm-up
+  if (!run()) return fail;  // warm-up
+  static const bool single = env_is("TRAINER_CUDNN_TIMING", "single");
   cudaStream_t stream = cuda_stream();
   cudaEvent_t a, b;
   CUDA_CHECK(cudaEventCreate(&a));
   CUDA_CHECK(cudaEventCreate(&b));
   float best = fail;
-  for (int rep = 0; rep < 3; ++rep) {
+  int calls = 1;
+  for (int round = 0; round < 3; ++round) {
     CUDA_CHECK(cudaEventRecord(a, stream));
-    const bool good = execute_plan(handle, plan, ptrs, ws);
+    bool good = true;
+    for (int i = 0; i < calls && good; ++i) good = run();
     CUDA_CHECK(cudaEventRecord(b, stream));
     CUDA_CHECK(cudaEventSynchronize(b));
     float ms = fail;
@@ -365,11 +391,18 @@ float time_plan(cudnnHandle_t handle, cudnnBackendDescriptor_t plan, void* const
       best = fail;
       break;
     }
-    best = std::min(best, ms);
+    best = std::min(best, ms / static_cast<float>(calls));
+    // The first round (one call) says how many calls fill the window.
+    if (round == 0 && !single)
+      calls = std::clamp(static_cast<int>(kQueuedWindowMs / std::max(best, 1e-3f)), 1, kMaxQueued);
   }
   cudaEventDestroy(a);
   cudaEventDestroy(b);
   return best;
+}
+
+float time_plan(cudnnHandle_t handle, cudnnBackendDescriptor_t plan, void* const ptrs[3], void* ws) {
+  return time_calls([&] { return execute_plan(handle, plan, ptrs, ws); });
 }
 
 // The fastest graph-API plan for the convolution, or nullptr when none runs.
@@ -382,29 +415,47 @@ cudnnBackendDescriptor_t graph_plan(ConvOp op, DType dtype, bool nhwc, const Sha
   if (!graph) return nullptr;
   struct Candidate {
     BackendDesc plan, cfg;
+    std::vector<BackendDesc> parts;  // what a knob neighbour's configuration was built from
     size_t workspace;
     int64_t engine;
   };
   std::vector<Candidate> candidates;
+  std::set<std::string> seen;  // the wide search meets the same configuration in several lists
+  const bool wide = wide_search();
+  const size_t cap = wide ? kMaxWideCandidates : kMaxCandidates;
+  auto consider = [&](BackendDesc cfg, std::vector<BackendDesc> parts) {
+    if (candidates.size() >= cap) return;
+    int64_t engine = -1;
+    if (!numerics_allowed(cfg.get(), dtype, engine)) return;
+    if (wide && !seen.insert(config_signature(cfg.get())).second) return;
+    BackendDesc plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+    cudnnBackendDescriptor_t c = cfg.get();
+    if (!plan || !set(plan.get(), kPlanHandle, CUDNN_TYPE_HANDLE, 1, &handle) ||
+        !set(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &c) ||
+        cudnnBackendFinalize(plan.get()) != CUDNN_STATUS_SUCCESS)
+      return;
+    int64_t bytes = 0, n = 0;
+    if (!GRAPH_OK(cudnnBackendGetAttribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                                           CUDNN_TYPE_INT64, 1, &n, &bytes)) ||
+        bytes < 0 || static_cast<size_t>(bytes) > limit)
+      return;
+    candidates.push_back(
+        {std::move(plan), std::move(cfg), std::move(parts), static_cast<size_t>(bytes), engine});
+  };
   for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
-    for (BackendDesc& cfg : engine_configs(graph.graph.get(), mode)) {
-      if (static_cast<int>(candidates.size()) >= kMaxCandidates) break;
-      int64_t engine = -1;
-      if (!numerics_allowed(cfg.get(), dtype, engine)) continue;
-      BackendDesc plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
-      cudnnBackendDescriptor_t c = cfg.get();
-      if (!plan || !set(plan.get(), kPlanHandle, CUDNN_TYPE_HANDLE, 1, &handle) ||
-          !set(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &c) ||
-          cudnnBackendFinalize(plan.get()) != CUDNN_STATUS_SUCCESS)
-        continue;
-      int64_t bytes = 0, n = 0;
-      if (!GRAPH_OK(cudnnBackendGetAttribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
-                                             CUDNN_TYPE_INT64, 1, &n, &bytes)) ||
-          bytes < 0 || static_cast<size_t>(bytes) > limit)
-        continue;
-      candidates.push_back({std::move(plan), std::move(cfg), static_cast<size_t>(bytes), engine});
-    }
+    for (BackendDesc& cfg : engine_configs(graph.graph.get(), mode)) consider(std::move(cfg), {});
     if (!candidates.empty()) break;  // the fallback list only when the heuristics gave nothing usable
+  }
+  if (wide && !candidates.empty()) {
+    // Mode B's ranking, then the knob neighbours of the best-ranked configurations.
+    for (BackendDesc& cfg : engine_configs(graph.graph.get(), CUDNN_HEUR_MODE_B))
+      consider(std::move(cfg), {});
+    const size_t bases = std::min(candidates.size(), kNeighbourBases);
+    std::vector<cudnnBackendDescriptor_t> base_cfgs;
+    for (size_t i = 0; i < bases; ++i) base_cfgs.push_back(candidates[i].cfg.get());
+    for (cudnnBackendDescriptor_t base : base_cfgs)
+      for (OwnedConfig& n : knob_neighbours(graph.graph.get(), base, kValuesPerKnob))
+        consider(std::move(n.cfg), std::move(n.parts));
   }
   if (candidates.empty()) return nullptr;
   // Deterministic mode runs the first candidate that works (below), so it allocates only what that
@@ -434,8 +485,8 @@ cudnnBackendDescriptor_t graph_plan(ConvOp op, DType dtype, bool nhwc, const Sha
     const float ms =
         time_plan(handle, candidates[i].plan.get(), ptrs, max_ws ? ws_tensor.raw_data() : nullptr);
     if (debug())
-      std::fprintf(stderr, "cudnn graph:   engine %lld ws %zu: %.4f ms\n",
-                   static_cast<long long>(candidates[i].engine), candidates[i].workspace, ms);
+      std::fprintf(stderr, "cudnn graph:   %s ws %zu: %.4f ms\n",
+                   config_signature(candidates[i].cfg.get()).c_str(), candidates[i].workspace, ms);
     if (ms < std::numeric_limits<float>::infinity())
       timed.push_back({ms, candidates[i].workspace, static_cast<int>(i)});
   }
@@ -445,12 +496,16 @@ cudnnBackendDescriptor_t graph_plan(ConvOp op, DType dtype, bool nhwc, const Sha
   for (const Timed& t : timed)
     if (t.index == pick) time_ms = t.ms;
   if (debug())
-    std::fprintf(stderr, "cudnn graph: %s x%s w%s %s%s: engine %lld, workspace %zu\n", op_name(op),
-                 shape_str(xs).c_str(), shape_str(ws).c_str(), nhwc ? "nhwc" : "nchw",
-                 cuda_allow_tf32() ? " tf32" : "", static_cast<long long>(candidates[pick].engine),
-                 workspace_bytes);
+    std::fprintf(stderr,
+                 "cudnn graph: %s x%s w%s %s%s: %s, workspace %zu, %.4f ms (of %zu timed; the heuristics' "
+                 "first %.4f ms)\n",
+                 op_name(op), shape_str(xs).c_str(), shape_str(ws).c_str(), nhwc ? "nhwc" : "nchw",
+                 cuda_allow_tf32() ? " tf32" : "", config_signature(candidates[pick].cfg.get()).c_str(),
+                 workspace_bytes, time_ms, timed.size(),
+                 timed.empty() || timed.front().index != 0 ? -1.0 : timed.front().ms);
   graph.release();
   candidates[pick].cfg.release();
+  for (BackendDesc& d : candidates[pick].parts) d.release();
   return candidates[pick].plan.release();
 }
 
@@ -535,6 +590,36 @@ std::unique_ptr<Plan> legacy_plan(ConvOp op, DType dtype, bool nhwc, const Shape
   return plan;
 }
 
+const void* one(DType dtype) {
+  static const float f = 1.0f;
+  static const double d = 1.0;
+  return dtype == DType::f64 ? static_cast<const void*>(&d) : &f;
+}
+const void* zero(DType dtype) {
+  static const float f = 0.0f;
+  static const double d = 0.0;
+  return dtype == DType::f64 ? static_cast<const void*>(&d) : &f;
+}
+
+// Runs the legacy algorithm of plan on ptrs = {x or dx, w or dw, y or dy} with workspace wp.
+void execute_legacy(const Plan& plan, ConvOp op, DType dtype, void* const ptrs[3], void* wp) {
+  cudnnHandle_t handle = cuda_context().cudnn;
+  const Descriptors& d = *plan.legacy;
+  const size_t bytes = plan.workspace;
+  if (op == ConvOp::forward)
+    CUDNN_CHECK(cudnnConvolutionForward(handle, one(dtype), d.x, ptrs[0], d.w, ptrs[1], d.conv,
+                                        static_cast<cudnnConvolutionFwdAlgo_t>(plan.algo), wp, bytes,
+                                        zero(dtype), d.y, ptrs[2]));
+  else if (op == ConvOp::backward_data)
+    CUDNN_CHECK(cudnnConvolutionBackwardData(handle, one(dtype), d.w, ptrs[1], d.y, ptrs[2], d.conv,
+                                             static_cast<cudnnConvolutionBwdDataAlgo_t>(plan.algo), wp, bytes,
+                                             zero(dtype), d.x, ptrs[0]));
+  else
+    CUDNN_CHECK(cudnnConvolutionBackwardFilter(handle, one(dtype), d.x, ptrs[0], d.y, ptrs[2], d.conv,
+                                               static_cast<cudnnConvolutionBwdFilterAlgo_t>(plan.algo), wp,
+                                               bytes, zero(dtype), d.w, ptrs[1]));
+}
+
 struct PlanCounts {
   int graph = 0, legacy = 0, none = 0;
   size_t max_workspace = 0;
@@ -569,6 +654,16 @@ const Plan& plan_for(ConvOp op, DType dtype, bool nhwc, const Shape& xs, const S
   // Deterministic mode compares no timings: the graph plan when there is one, else the legacy one.
   const bool compare = !graph_only && !cuda_deterministic();
   if (compare || !graph) plan = legacy_plan(op, dtype, nhwc, xs, wsh, ys, p, ptrs, legacy_ms);
+  if (graph && plan && !plan->none && !env_is("TRAINER_CUDNN_TIMING", "single")) {
+    // Find timed its algorithms one call at a time; the graph candidates were timed queued. Time the
+    // legacy pick the same way, so that the comparison below is like for like.
+    Tensor ws = plan->workspace ? workspace(plan->workspace) : Tensor();
+    void* wp = plan->workspace ? ws.raw_data() : nullptr;
+    legacy_ms = time_calls([&] {
+      execute_legacy(*plan, op, dtype, ptrs, wp);
+      return true;
+    });
+  }
   if (graph) {
     // The graph plan unless the legacy algorithm is faster, or as fast with a smaller workspace.
     const bool legacy_wins =
@@ -589,17 +684,6 @@ const Plan& plan_for(ConvOp op, DType dtype, bool nhwc, const Shape& xs, const S
   g_counts.max_workspace = std::max(g_counts.max_workspace, plan->workspace);
   auto [it, inserted] = g_plans.emplace(key, std::move(plan));
   return *it->second;
-}
-
-const void* one(DType dtype) {
-  static const float f = 1.0f;
-  static const double d = 1.0;
-  return dtype == DType::f64 ? static_cast<const void*>(&d) : &f;
-}
-const void* zero(DType dtype) {
-  static const float f = 0.0f;
-  static const double d = 0.0;
-  return dtype == DType::f64 ? static_cast<const void*>(&d) : &f;
 }
 
 // Runs the convolution of op on ptrs = {x or dx, w or dw, y or dy}; throws NoAlgorithm when the
@@ -626,20 +710,7 @@ void run_conv(ConvOp op, DType dtype, bool nhwc, const Shape& xs, const Shape& w
     CUDNN_CHECK(cudnnBackendExecute(ctx.cudnn, plan.graph, pack.get()));
     return;
   }
-  const Descriptors& d = *plan.legacy;
-  const size_t bytes = plan.workspace;
-  if (op == ConvOp::forward)
-    CUDNN_CHECK(cudnnConvolutionForward(ctx.cudnn, one(dtype), d.x, ptrs[0], d.w, ptrs[1], d.conv,
-                                        static_cast<cudnnConvolutionFwdAlgo_t>(plan.algo), wp, bytes,
-                                        zero(dtype), d.y, ptrs[2]));
-  else if (op == ConvOp::backward_data)
-    CUDNN_CHECK(cudnnConvolutionBackwardData(ctx.cudnn, one(dtype), d.w, ptrs[1], d.y, ptrs[2], d.conv,
-                                             static_cast<cudnnConvolutionBwdDataAlgo_t>(plan.algo), wp, bytes,
-                                             zero(dtype), d.x, ptrs[0]));
-  else
-    CUDNN_CHECK(cudnnConvolutionBackwardFilter(ctx.cudnn, one(dtype), d.x, ptrs[0], d.y, ptrs[2], d.conv,
-                                               static_cast<cudnnConvolutionBwdFilterAlgo_t>(plan.algo), wp,
-                                               bytes, zero(dtype), d.w, ptrs[1]));
+  execute_legacy(plan, op, dtype, ptrs, wp);
 }
 
 MemoryFormat format_for(bool nhwc) { return nhwc ? MemoryFormat::channels_last : MemoryFormat::contiguous; }

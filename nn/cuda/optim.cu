@@ -189,13 +189,22 @@ void CudaBackend::adamw_step(Tensor& param, const Tensor& grad, Tensor& exp_avg,
                    host_neg_step = static_cast<scalar_t>(-scalars.step_size);
     const bool lerp_low = (1.0 - p.beta1) < 0.5, apply_decay = p.weight_decay != 0.0;
     const double* ds = p.device_scalars;  // [lr, step_size, bias_correction2_sqrt]
-    const double weight_decay = p.weight_decay;
+    const double weight_decay = p.weight_decay, beta1 = p.beta1, beta2 = p.beta2, host_lr = p.lr;
+    const int64_t* skip = p.skip_if;
+    const int64_t* applied = p.applied_steps;
     for_each(param.numel(), [=] __device__(int64_t i) {
+      if (skip && *skip != 0) return;  // the loss scaler found inf/NaN gradients
       // The host's double arithmetic exactly (no fused multiply-add), so replays equal eager steps.
+      const double lr = ds ? ds[0] : host_lr;
       const scalar_t decay =
-          ds ? static_cast<scalar_t>(__dsub_rn(1.0, __dmul_rn(ds[0], weight_decay))) : host_decay;
-      const scalar_t bc2 = ds ? static_cast<scalar_t>(ds[2]) : host_bc2;
-      const scalar_t neg_step = ds ? static_cast<scalar_t>(-ds[1]) : host_neg_step;
+          ds ? static_cast<scalar_t>(__dsub_rn(1.0, __dmul_rn(lr, weight_decay))) : host_decay;
+      scalar_t bc2 = ds ? static_cast<scalar_t>(ds[2]) : host_bc2;
+      scalar_t neg_step = ds ? static_cast<scalar_t>(-ds[1]) : host_neg_step;
+      if (applied) {  // adamw_scalars() of the count of updates applied, skipped steps left out
+        const double t = static_cast<double>(*applied) + 1.0;
+        bc2 = static_cast<scalar_t>(sqrt(__dsub_rn(1.0, pow(beta2, t))));
+        neg_step = static_cast<scalar_t>(-__ddiv_rn(lr, __dsub_rn(1.0, pow(beta1, t))));
+      }
       const scalar_t g = gp[i];
       if (apply_decay) w[i] *= decay;
       // exp_avg.lerp_(grad, 1 - beta1), with torch's two-sided lerp formula.
@@ -206,6 +215,45 @@ void CudaBackend::adamw_step(Tensor& param, const Tensor& grad, Tensor& exp_avg,
       w[i] += neg_step * (m[i] / denom);
     });
   });
+}
+
+namespace cuda {
+namespace {
+
+// Up to kCountRows rows per launch, in the kernel's arguments (a CUDA graph keeps them).
+constexpr int kCountRows = 256;
+struct CountRows {
+  int n = 0;
+  int64_t rows[kCountRows];
+};
+
+__global__ void count_updates_kernel(int64_t* counts, CountRows r, const int64_t* skip_if) {
+  if (skip_if && *skip_if != 0) return;  // the step was skipped: no update was applied
+  for (int i = threadIdx.x; i < r.n; i += blockDim.x) ++counts[r.rows[i]];
+}
+
+}  // namespace
+}  // namespace cuda
+
+void CudaBackend::count_updates(Tensor& counts, const std::vector<int64_t>& rows, const int64_t* skip_if) {
+  using namespace cuda;
+  check_device(counts, "count_updates", "counts");
+  if (counts.dtype() != DType::i64 || counts.dim() != 1 || !counts.is_contiguous())
+    throw std::invalid_argument("count_updates: counts must be a contiguous i64 vector, got " + counts.str());
+  CountRows r;
+  auto launch = [&] {
+    if (r.n == 0) return;
+    count_updates_kernel<<<1, 256, 0, cuda_stream()>>>(static_cast<int64_t*>(counts.raw_data()), r, skip_if);
+    CUDA_CHECK_LAUNCH();
+    r.n = 0;
+  };
+  for (int64_t row : rows) {
+    if (row < 0 || row >= counts.numel())
+      throw std::invalid_argument("count_updates: row " + std::to_string(row) + " outside " + counts.str());
+    r.rows[r.n++] = row;
+    if (r.n == kCountRows) launch();
+  }
+  launch();
 }
 
 }  // namespace trainer

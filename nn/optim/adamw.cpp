@@ -46,6 +46,8 @@ AdamW::AdamW(std::vector<NamedParameter> params, const AdamWOptions& options)
 void AdamW::update(Variable& param, const ParamGroup& group, ParamState& state) {
   AdamWParams p = adamw_params(options_, lr(), group.weight_decay, state.steps);
   p.device_scalars = current_device_scalars();
+  p.skip_if = skip_flag();
+  p.applied_steps = current_applied_steps();
   backend_for(param.data()).adamw_step(param.data(), param.grad(), state.slots[0], state.slots[1], p);
 }
 

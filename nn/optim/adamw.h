@@ -1,7 +1,8 @@
 #pragma once
 // Adam with decoupled weight decay, torch.optim.AdamW's semantics (amsgrad off): the parameter
 // shrinks by lr * weight_decay before the bias-corrected Adam update. The bias correction uses each
-// parameter's own update count, as torch does.
+// parameter's own update count, as torch does (with a device loss scaler: the updates applied, see
+// Optimizer::skip_if).
 #include "nn/backend.h"
 #include "nn/optim/optimizer.h"
 
@@ -25,6 +26,10 @@ class AdamW final : public Optimizer {
   // Throws std::invalid_argument on invalid options (PyTorch's checks).
   AdamW(std::vector<NamedParameter> params, const AdamWOptions& options);
   const AdamWOptions& options() const { return options_; }
+  // Skips on a device flag exactly: the bias correction counts applied updates on the device
+  // (Optimizer::skip_if), as torch.optim.AdamW counts the steps GradScaler did not skip.
+  bool skips_exactly_on_device() const override { return true; }
+  bool counts_updates_on_device() const override { return true; }
 
  protected:
   void update(Variable& param, const ParamGroup& group, ParamState& state) override;

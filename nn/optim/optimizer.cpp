@@ -69,7 +69,8 @@ void Optimizer::set_lr(double lr) {
 
 void Optimizer::step() {
   ++step_count_;
-  size_t flat = 0;  // the parameter's index over all groups: its row of device_scalars_
+  size_t flat = 0;  // the parameter's index over all groups: its row of device_scalars_ and applied_steps_
+  std::vector<int64_t> applied_rows;
   updated_.resize(groups_.size());
   for (size_t g = 0; g < groups_.size(); ++g) {
     updated_[g].assign(groups_[g].params.size(), 0);
@@ -96,18 +97,26 @@ void Optimizer::step() {
           device_scalars_.defined()
               ? static_cast<const double*>(device_scalars_.raw_data()) + flat * kMaxDeviceScalars
               : nullptr;
-      updates.push_back({&param, &state, scalars});
+      const int64_t* applied =
+          applied_steps_.defined() ? static_cast<const int64_t*>(applied_steps_.raw_data()) + flat : nullptr;
+      if (applied) applied_rows.push_back(static_cast<int64_t>(flat));
+      updates.push_back({&param, &state, scalars, applied});
     }
     if (!updates.empty()) update_group(groups_[g], updates);
   }
+  // After every update read its count: then advance the counts of the updates applied.
+  if (!applied_rows.empty())
+    backend_for(applied_steps_).count_updates(applied_steps_, applied_rows, skip_flag_);
 }
 
 void Optimizer::update_group(const ParamGroup& group, const std::vector<Update>& updates) {
   for (const Update& u : updates) {
     current_device_scalars_ = u.device_scalars;
+    current_applied_steps_ = u.applied_steps;
     update(*u.param, group, *u.state);
   }
   current_device_scalars_ = nullptr;
+  current_applied_steps_ = nullptr;
 }
 
 void Optimizer::device_scalar_values(const ParamGroup&, int64_t, double* out) const { out[0] = lr_; }
@@ -155,6 +164,7 @@ void Optimizer::zero_grad() {
 std::vector<std::pair<std::string, Tensor>> Optimizer::state_tensors() const {
   std::vector<std::pair<std::string, Tensor>> out;
   if (slots_.empty()) return out;
+  const std::vector<std::vector<int64_t>> applied = applied_counts();
   for (size_t g = 0; g < groups_.size(); ++g) {
     for (size_t i = 0; i < groups_[g].params.size(); ++i) {
       const NamedParameter& named = groups_[g].params[i];
@@ -168,7 +178,7 @@ std::vector<std::pair<std::string, Tensor>> Optimizer::state_tensors() const {
         out.emplace_back(entry_name(slots_[k], named.name), std::move(t));
       }
       out.emplace_back(entry_name("step", named.name),
-                       Tensor::scalar(static_cast<double>(state.steps), DType::i64));
+                       Tensor::scalar(static_cast<double>(applied[g][i]), DType::i64));
     }
   }
   return out;
@@ -241,6 +251,7 @@ void Optimizer::load_state(const std::vector<std::pair<std::string, Tensor>>& st
     }
   }
   step_count_ = step_count;
+  if (applied_steps_.defined()) applied_steps_.copy_(host_step_counts());
 }
 
 double clip_grad_norm(const std::vector<Variable>& params, double max_norm) {
@@ -272,11 +283,54 @@ double clip_grad_norm(const std::vector<Variable>& params, double max_norm) {
   return total_norm;
 }
 
+namespace {
+
+// The one device every parameter is on; throws naming the first that is elsewhere.
+Device parameters_device(const std::string& optimizer, const std::vector<ParamGroup>& groups,
+                         const char* what) {
+  const Device device = groups.front().params.front().param.data().device();
+  for (const ParamGroup& group : groups)
+    for (const NamedParameter& p : group.params)
+      if (p.param.data().device() != device)
+        throw std::invalid_argument(optimizer + ": " + what + " needs every parameter on one device; '" +
+                                    p.name + "' is on " + p.param.data().device().str() + ", not " +
+                                    device.str());
+  return device;
+}
+
+}  // namespace
+
 void Optimizer::skip_if(const int64_t* device_flag) {
   if (device_flag && !skips_exactly_on_device())
     throw std::logic_error(name_ +
                            ": cannot skip steps on the device flag exactly (see skips_exactly_on_device)");
   skip_flag_ = device_flag;
+  if (!device_flag || !counts_updates_on_device()) {
+    applied_steps_ = Tensor();
+    return;
+  }
+  const Tensor counts = host_step_counts();
+  applied_steps_ = Tensor::empty(counts.shape(), DType::i64, parameters_device(name_, groups_, "skip_if"));
+  applied_steps_.copy_(counts);
+}
+
+Tensor Optimizer::host_step_counts() const {
+  size_t count = 0;
+  for (const ParamGroup& group : groups_) count += group.params.size();
+  Tensor out = Tensor::zeros({static_cast<int64_t>(count)}, DType::i64);
+  int64_t* c = out.data<int64_t>();
+  for (const auto& group_states : states_)
+    for (const ParamState& st : group_states) *c++ = st.steps;
+  return out;
+}
+
+std::vector<std::vector<int64_t>> Optimizer::applied_counts() const {
+  std::vector<std::vector<int64_t>> out(states_.size());
+  const Tensor device_counts = applied_steps_.defined() ? applied_steps_.to(Device::cpu()) : Tensor();
+  const int64_t* c = device_counts.defined() ? device_counts.data<int64_t>() : nullptr;
+  for (size_t g = 0; g < states_.size(); ++g)
+    for (const ParamState& st : states_[g]) out[g].push_back(c ? *c++ : st.steps);
+  return out;
 }
 
 }  // namespace trainer

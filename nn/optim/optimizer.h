@@ -82,8 +82,12 @@ class Optimizer {
   // skipped step is the one torch.optim makes after a step GradScaler skipped (not calling step()).
   // SGD with dampening 0 is, up to the sign of zero: a buffer never written is zeros, and
   // momentum * 0 + 1 * g is the first step's g (where g is -0 the buffer holds +0, torch's clone -0).
-  // AdamW is not: its bias correction counts the skipped step. skip_if throws for those.
+  // AdamW is, because its bias correction then counts on the device: counts_updates_on_device()
+  // optimizers keep each parameter's count of applied updates in a device vector (applied_steps), which
+  // one kernel per step advances unless the flag is set, and which checkpoints save as "step.<param>".
+  // skip_if throws for an optimizer that cannot skip exactly. skip_if(nullptr) turns skipping off.
   virtual bool skips_exactly_on_device() const { return false; }
+  virtual bool counts_updates_on_device() const { return false; }
   void skip_if(const int64_t* device_flag);
 
  protected:
@@ -106,6 +110,7 @@ class Optimizer {
     Variable* param;
     ParamState* state;
     const double* device_scalars;  // this parameter's row, or null without use_device_scalars()
+    const int64_t* applied_steps;  // this parameter's count of applied updates on the device, or null
   };
   virtual void update_group(const ParamGroup& group, const std::vector<Update>& updates);
 
@@ -118,6 +123,9 @@ class Optimizer {
   const double* current_device_scalars() const { return current_device_scalars_; }
   // The flag set by skip_if(), or null.
   const int64_t* skip_flag() const { return skip_flag_; }
+  // The count of updates applied to the parameter update() is called for, on its device (see
+  // counts_updates_on_device), or null.
+  const int64_t* current_applied_steps() const { return current_applied_steps_; }
 
  private:
   std::string name_;
@@ -130,6 +138,13 @@ class Optimizer {
   Tensor host_scalars_;    // the same on the host (pageable), refilled by every stage_device_scalars()
   const double* current_device_scalars_ = nullptr;
   const int64_t* skip_flag_ = nullptr;
+  Tensor applied_steps_;  // i64 [parameters] on their device, while skip_if counts there
+  const int64_t* current_applied_steps_ = nullptr;
+  // Each parameter's count of applied updates: applied_steps_ read back (a host synchronisation) while
+  // it counts, else the host's step counts. Parallel to states_.
+  std::vector<std::vector<int64_t>> applied_counts() const;
+  // The host's step counts, i64 [parameters] on the host, in parameter order over all groups.
+  Tensor host_step_counts() const;
   std::vector<std::vector<char>> updated_;  // parallel to groups_[g].params: stepped by the last step()
 };
 

@@ -9,16 +9,20 @@
 #include <cctype>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "app/trainer_process.h"
+#include "metrics/child_process.h"
 #include "nn/safetensors.h"
 
 namespace trainer {
@@ -27,6 +31,7 @@ namespace {
 namespace fs = std::filesystem;
 
 using RankResult = trainer::testing::RunResult;
+using trainer::testing::ChildProcess;
 using trainer::testing::read_file;
 
 // A port the kernel just handed out (and that we released), so parallel test runs do not collide.
@@ -610,6 +615,43 @@ TEST_F(DistributedTrain, ARankThatNeverStartsIsReportedAfterTheTimeout) {
   const std::string out = read_file(dir_ / "z.out");
   EXPECT_NE(out.find("rank"), std::string::npos) << out;
   EXPECT_NE(out.find("HINT"), std::string::npos) << out;
+}
+
+// Whether something accepts TCP connections on 127.0.0.1:port.
+bool accepts_connections(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  const bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+  ::close(fd);
+  return ok;
+}
+
+// A rank waiting at start-up for a peer that never comes (a node still booting, a wrong WORLD_SIZE)
+// stops at once on SIGTERM (a launcher's or scheduler's stop, Ctrl-C alike), exiting with 128 + 15 and
+// saying what it waited for, instead of waiting out dist.timeout_seconds (here ten minutes).
+TEST_F(DistributedTrain, ARankWaitingForAMissingPeerStopsOnSigterm) {
+  const std::string cfg = write_config(std::string(kMlpConfig) + "[dist]\ntimeout_seconds = 600\n");
+  const fs::path out = dir_ / "w.out";
+  ChildProcess rank0(
+      {trainer::testing::trainer_binary(), "train", cfg, "--set", "train.run_dir=" + (dir_ / "w").string()},
+      out.string(),
+      {"RANK=0", "WORLD_SIZE=2", "LOCAL_RANK=0", "LOCAL_WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1",
+       "MASTER_PORT=" + std::to_string(port_)});
+  // Rank 0 serves the rendezvous store on MASTER_PORT after its stop handlers are in place; then it waits.
+  const auto deadline = ChildProcess::Clock::now() + std::chrono::seconds(60);
+  while (rank0.running() && !accepts_connections(port_) && ChildProcess::Clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_TRUE(rank0.running()) << read_file(out);
+  rank0.signal(SIGTERM);
+  const std::optional<int> code = rank0.wait_until(ChildProcess::Clock::now() + std::chrono::seconds(60));
+  ASSERT_TRUE(code.has_value()) << "still waiting a minute after SIGTERM:\n" << read_file(out);
+  const std::string text = read_file(out);
+  EXPECT_EQ(*code, 128 + SIGTERM) << text;
+  EXPECT_NE(text.find("stopped by signal 15"), std::string::npos) << text;
+  EXPECT_NE(text.find("while waiting for"), std::string::npos) << text;
 }
 
 TEST_F(DistributedTrain, ADeadRankStopsTheOthersWithAMessageInsteadOfAHang) {

@@ -80,6 +80,35 @@ TEST(TcpStore, WaitTimesOutNamingTheKey) {
   EXPECT_NE(error_of([&] { client.get("never", 100ms); }).find("'never'"), std::string::npos);
 }
 
+// A stop signal (the trainer's SIGTERM/Ctrl-C flag) ends a long wait between its one-second slices,
+// naming the signal and the keys; with no interrupt set, a wait runs to its timeout.
+TEST(TcpStore, AStopSignalEndsAWait) {
+  TcpStore server(store_options(0, true));
+  TcpStore client(store_options(server.port(), false));
+  std::atomic<int> signal{0};
+  set_store_wait_interrupt([&] { return signal.load(); });
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(300ms);
+    signal = SIGTERM;
+  });
+  int caught = 0;
+  std::string message;
+  try {
+    client.wait({"rank/1"}, 60s);  // a peer that never comes (60 s: the test fails, not hangs)
+  } catch (const WaitInterrupted& e) {
+    caught = e.signal();
+    message = e.what();
+  }
+  stopper.join();
+  set_store_wait_interrupt(nullptr);
+  EXPECT_EQ(caught, SIGTERM) << message;
+  EXPECT_NE(message.find("stopped by signal 15"), std::string::npos) << message;
+  EXPECT_NE(message.find("'rank/1'"), std::string::npos) << message;
+  // Unset again: the wait runs out its (short) timeout and reports the missing key.
+  signal = SIGTERM;
+  EXPECT_EQ(client.wait_for({"rank/1"}, 50ms), std::vector<std::string>{"rank/1"});
+}
+
 TEST(TcpStore, PortInUse) {
   TcpStore first(store_options(0, true));
   const std::string e = error_of([&] { TcpStore second(store_options(first.port(), true)); });

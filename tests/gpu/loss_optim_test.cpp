@@ -183,6 +183,41 @@ TEST(CudaOptim, AdamWSteps) {
     }
 }
 
+// A device loss scaler's skips: the kernel leaves everything as it is while the flag is set, and the
+// bias correction uses the device count of applied updates (count_updates advances it unless skipped),
+// as the CPU backend with the same flag and count.
+TEST(CudaOptim, AdamWSkipsOnTheFlagAndCountsAppliedSteps) {
+  REQUIRE_GPU();
+  Generator gen(44);
+  AdamWParams p;
+  p.lr = 1e-2, p.weight_decay = 0.05;
+  Tensor w = random({4, 3, 3, 5}, gen, DType::f32), m = Tensor::zeros(w.shape()),
+         v = Tensor::zeros(w.shape());
+  Tensor wg = w.to(gpu()), mg = m.to(gpu()), vg = v.to(gpu());
+  Tensor flag = Tensor::zeros({1}, DType::i64), count = Tensor::zeros({3}, DType::i64);
+  Tensor flag_g = flag.to(gpu()), count_g = count.to(gpu());
+  for (int64_t step = 1; step <= 6; ++step) {
+    const bool skip = step == 1 || step == 4;
+    flag.fill_(skip ? 1 : 0);
+    flag_g.fill_(skip ? 1 : 0);
+    p.step = step;  // the host's count (skips included): ignored in favour of the applied count
+    const Tensor g = random(w.shape(), gen, DType::f32);
+    p.skip_if = flag.data<int64_t>();
+    p.applied_steps = count.data<int64_t>() + 1;
+    cpu().adamw_step(w, g, m, v, p);
+    cpu().count_updates(count, {1}, p.skip_if);
+    p.skip_if = static_cast<const int64_t*>(flag_g.raw_data());
+    p.applied_steps = static_cast<const int64_t*>(count_g.raw_data()) + 1;
+    dev().adamw_step(wg, g.to(gpu()), mg, vg, p);
+    dev().count_updates(count_g, {1}, p.skip_if);
+  }
+  EXPECT_EQ(count.to_vector<int64_t>(), (std::vector<int64_t>{0, 4, 0}));
+  EXPECT_EQ(count_g.to_vector<int64_t>(), (std::vector<int64_t>{0, 4, 0}));
+  expect_close(w, wg, 1e-5, 1e-5, "adamw param");
+  expect_close(m, mg, 1e-5, 1e-5, "adamw exp_avg");
+  expect_close(v, vg, 1e-5, 1e-5, "adamw exp_avg_sq");
+}
+
 TEST(CudaRandom, DropoutMaskEqualsTheCpuMask) {
   REQUIRE_GPU();
   for (DType dtype : {DType::f32, DType::f64, DType::bf16}) {

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "app/trainer_process.h"
+#include "nn/safetensors.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace trainer {
@@ -96,6 +97,34 @@ TEST_F(TrainGraph, Fp16WithTheDeviceLossScalerReplaysEqualEagerStepsBitwise) {
   }
 }
 
+// fp16 with AdamW: the same, and AdamW's bias correction counts only the applied steps, on the device:
+// every parameter's checkpointed "step" count is 50 less the skipped steps the log reports.
+TEST_F(TrainGraph, Fp16AdamWWithTheDeviceLossScalerReplaysEqualEagerStepsBitwise) {
+  REQUIRE_GPU();
+  expect_graph_equals_eager(config("[optim]\nname = \"adamw\"\nlr = 0.002\nweight_decay = 0.05\n"),
+                            " --set train.precision=fp16 --set train.loss_scale_init=16777216");
+  for (const char* graph : {"true", "false"}) {
+    const std::string log = read_file(dir_ / graph / "train.log");
+    EXPECT_NE(log.find("loss scaling: on the device"), std::string::npos) << log;
+    EXPECT_NE(log.find("step 3: inf/NaN gradients, step skipped; loss scale now 2.09715e+06"),
+              std::string::npos)
+        << log;
+    int skipped = 0;
+    for (size_t at = log.find("step skipped"); at != std::string::npos; at = log.find("step skipped", at + 1))
+      ++skipped;
+    EXPECT_GE(skipped, 3) << log;
+    const auto state =
+        load_safetensors((dir_ / graph / "checkpoints" / "step-00000050" / "optimizer.safetensors").string());
+    int counts = 0;
+    for (const auto& [name, t] : state) {
+      if (name.rfind("step.", 0) != 0) continue;
+      EXPECT_EQ(t.item(), 50 - skipped) << graph << " " << name;
+      ++counts;
+    }
+    EXPECT_GT(counts, 10) << graph;
+  }
+}
+
 // On a GPU the loss is read back one step late (replayed or eager): a diverging run still stops at a
 // non-finite loss with the step and the hint, and writes no final checkpoint of NaN weights.
 TEST_F(TrainGraph, ANanLossStopsTheRunWithAndWithoutTheGraph) {
@@ -118,16 +147,17 @@ TEST_F(TrainGraph, ANanLossStopsTheRunWithAndWithoutTheGraph) {
 TEST_F(TrainGraph, RunsTheGraphCannotTakeRunEagerlyAndSaySo) {
   REQUIRE_GPU();
   const std::string cfg = config("[optim]\nlr = 0.05\n");
-  const auto r = run_trainer("train " + cfg + kSamples +
-                             " --set train.device=cuda --set train.precision=fp16 --set optim.name=adamw"
-                             " --set train.max_steps=5 --set train.run_dir=" +
-                             run_dir("fp16"));
+  const auto r =
+      run_trainer("train " + cfg + kSamples +
+                  " --set train.device=cuda --set train.precision=fp16 --set optim.clip_grad_norm=1"
+                  " --set train.max_steps=5 --set train.run_dir=" +
+                  run_dir("fp16"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("CUDA graph: off, every step runs eagerly (train.precision = \"fp16\" with "
-                          "optim.name = \"adamw\""),
+                          "optim.clip_grad_norm"),
             std::string::npos)
       << r.output;
-  EXPECT_NE(r.output.find("loss scaling: on the host, one synchronisation per step (optim.name = \"adamw\")"),
+  EXPECT_NE(r.output.find("loss scaling: on the host, one synchronisation per step (optim.clip_grad_norm)"),
             std::string::npos)
       << r.output;
   EXPECT_EQ(r.output.find("captured"), std::string::npos) << r.output;

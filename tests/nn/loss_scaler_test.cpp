@@ -201,13 +201,77 @@ TEST(LossScalerOnDevice, SgdSkipsOnTheFlagExactlyAsAHostSkip) {
   }
 }
 
-// AdamW cannot skip on a device flag exactly (its bias correction would count the skipped step).
-TEST(LossScalerOnDevice, AdamWRefusesToSkipOnAFlag) {
-  Variable a(Tensor::from_vector<float>({1}, {1}), true);
-  AdamW opt({{"a", a}}, AdamWOptions{});
-  EXPECT_FALSE(opt.skips_exactly_on_device());
-  const int64_t flag = 0;
-  EXPECT_THROW(opt.skip_if(&flag), std::logic_error);
+// AdamW skipping on the flag is what torch.optim.AdamW does when GradScaler skips on the host (its
+// step() is not called): weights, moments and the bias correction's count move only on applied steps.
+// Parameter b has no gradient in some steps (its count must not move then either). The checkpoint's
+// "step.<param>" entries are the applied counts, and a resumed optimizer continues the same way.
+TEST(LossScalerOnDevice, AdamWSkipsOnTheFlagExactlyAsAHostSkip) {
+  AdamWOptions ao;
+  ao.lr = 0.01;
+  ao.weight_decay = 0.1;
+  auto param = [](std::vector<float> v) { return Variable(Tensor::from_vector<float>(v, {2}), true); };
+  Variable a = param({1, -2}), b = param({0.5f, 3}), ref_a = param({1, -2}), ref_b = param({0.5f, 3});
+  AdamW opt({{"a", a}, {"b", b}}, ao), ref({{"a", ref_a}, {"b", ref_b}}, ao);
+  ASSERT_TRUE(opt.skips_exactly_on_device());
+  LossScaler s(small_interval());
+  s.keep_on_device(Device::cpu());
+  opt.skip_if(s.found_inf_flag());
+  const float inf = std::numeric_limits<float>::infinity();
+  struct Step {
+    bool finite, b_has_grad;
+  };
+  // Skipped first steps (fp16's usual start), a skip between applied steps, b left out twice.
+  const std::vector<Step> steps = {{false, true}, {true, true}, {false, true}, {false, false},
+                                   {true, false}, {true, true}, {true, true},  {false, true}};
+  auto run = [&](AdamW& o, Variable& x, Variable& y, AdamW& r, Variable& rx, Variable& ry, size_t i) {
+    const Step& st = steps[i];
+    const float k = 0.1f * static_cast<float>(i + 1);
+    x.grad() = F::mul(Variable(Tensor::from_vector<float>({k, st.finite ? -k : inf}, {2})), s.scale()).data();
+    y.grad() = st.b_has_grad ? F::mul(Variable(Tensor::from_vector<float>({2 * k, k}, {2})), s.scale()).data()
+                             : Tensor();
+    s.unscale_on_device(st.b_has_grad ? std::vector<Variable>{x, y} : std::vector<Variable>{x});
+    o.step();
+    s.update_on_device();
+    if (!st.finite) return;
+    rx.grad() = Tensor::from_vector<float>({k, -k}, {2});
+    ry.grad() = st.b_has_grad ? Tensor::from_vector<float>({2 * k, k}, {2}) : Tensor();
+    r.step();
+  };
+  auto expect_same = [](const AdamW& o, const AdamW& r, const std::string& where) {
+    const auto got = o.state_tensors(), want = r.state_tensors();
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t j = 0; j < got.size(); ++j) {
+      EXPECT_EQ(got[j].first, want[j].first);
+      EXPECT_EQ(got[j].second.to_vector<double>(), want[j].second.to_vector<double>())
+          << where << ": " << got[j].first;
+    }
+  };
+  for (size_t i = 0; i < steps.size(); ++i) {
+    run(opt, a, b, ref, ref_a, ref_b, i);
+    EXPECT_EQ(a.data().to_vector<float>(), ref_a.data().to_vector<float>()) << "step " << i + 1;
+    EXPECT_EQ(b.data().to_vector<float>(), ref_b.data().to_vector<float>()) << "step " << i + 1;
+    expect_same(opt, ref, "step " + std::to_string(i + 1));
+  }
+  EXPECT_EQ(opt.step_count(), 8);  // step() calls, skipped ones included
+  for (const auto& [name, t] : opt.state_tensors()) {
+    if (name == "step.a") EXPECT_EQ(t.item(), 4);  // applied: steps 2, 5, 6, 7
+    if (name == "step.b") EXPECT_EQ(t.item(), 3);  // applied with a gradient: steps 2, 6, 7
+  }
+  // A resumed optimizer (its counts loaded, then skipping on the flag) continues as the reference does.
+  Variable a2 = param({0, 0}), b2 = param({0, 0});
+  AdamW resumed({{"a", a2}, {"b", b2}}, ao);
+  resumed.load_state(opt.state_tensors(), opt.step_count());
+  resumed.skip_if(s.found_inf_flag());
+  a2.data().copy_(a.data());
+  b2.data().copy_(b.data());
+  for (size_t i : {1, 0, 5}) {  // applied, skipped, applied
+    run(resumed, a2, b2, ref, ref_a, ref_b, i);
+    EXPECT_EQ(a2.data().to_vector<float>(), ref_a.data().to_vector<float>()) << "resumed, step " << i + 1;
+    expect_same(resumed, ref, "resumed, step " + std::to_string(i + 1));
+  }
+}
+
+TEST(LossScalerOnDevice, ADisabledScalerCannotMoveToTheDevice) {
   LossScaler disabled(LossScalerOptions{.enabled = false});
   EXPECT_THROW(disabled.keep_on_device(Device::cpu()), std::logic_error);
 }
