@@ -60,7 +60,7 @@ std::vector<ConsistencyItem> config_key_items(const std::string& config_toml) {
 // The resume point of a run that starts from scratch (compared between ranks).
 constexpr const char* kFreshStart = "a fresh start";
 
-// Resolves --resume to a checkpoint directory, or nothing for a fresh start.
+// Resolves --resume to a checkpoint directory on this rank's view of ckpt_dir, or nothing for a fresh start.
 std::optional<std::string> resolve_resume(const std::string& resume, const std::string& ckpt_dir, Log& log) {
   if (resume.empty()) return std::nullopt;
   if (resume != "auto") return resume;
@@ -75,6 +75,21 @@ std::optional<std::string> resolve_resume(const std::string& resume, const std::
 }
 
 }  // namespace
+
+std::string agreed_resume(const std::string& resume, const std::string& ckpt_dir, int rank, Store* store,
+                          std::chrono::milliseconds timeout, Log& log) {
+  if (resume != "auto" || !store) return resolve_resume(resume, ckpt_dir, log).value_or("");
+  // The value carries a prefix, so that "" (a fresh start) is still a value that was set.
+  const std::string key = "trainer/resume_auto";
+  if (rank == 0) {
+    const std::string chosen = resolve_resume(resume, ckpt_dir, log).value_or("");
+    store->set(key, "=" + chosen);
+    return chosen;
+  }
+  const std::string chosen = store->get(key, timeout).substr(1);
+  log.line("resume auto: rank 0 chose " + (chosen.empty() ? std::string("a fresh start") : chosen));
+  return chosen;
+}
 
 // The per-step CSV of a resumed run keeps the lines up to the checkpoint's step: the steps a crashed
 // run logged after its last checkpoint are done again, and must appear once.
@@ -221,20 +236,19 @@ ExporterOptions exporter_options(const Config& config, const ProcessEnv& env, in
 
 namespace {
 
-// Loads the checkpoint --resume names (on every rank). `start` is set to where this rank starts, for
-// the ranks to compare (check_ranks_start_alike) before anything is written.
-TrainingState start_or_resume(const Config& config, const TrainOptions& options, Experiment& e,
-                              const std::string& run_dir, const std::string& ckpt_dir, Log& log,
-                              std::string& start) {
+// Loads the checkpoint at resume_path (agreed_resume; "" is a fresh start). `start` is set to where this rank
+// starts, for the ranks to compare (check_ranks_start_alike) before anything is written.
+TrainingState start_or_resume(const Config& config, const std::string& resume_path, Experiment& e,
+                              const std::string& run_dir, Log& log, std::string& start) {
   TrainingState st;
   start = kFreshStart;
   st.world_size = e.world_size;
   st.batch_size = config.data.batch_size;
   st.run_dir = run_dir;
-  if (auto path = resolve_resume(options.resume, ckpt_dir, log)) {
-    st = load_checkpoint(*path, *e.model, *e.optimizer);
+  if (!resume_path.empty()) {
+    st = load_checkpoint(resume_path, *e.model, *e.optimizer);
     start = fmt("step %lld of checkpoint %s", static_cast<long long>(st.step),
-                checkpoint_identity(*path).c_str());
+                checkpoint_identity(resume_path).c_str());
     if (st.world_size != e.world_size) {
       if (!config.checkpoint.allow_world_size_change)
         throw config_error_at(
@@ -247,7 +261,7 @@ TrainingState start_or_resume(const Config& config, const TrainOptions& options,
                                 config.data.batch_size, config.train.grad_accum_steps));
     }
     if (!st.rng_states.empty()) e.dropout_generator->set_state(st.rng_states[0]);
-    log.line(fmt("resumed from %s: step %lld, epoch %lld, batch %lld of the epoch", path->c_str(),
+    log.line(fmt("resumed from %s: step %lld, epoch %lld, batch %lld of the epoch", resume_path.c_str(),
                  static_cast<long long>(st.step), static_cast<long long>(st.epoch + 1),
                  static_cast<long long>(st.batch_in_epoch)));
   }
@@ -290,11 +304,16 @@ void check_ranks_start_alike(ProcessGroup& pg, const std::string& start, const D
 TrainingState agreed_start(const Config& config, const TrainOptions& options, Experiment& e,
                            const std::string& run_dir, const std::string& ckpt_dir, Log& log,
                            ProcessGroup& pg, const DistOptions& dopt, std::string& start) {
-  if (pg.world_size() <= 1) return start_or_resume(config, options, e, run_dir, ckpt_dir, log, start);
+  if (pg.world_size() <= 1)
+    return start_or_resume(config,
+                           agreed_resume(options.resume, ckpt_dir, 0, nullptr, dopt.connect_timeout, log), e,
+                           run_dir, log, start);
   TrainingState st;
   std::exception_ptr failure;
   try {
-    st = start_or_resume(config, options, e, run_dir, ckpt_dir, log, start);
+    const std::string resume =
+        agreed_resume(options.resume, ckpt_dir, pg.rank(), pg.store(), dopt.connect_timeout, log);
+    st = start_or_resume(config, resume, e, run_dir, log, start);
   } catch (const std::exception& error) {
     failure = std::current_exception();
     start = std::string("none, it stopped: ") + error.what();

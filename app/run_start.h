@@ -4,6 +4,7 @@
 // the ranks' agreement on build, config, data and steps, ZeRO's wrapper, the exporter's options, and
 // where the run starts (a fresh start or a checkpoint) as every rank agrees on it before anything is
 // written. Also the start-up warnings and notes a user moving from one GPU to many should see.
+#include <chrono>
 #include <cstdint>
 #include <string>
 
@@ -70,6 +71,15 @@ void log_run_description(Log& log, const Config& config, const Experiment& e, co
 // The exporter's options (metrics.port + LOCAL_RANK, the labels, the build).
 ExporterOptions exporter_options(const Config& config, const ProcessEnv& env, int rank,
                                  const TrainerBuild& build);
+
+// What --resume means for this rank: "" (a fresh start) or a checkpoint directory. "auto" is resolved
+// by rank 0 alone (the newest complete checkpoint in ckpt_dir), and with a store the others take its
+// choice: rank 0 writes the checkpoints, and another node's view of a shared directory can be stale
+// (NFS caches directory listings), which would otherwise stop the run at the agreement below for
+// nothing. A node that cannot see rank 0's checkpoint at all still stops there, naming it. `store` may
+// be null (one rank); `timeout` bounds the others' wait for rank 0.
+std::string agreed_resume(const std::string& resume, const std::string& ckpt_dir, int rank, Store* store,
+                          std::chrono::milliseconds timeout, Log& log);
 
 // Where this run starts, loaded on every rank (--resume), then agreed by all ranks (world size > 1):
 // a rank given another checkpoint, started without --resume, or unable to load its checkpoint stops

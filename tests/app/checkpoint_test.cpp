@@ -9,9 +9,12 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <thread>
 
 #include "app/crc32c.h"
+#include "app/run_start.h"
 #include "data/distributed_sampler.h"
+#include "dist/store.h"
 #include "nn/models/registry.h"
 #include "nn/optim/adamw.h"
 #include "nn/optim/sgd.h"
@@ -167,6 +170,40 @@ TEST_F(CheckpointTest, OptimizerStateCorruptionNamesTheTensorToo) {
 // The process really dies (SIGKILL from the test hook) after the checkpoint is complete in its temp
 // directory and before the rename: the previous checkpoint stays the newest that verifies and loads,
 // and the temp directory is never taken for a checkpoint; remove_stale_temps() clears it.
+// --resume auto at several ranks: rank 0 picks the checkpoint and the others take its choice, so a
+// node whose listing of the shared directory is stale (NFS caches them; here a copy of the directory
+// as it was before the newest checkpoint) resumes from the same one instead of stopping the run at
+// the start agreement. One rank (no store) decides from its own view; other --resume values pass.
+TEST_F(CheckpointTest, ResumeAutoIsRankZerosChoice) {
+  save(1);
+  const fs::path stale = dir_.string() + "_stale";
+  fs::remove_all(stale);
+  fs::copy(dir_, stale, fs::copy_options::recursive);
+  const std::string newest = save(2);
+  Log& log = Log::instance();
+  TcpStoreOptions so;
+  so.port = 0;
+  so.is_server = true;
+  TcpStore rank0_store(so);
+  so.is_server = false;
+  so.port = rank0_store.port();
+  TcpStore rank1_store(so);
+  std::string rank1_choice;
+  std::thread rank1([&] {
+    rank1_choice = agreed_resume("auto", stale.string(), 1, &rank1_store, std::chrono::seconds(30), log);
+  });
+  const std::string rank0_choice =
+      agreed_resume("auto", dir_.string(), 0, &rank0_store, std::chrono::seconds(30), log);
+  rank1.join();
+  EXPECT_EQ(rank0_choice, newest);
+  EXPECT_EQ(rank1_choice, newest);
+  EXPECT_EQ(agreed_resume("auto", stale.string(), 0, nullptr, std::chrono::seconds(1), log),
+            (stale / "step-00000001").string());
+  EXPECT_EQ(agreed_resume("", dir_.string(), 1, &rank1_store, std::chrono::seconds(1), log), "");
+  EXPECT_EQ(agreed_resume(newest, stale.string(), 1, &rank1_store, std::chrono::seconds(1), log), newest);
+  fs::remove_all(stale);
+}
+
 TEST_F(CheckpointTest, CrashBeforeRenameLeavesTheLastGoodCheckpoint) {
   const std::string good = save(1);
   const auto weights = model_->parameters()[0].data().to_vector<float>();
