@@ -534,13 +534,13 @@ TEST_F(DistributedTrain, RanksResumingFromDifferentPointsStopAtStart) {
   // A rank that cannot load its checkpoint (a path its node does not have) stops every rank at once,
   // the others naming why, instead of leaving them to wait out dist.timeout_seconds.
   port_ = free_port();
-  const auto started = std::chrono::steady_clock::now();
   auto missing = run_ranks({"train " + cfg + run + at15,
                             "train " + cfg + run + " --resume " + (dir_ / "not-on-this-node").string()});
-  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(30));
   for (const RankResult& rank : missing) {
     EXPECT_NE(rank.exit_code, 0) << rank.output;
+    // Each rank names rank 1's reason (it published it), not a wait that timed out.
     EXPECT_NE(rank.output.find("none, it stopped: "), std::string::npos) << rank.output;
+    EXPECT_EQ(rank.output.find("timed out"), std::string::npos) << rank.output;
     EXPECT_NE(rank.output.find("not-on-this-node"), std::string::npos) << rank.output;
   }
   // A copy of the checkpoint elsewhere (another node's disk) is the same resume point.
@@ -587,15 +587,16 @@ TEST_F(DistributedTrain, RanksWithDifferentLocalWorldSizesStopAtStart) {
 TEST_F(DistributedTrain, ARankWhoseDatasetIsMissingStopsTheOthersAtOnce) {
   const std::string cfg = write_config(std::string(kMlpConfig) + "[dist]\ntimeout_seconds = 60\n");
   const std::string run = " --set train.run_dir=" + (dir_ / "m").string();
-  const auto started = std::chrono::steady_clock::now();
   auto r = run_ranks({"train " + cfg + run, "train " + cfg + run +
                                                 " --set data.dataset=image_folder --set data.root=" +
                                                 (dir_ / "not-on-this-node").string()});
-  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(20));
   EXPECT_NE(r[1].exit_code, 0) << r[1].output;
   EXPECT_NE(r[1].output.find("not-on-this-node"), std::string::npos) << r[1].output;
   EXPECT_NE(r[0].exit_code, 0) << r[0].output;
-  EXPECT_NE(r[0].output.find("rank 1"), std::string::npos) << r[0].output;
+  // Rank 0 stops because rank 1 failed (its communicator went away), not because the 60 s timeout ran
+  // out waiting for it.
+  EXPECT_NE(r[0].output.find("because rank 1 failed"), std::string::npos) << r[0].output;
+  EXPECT_EQ(r[0].output.find("timed out"), std::string::npos) << r[0].output;
 }
 
 TEST_F(DistributedTrain, ARankThatNeverStartsIsReportedAfterTheTimeout) {
