@@ -194,7 +194,8 @@ TEST(ImageFolder, TrainingCropsDependOnTheGeneratorOnly) {
   EXPECT_EQ(g1.next_u64(), g2.next_u64());  // the same draws were taken
 }
 
-TEST(ImageFolder, FingerprintHashesNamesAndSizes) {
+// The fingerprint hashes names, sizes and the contents of a sample of the files (all 6 here).
+TEST(ImageFolder, FingerprintHashesNamesSizesAndSampledContents) {
   TempDir dir;
   const fs::path a = dir.path() / "a", b = dir.path() / "b";
   write_tree(a);
@@ -213,6 +214,17 @@ TEST(ImageFolder, FingerprintHashesNamesAndSizes) {
   write_png(b / "ant" / "z.png", 300, 200, {1, 2, 3});
   EXPECT_EQ(hash(a), hash(b));
   fs::rename(b / "ant" / "z.png", b / "ant" / "y.png");  // another name
+  EXPECT_NE(hash(a), hash(b));
+  fs::rename(b / "ant" / "y.png", b / "ant" / "z.png");
+  EXPECT_EQ(hash(a), hash(b));
+  {  // the same name and size, one byte different
+    std::fstream f(b / "ant" / "z.png", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(40);
+    const char c = static_cast<char>(f.get() ^ 0x5a);
+    f.seekp(40);
+    f.put(c);
+  }
+  EXPECT_EQ(fs::file_size(a / "ant" / "z.png"), fs::file_size(b / "ant" / "z.png"));
   EXPECT_NE(hash(a), hash(b));
 }
 
