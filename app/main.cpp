@@ -16,6 +16,7 @@
 #include "app/plan_command.h"
 #include "dist/error.h"
 #include "dist/heartbeat.h"
+#include "dist/store.h"
 
 namespace {
 
@@ -73,6 +74,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "trainer: %s\n", e.what());
     return 128 + e.signal();
   } catch (const DistError& e) {
+    // At start-up, a rank that was sent a stop signal and then learnt that another rank stopped (or
+    // left) exits as its signal asks: it was stopped, it did not fail.
+    if (const int signal = pending_stop_signal()) {
+      std::fprintf(stderr, "trainer: stopped by signal %d at start-up: %s\n", signal, e.what());
+      return 128 + signal;
+    }
     // A collective failed: say what every rank was doing (dead, stuck elsewhere, behind).
     std::string context = failure_context();
     if (!context.empty()) context = "\n" + context;

@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,7 @@
 #include "app/device_setup.h"
 #include "app/format.h"
 #include "dist/consistency.h"
+#include "dist/error.h"
 #include "dist/zero_optimizer.h"
 
 namespace trainer {
@@ -79,14 +81,24 @@ std::optional<std::string> resolve_resume(const std::string& resume, const std::
 std::string agreed_resume(const std::string& resume, const std::string& ckpt_dir, int rank, Store* store,
                           std::chrono::milliseconds timeout, Log& log) {
   if (resume != "auto" || !store) return resolve_resume(resume, ckpt_dir, log).value_or("");
-  // The value carries a prefix, so that "" (a fresh start) is still a value that was set.
+  // "=" + the choice ("" is a fresh start), or "!" + why rank 0 could not choose: the others must not
+  // wait out the timeout for a rank 0 that has failed (a stale NFS handle throws here).
   const std::string key = "trainer/resume_auto";
   if (rank == 0) {
-    const std::string chosen = resolve_resume(resume, ckpt_dir, log).value_or("");
-    store->set(key, "=" + chosen);
-    return chosen;
+    try {
+      const std::string chosen = resolve_resume(resume, ckpt_dir, log).value_or("");
+      store->set(key, "=" + chosen);
+      return chosen;
+    } catch (const std::exception& e) {
+      store->set(key, std::string("!") + e.what());
+      throw;
+    }
   }
-  const std::string chosen = store->get(key, timeout).substr(1);
+  const std::string value = store->get(key, timeout);
+  if (value.empty() || value[0] != '=')
+    throw std::runtime_error("--resume auto: rank 0 could not choose a checkpoint in " + ckpt_dir + ": " +
+                             value.substr(value.empty() ? 0 : 1));
+  const std::string chosen = value.substr(1);
   log.line("resume auto: rank 0 chose " + (chosen.empty() ? std::string("a fresh start") : chosen));
   return chosen;
 }
@@ -314,6 +326,8 @@ TrainingState agreed_start(const Config& config, const TrainOptions& options, Ex
     const std::string resume =
         agreed_resume(options.resume, ckpt_dir, pg.rank(), pg.store(), dopt.connect_timeout, log);
     st = start_or_resume(config, resume, e, run_dir, log, start);
+  } catch (const WaitInterrupted&) {
+    throw;  // a stop signal: this rank leaves, and the others' agreement notices it at once
   } catch (const std::exception& error) {
     failure = std::current_exception();
     start = std::string("none, it stopped: ") + error.what();

@@ -29,11 +29,7 @@ constexpr std::chrono::milliseconds kWaitSlice = 1s;  // how often a wait checks
 
 std::mutex g_wait_interrupt_mutex;
 std::function<int()>& g_wait_interrupt = *new std::function<int()>();  // never destroyed: read at exit
-
-int pending_stop_signal() {
-  std::lock_guard<std::mutex> lock(g_wait_interrupt_mutex);
-  return g_wait_interrupt ? g_wait_interrupt() : 0;
-}
+std::thread::id g_wait_interrupt_thread;  // the thread that set it: only its waits are interrupted
 
 enum Cmd : uint8_t { kCmdHello = 1, kCmdSet, kCmdGet, kCmdAdd, kCmdCheck, kCmdWait, kCmdDelete };
 
@@ -377,6 +373,13 @@ void Store::barrier(const std::string& name, int rank, int world_size, std::chro
 void set_store_wait_interrupt(std::function<int()> pending_signal) {
   std::lock_guard<std::mutex> lock(g_wait_interrupt_mutex);
   g_wait_interrupt = std::move(pending_signal);
+  g_wait_interrupt_thread = std::this_thread::get_id();
+}
+
+int pending_stop_signal() {
+  std::lock_guard<std::mutex> lock(g_wait_interrupt_mutex);
+  if (!g_wait_interrupt || std::this_thread::get_id() != g_wait_interrupt_thread) return 0;
+  return g_wait_interrupt();
 }
 
 TcpStore::TcpStore(const TcpStoreOptions& options) : options_(options), port_(options.port) {
@@ -399,8 +402,17 @@ TcpStore::TcpStore(const TcpStoreOptions& options) : options_(options), port_(op
   const std::string where = net::endpoint_str(options.host, port_);
   net::ConnectError error = net::ConnectError::none;
   std::string error_text;
-  socket_ = net::connect_with_retry(options.host, port_, net::deadline_after(options.connect_timeout), &error,
-                                    &error_text);
+  // In slices of at most kWaitSlice, so that a stop signal is noticed while rank 0 is not up yet.
+  const net::Deadline deadline = net::deadline_after(options.connect_timeout);
+  for (;;) {
+    const net::Deadline slice = std::min(deadline, net::deadline_after(kWaitSlice));
+    socket_ = net::connect_with_retry(options.host, port_, slice, &error, &error_text);
+    if (socket_.valid() || slice >= deadline) break;
+    if (const int signal = pending_stop_signal())
+      throw WaitInterrupted("stopped by signal " + std::to_string(signal) + " (" + strsignal(signal) +
+                                ") while trying to reach rank 0's rendezvous store at " + where,
+                            signal);
+  }
   if (!socket_.valid()) {
     std::string why = error == net::ConnectError::refused ? "connection refused: nothing listens there"
                       : error == net::ConnectError::unresolved

@@ -22,11 +22,16 @@
 namespace trainer {
 
 // What may end a store wait early: `pending_signal` returns the number of a stop signal received (0:
-// none). Every wait checks it about once a second and throws WaitInterrupted when it is set. The
-// trainer passes its stop handler's flag (app/train_signals.h), so that SIGTERM or Ctrl-C while a rank
-// waits for the others at start-up (a peer that never came, a slow node) ends the process at once
-// instead of after dist.timeout_seconds. Unset (null), waits run to their timeouts.
+// none). The waits of the thread that set it (not the watchdog's or heartbeat's threads) check it
+// about once a second and throw WaitInterrupted when it is set; so does a client still trying to reach
+// rank 0's store. The trainer passes its stop handler's flag (app/train_signals.h) for its start-up,
+// so that SIGTERM or Ctrl-C while a rank waits for the others (a peer that never came, a slow node)
+// ends the process at once instead of after dist.timeout_seconds. Unset (null), waits run to their
+// timeouts. Not covered: connections between peers and NCCL's own initialisation, which run only
+// once every rank has reached the store.
 void set_store_wait_interrupt(std::function<int()> pending_signal);
+// The stop signal set_store_wait_interrupt reports for this thread now (0: none, or not set).
+int pending_stop_signal();
 
 class Store {
  public:

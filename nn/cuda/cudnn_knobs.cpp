@@ -56,16 +56,17 @@ std::vector<KnobRange> knob_ranges(cudnnBackendDescriptor_t engine) {
   return out;
 }
 
-// At most `limit` values of the range, evenly spread, both ends included.
+// At most `limit` values of the range, evenly spread, both ends included (in 128 bits: a knob's range
+// may span most of int64).
 std::vector<int64_t> spread(const KnobRange& r, int limit) {
-  const int64_t steps = (r.max - r.min) / r.stride;  // values: min + i * stride, i in [0, steps]
+  const __int128 steps = (static_cast<__int128>(r.max) - r.min) / r.stride;  // values: min + i * stride
   std::vector<int64_t> values;
   if (steps + 1 <= limit) {
-    for (int64_t i = 0; i <= steps; ++i) values.push_back(r.min + i * r.stride);
+    for (__int128 i = 0; i <= steps; ++i) values.push_back(static_cast<int64_t>(r.min + i * r.stride));
     return values;
   }
   for (int i = 0; i < limit; ++i) {
-    const int64_t v = r.min + (steps * i / (limit - 1)) * r.stride;
+    const auto v = static_cast<int64_t>(r.min + (steps * i / (limit - 1)) * r.stride);
     if (values.empty() || values.back() != v) values.push_back(v);
   }
   return values;

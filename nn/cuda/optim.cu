@@ -168,6 +168,60 @@ void CudaBackend::sgd_step_many(const std::vector<SgdUpdate>& updates, const Sgd
   });
 }
 
+namespace cuda {
+namespace {
+
+// What the AdamW kernel needs besides the tensors. The step's factors come from the host (lr, step),
+// from the device scalars (a replayed step), or, for the bias correction, from the device count of
+// applied updates (a device loss scaler may skip steps).
+template <class T>
+struct AdamWArgs {
+  T w1, b2, w2, eps, host_decay, host_bc2, host_neg_step;
+  bool lerp_low, apply_decay;
+  const double* ds;  // [lr, step_size, bias_correction2_sqrt] or null
+  double weight_decay, beta1, beta2, host_lr;
+  const int64_t* skip;     // found-inf flag or null
+  const int64_t* applied;  // updates applied so far, or null
+};
+
+template <class T>
+__global__ void adamw_kernel(T* w, const T* gp, T* m, T* v, int64_t n, AdamWArgs<T> a) {
+  // One thread per block works out the step's factors: in every thread, the bias correction's double
+  // pow() would cost milliseconds per step on GPUs whose double precision is slow.
+  __shared__ T s_decay, s_bc2, s_neg_step;
+  __shared__ bool s_skip;
+  if (threadIdx.x == 0) {
+    s_skip = a.skip && *a.skip != 0;  // the loss scaler found inf/NaN gradients
+    // The host's double arithmetic exactly (no fused multiply-add), so replays equal eager steps.
+    const double lr = a.ds ? a.ds[0] : a.host_lr;
+    s_decay = a.ds ? static_cast<T>(__dsub_rn(1.0, __dmul_rn(lr, a.weight_decay))) : a.host_decay;
+    s_bc2 = a.ds ? static_cast<T>(a.ds[2]) : a.host_bc2;
+    s_neg_step = a.ds ? static_cast<T>(-a.ds[1]) : a.host_neg_step;
+    if (a.applied) {  // adamw_scalars() of the count of updates applied, skipped steps left out
+      const double t = static_cast<double>(*a.applied) + 1.0;
+      s_bc2 = static_cast<T>(sqrt(__dsub_rn(1.0, pow(a.beta2, t))));
+      s_neg_step = static_cast<T>(-__ddiv_rn(lr, __dsub_rn(1.0, pow(a.beta1, t))));
+    }
+  }
+  __syncthreads();
+  if (s_skip) return;
+  const T decay = s_decay, bc2 = s_bc2, neg_step = s_neg_step;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const T g = gp[i];
+    if (a.apply_decay) w[i] *= decay;
+    // exp_avg.lerp_(grad, 1 - beta1), with torch's two-sided lerp formula.
+    const T diff = g - m[i];
+    m[i] = a.lerp_low ? m[i] + a.w1 * diff : g - diff * (T(1) - a.w1);
+    v[i] = a.b2 * v[i] + a.w2 * g * g;
+    const T denom = sqrt(v[i]) / bc2 + a.eps;
+    w[i] += neg_step * (m[i] / denom);
+  }
+}
+
+}  // namespace
+}  // namespace cuda
+
 void CudaBackend::adamw_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
                              const AdamWParams& p) {
   using namespace cuda;
@@ -178,42 +232,30 @@ void CudaBackend::adamw_step(Tensor& param, const Tensor& grad, Tensor& exp_avg,
   check_state(param, exp_avg_sq, "adamw_step", "exp_avg_sq");
   const AdamWScalars scalars = adamw_scalars(p);  // throws unless p.step >= 1
   CUDA_DISPATCH_F32_F64(param.dtype(), "adamw_step", [&] {
-    scalar_t* w = static_cast<scalar_t*>(param.raw_data());
-    const scalar_t* gp = static_cast<const scalar_t*>(g_in.raw_data());
-    scalar_t* m = static_cast<scalar_t*>(exp_avg.raw_data());
-    scalar_t* v = static_cast<scalar_t*>(exp_avg_sq.raw_data());
-    const scalar_t host_decay = static_cast<scalar_t>(1.0 - p.lr * p.weight_decay);
-    const scalar_t w1 = static_cast<scalar_t>(1.0 - p.beta1), b2 = static_cast<scalar_t>(p.beta2),
-                   w2 = static_cast<scalar_t>(1.0 - p.beta2), eps = static_cast<scalar_t>(p.eps),
-                   host_bc2 = static_cast<scalar_t>(scalars.bias_correction2_sqrt),
-                   host_neg_step = static_cast<scalar_t>(-scalars.step_size);
-    const bool lerp_low = (1.0 - p.beta1) < 0.5, apply_decay = p.weight_decay != 0.0;
-    const double* ds = p.device_scalars;  // [lr, step_size, bias_correction2_sqrt]
-    const double weight_decay = p.weight_decay, beta1 = p.beta1, beta2 = p.beta2, host_lr = p.lr;
-    const int64_t* skip = p.skip_if;
-    const int64_t* applied = p.applied_steps;
-    for_each(param.numel(), [=] __device__(int64_t i) {
-      if (skip && *skip != 0) return;  // the loss scaler found inf/NaN gradients
-      // The host's double arithmetic exactly (no fused multiply-add), so replays equal eager steps.
-      const double lr = ds ? ds[0] : host_lr;
-      const scalar_t decay =
-          ds ? static_cast<scalar_t>(__dsub_rn(1.0, __dmul_rn(lr, weight_decay))) : host_decay;
-      scalar_t bc2 = ds ? static_cast<scalar_t>(ds[2]) : host_bc2;
-      scalar_t neg_step = ds ? static_cast<scalar_t>(-ds[1]) : host_neg_step;
-      if (applied) {  // adamw_scalars() of the count of updates applied, skipped steps left out
-        const double t = static_cast<double>(*applied) + 1.0;
-        bc2 = static_cast<scalar_t>(sqrt(__dsub_rn(1.0, pow(beta2, t))));
-        neg_step = static_cast<scalar_t>(-__ddiv_rn(lr, __dsub_rn(1.0, pow(beta1, t))));
-      }
-      const scalar_t g = gp[i];
-      if (apply_decay) w[i] *= decay;
-      // exp_avg.lerp_(grad, 1 - beta1), with torch's two-sided lerp formula.
-      const scalar_t diff = g - m[i];
-      m[i] = lerp_low ? m[i] + w1 * diff : g - diff * (scalar_t(1) - w1);
-      v[i] = b2 * v[i] + w2 * g * g;
-      const scalar_t denom = sqrt(v[i]) / bc2 + eps;
-      w[i] += neg_step * (m[i] / denom);
-    });
+    AdamWArgs<scalar_t> a;
+    a.w1 = static_cast<scalar_t>(1.0 - p.beta1);
+    a.b2 = static_cast<scalar_t>(p.beta2);
+    a.w2 = static_cast<scalar_t>(1.0 - p.beta2);
+    a.eps = static_cast<scalar_t>(p.eps);
+    a.host_decay = static_cast<scalar_t>(1.0 - p.lr * p.weight_decay);
+    a.host_bc2 = static_cast<scalar_t>(scalars.bias_correction2_sqrt);
+    a.host_neg_step = static_cast<scalar_t>(-scalars.step_size);
+    a.lerp_low = (1.0 - p.beta1) < 0.5;
+    a.apply_decay = p.weight_decay != 0.0;
+    a.ds = p.device_scalars;
+    a.weight_decay = p.weight_decay;
+    a.beta1 = p.beta1;
+    a.beta2 = p.beta2;
+    a.host_lr = p.lr;
+    a.skip = p.skip_if;
+    a.applied = p.applied_steps;
+    const int64_t n = param.numel();
+    if (n == 0) return;
+    constexpr int kThreads = 256;
+    adamw_kernel<scalar_t><<<grid_size(n, kThreads), kThreads, 0, cuda_stream()>>>(
+        static_cast<scalar_t*>(param.raw_data()), static_cast<const scalar_t*>(g_in.raw_data()),
+        static_cast<scalar_t*>(exp_avg.raw_data()), static_cast<scalar_t*>(exp_avg_sq.raw_data()), n, a);
+    CUDA_CHECK_LAUNCH();
   });
 }
 

@@ -305,10 +305,14 @@ void Optimizer::skip_if(const int64_t* device_flag) {
     throw std::logic_error(name_ +
                            ": cannot skip steps on the device flag exactly (see skips_exactly_on_device)");
   skip_flag_ = device_flag;
-  if (!device_flag || !counts_updates_on_device()) {
+  if (applied_steps_.defined()) {
+    // Counting on the device until now: its counts are the true ones (the host's include skipped steps).
+    const std::vector<std::vector<int64_t>> applied = applied_counts();
+    for (size_t g = 0; g < states_.size(); ++g)
+      for (size_t i = 0; i < states_[g].size(); ++i) states_[g][i].steps = applied[g][i];
     applied_steps_ = Tensor();
-    return;
   }
+  if (!device_flag || !counts_updates_on_device()) return;
   const Tensor counts = host_step_counts();
   applied_steps_ = Tensor::empty(counts.shape(), DType::i64, parameters_device(name_, groups_, "skip_if"));
   applied_steps_.copy_(counts);

@@ -167,9 +167,6 @@ TEST_F(CheckpointTest, OptimizerStateCorruptionNamesTheTensorToo) {
   }
 }
 
-// The process really dies (SIGKILL from the test hook) after the checkpoint is complete in its temp
-// directory and before the rename: the previous checkpoint stays the newest that verifies and loads,
-// and the temp directory is never taken for a checkpoint; remove_stale_temps() clears it.
 // --resume auto at several ranks: rank 0 picks the checkpoint and the others take its choice, so a
 // node whose listing of the shared directory is stale (NFS caches them; here a copy of the directory
 // as it was before the newest checkpoint) resumes from the same one instead of stopping the run at
@@ -204,6 +201,39 @@ TEST_F(CheckpointTest, ResumeAutoIsRankZerosChoice) {
   fs::remove_all(stale);
 }
 
+// Rank 0 failing to look (here an entry that is a symbolic-link loop; on NFS, a stale handle) tells the
+// others why at once, instead of leaving them to wait out the timeout for its choice.
+TEST_F(CheckpointTest, ResumeAutoFailingOnRankZeroStopsTheOthersWithItsReason) {
+  Log& log = Log::instance();
+  TcpStoreOptions so;
+  so.port = 0;
+  so.is_server = true;
+  TcpStore rank0_store(so);
+  so.is_server = false;
+  so.port = rank0_store.port();
+  TcpStore rank1_store(so);
+  const fs::path unreadable = dir_ / "looping";
+  fs::create_directories(unreadable);
+  fs::create_directory_symlink(unreadable / "step-00000009", unreadable / "step-00000009");
+  std::string rank1_error;
+  std::thread rank1([&] {
+    try {
+      agreed_resume("auto", dir_.string(), 1, &rank1_store, std::chrono::seconds(60), log);
+    } catch (const std::exception& e) {
+      rank1_error = e.what();
+    }
+  });
+  EXPECT_ANY_THROW(
+      agreed_resume("auto", unreadable.string(), 0, &rank0_store, std::chrono::seconds(60), log));
+  rank1.join();
+  EXPECT_NE(rank1_error.find("--resume auto: rank 0 could not choose a checkpoint"), std::string::npos)
+      << rank1_error;
+  EXPECT_NE(rank1_error.find("Too many levels of symbolic links"), std::string::npos) << rank1_error;
+}
+
+// The process really dies (SIGKILL from the test hook) after the checkpoint is complete in its temp
+// directory and before the rename: the previous checkpoint stays the newest that verifies and loads,
+// and the temp directory is never taken for a checkpoint; remove_stale_temps() clears it.
 TEST_F(CheckpointTest, CrashBeforeRenameLeavesTheLastGoodCheckpoint) {
   const std::string good = save(1);
   const auto weights = model_->parameters()[0].data().to_vector<float>();

@@ -100,12 +100,28 @@ TEST(TcpStore, AStopSignalEndsAWait) {
     message = e.what();
   }
   stopper.join();
-  set_store_wait_interrupt(nullptr);
   EXPECT_EQ(caught, SIGTERM) << message;
   EXPECT_NE(message.find("stopped by signal 15"), std::string::npos) << message;
   EXPECT_NE(message.find("'rank/1'"), std::string::npos) << message;
+  // Only the waits of the thread that set the interrupt end early (not a watchdog's or heartbeat's).
+  set_store_wait_interrupt([&] { return signal.load(); });
+  std::vector<std::string> other_thread;
+  std::thread([&] { other_thread = client.wait_for({"rank/1"}, 1500ms); }).join();
+  EXPECT_EQ(other_thread, std::vector<std::string>{"rank/1"});
+  // A rank still trying to reach rank 0's store (nothing listens yet) stops too.
+  const TcpStoreOptions late = store_options(free_port(), false, 60s);
+  int caught_connecting = 0;
+  try {
+    TcpStore never(late);
+  } catch (const WaitInterrupted& e) {
+    caught_connecting = e.signal();
+    EXPECT_NE(std::string(e.what()).find("while trying to reach rank 0's rendezvous store"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(caught_connecting, SIGTERM);
   // Unset again: the wait runs out its (short) timeout and reports the missing key.
-  signal = SIGTERM;
+  set_store_wait_interrupt(nullptr);
   EXPECT_EQ(client.wait_for({"rank/1"}, 50ms), std::vector<std::string>{"rank/1"});
 }
 
