@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "app/trainer_process.h"
+#include "dist/multi_process.h"
 #include "metrics/child_process.h"
 #include "nn/safetensors.h"
 
@@ -34,19 +35,7 @@ using RankResult = trainer::testing::RunResult;
 using trainer::testing::ChildProcess;
 using trainer::testing::read_file;
 
-// A port the kernel just handed out (and that we released), so parallel test runs do not collide.
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  socklen_t len = sizeof addr;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
+using trainer::testing::free_port;  // below the kernel's ephemeral range, so parallel tests do not collide
 
 class DistributedTrain : public ::testing::Test {
  protected:
@@ -618,18 +607,6 @@ TEST_F(DistributedTrain, ARankThatNeverStartsIsReportedAfterTheTimeout) {
   EXPECT_NE(out.find("HINT"), std::string::npos) << out;
 }
 
-// Whether something accepts TCP connections on 127.0.0.1:port.
-bool accepts_connections(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  const bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
-  ::close(fd);
-  return ok;
-}
-
 // A rank waiting at start-up for a peer that never comes (a node still booting, a wrong WORLD_SIZE)
 // stops at once on SIGTERM (a launcher's or scheduler's stop, Ctrl-C alike), exiting with 128 + 15 and
 // saying what it waited for, instead of waiting out dist.timeout_seconds (here ten minutes).
@@ -641,9 +618,10 @@ TEST_F(DistributedTrain, ARankWaitingForAMissingPeerStopsOnSigterm) {
       out.string(),
       {"RANK=0", "WORLD_SIZE=2", "LOCAL_RANK=0", "LOCAL_WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1",
        "MASTER_PORT=" + std::to_string(port_)});
-  // Rank 0 serves the rendezvous store on MASTER_PORT after its stop handlers are in place; then it waits.
+  // Rank 0 serves the rendezvous store on MASTER_PORT (which is then taken) after its stop handlers are in
+  // place; then it waits.
   const auto deadline = ChildProcess::Clock::now() + std::chrono::seconds(60);
-  while (rank0.running() && !accepts_connections(port_) && ChildProcess::Clock::now() < deadline)
+  while (rank0.running() && trainer::testing::port_is_free(port_) && ChildProcess::Clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   ASSERT_TRUE(rank0.running()) << read_file(out);
   rank0.signal(SIGTERM);
