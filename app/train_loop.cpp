@@ -745,6 +745,7 @@ int run_training(const Config& config, const TrainOptions& options) {
       .log = log,
       .rank = rank,
       .stall = stall_hook_from_env(),
+      .inf_grad = inf_grad_hook_from_env(),
       .graph = step_graph.get(),
       .readback = readback,
   };

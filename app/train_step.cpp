@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -30,6 +31,13 @@ StallHook stall_hook_from_env() {
   StallHook hook;
   if (const char* stall = std::getenv("TRAINER_TEST_STALL"))
     std::sscanf(stall, "%d:%lld:%lf", &hook.rank, &hook.step, &hook.seconds);
+  return hook;
+}
+
+InfGradHook inf_grad_hook_from_env() {
+  InfGradHook hook;
+  if (const char* at = std::getenv("TRAINER_TEST_INF_GRAD"))
+    std::sscanf(at, "%d:%lld", &hook.rank, &hook.step);
   return hook;
 }
 
@@ -153,6 +161,10 @@ double finish_step(StepContext& ctx, const TrainingState& st, StepResult& result
   timer.end(Phase::allreduce_exposed);
   if (ctx.allreduce_open) timer.end(Phase::allreduce_total);
   ctx.allreduce_open = false;
+  if (ctx.rank == ctx.inf_grad.rank && st.step + 1 == ctx.inf_grad.step && !ctx.params.empty()) {
+    Variable first = ctx.params.front();  // a handle: its gradient is the parameter's
+    if (first.grad().defined()) first.grad().fill_(std::numeric_limits<double>::infinity());
+  }
   timer.begin(Phase::optimizer);
   const double lr = step_lr(ctx.e, st);
   if (ctx.scaler.on_device()) {

@@ -33,6 +33,15 @@ struct StallHook {
 };
 StallHook stall_hook_from_env();
 
+// Test hook TRAINER_TEST_INF_GRAD="RANK:STEP": on that rank, at that step (1-based, as the log counts),
+// the first parameter's gradient becomes inf after the all-reduce, as if only this rank had overflowed;
+// the ranks must still skip that step together. Eager steps only. rank -1: none.
+struct InfGradHook {
+  int rank = -1;
+  long long step = -1;
+};
+InfGradHook inf_grad_hook_from_env();
+
 // What every step of a run works with; run_training sets it up once, before the first epoch.
 struct StepContext {
   const Config& config;
@@ -57,6 +66,7 @@ struct StepContext {
   Log& log;
   int rank;
   StallHook stall;
+  InfGradHook inf_grad;
   // train.cuda_graph where step_graph_blocker() allows it: full-size steps replay a CUDA graph; null
   // otherwise (every step eager).
   StepGraph* graph = nullptr;
