@@ -382,6 +382,13 @@ int pending_stop_signal() {
   return g_wait_interrupt();
 }
 
+void throw_if_stop_pending(const std::string& doing) {
+  if (const int signal = pending_stop_signal())
+    throw WaitInterrupted(
+        "stopped by signal " + std::to_string(signal) + " (" + strsignal(signal) + ") while " + doing,
+        signal);
+}
+
 TcpStore::TcpStore(const TcpStoreOptions& options) : options_(options), port_(options.port) {
   if (options.is_server) {
     int err = 0;
@@ -408,10 +415,7 @@ TcpStore::TcpStore(const TcpStoreOptions& options) : options_(options), port_(op
     const net::Deadline slice = std::min(deadline, net::deadline_after(kWaitSlice));
     socket_ = net::connect_with_retry(options.host, port_, slice, &error, &error_text);
     if (socket_.valid() || slice >= deadline) break;
-    if (const int signal = pending_stop_signal())
-      throw WaitInterrupted("stopped by signal " + std::to_string(signal) + " (" + strsignal(signal) +
-                                ") while trying to reach rank 0's rendezvous store at " + where,
-                            signal);
+    throw_if_stop_pending("trying to reach rank 0's rendezvous store at " + where);
   }
   if (!socket_.valid()) {
     std::string why = error == net::ConnectError::refused ? "connection refused: nothing listens there"
@@ -580,11 +584,7 @@ std::vector<std::string> TcpStore::wait_for(const std::vector<std::string>& keys
     Reader r(request(Writer().u8(kCmdWait).u64(static_cast<uint64_t>(slice.count())).strs(keys).bytes(),
                      net::deadline_after(slice + kWaitReplyGrace), "wait for " + quoted_keys(keys)));
     if (r.u8() == 1) return {};
-    if (const int signal = pending_stop_signal())
-      throw WaitInterrupted("stopped by signal " + std::to_string(signal) + " (" + strsignal(signal) +
-                                ") while waiting for " + quoted_keys(keys) + " in the rendezvous store at " +
-                                address(),
-                            signal);
+    throw_if_stop_pending("waiting for " + quoted_keys(keys) + " in the rendezvous store at " + address());
     if (left <= slice) break;
   }
   const std::vector<bool> present = check(keys);

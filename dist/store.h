@@ -27,11 +27,14 @@ namespace trainer {
 // rank 0's store. The trainer passes its stop handler's flag (app/train_signals.h) for its start-up,
 // so that SIGTERM or Ctrl-C while a rank waits for the others (a peer that never came, a slow node)
 // ends the process at once instead of after dist.timeout_seconds. Unset (null), waits run to their
-// timeouts. Not covered: connections between peers and NCCL's own initialisation, which run only
-// once every rank has reached the store.
+// timeouts. The communicators' set-up (CpuComm's peer connections, NCCL's initialisation) checks it
+// the same way (throw_if_stop_pending).
 void set_store_wait_interrupt(std::function<int()> pending_signal);
 // The stop signal set_store_wait_interrupt reports for this thread now (0: none, or not set).
 int pending_stop_signal();
+// Throws WaitInterrupted ("stopped by signal N (name) while <doing>") when pending_stop_signal() is set:
+// for the other start-up waits in slices (peer connections, NCCL's initialisation).
+void throw_if_stop_pending(const std::string& doing);
 
 class Store {
  public:

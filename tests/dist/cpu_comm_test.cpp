@@ -4,10 +4,13 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
+#include <thread>
 
 #include "dist/error.h"
+#include "dist/store.h"
 #include "multi_process.h"
 
 namespace trainer {
@@ -141,6 +144,34 @@ TEST(CpuComm, ReduceScatterChecksShapesAndNamesMismatches) {
     seen = seen || e.find("tensor mismatch in reduce_scatter #0 (32 B of f32, avg)") != std::string::npos;
   }
   EXPECT_TRUE(seen) << errors[0] << "\n" << errors[1];
+}
+
+// A stop signal at start-up ends the communicator's set-up too: rank 0 waiting for a higher rank that
+// published its address and then never connected (here a made-up address) stops within a second.
+TEST(CpuComm, AStopSignalEndsTheSetUpWait) {
+  TcpStore store(store_options(0, true));
+  store.set("comm/default/addr/1", "127.0.0.1 1");  // rank 1 "arrived", but will never connect
+  std::atomic<int> signal{0};
+  set_store_wait_interrupt([&] { return signal.load(); });
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(300ms);
+    signal = SIGTERM;
+  });
+  CpuCommOptions o;
+  o.listen_address = "127.0.0.1";
+  o.connect_timeout = 60s;  // the test fails, not hangs, if the signal is not seen
+  int caught = 0;
+  std::string message;
+  try {
+    CpuComm::create(store, 0, 2, o);
+  } catch (const WaitInterrupted& e) {
+    caught = e.signal();
+    message = e.what();
+  }
+  stopper.join();
+  set_store_wait_interrupt(nullptr);
+  EXPECT_EQ(caught, SIGTERM) << message;
+  EXPECT_NE(message.find("waiting for the higher ranks to connect"), std::string::npos) << message;
 }
 
 TEST(CpuComm, Broadcast) {
