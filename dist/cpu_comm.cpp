@@ -253,13 +253,8 @@ std::shared_ptr<CpuComm> CpuComm::create(Store& store, int rank, int world_size,
       const int port = std::stoi(addr.substr(space + 1));
       net::ConnectError error;
       std::string error_text;
-      net::Socket s;
-      for (;;) {  // in slices of a second, so that a stop signal at start-up is noticed
-        const net::Deadline slice = std::min(deadline, net::deadline_after(std::chrono::seconds(1)));
-        s = net::connect_with_retry(host, port, slice, &error, &error_text);
-        if (s.valid() || slice >= deadline) break;
-        throw_if_stop_pending(what + ": connecting to rank " + std::to_string(p));
-      }
+      net::Socket s = net::connect_with_retry(host, port, deadline, &error, &error_text,
+                                              stop_check(what + ": connecting to rank " + std::to_string(p)));
       if (!s.valid())
         throw DistError(what + ": rank " + std::to_string(rank) + " cannot connect to rank " +
                         std::to_string(p) + " at " + net::endpoint_str(host, port) + " (" + error_text +
@@ -277,13 +272,8 @@ std::shared_ptr<CpuComm> CpuComm::create(Store& store, int rank, int world_size,
       comm->peers_[p] = std::move(s);
     }
     for (int accepted = 0; accepted < world_size - 1 - rank; ++accepted) {
-      net::Socket s;
-      for (;;) {  // in slices of a second, so that a stop signal at start-up is noticed
-        const net::Deadline slice = std::min(deadline, net::deadline_after(std::chrono::seconds(1)));
-        s = net::accept_until(listener, slice);
-        if (s.valid() || slice >= deadline) break;
-        throw_if_stop_pending(what + ": waiting for the higher ranks to connect");
-      }
+      net::Socket s = net::accept_until(listener, deadline,
+                                        stop_check(what + ": waiting for the higher ranks to connect"));
       if (!s.valid()) {
         std::vector<int> missing;
         for (int p = rank + 1; p < world_size; ++p)

@@ -611,9 +611,9 @@ std::shared_ptr<NcclComm> NcclComm::create(Store& store, int rank, int world_siz
       }
       if (Clock::now() > next_stop_check) {  // a stop signal at start-up (set_store_wait_interrupt)
         next_stop_check = Clock::now() + std::chrono::seconds(1);
-        if (pending_stop_signal()) {
+        if (const int signal = pending_stop_signal()) {
           ncclCommAbort(comm);
-          throw_if_stop_pending("setting up NCCL communicator '" + options.name + "'");
+          throw_stopped(signal, "setting up NCCL communicator '" + options.name + "'");
         }
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(1));

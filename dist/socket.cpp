@@ -207,8 +207,12 @@ std::string local_ip(const Socket& socket) {
 }
 
 Socket connect_with_retry(const std::string& host, int port, Deadline deadline, ConnectError* error,
-                          std::string* error_text) {
+                          std::string* error_text, const std::function<void()>& between) {
   auto backoff = std::chrono::milliseconds(50);
+  // With a check between attempts, no attempt may outlast a second (a SYN into a firewall that drops it).
+  const auto attempt_deadline = [&] {
+    return between ? std::min(deadline, Clock::now() + std::chrono::seconds(1)) : deadline;
+  };
   for (;;) {
     AddrInfoList list;
     const int gai = resolve(host, port, false, &list);
@@ -218,7 +222,7 @@ Socket connect_with_retry(const std::string& host, int port, Deadline deadline, 
     } else {
       for (const addrinfo* ai = list.head; ai; ai = ai->ai_next) {
         int err = 0;
-        const int fd = connect_once(*ai, deadline, &err);
+        const int fd = connect_once(*ai, attempt_deadline(), &err);
         if (fd >= 0) {
           set_nodelay(fd);
           *error = ConnectError::none;
@@ -231,6 +235,7 @@ Socket connect_with_retry(const std::string& host, int port, Deadline deadline, 
         *error_text = errno_text(err);
       }
     }
+    if (between) between();
     const auto now = Clock::now();
     if (now >= deadline) return Socket();
     std::this_thread::sleep_for(std::min<Clock::duration>(backoff, deadline - now));
@@ -238,7 +243,7 @@ Socket connect_with_retry(const std::string& host, int port, Deadline deadline, 
   }
 }
 
-Socket accept_until(const Socket& listener, Deadline deadline) {
+Socket accept_until(const Socket& listener, Deadline deadline, const std::function<void()>& between) {
   for (;;) {
     const int fd = ::accept4(listener.fd(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd >= 0) {
@@ -247,7 +252,9 @@ Socket accept_until(const Socket& listener, Deadline deadline) {
     }
     if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED) return Socket();
     if (Clock::now() >= deadline) return Socket();
-    wait_fd(listener.fd(), POLLIN, deadline);
+    if (between) between();
+    wait_fd(listener.fd(), POLLIN,
+            between ? std::min(deadline, Clock::now() + std::chrono::seconds(1)) : deadline);
   }
 }
 

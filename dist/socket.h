@@ -5,6 +5,7 @@
 // MSG_NOSIGNAL: a peer that died must produce an error, never a SIGPIPE that kills this process.
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <string>
 
 namespace trainer::net {
@@ -52,11 +53,14 @@ std::string local_ip(const Socket& socket);
 enum class ConnectError { none, refused, unreachable, timed_out, unresolved };
 // Connects to host:port, retrying with backoff (50 ms doubling to 1 s) while the peer is not
 // listening yet or the name does not resolve yet, until `deadline`. On failure returns an invalid
-// socket, the last error kind and its text.
+// socket, the last error kind and its text. `between`, when given, runs between attempts and may
+// throw to give up (a stop signal); each attempt then waits at most a second, so it runs at least
+// that often.
 Socket connect_with_retry(const std::string& host, int port, Deadline deadline, ConnectError* error,
-                          std::string* error_text);
-// Waits for one connection until `deadline`; an invalid socket on timeout.
-Socket accept_until(const Socket& listener, Deadline deadline);
+                          std::string* error_text, const std::function<void()>& between = {});
+// Waits for one connection until `deadline`; an invalid socket on timeout or on a hard error (EMFILE,
+// ...). `between`, when given, runs about once a second while waiting and may throw to give up.
+Socket accept_until(const Socket& listener, Deadline deadline, const std::function<void()>& between = {});
 
 enum class IoStatus { ok, timeout, closed, error };
 // Whole-buffer transfers on a non-blocking socket. `closed`: the peer closed (or reset) the

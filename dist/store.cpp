@@ -382,11 +382,21 @@ int pending_stop_signal() {
   return g_wait_interrupt();
 }
 
+void throw_stopped(int signal, const std::string& doing) {
+  throw WaitInterrupted(
+      "stopped by signal " + std::to_string(signal) + " (" + strsignal(signal) + ") while " + doing, signal);
+}
+
 void throw_if_stop_pending(const std::string& doing) {
-  if (const int signal = pending_stop_signal())
-    throw WaitInterrupted(
-        "stopped by signal " + std::to_string(signal) + " (" + strsignal(signal) + ") while " + doing,
-        signal);
+  if (const int signal = pending_stop_signal()) throw_stopped(signal, doing);
+}
+
+std::function<void()> stop_check(const std::string& doing) {
+  {
+    std::lock_guard<std::mutex> lock(g_wait_interrupt_mutex);
+    if (!g_wait_interrupt || std::this_thread::get_id() != g_wait_interrupt_thread) return {};
+  }
+  return [doing] { throw_if_stop_pending(doing); };
 }
 
 TcpStore::TcpStore(const TcpStoreOptions& options) : options_(options), port_(options.port) {
@@ -409,14 +419,9 @@ TcpStore::TcpStore(const TcpStoreOptions& options) : options_(options), port_(op
   const std::string where = net::endpoint_str(options.host, port_);
   net::ConnectError error = net::ConnectError::none;
   std::string error_text;
-  // In slices of at most kWaitSlice, so that a stop signal is noticed while rank 0 is not up yet.
-  const net::Deadline deadline = net::deadline_after(options.connect_timeout);
-  for (;;) {
-    const net::Deadline slice = std::min(deadline, net::deadline_after(kWaitSlice));
-    socket_ = net::connect_with_retry(options.host, port_, slice, &error, &error_text);
-    if (socket_.valid() || slice >= deadline) break;
-    throw_if_stop_pending("trying to reach rank 0's rendezvous store at " + where);
-  }
+  socket_ = net::connect_with_retry(options.host, port_, net::deadline_after(options.connect_timeout), &error,
+                                    &error_text,
+                                    stop_check("trying to reach rank 0's rendezvous store at " + where));
   if (!socket_.valid()) {
     std::string why = error == net::ConnectError::refused ? "connection refused: nothing listens there"
                       : error == net::ConnectError::unresolved

@@ -28,13 +28,20 @@ namespace trainer {
 // so that SIGTERM or Ctrl-C while a rank waits for the others (a peer that never came, a slow node)
 // ends the process at once instead of after dist.timeout_seconds. Unset (null), waits run to their
 // timeouts. The communicators' set-up (CpuComm's peer connections, NCCL's initialisation) checks it
-// the same way (throw_if_stop_pending).
+// the same way (stop_check, throw_if_stop_pending).
 void set_store_wait_interrupt(std::function<int()> pending_signal);
+// The callback runs under a process-wide mutex: it must not use the store. A thread that set it should
+// clear it (nullptr) before it ends.
 // The stop signal set_store_wait_interrupt reports for this thread now (0: none, or not set).
 int pending_stop_signal();
-// Throws WaitInterrupted ("stopped by signal N (name) while <doing>") when pending_stop_signal() is set:
-// for the other start-up waits in slices (peer connections, NCCL's initialisation).
+// Throws WaitInterrupted: "stopped by signal N (name) while <doing>".
+[[noreturn]] void throw_stopped(int signal, const std::string& doing);
+// throw_stopped when pending_stop_signal() is set.
 void throw_if_stop_pending(const std::string& doing);
+// For the connection loops (net::connect_with_retry, net::accept_until): a check that throws on a stop
+// signal, or an empty function when this thread's waits are not interruptible (they then keep their
+// plain behaviour).
+std::function<void()> stop_check(const std::string& doing);
 
 class Store {
  public:

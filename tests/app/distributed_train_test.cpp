@@ -618,10 +618,10 @@ TEST_F(DistributedTrain, ARankWaitingForAMissingPeerStopsOnSigterm) {
       out.string(),
       {"RANK=0", "WORLD_SIZE=2", "LOCAL_RANK=0", "LOCAL_WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1",
        "MASTER_PORT=" + std::to_string(port_)});
-  // Rank 0 serves the rendezvous store on MASTER_PORT (which is then taken) after its stop handlers are in
-  // place; then it waits.
+  // Rank 0 serves the rendezvous store on MASTER_PORT after its stop handlers are in place; then it waits.
   const auto deadline = ChildProcess::Clock::now() + std::chrono::seconds(60);
-  while (rank0.running() && trainer::testing::port_is_free(port_) && ChildProcess::Clock::now() < deadline)
+  while (rank0.running() && !trainer::testing::accepts_connections(port_) &&
+         ChildProcess::Clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   ASSERT_TRUE(rank0.running()) << read_file(out);
   rank0.signal(SIGTERM);

@@ -151,25 +151,22 @@ TEST(CpuComm, ReduceScatterChecksShapesAndNamesMismatches) {
 TEST(CpuComm, AStopSignalEndsTheSetUpWait) {
   TcpStore store(store_options(0, true));
   store.set("comm/default/addr/1", "127.0.0.1 1");  // rank 1 "arrived", but will never connect
-  std::atomic<int> signal{0};
-  set_store_wait_interrupt([&] { return signal.load(); });
-  std::thread stopper([&] {
-    std::this_thread::sleep_for(300ms);
-    signal = SIGTERM;
-  });
   CpuCommOptions o;
   o.listen_address = "127.0.0.1";
   o.connect_timeout = 60s;  // the test fails, not hangs, if the signal is not seen
   int caught = 0;
   std::string message;
-  try {
-    CpuComm::create(store, 0, 2, o);
-  } catch (const WaitInterrupted& e) {
-    caught = e.signal();
-    message = e.what();
+  {
+    StopSignalAfter stop(300ms);
+    try {
+      CpuComm::create(store, 0, 2, o);
+    } catch (const WaitInterrupted& e) {
+      caught = e.signal();
+      message = e.what();
+    } catch (const DistError& e) {
+      message = e.what();
+    }
   }
-  stopper.join();
-  set_store_wait_interrupt(nullptr);
   EXPECT_EQ(caught, SIGTERM) << message;
   EXPECT_NE(message.find("waiting for the higher ranks to connect"), std::string::npos) << message;
 }

@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <exception>
@@ -32,6 +33,43 @@ using Clock = std::chrono::steady_clock;
 inline double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
+
+// Whether something accepts TCP connections on 127.0.0.1:port (a probe that, unlike binding, cannot
+// take the port from the process about to listen on it).
+inline bool accepts_connections(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  const bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+  ::close(fd);
+  return ok;
+}
+
+// For tests of the stop-signal interrupt (set_store_wait_interrupt): from `after` on, this thread's
+// store waits and connection loops see SIGTERM. The destructor joins the timer thread and clears the
+// interrupt, whatever the test threw, so a failure cannot leak into the tests after it.
+class StopSignalAfter {
+ public:
+  explicit StopSignalAfter(std::chrono::milliseconds after)
+      : thread_([this, after] {
+          std::this_thread::sleep_for(after);
+          signal_ = SIGTERM;
+        }) {
+    set_store_wait_interrupt([this] { return signal_.load(); });
+  }
+  ~StopSignalAfter() {
+    thread_.join();
+    set_store_wait_interrupt(nullptr);
+  }
+  StopSignalAfter(const StopSignalAfter&) = delete;
+  StopSignalAfter& operator=(const StopSignalAfter&) = delete;
+
+ private:
+  std::atomic<int> signal_{0};
+  std::thread thread_;
+};
 
 inline bool port_is_free(int port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);

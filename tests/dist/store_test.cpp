@@ -80,48 +80,43 @@ TEST(TcpStore, WaitTimesOutNamingTheKey) {
   EXPECT_NE(error_of([&] { client.get("never", 100ms); }).find("'never'"), std::string::npos);
 }
 
+// What a test of the interrupt caught: the signal (0: none) and the message.
+struct Caught {
+  int signal = 0;
+  std::string message;
+};
+Caught stop_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const WaitInterrupted& e) {
+    return {e.signal(), e.what()};
+  } catch (const DistError& e) {
+    return {0, e.what()};
+  }
+  return {};
+}
+
 // A stop signal (the trainer's SIGTERM/Ctrl-C flag) ends a long wait between its one-second slices,
-// naming the signal and the keys; with no interrupt set, a wait runs to its timeout.
+// naming the signal and the keys; so it does a client still trying to reach rank 0's store. Only the
+// waits of the thread that set the interrupt end early (not a watchdog's or heartbeat's). With no
+// interrupt set, a wait runs to its timeout. (60 s timeouts: a broken interrupt fails the test.)
 TEST(TcpStore, AStopSignalEndsAWait) {
   TcpStore server(store_options(0, true));
   TcpStore client(store_options(server.port(), false));
-  std::atomic<int> signal{0};
-  set_store_wait_interrupt([&] { return signal.load(); });
-  std::thread stopper([&] {
-    std::this_thread::sleep_for(300ms);
-    signal = SIGTERM;
-  });
-  int caught = 0;
-  std::string message;
-  try {
-    client.wait({"rank/1"}, 60s);  // a peer that never comes (60 s: the test fails, not hangs)
-  } catch (const WaitInterrupted& e) {
-    caught = e.signal();
-    message = e.what();
+  {
+    StopSignalAfter stop(300ms);
+    const Caught waiting = stop_of([&] { client.wait({"rank/1"}, 60s); });  // a peer that never comes
+    EXPECT_EQ(waiting.signal, SIGTERM) << waiting.message;
+    EXPECT_NE(waiting.message.find("stopped by signal 15"), std::string::npos) << waiting.message;
+    EXPECT_NE(waiting.message.find("'rank/1'"), std::string::npos) << waiting.message;
+    std::vector<std::string> other_thread;
+    std::thread([&] { other_thread = client.wait_for({"rank/1"}, 1500ms); }).join();
+    EXPECT_EQ(other_thread, std::vector<std::string>{"rank/1"});
+    const Caught connecting = stop_of([&] { TcpStore never(store_options(free_port(), false, 60s)); });
+    EXPECT_EQ(connecting.signal, SIGTERM) << connecting.message;
+    EXPECT_NE(connecting.message.find("while trying to reach rank 0's rendezvous store"), std::string::npos)
+        << connecting.message;
   }
-  stopper.join();
-  EXPECT_EQ(caught, SIGTERM) << message;
-  EXPECT_NE(message.find("stopped by signal 15"), std::string::npos) << message;
-  EXPECT_NE(message.find("'rank/1'"), std::string::npos) << message;
-  // Only the waits of the thread that set the interrupt end early (not a watchdog's or heartbeat's).
-  set_store_wait_interrupt([&] { return signal.load(); });
-  std::vector<std::string> other_thread;
-  std::thread([&] { other_thread = client.wait_for({"rank/1"}, 1500ms); }).join();
-  EXPECT_EQ(other_thread, std::vector<std::string>{"rank/1"});
-  // A rank still trying to reach rank 0's store (nothing listens yet) stops too.
-  const TcpStoreOptions late = store_options(free_port(), false, 60s);
-  int caught_connecting = 0;
-  try {
-    TcpStore never(late);
-  } catch (const WaitInterrupted& e) {
-    caught_connecting = e.signal();
-    EXPECT_NE(std::string(e.what()).find("while trying to reach rank 0's rendezvous store"),
-              std::string::npos)
-        << e.what();
-  }
-  EXPECT_EQ(caught_connecting, SIGTERM);
-  // Unset again: the wait runs out its (short) timeout and reports the missing key.
-  set_store_wait_interrupt(nullptr);
   EXPECT_EQ(client.wait_for({"rank/1"}, 50ms), std::vector<std::string>{"rank/1"});
 }
 
