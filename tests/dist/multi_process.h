@@ -34,18 +34,22 @@ inline double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// Whether something accepts TCP connections on 127.0.0.1:port (a probe that, unlike binding, cannot
-// take the port from the process about to listen on it).
-inline bool accepts_connections(int port) {
+// Whether `op` (::bind or ::connect) succeeds for a fresh TCP socket and 127.0.0.1:port.
+template <class Op>
+bool loopback_port_op(int port, Op op) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   addr.sin_port = htons(static_cast<uint16_t>(port));
-  const bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+  const bool ok = op(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
   ::close(fd);
   return ok;
 }
+
+// Whether something accepts TCP connections on 127.0.0.1:port (a probe that, unlike binding, cannot
+// take the port from the process about to listen on it).
+inline bool accepts_connections(int port) { return loopback_port_op(port, ::connect); }
 
 // For tests of the stop-signal interrupt (set_store_wait_interrupt): from `after` on, this thread's
 // store waits and connection loops see SIGTERM. The destructor joins the timer thread and clears the
@@ -71,16 +75,7 @@ class StopSignalAfter {
   std::thread thread_;
 };
 
-inline bool port_is_free(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
-  ::close(fd);
-  return ok;
-}
+inline bool port_is_free(int port) { return loopback_port_op(port, ::bind); }
 
 // A port nothing uses right now, with `count` free ports from it on. Chosen below the kernel's
 // ephemeral range (32768+), so no outgoing connection of a test running in parallel can take it
