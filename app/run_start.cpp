@@ -99,7 +99,7 @@ std::string agreed_resume(const std::string& resume, const std::string& ckpt_dir
     throw std::runtime_error("--resume auto: rank 0 could not choose a checkpoint in " + ckpt_dir + ": " +
                              value.substr(value.empty() ? 0 : 1));
   const std::string chosen = value.substr(1);
-  log.line("resume auto: rank 0 chose " + (chosen.empty() ? std::string("a fresh start") : chosen));
+  log.line("resume auto: rank 0 chose " + (chosen.empty() ? std::string(kFreshStart) : chosen));
   return chosen;
 }
 
@@ -316,16 +316,17 @@ void check_ranks_start_alike(ProcessGroup& pg, const std::string& start, const D
 TrainingState agreed_start(const Config& config, const TrainOptions& options, Experiment& e,
                            const std::string& run_dir, const std::string& ckpt_dir, Log& log,
                            ProcessGroup& pg, const DistOptions& dopt, std::string& start) {
-  if (pg.world_size() <= 1)
-    return start_or_resume(config,
-                           agreed_resume(options.resume, ckpt_dir, 0, nullptr, dopt.connect_timeout, log), e,
-                           run_dir, log, start);
+  const auto start_here = [&] {
+    Store* store = pg.world_size() > 1 ? pg.store() : nullptr;
+    const std::string resume =
+        agreed_resume(options.resume, ckpt_dir, pg.rank(), store, dopt.connect_timeout, log);
+    return start_or_resume(config, resume, e, run_dir, log, start);
+  };
+  if (pg.world_size() <= 1) return start_here();
   TrainingState st;
   std::exception_ptr failure;
   try {
-    const std::string resume =
-        agreed_resume(options.resume, ckpt_dir, pg.rank(), pg.store(), dopt.connect_timeout, log);
-    st = start_or_resume(config, resume, e, run_dir, log, start);
+    st = start_here();
   } catch (const WaitInterrupted&) {
     throw;  // a stop signal: this rank leaves, and the others' agreement notices it at once
   } catch (const std::exception& error) {

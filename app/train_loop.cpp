@@ -5,7 +5,6 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
-#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -144,11 +143,9 @@ struct TrainLoop {
   const std::string& run_dir;
   const std::string& ckpt_dir;
   const std::string& config_toml;
-  bool writer;            // rank 0: writes checkpoints, the summary and the shared files
-  bool average_bn_stats;  // without SyncBN: average the ranks' BN running statistics before eval/checkpoints
-  int64_t sigterm_at_step;  // test hook TRAINER_TEST_SIGTERM_AT_STEP; -1 = none
-  int test_signal;          // the signal that hook raises: TRAINER_TEST_SIGNAL, else SIGTERM
-  bool test_signal_twice;   // TRAINER_TEST_SIGNAL_TWICE=1: raised twice (one request delivered twice)
+  bool writer;             // rank 0: writes checkpoints, the summary and the shared files
+  bool average_bn_stats;   // without SyncBN: average the ranks' BN running statistics before eval/checkpoints
+  SignalHook signal_hook;  // test hooks TRAINER_TEST_SIGTERM_AT_STEP, _SIGNAL, _SIGNAL_TWICE
 
   TrainingState st;
   StepLog steps;  // rank 0's losses only (each rank's loss is of its own shard; the weights are the same)
@@ -491,9 +488,9 @@ EpochEnd run_epoch(TrainLoop& loop) {
       report_step(loop, st.step, epoch, result->loss, result->lr, progress);
     result.reset();
     if (st.step >= e.total_steps) loop.done = true;
-    if (st.step == loop.sigterm_at_step) {
-      std::raise(loop.test_signal);  // handled before raise returns, so a second one is a true repeat
-      if (loop.test_signal_twice) std::raise(loop.test_signal);
+    if (st.step == loop.signal_hook.step) {
+      std::raise(loop.signal_hook.signal);  // handled before raise returns, so a second one is a true repeat
+      if (loop.signal_hook.twice) std::raise(loop.signal_hook.signal);
     }
     loop.stop_signal = agreed_stop_signal(loop);
     // The step ends once the device has finished the step before it (the host stays at most one step
@@ -715,11 +712,6 @@ int run_training(const Config& config, const TrainOptions& options) {
   summary.run_dir = run_dir;
   summary.best_test_accuracy = st.best_accuracy;
   const bool done = st.step >= e.total_steps;
-  // Test hook: deliver SIGTERM (or TRAINER_TEST_SIGNAL) to ourselves after this step, to exercise the
-  // signal path exactly.
-  const char* signal_at = std::getenv("TRAINER_TEST_SIGTERM_AT_STEP");
-  const int64_t sigterm_at_step = signal_at ? std::atoll(signal_at) : -1;
-  const char* test_signal = std::getenv("TRAINER_TEST_SIGNAL");
   Heartbeat* heartbeat = pg->heartbeat();  // tells the other ranks where this one is, for their errors
   if (heartbeat) timer.set_phase_observer([heartbeat](Phase p) { heartbeat->set_phase(phase_name(p)); });
 
@@ -768,9 +760,7 @@ int run_training(const Config& config, const TrainOptions& options) {
       .config_toml = config_toml,
       .writer = writer,
       .average_bn_stats = average_bn_stats,
-      .sigterm_at_step = sigterm_at_step,
-      .test_signal = test_signal && std::atoi(test_signal) > 0 ? std::atoi(test_signal) : SIGTERM,
-      .test_signal_twice = std::getenv("TRAINER_TEST_SIGNAL_TWICE") != nullptr,
+      .signal_hook = signal_hook_from_env(),
       .st = std::move(st),
       .steps = std::move(steps),
       .step_times = std::move(step_times),

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <csignal>
 #include <cstdint>
+#include <cstdlib>
 
 namespace trainer {
 namespace {
@@ -52,5 +53,14 @@ void install_stop_handlers() {
 }
 
 int stop_requested() { return g_stop_signal.load(); }
+
+SignalHook signal_hook_from_env() {
+  SignalHook hook;
+  if (const char* at = std::getenv("TRAINER_TEST_SIGTERM_AT_STEP")) hook.step = std::atoll(at);
+  if (const char* signal = std::getenv("TRAINER_TEST_SIGNAL"); signal && std::atoi(signal) > 0)
+    hook.signal = std::atoi(signal);
+  hook.twice = std::getenv("TRAINER_TEST_SIGNAL_TWICE") != nullptr;
+  return hook;
+}
 
 }  // namespace trainer

@@ -4,8 +4,6 @@
 // the per-channel sum and sum of squares fused into its epilogue (the dedicated genstats operation and
 // the generic reductions of runtime fusion). See nn/cuda/conv_stats_fusion_probe.h.
 //   cudnn_fusion_probe [--batch 512] [--dtype bf16|f16|both]
-#include <vector>
-
 #include "bench/probe_args.h"
 
 #ifdef TRAINER_WITH_CUDA
@@ -16,10 +14,7 @@
 int main(int argc, char** argv) {
 #ifdef TRAINER_WITH_CUDA
   using namespace trainer;
-  return bench::run_conv_probe(argc, argv, bench::resnet18_cifar_convs(), 48,
-                               [](DType dtype, const Shape& x, const Shape& w, const Conv2dParams& p) {
-                                 return cuda::probe_conv_stats_fusion(dtype, x, w, p);
-                               });
+  return bench::run_conv_probe(argc, argv, bench::resnet18_cifar_convs(), 48, cuda::probe_conv_stats_fusion);
 #else
   (void)argc;
   (void)argv;

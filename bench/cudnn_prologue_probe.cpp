@@ -19,10 +19,7 @@ int main(int argc, char** argv) {
   // The convolutions whose input is a BatchNorm + ReLU output: all but the stem (its input is the image).
   const std::vector<bench::ConvProbeLayer> all = bench::resnet18_cifar_convs();
   const std::vector<bench::ConvProbeLayer> layers(all.begin() + 1, all.end());
-  return bench::run_conv_probe(argc, argv, layers, 62,
-                               [](DType dtype, const Shape& x, const Shape& w, const Conv2dParams& p) {
-                                 return cuda::probe_conv_prologue_fusion(dtype, x, w, p);
-                               });
+  return bench::run_conv_probe(argc, argv, layers, 62, cuda::probe_conv_prologue_fusion);
 #else
   (void)argc;
   (void)argv;

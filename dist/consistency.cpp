@@ -41,11 +41,11 @@ std::vector<std::pair<std::string, std::string>> decode(const std::string& text)
   return out;
 }
 
-// Long enough for a whole build line (its run-time library versions come last, and are what most
-// often differs between nodes); cuts only runaway values.
 // What a rank that did not report an item shows for it.
 constexpr const char* kNotReported = "<not reported>";
 
+// Long enough for a whole build line (its run-time library versions come last, and are what most
+// often differs between nodes); cuts only runaway values.
 std::string shorten(const std::string& v) { return v.size() <= 300 ? v : v.substr(0, 297) + "..."; }
 
 // "'a1..' on rank(s) 0, 2; 'ff..' on rank(s) 1", values in order of first appearance.
@@ -103,13 +103,18 @@ std::vector<int64_t> gather_one(Comm& comm, int64_t value) {
   return values;
 }
 
+// FNV-1a, 64 bits (data/hash.h has it too, but dist/ does not link the data library).
+uint64_t fnv1a64(std::string_view text) {
+  uint64_t h = 14695981039346656037ull;
+  for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
 }  // namespace
 
 std::string content_hash(std::string_view text) {
-  uint64_t h = 14695981039346656037ull;
-  for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
   char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(fnv1a64(text)));
   return buf;
 }
 
@@ -215,7 +220,7 @@ void check_consistency_connected(Comm& comm, Store& store, int rank, int world_s
   // Equal hashes prove only equality: items every rank must hold alone go through the store.
   for (const ConsistencyItem& it : items)
     if (it.distinct) return check_consistency(store, rank, world_size, items, timeout, tag);
-  const auto hash = static_cast<int64_t>(std::stoull(content_hash(encode(items)), nullptr, 16));
+  const auto hash = static_cast<int64_t>(fnv1a64(encode(items)));
   const std::vector<int64_t> hashes = gather_one(comm, hash);
   if (std::any_of(hashes.begin(), hashes.end(), [&](int64_t h) { return h != hash; }))
     check_consistency(store, rank, world_size, items, timeout, tag);

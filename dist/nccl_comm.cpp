@@ -603,14 +603,14 @@ std::shared_ptr<NcclComm> NcclComm::create(Store& store, int rank, int world_siz
         std::string(ncclGetErrorString(r)) + (comm ? std::string(" (") + ncclGetLastError(comm) + ")" : "");
   } else {
     const auto deadline = Clock::now() + options.connect_timeout;
-    auto next_stop_check = Clock::now() + std::chrono::seconds(1);
+    auto next_stop_check = Clock::now() + net::kStopCheckInterval;
     while (r == ncclInProgress) {
       if (Clock::now() > deadline) {
         error = "did not complete within " + net::format_duration(options.connect_timeout);
         break;
       }
       if (Clock::now() > next_stop_check) {  // a stop signal at start-up (set_store_wait_interrupt)
-        next_stop_check = Clock::now() + std::chrono::seconds(1);
+        next_stop_check = Clock::now() + net::kStopCheckInterval;
         if (const int signal = pending_stop_signal()) {
           ncclCommAbort(comm);
           throw_stopped(signal, "setting up NCCL communicator '" + options.name + "'");

@@ -206,13 +206,20 @@ std::string local_ip(const Socket& socket) {
   return address_text(addr);
 }
 
+namespace {
+
+// The deadline of one wait in a loop that runs `between` checks: the next check's time, or `deadline`
+// without checks.
+Deadline until_next_check(Deadline deadline, const std::function<void()>& between) {
+  return between ? std::min(deadline, Clock::now() + kStopCheckInterval) : deadline;
+}
+
+}  // namespace
+
 Socket connect_with_retry(const std::string& host, int port, Deadline deadline, ConnectError* error,
                           std::string* error_text, const std::function<void()>& between) {
   auto backoff = std::chrono::milliseconds(50);
-  // With a check between attempts, no attempt may outlast a second (a SYN into a firewall that drops it).
-  const auto attempt_deadline = [&] {
-    return between ? std::min(deadline, Clock::now() + std::chrono::seconds(1)) : deadline;
-  };
+
   for (;;) {
     AddrInfoList list;
     const int gai = resolve(host, port, false, &list);
@@ -222,7 +229,9 @@ Socket connect_with_retry(const std::string& host, int port, Deadline deadline, 
     } else {
       for (const addrinfo* ai = list.head; ai; ai = ai->ai_next) {
         int err = 0;
-        const int fd = connect_once(*ai, attempt_deadline(), &err);
+        // With a check between attempts, no attempt may outlast its interval (a SYN into a firewall
+        // that drops it).
+        const int fd = connect_once(*ai, until_next_check(deadline, between), &err);
         if (fd >= 0) {
           set_nodelay(fd);
           *error = ConnectError::none;

@@ -50,6 +50,10 @@ int local_port(const Socket& socket);
 // which is what other ranks can reach this host on.
 std::string local_ip(const Socket& socket);
 
+// How often a connection loop runs its `between` check (below), and a store wait checks for a stop
+// signal (dist/store.h).
+constexpr std::chrono::milliseconds kStopCheckInterval{1000};
+
 enum class ConnectError { none, refused, unreachable, timed_out, unresolved };
 // Connects to host:port, retrying with backoff (50 ms doubling to 1 s) while the peer is not
 // listening yet or the name does not resolve yet, until `deadline`. On failure returns an invalid

@@ -25,11 +25,15 @@ constexpr uint32_t kMaxFrame = 256u << 20;
 constexpr auto kHandshakeTimeout = 10s;
 // A WAIT's reply comes when the server's own timer fires; allow this much for it to arrive.
 constexpr auto kWaitReplyGrace = 10s;
-constexpr std::chrono::milliseconds kWaitSlice = 1s;  // how often a wait checks for a stop signal
-
 std::mutex g_wait_interrupt_mutex;
 std::function<int()>& g_wait_interrupt = *new std::function<int()>();  // never destroyed: read at exit
 std::thread::id g_wait_interrupt_thread;  // the thread that set it: only its waits are interrupted
+
+// Whether this thread's waits can be ended by a stop signal (set_store_wait_interrupt).
+bool interruptible_here() {
+  std::lock_guard<std::mutex> lock(g_wait_interrupt_mutex);
+  return g_wait_interrupt && std::this_thread::get_id() == g_wait_interrupt_thread;
+}
 
 enum Cmd : uint8_t { kCmdHello = 1, kCmdSet, kCmdGet, kCmdAdd, kCmdCheck, kCmdWait, kCmdDelete };
 
@@ -392,10 +396,7 @@ void throw_if_stop_pending(const std::string& doing) {
 }
 
 std::function<void()> stop_check(const std::string& doing) {
-  {
-    std::lock_guard<std::mutex> lock(g_wait_interrupt_mutex);
-    if (!g_wait_interrupt || std::this_thread::get_id() != g_wait_interrupt_thread) return {};
-  }
+  if (!interruptible_here()) return {};
   return [doing] { throw_if_stop_pending(doing); };
 }
 
@@ -580,16 +581,20 @@ std::vector<bool> TcpStore::check(const std::vector<std::string>& keys) {
 
 std::vector<std::string> TcpStore::wait_for(const std::vector<std::string>& keys,
                                             std::chrono::milliseconds timeout) {
-  // In slices of at most kWaitSlice, so that a stop signal is noticed between them.
+  // Where a stop signal can end it, in slices of net::kStopCheckInterval, checked between them;
+  // elsewhere (the watchdog's and heartbeat's threads, the training loop) one request.
+  const std::chrono::milliseconds most = interruptible_here() ? net::kStopCheckInterval : timeout;
+  const std::string what = "wait for " + quoted_keys(keys);
   const auto end = std::chrono::steady_clock::now() + timeout;
   for (;;) {
     const auto left =
         std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now());
-    const auto slice = std::clamp(left, std::chrono::milliseconds(0), kWaitSlice);
+    const auto slice = std::clamp(left, std::chrono::milliseconds(0), most);
     Reader r(request(Writer().u8(kCmdWait).u64(static_cast<uint64_t>(slice.count())).strs(keys).bytes(),
-                     net::deadline_after(slice + kWaitReplyGrace), "wait for " + quoted_keys(keys)));
+                     net::deadline_after(slice + kWaitReplyGrace), what));
     if (r.u8() == 1) return {};
-    throw_if_stop_pending("waiting for " + quoted_keys(keys) + " in the rendezvous store at " + address());
+    if (const int signal = pending_stop_signal())
+      throw_stopped(signal, "waiting for " + quoted_keys(keys) + " in the rendezvous store at " + address());
     if (left <= slice) break;
   }
   const std::vector<bool> present = check(keys);

@@ -61,6 +61,14 @@ void check_counter(const Tensor& counter, const char* op) {
                                 std::string(dtype_name(counter.dtype())) + " " + shape_str(counter.shape()));
 }
 
+void check_update_counts(const Tensor& counts, const std::vector<int64_t>& rows) {
+  if (counts.dtype() != DType::i64 || counts.dim() != 1 || !counts.is_contiguous())
+    throw std::invalid_argument("count_updates: counts must be a contiguous i64 vector, got " + counts.str());
+  for (int64_t r : rows)
+    if (r < 0 || r >= counts.numel())
+      throw std::invalid_argument("count_updates: row " + std::to_string(r) + " outside " + counts.str());
+}
+
 void check_loss_scale(const Tensor& scale, Device device, const char* op) {
   if (scale.dtype() != DType::f32 || scale.numel() != 1 || scale.device() != device)
     throw std::invalid_argument(std::string(op) + ": the loss scale must be f32 [1] on " + device.str() +

@@ -2,6 +2,7 @@
 // Argument checks and host-side scalars that every backend's kernels share, so the CPU and CUDA
 // backends reject the same inputs with the same messages.
 #include <cstdint>
+#include <vector>
 
 #include "nn/backend.h"
 
@@ -18,6 +19,8 @@ void check_label_smoothing(double eps, const char* op);
 void check_flag(const Tensor& flag, Device device, const char* op);
 // Checks a counter: one i64 element.
 void check_counter(const Tensor& counter, const char* op);
+// Backend::count_updates' arguments: counts a contiguous i64 vector, every row an index into it.
+void check_update_counts(const Tensor& counts, const std::vector<int64_t>& rows);
 // Checks a loss scale on a device: f32 [1] on `device`.
 void check_loss_scale(const Tensor& scale, Device device, const char* op);
 // Checks update_loss_scale's state: scale f32 [1], tracker and flag i64 [1], skipped f64 [1], one device.

@@ -101,11 +101,7 @@ void CpuBackend::adamw_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, 
 }
 
 void CpuBackend::count_updates(Tensor& counts, const std::vector<int64_t>& rows, const int64_t* skip_if) {
-  if (counts.dtype() != DType::i64 || counts.dim() != 1 || !counts.is_contiguous())
-    throw std::invalid_argument("count_updates: counts must be a contiguous i64 vector, got " + counts.str());
-  for (int64_t r : rows)
-    if (r < 0 || r >= counts.numel())
-      throw std::invalid_argument("count_updates: row " + std::to_string(r) + " outside " + counts.str());
+  check_update_counts(counts, rows);
   if (skip_if && *skip_if != 0) return;
   int64_t* c = counts.data<int64_t>();
   for (int64_t r : rows) ++c[r];

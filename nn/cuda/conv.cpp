@@ -348,10 +348,9 @@ Graph operation_graph(cudnnHandle_t handle, ConvOp op, DType dtype, bool nhwc, c
   return out;
 }
 
-// Whether the engine of cfg keeps the numerics this dtype asks for; its global index for messages.
-bool numerics_allowed(cudnnBackendDescriptor_t cfg, DType dtype, int64_t& engine_index) {
+// Whether the engine of cfg keeps the numerics this dtype asks for.
+bool numerics_allowed(cudnnBackendDescriptor_t cfg, DType dtype) {
   const EngineInfo info = engine_info(cfg);
-  engine_index = info.index;
   if (!info.known || info.reduced_precision) return false;
   const bool strict_fp32 = dtype == DType::f32 && !cuda_allow_tf32();
   if (info.tensor_core && (strict_fp32 || dtype == DType::f64)) return false;
@@ -417,7 +416,6 @@ cudnnBackendDescriptor_t graph_plan(ConvOp op, DType dtype, bool nhwc, const Sha
     BackendDesc plan, cfg;
     std::vector<BackendDesc> parts;  // what a knob neighbour's configuration was built from
     size_t workspace;
-    int64_t engine;
   };
   std::vector<Candidate> candidates;
   std::set<std::string> seen;  // the wide search meets the same configuration in several lists
@@ -425,8 +423,7 @@ cudnnBackendDescriptor_t graph_plan(ConvOp op, DType dtype, bool nhwc, const Sha
   const size_t cap = wide ? kMaxWideCandidates : kMaxCandidates;
   auto consider = [&](BackendDesc cfg, std::vector<BackendDesc> parts) {
     if (candidates.size() >= cap) return;
-    int64_t engine = -1;
-    if (!numerics_allowed(cfg.get(), dtype, engine)) return;
+    if (!numerics_allowed(cfg.get(), dtype)) return;
     if (wide && !seen.insert(config_signature(cfg.get())).second) return;
     BackendDesc plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
     cudnnBackendDescriptor_t c = cfg.get();
@@ -439,8 +436,7 @@ cudnnBackendDescriptor_t graph_plan(ConvOp op, DType dtype, bool nhwc, const Sha
                                            CUDNN_TYPE_INT64, 1, &n, &bytes)) ||
         bytes < 0 || static_cast<size_t>(bytes) > limit)
       return;
-    candidates.push_back(
-        {std::move(plan), std::move(cfg), std::move(parts), static_cast<size_t>(bytes), engine});
+    candidates.push_back({std::move(plan), std::move(cfg), std::move(parts), static_cast<size_t>(bytes)});
   };
   for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
     for (BackendDesc& cfg : engine_configs(graph.graph.get(), mode)) consider(std::move(cfg), {});
@@ -450,11 +446,10 @@ cudnnBackendDescriptor_t graph_plan(ConvOp op, DType dtype, bool nhwc, const Sha
     // Mode B's ranking, then the knob neighbours of the best-ranked configurations.
     for (BackendDesc& cfg : engine_configs(graph.graph.get(), CUDNN_HEUR_MODE_B))
       consider(std::move(cfg), {});
+    // By index: consider() grows the vector.
     const size_t bases = std::min(candidates.size(), kNeighbourBases);
-    std::vector<cudnnBackendDescriptor_t> base_cfgs;
-    for (size_t i = 0; i < bases; ++i) base_cfgs.push_back(candidates[i].cfg.get());
-    for (cudnnBackendDescriptor_t base : base_cfgs)
-      for (OwnedConfig& n : knob_neighbours(graph.graph.get(), base, kValuesPerKnob))
+    for (size_t i = 0; i < bases; ++i)
+      for (OwnedConfig& n : knob_neighbours(graph.graph.get(), candidates[i].cfg.get(), kValuesPerKnob))
         consider(std::move(n.cfg), std::move(n.parts));
   }
   if (candidates.empty()) return nullptr;

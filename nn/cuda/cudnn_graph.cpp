@@ -107,18 +107,25 @@ std::vector<BackendDesc> engine_configs(cudnnBackendDescriptor_t graph, cudnnBac
                                          CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, nullptr)) ||
       count <= 0)
     return out;
+  return read_descriptors(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR,
+                          count);
+}
+
+std::vector<BackendDesc> read_descriptors(cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t name,
+                                          cudnnBackendDescriptorType_t type, int64_t max_count) {
+  std::vector<BackendDesc> owned;
   std::vector<cudnnBackendDescriptor_t> raw;
-  for (int64_t i = 0; i < count; ++i) {
-    out.emplace_back(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
-    if (!out.back()) return {};
-    raw.push_back(out.back().get());
+  for (int64_t i = 0; i < max_count; ++i) {
+    owned.emplace_back(type);
+    if (!owned.back()) return {};
+    raw.push_back(owned.back().get());
   }
-  int64_t got = 0;
-  if (!GRAPH_OK(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
-                                         CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got, raw.data())))
+  int64_t count = 0;
+  if (!GRAPH_OK(
+          cudnnBackendGetAttribute(d, name, CUDNN_TYPE_BACKEND_DESCRIPTOR, max_count, &count, raw.data())))
     return {};
-  out.resize(static_cast<size_t>(std::min(got, count)));
-  return out;
+  owned.resize(static_cast<size_t>(std::clamp<int64_t>(count, 0, max_count)));
+  return owned;
 }
 
 }  // namespace trainer::cudnn_graph

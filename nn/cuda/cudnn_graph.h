@@ -92,6 +92,11 @@ struct EngineInfo {
 };
 EngineInfo engine_info(cudnnBackendDescriptor_t cfg);
 
+// The descriptors of type `type` that attribute `name` of d holds (at most max_count), read into
+// fresh descriptors; empty when cuDNN refuses.
+std::vector<BackendDesc> read_descriptors(cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t name,
+                                          cudnnBackendDescriptorType_t type, int64_t max_count);
+
 // The engine configurations the heuristics suggest for graph, best first.
 std::vector<BackendDesc> engine_configs(cudnnBackendDescriptor_t graph, cudnnBackendHeurMode_t mode);
 

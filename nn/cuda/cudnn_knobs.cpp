@@ -11,24 +11,6 @@ struct KnobRange {
   int64_t type, min, max, stride;
 };
 
-// Reads an attribute that holds up to kMaxKnobs descriptors of `type` into fresh descriptors.
-std::vector<BackendDesc> read_descriptors(cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t name,
-                                          cudnnBackendDescriptorType_t type) {
-  std::vector<BackendDesc> owned;
-  std::vector<cudnnBackendDescriptor_t> raw;
-  for (int64_t i = 0; i < kMaxKnobs; ++i) {
-    owned.emplace_back(type);
-    if (!owned.back()) return {};
-    raw.push_back(owned.back().get());
-  }
-  int64_t count = 0;
-  if (!GRAPH_OK(
-          cudnnBackendGetAttribute(d, name, CUDNN_TYPE_BACKEND_DESCRIPTOR, kMaxKnobs, &count, raw.data())))
-    return {};
-  owned.resize(static_cast<size_t>(std::clamp<int64_t>(count, 0, kMaxKnobs)));
-  return owned;
-}
-
 int64_t read_int(cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t name, int64_t fallback) {
   int64_t value = fallback, n = 0;
   if (!GRAPH_OK(cudnnBackendGetAttribute(d, name, CUDNN_TYPE_INT64, 1, &n, &value)) || n != 1)
@@ -46,7 +28,7 @@ int64_t read_knob_type(cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t n
 std::vector<KnobRange> knob_ranges(cudnnBackendDescriptor_t engine) {
   std::vector<KnobRange> out;
   for (const BackendDesc& info :
-       read_descriptors(engine, CUDNN_ATTR_ENGINE_KNOB_INFO, CUDNN_BACKEND_KNOB_INFO_DESCRIPTOR)) {
+       read_descriptors(engine, CUDNN_ATTR_ENGINE_KNOB_INFO, CUDNN_BACKEND_KNOB_INFO_DESCRIPTOR, kMaxKnobs)) {
     KnobRange r{read_knob_type(info.get(), CUDNN_ATTR_KNOB_INFO_TYPE),
                 read_int(info.get(), CUDNN_ATTR_KNOB_INFO_MINIMUM_VALUE, 0),
                 read_int(info.get(), CUDNN_ATTR_KNOB_INFO_MAXIMUM_VALUE, 0),
@@ -113,8 +95,8 @@ BackendDesc make_engine(cudnnBackendDescriptor_t graph, int64_t index) {
 
 std::vector<std::pair<int64_t, int64_t>> knob_choices(cudnnBackendDescriptor_t cfg) {
   std::vector<std::pair<int64_t, int64_t>> out;
-  for (const BackendDesc& c :
-       read_descriptors(cfg, CUDNN_ATTR_ENGINECFG_KNOB_CHOICES, CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR)) {
+  for (const BackendDesc& c : read_descriptors(cfg, CUDNN_ATTR_ENGINECFG_KNOB_CHOICES,
+                                               CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR, kMaxKnobs)) {
     const int64_t type = read_knob_type(c.get(), CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE);
     if (type < 0) return {};
     out.emplace_back(type, read_int(c.get(), CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE, 0));
@@ -143,14 +125,14 @@ std::vector<OwnedConfig> knob_neighbours(cudnnBackendDescriptor_t graph, cudnnBa
   if (!probe) return out;
   const std::vector<std::pair<int64_t, int64_t>> base = knob_choices(cfg);
   for (const KnobRange& r : knob_ranges(probe.get())) {
-    auto current = std::find_if(base.begin(), base.end(), [&](const auto& c) { return c.first == r.type; });
+    const auto current =
+        std::find_if(base.begin(), base.end(), [&](const auto& c) { return c.first == r.type; });
+    const auto at = static_cast<size_t>(current - base.begin());  // base.size(): cfg did not choose it
     for (int64_t v : spread(r, per_knob)) {
       if (current != base.end() && current->second == v) continue;
       std::vector<std::pair<int64_t, int64_t>> choices = base;
-      auto it =
-          std::find_if(choices.begin(), choices.end(), [&](const auto& c) { return c.first == r.type; });
-      if (it != choices.end())
-        it->second = v;
+      if (at < choices.size())
+        choices[at].second = v;
       else
         choices.emplace_back(r.type, v);
       BackendDesc engine = make_engine(graph, index);

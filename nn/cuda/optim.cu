@@ -280,8 +280,7 @@ __global__ void count_updates_kernel(int64_t* counts, CountRows r, const int64_t
 void CudaBackend::count_updates(Tensor& counts, const std::vector<int64_t>& rows, const int64_t* skip_if) {
   using namespace cuda;
   check_device(counts, "count_updates", "counts");
-  if (counts.dtype() != DType::i64 || counts.dim() != 1 || !counts.is_contiguous())
-    throw std::invalid_argument("count_updates: counts must be a contiguous i64 vector, got " + counts.str());
+  check_update_counts(counts, rows);
   CountRows r;
   auto launch = [&] {
     if (r.n == 0) return;
@@ -290,8 +289,6 @@ void CudaBackend::count_updates(Tensor& counts, const std::vector<int64_t>& rows
     r.n = 0;
   };
   for (int64_t row : rows) {
-    if (row < 0 || row >= counts.numel())
-      throw std::invalid_argument("count_updates: row " + std::to_string(row) + " outside " + counts.str());
     r.rows[r.n++] = row;
     if (r.n == kCountRows) launch();
   }

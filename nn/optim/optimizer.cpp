@@ -11,6 +11,19 @@
 namespace trainer {
 namespace {
 
+// The one device every parameter is on; throws naming the first that is elsewhere.
+Device parameters_device(const std::string& optimizer, const std::vector<ParamGroup>& groups,
+                         const char* what) {
+  const Device device = groups.front().params.front().param.data().device();
+  for (const ParamGroup& group : groups)
+    for (const NamedParameter& p : group.params)
+      if (p.param.data().device() != device)
+        throw std::invalid_argument(optimizer + ": " + what + " needs every parameter on one device; '" +
+                                    p.name + "' is on " + p.param.data().device().str() + ", not " +
+                                    device.str());
+  return device;
+}
+
 bool is_bias_name(const std::string& name) {
   return name == "bias" || (name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0);
 }
@@ -283,23 +296,6 @@ double clip_grad_norm(const std::vector<Variable>& params, double max_norm) {
   return total_norm;
 }
 
-namespace {
-
-// The one device every parameter is on; throws naming the first that is elsewhere.
-Device parameters_device(const std::string& optimizer, const std::vector<ParamGroup>& groups,
-                         const char* what) {
-  const Device device = groups.front().params.front().param.data().device();
-  for (const ParamGroup& group : groups)
-    for (const NamedParameter& p : group.params)
-      if (p.param.data().device() != device)
-        throw std::invalid_argument(optimizer + ": " + what + " needs every parameter on one device; '" +
-                                    p.name + "' is on " + p.param.data().device().str() + ", not " +
-                                    device.str());
-  return device;
-}
-
-}  // namespace
-
 void Optimizer::skip_if(const int64_t* device_flag) {
   if (device_flag && !skips_exactly_on_device())
     throw std::logic_error(name_ +
@@ -313,9 +309,7 @@ void Optimizer::skip_if(const int64_t* device_flag) {
     applied_steps_ = Tensor();
   }
   if (!device_flag || !counts_updates_on_device()) return;
-  const Tensor counts = host_step_counts();
-  applied_steps_ = Tensor::empty(counts.shape(), DType::i64, parameters_device(name_, groups_, "skip_if"));
-  applied_steps_.copy_(counts);
+  applied_steps_ = host_step_counts().to(parameters_device(name_, groups_, "skip_if"));
 }
 
 Tensor Optimizer::host_step_counts() const {

@@ -14,6 +14,7 @@
 #include "app/crc32c.h"
 #include "app/run_start.h"
 #include "data/distributed_sampler.h"
+#include "dist/multi_process.h"
 #include "dist/store.h"
 #include "nn/models/registry.h"
 #include "nn/optim/adamw.h"
@@ -167,18 +168,6 @@ TEST_F(CheckpointTest, OptimizerStateCorruptionNamesTheTensorToo) {
   }
 }
 
-// Rank 0's rendezvous store (served on a free port) and rank 1's connection to it, in one process.
-struct TwoRankStores {
-  static TcpStoreOptions options(int port, bool server) {
-    TcpStoreOptions o;
-    o.port = port;
-    o.is_server = server;
-    return o;
-  }
-  TcpStore rank0{options(0, true)};
-  TcpStore rank1{options(rank0.port(), false)};
-};
-
 // --resume auto at several ranks: rank 0 picks the checkpoint and the others take its choice, so a
 // node whose listing of the shared directory is stale (NFS caches them; here a copy of the directory
 // as it was before the newest checkpoint) resumes from the same one instead of stopping the run at
@@ -190,8 +179,9 @@ TEST_F(CheckpointTest, ResumeAutoIsRankZerosChoice) {
   fs::copy(dir_, stale, fs::copy_options::recursive);
   const std::string newest = save(2);
   Log& log = Log::instance();
-  TwoRankStores stores;
-  TcpStore &rank0_store = stores.rank0, &rank1_store = stores.rank1;
+  trainer::testing::ThreadWorld world(2);  // rank 0's store and rank 1's connection to it
+  const std::unique_ptr<TcpStore> rank1_connection = world.client();
+  TcpStore &rank0_store = *world.server, &rank1_store = *rank1_connection;
   std::string rank1_choice;
   std::thread rank1([&] {
     rank1_choice = agreed_resume("auto", stale.string(), 1, &rank1_store, std::chrono::seconds(30), log);
@@ -212,8 +202,9 @@ TEST_F(CheckpointTest, ResumeAutoIsRankZerosChoice) {
 // others why at once, instead of leaving them to wait out the timeout for its choice.
 TEST_F(CheckpointTest, ResumeAutoFailingOnRankZeroStopsTheOthersWithItsReason) {
   Log& log = Log::instance();
-  TwoRankStores stores;
-  TcpStore &rank0_store = stores.rank0, &rank1_store = stores.rank1;
+  trainer::testing::ThreadWorld world(2);  // rank 0's store and rank 1's connection to it
+  const std::unique_ptr<TcpStore> rank1_connection = world.client();
+  TcpStore &rank0_store = *world.server, &rank1_store = *rank1_connection;
   const fs::path unreadable = dir_ / "looping";
   fs::create_directories(unreadable);
   fs::create_directory_symlink(unreadable / "step-00000009", unreadable / "step-00000009");

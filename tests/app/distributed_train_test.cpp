@@ -1,9 +1,6 @@
 // Multi-process training on this machine's CPU: ranks started by hand with torchrun's variables, as a
 // launcher would, on loopback.
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cctype>

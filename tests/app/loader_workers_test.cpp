@@ -10,27 +10,14 @@
 #include <thread>
 
 #include "app/run_start.h"
-#include "app/train_loop.h"
+#include "app/trainer_process.h"
 
 namespace trainer {
 namespace {
 
-// Sets LOCAL_WORLD_SIZE for a scope and puts back what was there.
-class LocalWorldSize {
- public:
-  explicit LocalWorldSize(unsigned n) {
-    if (const char* v = std::getenv("LOCAL_WORLD_SIZE")) old_ = v;
-    ::setenv("LOCAL_WORLD_SIZE", std::to_string(n).c_str(), 1);
-  }
-  ~LocalWorldSize() {
-    if (old_)
-      ::setenv("LOCAL_WORLD_SIZE", old_->c_str(), 1);
-    else
-      ::unsetenv("LOCAL_WORLD_SIZE");
-  }
-
- private:
-  std::optional<std::string> old_;
+// LOCAL_WORLD_SIZE set to n for a scope.
+struct LocalWorldSize : trainer::testing::ScopedEnv {
+  explicit LocalWorldSize(unsigned n) : ScopedEnv("LOCAL_WORLD_SIZE", std::to_string(n)) {}
 };
 
 TEST(LoaderWorkers, TheDefaultSharesTheCoresBetweenTheNodesRanks) {

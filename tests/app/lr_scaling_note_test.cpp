@@ -7,7 +7,6 @@
 
 #include "app/config.h"
 #include "app/run_start.h"
-#include "app/train_loop.h"
 
 namespace trainer {
 namespace {

@@ -9,28 +9,12 @@
 
 #include "app/config.h"
 #include "app/run_start.h"
-#include "app/train_loop.h"
+#include "app/trainer_process.h"
 
 namespace trainer {
 namespace {
 
-// Saves an environment variable for the test's scope and puts it back afterwards.
-class SavedEnv {
- public:
-  explicit SavedEnv(const char* name) : name_(name) {
-    if (const char* v = std::getenv(name)) old_ = v;
-  }
-  ~SavedEnv() {
-    if (old_)
-      ::setenv(name_, old_->c_str(), 1);
-    else
-      ::unsetenv(name_);
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
+using trainer::testing::ScopedEnv;
 
 std::string env(const char* name) {
   const char* v = std::getenv(name);
@@ -38,7 +22,7 @@ std::string env(const char* name) {
 }
 
 TEST(NcclSettings, ConfigKeysBecomeNcclsEnvironmentAndEmptyKeysLeaveItAlone) {
-  SavedEnv debug("NCCL_DEBUG"), ifname("NCCL_SOCKET_IFNAME");
+  ScopedEnv debug("NCCL_DEBUG"), ifname("NCCL_SOCKET_IFNAME");
   ::setenv("NCCL_DEBUG", "WARN", 1);
   ::setenv("NCCL_SOCKET_IFNAME", "eth9", 1);
   Config c;  // both keys empty by default

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <system_error>
@@ -79,6 +80,30 @@ class TrainerRunTest : public ::testing::Test {
   std::string prefix_;
 };
 
+// Saves an environment variable for a scope (setting it, when a value is given) and puts back what was
+// there afterwards.
+class ScopedEnv {
+ public:
+  explicit ScopedEnv(const char* name) : name_(name) {
+    if (const char* v = std::getenv(name)) old_ = v;
+  }
+  ScopedEnv(const char* name, const std::string& value) : ScopedEnv(name) {
+    ::setenv(name, value.c_str(), 1);
+  }
+  ~ScopedEnv() {
+    if (old_)
+      ::setenv(name_, old_->c_str(), 1);
+    else
+      ::unsetenv(name_);
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
 inline std::string read_file(const std::filesystem::path& p) {
   std::ifstream in(p, std::ios::binary);
   std::stringstream s;
@@ -128,12 +153,10 @@ inline std::vector<RunResult> run_ranks(const std::filesystem::path& dir, int po
   std::vector<RunResult> results;
   for (int r = 0; r < n; ++r) {
     const std::filesystem::path out = dir / ("rank" + std::to_string(r) + ".out");
-    std::ifstream status(out.string() + ".rc"), text(out);
-    std::stringstream output;
-    output << text.rdbuf();
+    std::ifstream status(out.string() + ".rc");
     int code = -1;
     status >> code;
-    results.push_back({code, output.str()});
+    results.push_back({code, read_file(out)});
   }
   return results;
 }

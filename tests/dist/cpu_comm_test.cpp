@@ -154,21 +154,14 @@ TEST(CpuComm, AStopSignalEndsTheSetUpWait) {
   CpuCommOptions o;
   o.listen_address = "127.0.0.1";
   o.connect_timeout = 60s;  // the test fails, not hangs, if the signal is not seen
-  int caught = 0;
-  std::string message;
+  Caught stopped;
   {
     StopSignalAfter stop(300ms);
-    try {
-      CpuComm::create(store, 0, 2, o);
-    } catch (const WaitInterrupted& e) {
-      caught = e.signal();
-      message = e.what();
-    } catch (const DistError& e) {
-      message = e.what();
-    }
+    stopped = stop_of([&] { CpuComm::create(store, 0, 2, o); });
   }
-  EXPECT_EQ(caught, SIGTERM) << message;
-  EXPECT_NE(message.find("waiting for the higher ranks to connect"), std::string::npos) << message;
+  EXPECT_EQ(stopped.signal, SIGTERM) << stopped.message;
+  EXPECT_NE(stopped.message.find("waiting for the higher ranks to connect"), std::string::npos)
+      << stopped.message;
 }
 
 TEST(CpuComm, Broadcast) {

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "dist/cpu_comm.h"
+#include "dist/error.h"
 #include "dist/store.h"
 
 namespace trainer::testing {
@@ -74,6 +75,22 @@ class StopSignalAfter {
   std::atomic<int> signal_{0};
   std::thread thread_;
 };
+
+// What a test of the interrupt caught: the signal (0: none) and the message.
+struct Caught {
+  int signal = 0;
+  std::string message;
+};
+inline Caught stop_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const WaitInterrupted& e) {
+    return {e.signal(), e.what()};
+  } catch (const DistError& e) {
+    return {0, e.what()};
+  }
+  return {};
+}
 
 inline bool port_is_free(int port) { return loopback_port_op(port, ::bind); }
 

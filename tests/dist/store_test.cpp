@@ -80,22 +80,6 @@ TEST(TcpStore, WaitTimesOutNamingTheKey) {
   EXPECT_NE(error_of([&] { client.get("never", 100ms); }).find("'never'"), std::string::npos);
 }
 
-// What a test of the interrupt caught: the signal (0: none) and the message.
-struct Caught {
-  int signal = 0;
-  std::string message;
-};
-Caught stop_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const WaitInterrupted& e) {
-    return {e.signal(), e.what()};
-  } catch (const DistError& e) {
-    return {0, e.what()};
-  }
-  return {};
-}
-
 // A stop signal (the trainer's SIGTERM/Ctrl-C flag) ends a long wait between its one-second slices,
 // naming the signal and the keys; so it does a client still trying to reach rank 0's store. Only the
 // waits of the thread that set the interrupt end early (not a watchdog's or heartbeat's). With no

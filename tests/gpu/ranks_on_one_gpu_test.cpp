@@ -5,7 +5,6 @@
 // Needs one GPU only.
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <string>
 
 #include "app/device_setup.h"
