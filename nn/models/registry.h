@@ -19,6 +19,7 @@ struct ModelOptions {
   int64_t image_size = 32;          // height = width; sizes the linear layers of mlp and cnn
   double dropout = 0.0;             // cnn only: dropout before the last linear layer
   uint64_t seed = 0;                // initial weights depend only on this
+  int64_t width = 64;               // ResNet: channels of the stem and first stage (torchvision: 64)
   bool zero_init_residual = false;  // ResNet: last BN of each block starts at 0 (torchvision's option)
   // Draws the dropout masks; when null the model makes its own, seeded from `seed`.
   std::shared_ptr<Generator> dropout_generator;

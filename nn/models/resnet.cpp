@@ -79,24 +79,26 @@ ResNetConfig ResNetConfig::for_depth(ResNetDepth depth) {
   return c;
 }
 
-ResNet::ResNet(const ResNetConfig& config, Generator& gen) : config_(config) {
+ResNet::ResNet(const ResNetConfig& config, Generator& gen) : config_(config), inplanes_(config.width) {
+  if (config.width < 1) throw std::invalid_argument("ResNet: width must be at least 1");
+  const int64_t w = config.width;
   if (config.stem == ResNetStem::imagenet) {
     conv1_ =
-        register_module("conv1", std::make_shared<Conv2d>(config.in_channels, 64, 7, 2, 3, 1, 1, false, gen));
+        register_module("conv1", std::make_shared<Conv2d>(config.in_channels, w, 7, 2, 3, 1, 1, false, gen));
   } else {
-    conv1_ = register_module("conv1", conv3x3(config.in_channels, 64, 1, gen));
+    conv1_ = register_module("conv1", conv3x3(config.in_channels, w, 1, gen));
   }
-  bn1_ = register_module("bn1", std::make_shared<BatchNorm2d>(64));
+  bn1_ = register_module("bn1", std::make_shared<BatchNorm2d>(w));
   if (config.stem == ResNetStem::imagenet)
     maxpool_ = register_module("maxpool", std::make_shared<MaxPool2d>(3, 2, 1));
-  const int64_t planes[4] = {64, 128, 256, 512};
+  const int64_t planes[4] = {w, 2 * w, 4 * w, 8 * w};
   for (int i = 0; i < 4; ++i)
     stages_[i] = register_module("layer" + std::to_string(i + 1),
                                  make_layer(planes[i], config.layers[i], i == 0 ? 1 : 2, gen));
   avgpool_ = register_module("avgpool", std::make_shared<AdaptiveAvgPool2d>(1));
   const int64_t expansion =
       config.block == ResNetBlock::basic ? BasicBlock::expansion : Bottleneck::expansion;
-  fc_ = register_module("fc", std::make_shared<Linear>(512 * expansion, config.num_classes, true, gen));
+  fc_ = register_module("fc", std::make_shared<Linear>(8 * w * expansion, config.num_classes, true, gen));
 
   // torchvision's re-initialisation; fc keeps Linear's default.
   for (auto& [name, m] : named_modules()) {
@@ -155,6 +157,7 @@ std::shared_ptr<Module> make_resnet(ResNetDepth depth, const ModelOptions& o) {
   config.in_channels = o.in_channels;
   config.num_classes = o.num_classes;
   config.zero_init_residual = o.zero_init_residual;
+  config.width = o.width;
   Generator gen(o.seed);
   return std::make_shared<ResNet>(config, gen);
 }

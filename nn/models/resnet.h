@@ -51,6 +51,9 @@ struct ResNetConfig {
   int64_t in_channels = 3;
   int64_t num_classes = 1000;
   bool zero_init_residual = false;
+  // Channels of the stem and the first stage; the stages double it (torchvision: 64). Narrower
+  // networks keep the whole structure at a fraction of the size (the PyTorch golden test's model).
+  int64_t width = 64;
 
   static ResNetConfig for_depth(ResNetDepth depth);
 };
@@ -64,7 +67,7 @@ class ResNet : public Module {
   std::shared_ptr<Sequential> make_layer(int64_t planes, int blocks, int stride, Generator& gen);
 
   ResNetConfig config_;
-  int64_t inplanes_ = 64;
+  int64_t inplanes_;
   std::shared_ptr<Conv2d> conv1_;
   std::shared_ptr<BatchNorm2d> bn1_;
   std::shared_ptr<MaxPool2d> maxpool_;  // null for the cifar stem

@@ -1,0 +1,134 @@
+#!/usr/bin/env python3
+"""Writes tests/nn/golden/resnet18_w4_sgd_step.safetensors: one SGD step of a narrow resnet18 (CIFAR
+stem, width 4, 16x16 inputs, batch 4) computed by PyTorch in float64, for the CPU golden test
+(tests/nn/torch_golden_test.cpp) to compare our float32 step against under every OpenBLAS kernel set.
+
+    /usr/bin/python3 scripts/make_torch_golden.py tests/nn/golden/resnet18_w4_sgd_step.safetensors
+
+Why float64 and why a margin: a ReLU network's gradient is discontinuous where a pre-activation
+crosses zero. Float32 rounding (~1e-7 relative per GEMM) moves pre-activations by ~1e-6 after a few
+layers, so any element closer than that to zero may flip its ReLU mask and change a gradient by the
+whole upstream value at that element: a max-error comparison then measures luck, not correctness
+(resnet18-cifar at batch 8 has ~2.9 million pre-activations and its nearest one sits at 3e-7). This
+script therefore draws inputs until every pre-activation is at least MARGIN from zero, so that a
+correct float32 step must agree with the float64 reference to float32 accuracy, whatever the BLAS.
+
+The model is written here, not taken from torchvision, so the reference shares no code with ours;
+its names are torchvision's. The file holds init.* (the state before the step), images, labels,
+loss, logits, grad.* (every parameter's gradient) and after.* (the state after the step).
+"""
+import json
+import struct
+import sys
+
+import torch
+import torch.nn as nn
+
+WIDTH, IMAGE, BATCH, CLASSES = 4, 16, 4, 10
+LR, MOMENTUM, WEIGHT_DECAY = 0.1, 0.9, 5e-4
+MARGIN = 1e-4
+
+
+class Block(nn.Module):
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.downsample = None
+        if stride != 1 or cin != cout:
+            self.downsample = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x, pre):
+        h = self.bn1(self.conv1(x))
+        pre.append(h)
+        h = self.bn2(self.conv2(torch.relu(h)))
+        h = h + (self.downsample(x) if self.downsample is not None else x)
+        pre.append(h)
+        return torch.relu(h)
+
+
+class NarrowResNet18(nn.Module):
+    def __init__(self, w):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, w, 3, 1, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(w)
+        widths = [w, 2 * w, 4 * w, 8 * w]
+        cin = w
+        for i, cout in enumerate(widths):
+            stride = 1 if i == 0 else 2
+            setattr(self, f"layer{i + 1}", nn.Sequential(Block(cin, cout, stride), Block(cout, cout, 1)))
+            cin = cout
+        self.fc = nn.Linear(8 * w, CLASSES)
+
+    def forward(self, x, pre):
+        h = self.bn1(self.conv1(x))
+        pre.append(h)
+        h = torch.relu(h)
+        for i in range(4):
+            for block in getattr(self, f"layer{i + 1}"):
+                h = block(h, pre)
+        return self.fc(h.mean(dim=(2, 3)))
+
+
+def init_weights(model, gen):
+    for m in model.modules():  # torchvision's scheme: kaiming normal fan_out for convolutions
+        if isinstance(m, nn.Conv2d):
+            fan_out = m.out_channels * m.kernel_size[0] * m.kernel_size[1]
+            with torch.no_grad():
+                m.weight.copy_(torch.randn(m.weight.shape, generator=gen) * (2.0 / fan_out) ** 0.5)
+    with torch.no_grad():
+        bound = 1.0 / (8 * WIDTH) ** 0.5
+        model.fc.weight.copy_((torch.rand(model.fc.weight.shape, generator=gen) * 2 - 1) * bound)
+        model.fc.bias.copy_((torch.rand(model.fc.bias.shape, generator=gen) * 2 - 1) * bound)
+
+
+def save_safetensors(path, tensors, metadata):
+    names = {torch.float32: "F32", torch.int64: "I64"}
+    header, blobs, offset = {"__metadata__": metadata}, [], 0
+    for name, t in tensors.items():
+        data = t.contiguous().numpy().tobytes()
+        header[name] = {"dtype": names[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + len(data)]}
+        blobs.append(data)
+        offset += len(data)
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+
+
+def main():
+    out = sys.argv[1]
+    for seed in range(1000):
+        gen = torch.Generator().manual_seed(seed)
+        model = NarrowResNet18(WIDTH)
+        init_weights(model, gen)
+        images = torch.randn(BATCH, 3, IMAGE, IMAGE, generator=gen)
+        labels = torch.randint(0, CLASSES, (BATCH,), generator=gen)
+        init = {k: v.clone() for k, v in model.state_dict().items()}
+        model = model.double().train()
+        pre = []
+        logits = model(images.double(), pre)
+        margin = min(p.abs().min().item() for p in pre)
+        if margin >= MARGIN:
+            break
+    else:
+        sys.exit("no seed below 1000 gives every pre-activation a margin of %g" % MARGIN)
+    loss = nn.functional.cross_entropy(logits, labels)
+    loss.backward()
+    grads = {f"grad.{n}": p.grad.float() for n, p in model.named_parameters()}
+    torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM, weight_decay=WEIGHT_DECAY).step()
+    tensors = {f"init.{k}": v for k, v in init.items()}
+    tensors.update({"images": images, "labels": labels, "loss": loss.detach().float().reshape(1),
+                    "logits": logits.detach().float()})
+    tensors.update(grads)
+    tensors.update({f"after.{k}": v.float() if v.is_floating_point() else v for k, v in model.state_dict().items()})
+    metadata = {"seed": str(seed), "margin": "%.3e" % margin, "torch": torch.__version__,
+                "step": f"SGD lr {LR} momentum {MOMENTUM} weight_decay {WEIGHT_DECAY}, float64"}
+    save_safetensors(out, tensors, metadata)
+    print(f"{out}: seed {seed}, nearest pre-activation {margin:.2e}, {len(tensors)} tensors, torch {torch.__version__}")
+
+
+if __name__ == "__main__":
+    main()
