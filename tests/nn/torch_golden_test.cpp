@@ -31,7 +31,13 @@ extern "C" char* openblas_get_corename(void);
 namespace trainer {
 namespace {
 
-const char* kGolden = TRAINER_SOURCE_DIR "/tests/nn/golden/resnet18_w4_sgd_step.safetensors";
+// The source tree's copy, or the working directory's when the binary runs elsewhere (a GPU host
+// that received the build in a bundle runs it from its own copy of the repository).
+std::string golden_path() {
+  const std::string name = "tests/nn/golden/resnet18_w4_sgd_step.safetensors";
+  const std::string in_source = std::string(TRAINER_SOURCE_DIR) + "/" + name;
+  return ::access(in_source.c_str(), R_OK) == 0 ? in_source : name;
+}
 
 // max|ours - reference| / max|reference|, in double.
 double relative_error(const Tensor& ours, const Tensor& reference) {
@@ -53,7 +59,7 @@ const Tensor& at(const std::map<std::string, Tensor>& golden, const std::string&
 }
 
 TEST(TorchGolden, OneSgdStepMatchesPyTorchFloat64) {
-  const auto golden = load_safetensors(kGolden);
+  const auto golden = load_safetensors(golden_path());
   ModelOptions o;
   o.name = "resnet18";
   o.stem = "cifar";
