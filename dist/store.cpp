@@ -436,19 +436,13 @@ TcpStore::TcpStore(const TcpStoreOptions& options) : options_(options), port_(op
   }
   local_address_ = net::local_ip(socket_);
   // Handshake: the service on this port must be a trainer store.
-  std::string reply;
-  try {
-    reply = request(Writer()
-                        .u8(kCmdHello)
-                        .str(kHello)
-                        .u64(static_cast<uint64_t>(options.world_size))
-                        .str(options.job_id)
-                        .bytes(),
-                    net::deadline_after(kHandshakeTimeout), "handshake");
-  } catch (const DistError&) {
-    broken_.clear();
-    reply.clear();
-  }
+  const std::string reply = handshake(Writer()
+                                          .u8(kCmdHello)
+                                          .str(kHello)
+                                          .u64(static_cast<uint64_t>(options.world_size))
+                                          .str(options.job_id)
+                                          .bytes(),
+                                      net::deadline_after(kHandshakeTimeout));
   Reader r(reply);
   if (r.str() != kHello)
     throw DistError("the service at " + where +
@@ -502,6 +496,33 @@ net::IoStatus TcpStore::exchange(const std::string& body, Deadline deadline, con
       break;
   }
   return st;
+}
+
+// The service that accepted may not be ours (another program on MASTER_PORT) and may never answer:
+// the reply is awaited in slices of net::kStopCheckInterval with a stop check between them, so that
+// the launcher's SIGTERM ends it at once instead of after kHandshakeTimeout. Returns "" when no
+// well-formed reply came (the caller names the port's service as foreign).
+std::string TcpStore::handshake(const std::string& body, Deadline deadline) {
+  const auto stop = stop_check("in the handshake with the service at " + address());
+  int err = 0;
+  const std::string out = frame(body);
+  if (net::send_all(socket_.fd(), out.data(), out.size(), deadline, &err) != net::IoStatus::ok) return {};
+  for (;;) {
+    pollfd p{socket_.fd(), POLLIN, 0};
+    const Deadline slice = std::min(deadline, net::deadline_after(net::kStopCheckInterval));
+    const int rc = ::poll(&p, 1, net::poll_timeout_ms(slice));
+    if (rc > 0) break;
+    if (rc < 0 && errno != EINTR) return {};
+    if (stop) stop();
+    if (std::chrono::steady_clock::now() >= deadline) return {};
+  }
+  char len_bytes[4];
+  if (net::recv_all(socket_.fd(), len_bytes, 4, deadline, &err) != net::IoStatus::ok) return {};
+  const uint32_t n = frame_length(len_bytes);
+  if (n > kMaxFrame) return {};
+  std::string reply(n, '\0');
+  if (net::recv_all(socket_.fd(), reply.data(), n, deadline, &err) != net::IoStatus::ok) return {};
+  return reply;
 }
 
 void TcpStore::reconnect(Deadline deadline) {

@@ -125,6 +125,8 @@ class TcpStore : public Store {
   net::IoStatus exchange(const std::string& body, net::Deadline deadline, const std::string& what,
                          std::string& reply, std::string& why);
   void reconnect(net::Deadline deadline);
+  // The first request's reply, waited for where a stop signal can end the wait (see the .cpp).
+  std::string handshake(const std::string& body, net::Deadline deadline);
 
   TcpStoreOptions options_;
   int port_ = 0;

@@ -161,6 +161,31 @@ TEST(TcpStore, SomethingElseOnThePortIsRecognised) {
   EXPECT_NE(e.find("MASTER_PORT+1"), std::string::npos) << e;
 }
 
+TEST(TcpStore, AStopSignalEndsTheHandshakeWithASilentServer) {
+  // A foreign service on MASTER_PORT that accepts and never answers held a rank in the handshake
+  // for its whole 10 s, deaf to the launcher's SIGTERM.
+  int err = 0;
+  net::Socket listener = net::listen_on("127.0.0.1", 0, &err);
+  const int port = net::local_port(listener);
+  std::atomic<bool> stop{false};
+  std::vector<net::Socket> held;
+  std::thread silent([&] {
+    while (!stop) {
+      net::Socket s = net::accept_until(listener, net::deadline_after(50ms));
+      if (s.valid()) held.push_back(std::move(s));
+    }
+  });
+  Caught caught;
+  {
+    StopSignalAfter signal(300ms);
+    caught = stop_of([&] { TcpStore client(store_options(port, false, 60s)); });
+  }
+  stop = true;
+  silent.join();
+  EXPECT_EQ(caught.signal, SIGTERM) << caught.message;
+  EXPECT_NE(caught.message.find("handshake"), std::string::npos) << caught.message;
+}
+
 TEST(TcpStore, ClientsOfAnotherJobOrWorldSizeAreRefused) {
   TcpStoreOptions o = store_options(0, true);
   o.world_size = 4;
