@@ -14,6 +14,7 @@
 #include "data/data_error.h"
 #include "data/hash.h"
 #include "data/image_codec.h"
+#include "data/jpeg_region.h"
 #include "nn/random.h"
 
 namespace trainer {
@@ -261,6 +262,15 @@ std::string ImageFolder::try_load(int64_t index, uint8_t* hwc_out, Generator* ge
       const CropBox box = random_resized_crop_box(info.height, info.width, options_.crop, *gen);
       const double min_scale = std::max(static_cast<double>(size) / static_cast<double>(box.width),
                                         static_cast<double>(size) / static_cast<double>(box.height));
+      if (info.format == ImageFormat::jpeg) {
+        // Only the rows and columns around the region are decoded; the output bytes are the same.
+        thread_local JpegRegion region;
+        if (decode_jpeg_region(file.data(), file.size(), channels, box, min_scale, region)) {
+          resize_region(region.image.pixels.data(), region.image.height, region.image.width, channels,
+                        region.crop, hwc_out, size, size);
+          return "";
+        }
+      }
       decode_image(file.data(), file.size(), channels, decoded, min_scale);
       const CropBox scaled = scale_box(box, info.height, info.width, decoded.height, decoded.width);
       resize_region(decoded.pixels.data(), decoded.height, decoded.width, channels, scaled, hwc_out, size,

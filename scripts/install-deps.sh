@@ -11,7 +11,7 @@ packages=(
   zlib1g-dev                                           # gzip-compressed IDX datasets
   libgtest-dev                                         # tests
   dataset-fashion-mnist                                # the default training set
-  libturbojpeg0-dev libspng-dev                        # JPEG and PNG decoding (image_folder datasets)
+  libturbojpeg0-dev libjpeg62-turbo-dev libspng-dev    # JPEG (whole and crop-region) and PNG decoding
   libopencv-core-dev libopencv-imgproc-dev             # resizing; never libopencv-dev (Qt, VTK, MPI)
   prometheus-cpp-dev                                   # the metrics exporter (pull, with civetweb)
   prometheus nlohmann-json3-dev                        # tests: a real Prometheus server; dashboard JSON
