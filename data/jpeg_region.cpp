@@ -15,12 +15,12 @@ namespace trainer {
 namespace {
 
 // libjpeg reports fatal errors through error_exit, which must not return: it jumps back to decode's
-// setjmp. Warnings (recoverable damage) are counted and their text kept.
+// setjmp. A warning means damaged scan data that libjpeg would paper over with wrong or grey pixels:
+// it stops the decode too, as decode_image's TJFLAG_STOPONWARNING does, with the same messages.
 struct ErrorManager {
   jpeg_error_mgr base;
   std::jmp_buf jump;
   char message[JMSG_LENGTH_MAX];
-  int warnings;
 };
 
 void on_error(j_common_ptr cinfo) {
@@ -31,8 +31,7 @@ void on_error(j_common_ptr cinfo) {
 
 void on_message(j_common_ptr cinfo, int level) {
   if (level >= 0) return;  // trace messages
-  auto* errors = reinterpret_cast<ErrorManager*>(cinfo->err);
-  if (errors->warnings++ == 0) cinfo->err->format_message(cinfo, errors->message);
+  on_error(cinfo);
 }
 
 // The smallest of libjpeg-turbo's scales N/8 (N = 1..16, only up to 8 used) that is at least
@@ -66,11 +65,13 @@ std::string decode(const uint8_t* data, size_t size, int64_t channels, const Cro
   cinfo.err = jpeg_std_error(&errors.base);
   errors.base.error_exit = on_error;
   errors.base.emit_message = on_message;
-  errors.warnings = 0;
   errors.message[0] = '\0';
   if (setjmp(errors.jump)) {
     jpeg_destroy_decompress(&cinfo);
-    return std::string("corrupt JPEG: ") + errors.message;
+    const std::string message = errors.message;
+    if (message.find("Premature end") != std::string::npos)
+      return "truncated JPEG: " + message + " (" + std::to_string(size) + " bytes)";
+    return "corrupt JPEG: " + message;
   }
   jpeg_create_decompress(&cinfo);
   jpeg_mem_src(&cinfo, data, static_cast<unsigned long>(size));
@@ -111,7 +112,6 @@ std::string decode(const uint8_t* data, size_t size, int64_t channels, const Cro
   // The rows below the crop are not needed: stop without reading them.
   jpeg_abort_decompress(&cinfo);
   jpeg_destroy_decompress(&cinfo);
-  if (errors.warnings > 0) return std::string("corrupt JPEG: ") + errors.message;
   return "";
 }
 
