@@ -14,7 +14,8 @@ packages=(
   libturbojpeg0-dev libspng-dev                        # JPEG and PNG decoding (image_folder datasets)
   libopencv-core-dev libopencv-imgproc-dev             # resizing; never libopencv-dev (Qt, VTK, MPI)
   prometheus-cpp-dev                                   # the metrics exporter (pull, with civetweb)
-  prometheus nlohmann-json3-dev                        # tests: a real Prometheus server; dashboard JSON
+  nlohmann-json3-dev                                   # JSON: safetensors headers, summaries, bench records
+  prometheus                                           # tests: a real Prometheus server
 )
 
 missing=()

@@ -386,7 +386,6 @@ TEST_F(Safetensors, HugeAndNegativeNumbers) {
        "non-negative integers"},
       {R"({"w":{"dtype":"U8","shape":[1],"data_offsets":[0,1e400]}})", "w"},
       {R"({"w":{"dtype":"U8","shape":[1],"data_offsets":[-1,0]}})", "non-negative integers, found -1"},
-      {R"({"w":{"dtype":"U8","shape":[1],"data_offsets":[-0,1]}})", "non-negative integers"},
       {R"({"w":{"dtype":"U8","shape":[1],"data_offsets":[0.0,1]}})", "non-negative integers"},
       {R"({"w":{"dtype":"U8","shape":[1],"data_offsets":[0,"1"]}})", "non-negative integers"},
       {R"({"w":{"dtype":"U8","shape":[1],"data_offsets":[0,1,2]}})", "two integers"},
@@ -413,10 +412,10 @@ TEST_F(Safetensors, DuplicateKeysAreAmbiguousAndRejected) {
   EXPECT_MENTIONS(msg, "duplicate key 'dtype'");
   EXPECT_MENTIONS(msg, "tensor 'w'");
   msg = load_error(path("k.safetensors"), R"({"__metadata__":{"a":"1","a":"2"}})", 0);
-  EXPECT_MENTIONS(msg, "duplicate key 'a'");
-  // The same key in two different objects is fine.
+  EXPECT_MENTIONS(msg, "duplicate key 'a' (in __metadata__)");
+  // -0 is 0; the same key in two different objects is fine.
   write_raw(path("k.safetensors"),
-            R"({"__metadata__":{"dtype":"x"},"w":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}})", {5});
+            R"({"__metadata__":{"dtype":"x"},"w":{"dtype":"U8","shape":[1],"data_offsets":[-0,1]}})", {5});
   EXPECT_EQ(load_safetensors(path("k.safetensors")).at("w").to_vector<uint8_t>(), (std::vector<uint8_t>{5}));
 }
 
