@@ -13,6 +13,7 @@
 
 #include "app/build_info.h"
 #include "app/cli.h"
+#include "app/system_info.h"
 #include "data/cifar.h"
 #include "data/image_folder.h"
 #include "data/loader_bench.h"
@@ -148,25 +149,15 @@ void write_csv(const fs::path& path, const std::vector<LoaderBenchPoint>& points
   if (!out) throw std::runtime_error("cannot write " + path.string());
 }
 
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (static_cast<unsigned char>(c) < 0x20) continue;  // no control characters in our strings
-    out += c;
-  }
-  return out + "\"";
-}
-
 void write_json(const fs::path& path, const std::vector<LoaderBenchPoint>& points, const BenchDataArgs& a,
                 unsigned cores, const std::string& jpeg_source) {
   std::ofstream out(path);
-  out << "{\n  \"build\": " << json_string(trainer_build().str()) << ",\n  \"cpu_cores\": " << cores
-      << ",\n  \"jpeg_source\": " << json_string(jpeg_source) << ",\n  \"jpeg_size\": " << a.jpeg_size
+  out << "{\n  \"build\": " << json_quote(trainer_build().str()) << ",\n  \"cpu_cores\": " << cores
+      << ",\n  \"jpeg_source\": " << json_quote(jpeg_source) << ",\n  \"jpeg_size\": " << a.jpeg_size
       << ",\n  \"crop\": " << a.crop << ",\n  \"results\": [\n";
   for (size_t i = 0; i < points.size(); ++i) {
     const auto& p = points[i];
-    out << "    {\"benchmark\": " << json_string(p.benchmark) << ", \"batch_size\": " << p.batch_size
+    out << "    {\"benchmark\": " << json_quote(p.benchmark) << ", \"batch_size\": " << p.batch_size
         << ", \"workers\": " << p.workers << ", \"cores_used\": " << p.cores_used
         << ", \"images\": " << p.images << ", \"batches\": " << p.batches
         << ", \"seconds\": " << fixed(p.seconds, 4)

@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <stdexcept>
 
@@ -188,15 +189,23 @@ double run_point(const std::string& config_path, int procs, const std::vector<st
 }
 
 double summary_number(const fs::path& path, const std::string& key) {
+  const std::string hint = ". HINT: the run ended before writing its summary; see output.log beside it";
   std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  const std::string s = text.str(), quoted = "\"" + key + "\":";
-  const size_t at = s.find(quoted);
-  if (!in || at == std::string::npos)
-    throw std::runtime_error("bench: " + path.string() + " has no \"" + key +
-                             "\". HINT: the run ended before writing its summary; see output.log beside it");
-  return std::strtod(s.c_str() + at + quoted.size(), nullptr);
+  if (!in) throw std::runtime_error("bench: cannot read " + path.string() + hint);
+  nlohmann::json summary;
+  try {
+    summary = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw std::runtime_error("bench: " + path.string() + " is not valid JSON (" + e.what() + ")" + hint);
+  }
+  if (!summary.is_object() || !summary.contains(key))
+    throw std::runtime_error("bench: " + path.string() + " has no \"" + key + "\"" + hint);
+  const nlohmann::json& value = summary[key];
+  if (value.is_null()) return std::nan("");  // app/summary.cpp writes NaN as null
+  if (!value.is_number())
+    throw std::runtime_error("bench: " + path.string() + ": \"" + key + "\" is " + value.dump() +
+                             ", not a number");
+  return value.get<double>();
 }
 
 std::string speedup_chart_png(double max_procs, const std::vector<SpeedupCurve>& curves) {

@@ -52,7 +52,8 @@ double run_point(const std::string& config_path, int procs, const std::vector<st
 // The rows of a run's step_times.csv after `warmup` steps: column name -> values.
 std::map<std::string, std::vector<double>> read_step_times(const std::filesystem::path& path, int warmup);
 
-// A number from a run's summary.json (flat, written by app/summary.cpp); throws when absent.
+// A number from a run's summary.json (written by app/summary.cpp; null reads as NaN); throws, naming
+// the file, when it is missing, not JSON, or has no number under `key`.
 double summary_number(const std::filesystem::path& path, const std::string& key);
 
 // The "environment" object of bench.json: build, host, CPU, GPUs, driver, CUDA/cuDNN/NCCL, NCCL_*.

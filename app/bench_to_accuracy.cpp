@@ -49,7 +49,7 @@ bool run_repeat(const BenchArgs& a, const Config& config, AccuracyPoint& p, cons
   const fs::path summary = dir / "summary.json";
   const double best = summary_number(summary, "best_test_accuracy");
   // The loop stopped right after the epoch that reached the target: its epochs and training seconds
-  // are the time to accuracy. (best is read back from 10 digits: compare with that slack.)
+  // are the time to accuracy. (summary.json holds best in full; the slack is only a safety margin.)
   const bool reached = best >= a.to_accuracy - 1e-9;
   p.repeats_reached += reached ? 1 : 0;
   p.epochs.push_back(static_cast<int>(summary_number(summary, "epochs")));

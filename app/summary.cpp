@@ -1,48 +1,28 @@
 #include "app/summary.h"
 
-#include <cstdio>
 #include <fstream>
-#include <sstream>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 
 namespace trainer {
-namespace {
-
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (char ch : s) {
-    if (ch == '"' || ch == '\\') out += '\\';
-    if (static_cast<unsigned char>(ch) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", ch);
-      out += buf;
-      continue;
-    }
-    out += ch;
-  }
-  return out + "\"";
-}
-
-}  // namespace
 
 std::string summary_json(const RunSummary& s) {
-  std::ostringstream o;
-  o.precision(10);
-  o << "{\n"
-    << "  \"epochs\": " << s.epochs << ",\n"
-    << "  \"steps\": " << s.steps << ",\n"
-    << "  \"world_size\": " << s.world_size << ",\n"
-    << "  \"train_seconds\": " << s.train_seconds << ",\n"
-    << "  \"samples_per_second\": " << s.samples_per_second << ",\n"
-    << "  \"final_test_accuracy\": " << s.final_test_accuracy << ",\n"
-    << "  \"best_test_accuracy\": " << s.best_test_accuracy << ",\n"
-    << "  \"final_test_top5\": " << s.final_test_top5 << ",\n"
-    << "  \"final_test_loss\": " << s.final_test_loss << ",\n"
-    << "  \"final_train_loss\": " << s.final_train_loss << ",\n"
-    << "  \"run_dir\": " << json_string(s.run_dir) << ",\n"
-    << "  \"weights\": " << json_string(s.weights) << "\n"
-    << "}\n";
-  return o.str();
+  // In this order, for people reading it; numbers in full (shortest round-trip form), NaN as null.
+  nlohmann::ordered_json j;
+  j["epochs"] = s.epochs;
+  j["steps"] = s.steps;
+  j["world_size"] = s.world_size;
+  j["train_seconds"] = s.train_seconds;
+  j["samples_per_second"] = s.samples_per_second;
+  j["final_test_accuracy"] = s.final_test_accuracy;
+  j["best_test_accuracy"] = s.best_test_accuracy;
+  j["final_test_top5"] = s.final_test_top5;
+  j["final_test_loss"] = s.final_test_loss;
+  j["final_train_loss"] = s.final_train_loss;
+  j["run_dir"] = s.run_dir;
+  j["weights"] = s.weights;
+  // A path that is not UTF-8 must not lose the summary: such bytes become U+FFFD.
+  return j.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
 }
 
 void write_summary(const std::string& path, const RunSummary& s) {

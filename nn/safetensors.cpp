@@ -7,16 +7,14 @@
 #include <algorithm>
 #include <bit>
 #include <cerrno>
-#include <charconv>
 #include <cstdint>
-#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <stdexcept>
-#include <string_view>
 
 namespace trainer {
 
@@ -29,294 +27,91 @@ constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 constexpr int kMaxJsonDepth = 16;
 
 // ---------------------------------------------------------------------------------------------
-// A small JSON reader and writer, enough for safetensors headers.
+// The header's JSON, through nlohmann-json. Objects read into std::map (the order of a file's entries
+// does not matter: they are sorted by offset); the writer uses ordered_json to keep the caller's order.
 
-struct Json {
-  enum class Kind { null, boolean, number, string, array, object } kind = Kind::null;
-  bool boolean = false;
-  std::string text;  // a string's value or a number's literal
-  std::vector<Json> items;
-  std::vector<std::pair<std::string, Json>> members;  // in file order
-};
+using Json = nlohmann::json;
+using OrderedJson = nlohmann::ordered_json;
 
-const char* kind_name(Json::Kind kind) {
-  switch (kind) {
-    case Json::Kind::null:
-      return "null";
-    case Json::Kind::boolean:
-      return "a boolean";
-    case Json::Kind::number:
-      return "a number";
-    case Json::Kind::string:
-      return "a string";
-    case Json::Kind::array:
-      return "an array";
-    case Json::Kind::object:
-      return "an object";
-  }
-  return "?";
-}
-
-struct JsonError : std::runtime_error {
+// Thrown by the parse callback: what nlohmann-json would accept but a header must not hold.
+struct HeaderJsonError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-class JsonParser {
- public:
-  explicit JsonParser(std::string_view text) : s_(text) {}
-
-  Json parse_document() {
-    Json value = parse_value(0);
-    skip_ws();
-    if (pos_ != s_.size()) fail("unexpected characters after the top-level object");
-    return value;
+const char* kind_name(const Json& v) {
+  switch (v.type()) {
+    case Json::value_t::null:
+      return "null";
+    case Json::value_t::boolean:
+      return "a boolean";
+    case Json::value_t::number_integer:
+    case Json::value_t::number_unsigned:
+    case Json::value_t::number_float:
+      return "a number";
+    case Json::value_t::string:
+      return "a string";
+    case Json::value_t::array:
+      return "an array";
+    case Json::value_t::object:
+      return "an object";
+    default:
+      return "binary data";
   }
+}
 
- private:
-  [[noreturn]] void fail(const std::string& message) const {
-    std::string where = "bad header JSON at byte " + std::to_string(pos_) + ": " + message;
-    if (!entry_.empty()) where += " (in the entry of tensor '" + entry_ + "')";
-    throw JsonError(where);
-  }
+// nlohmann-json's message without its "[json.exception.parse_error.101] " prefix.
+std::string library_message(const Json::exception& e) {
+  const std::string m = e.what();
+  const size_t end = m.rfind(']', m.find(' '));
+  return m.rfind("[json.exception.", 0) == 0 && end != std::string::npos ? m.substr(end + 2) : m;
+}
 
-  void skip_ws() {
-    while (pos_ < s_.size() && (s_[pos_] == ' ' || s_[pos_] == '\t' || s_[pos_] == '\n' || s_[pos_] == '\r'))
-      ++pos_;
-  }
-
-  char peek() {
-    skip_ws();
-    if (pos_ >= s_.size()) fail("unexpected end of header");
-    return s_[pos_];
-  }
-
-  void expect(char c) {
-    if (peek() != c) fail(std::string("expected '") + c + "', found '" + s_[pos_] + "'");
-    ++pos_;
-  }
-
-  Json parse_value(int depth) {
-    if (depth > kMaxJsonDepth) fail("nesting deeper than " + std::to_string(kMaxJsonDepth));
-    const char c = peek();
-    Json v;
-    if (c == '{') {
-      v.kind = Json::Kind::object;
-      ++pos_;
-      if (peek() == '}') {
-        ++pos_;
-        return v;
-      }
-      std::set<std::string> seen;
-      while (true) {
-        if (peek() != '"') fail("expected a member name");
-        std::string key = parse_string();
-        if (!seen.insert(key).second) fail("duplicate key '" + key + "'");
-        expect(':');
-        if (depth == 0) entry_ = key;
-        Json member = parse_value(depth + 1);
-        v.members.emplace_back(std::move(key), std::move(member));
-        const char next = peek();
-        ++pos_;
-        if (next == '}') break;
-        if (next != ',') {
-          --pos_;
-          fail("expected ',' or '}'");
-        }
-      }
-      if (depth == 0) entry_.clear();
-    } else if (c == '[') {
-      v.kind = Json::Kind::array;
-      ++pos_;
-      if (peek() == ']') {
-        ++pos_;
-        return v;
-      }
-      while (true) {
-        v.items.push_back(parse_value(depth + 1));
-        const char next = peek();
-        ++pos_;
-        if (next == ']') break;
-        if (next != ',') {
-          --pos_;
-          fail("expected ',' or ']'");
-        }
-      }
-    } else if (c == '"') {
-      v.kind = Json::Kind::string;
-      v.text = parse_string();
-    } else if (c == '-' || (c >= '0' && c <= '9')) {
-      v.kind = Json::Kind::number;
-      v.text = parse_number();
-    } else if (s_.substr(pos_, 4) == "true") {
-      v.kind = Json::Kind::boolean;
-      v.boolean = true;
-      pos_ += 4;
-    } else if (s_.substr(pos_, 5) == "false") {
-      v.kind = Json::Kind::boolean;
-      pos_ += 5;
-    } else if (s_.substr(pos_, 4) == "null") {
-      pos_ += 4;
-    } else {
-      fail(std::string("unexpected character '") + c + "'");
-    }
-    return v;
-  }
-
-  std::string parse_number() {
-    const size_t start = pos_;
-    auto digits = [&] {
-      const size_t from = pos_;
-      while (pos_ < s_.size() && s_[pos_] >= '0' && s_[pos_] <= '9') ++pos_;
-      return pos_ > from;
-    };
-    if (s_[pos_] == '-') ++pos_;
-    if (pos_ < s_.size() && s_[pos_] == '0')
-      ++pos_;
-    else if (!digits())
-      fail("malformed number");
-    if (pos_ < s_.size() && s_[pos_] == '.') {
-      ++pos_;
-      if (!digits()) fail("malformed number");
-    }
-    if (pos_ < s_.size() && (s_[pos_] == 'e' || s_[pos_] == 'E')) {
-      ++pos_;
-      if (pos_ < s_.size() && (s_[pos_] == '+' || s_[pos_] == '-')) ++pos_;
-      if (!digits()) fail("malformed number");
-    }
-    return std::string(s_.substr(start, pos_ - start));
-  }
-
-  unsigned hex4() {
-    if (pos_ + 4 > s_.size()) fail("truncated \\u escape");
-    unsigned v = 0;
-    for (int i = 0; i < 4; ++i) {
-      const char h = s_[pos_++];
-      v <<= 4;
-      if (h >= '0' && h <= '9')
-        v |= h - '0';
-      else if (h >= 'a' && h <= 'f')
-        v |= h - 'a' + 10;
-      else if (h >= 'A' && h <= 'F')
-        v |= h - 'A' + 10;
-      else
-        fail("bad hex digit in \\u escape");
-    }
-    return v;
-  }
-
-  static void append_utf8(std::string& out, unsigned cp) {
-    if (cp < 0x80) {
-      out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-      out += static_cast<char>(0xC0 | (cp >> 6));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-      out += static_cast<char>(0xE0 | (cp >> 12));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
-      out += static_cast<char>(0xF0 | (cp >> 18));
-      out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    }
-  }
-
-  std::string parse_string() {
-    expect('"');
-    std::string out;
-    while (true) {
-      if (pos_ >= s_.size()) fail("unterminated string");
-      const char c = s_[pos_++];
-      if (c == '"') break;
-      if (static_cast<unsigned char>(c) < 0x20) fail("control character in string");
-      if (c != '\\') {
-        out += c;
-        continue;
-      }
-      if (pos_ >= s_.size()) fail("unterminated string");
-      const char e = s_[pos_++];
-      switch (e) {
-        case '"':
-          out += '"';
-          break;
-        case '\\':
-          out += '\\';
-          break;
-        case '/':
-          out += '/';
-          break;
-        case 'b':
-          out += '\b';
-          break;
-        case 'f':
-          out += '\f';
-          break;
-        case 'n':
-          out += '\n';
-          break;
-        case 'r':
-          out += '\r';
-          break;
-        case 't':
-          out += '\t';
-          break;
-        case 'u': {
-          unsigned cp = hex4();
-          if (cp >= 0xD800 && cp < 0xDC00) {
-            if (s_.substr(pos_, 2) != "\\u") fail("unpaired surrogate in \\u escape");
-            pos_ += 2;
-            const unsigned low = hex4();
-            if (low < 0xDC00 || low >= 0xE000) fail("unpaired surrogate in \\u escape");
-            cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
-          } else if (cp >= 0xDC00 && cp < 0xE000) {
-            fail("unpaired surrogate in \\u escape");
-          }
-          append_utf8(out, cp);
-          break;
-        }
-        default:
-          fail(std::string("bad escape '\\") + e + "'");
-      }
-    }
-    return out;
-  }
-
-  std::string_view s_;
-  size_t pos_ = 0;
-  std::string entry_;  // the top-level key being parsed, for error messages
-};
-
-void write_json_string(std::string& out, const std::string& s) {
-  out += '"';
-  for (const char c : s) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
+// Parses a header, refusing two things nlohmann-json's defaults let through. A key twice in one
+// object: the library keeps the last silently, and a tensor named twice is ambiguous. Nesting deeper
+// than kMaxJsonDepth: a header needs three levels, and the check runs as each level opens, so a
+// hostile 100000-deep header is refused at level kMaxJsonDepth (the parser itself keeps its stack on
+// the heap, but nothing downstream should walk such a tree). Errors name the top-level entry being read.
+Json parse_header_json(const std::string& text) {
+  std::vector<std::set<std::string>> keys_of_open_objects;
+  std::string entry;  // the top-level key whose value is being read
+  auto check = [&](int depth, Json::parse_event_t event, Json& parsed) {
+    switch (event) {
+      case Json::parse_event_t::object_start:
+      case Json::parse_event_t::array_start:
+        if (depth >= kMaxJsonDepth)
+          throw HeaderJsonError("nesting deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+        if (event == Json::parse_event_t::object_start) keys_of_open_objects.emplace_back();
         break;
-      case '\\':
-        out += "\\\\";
+      case Json::parse_event_t::object_end:
+        keys_of_open_objects.pop_back();
+        if (depth == 0) entry.clear();
         break;
-      case '\n':
-        out += "\\n";
+      case Json::parse_event_t::key: {
+        const std::string& key = parsed.get_ref<const std::string&>();
+        if (depth == 1) entry = key;
+        if (!keys_of_open_objects.back().insert(key).second)
+          throw HeaderJsonError("duplicate key '" + key + "'");
         break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
+      }
       default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(c));
-          out += buf;
-        } else {
-          out += c;
-        }
+        break;
     }
+    return true;  // keep every value
+  };
+  std::string message;
+  try {
+    return Json::parse(text, check);
+  } catch (const HeaderJsonError& e) {
+    message = e.what();
+  } catch (const Json::exception& e) {
+    message = library_message(e);
   }
-  out += '"';
+  message = "bad header JSON: " + message;
+  if (entry == "__metadata__")
+    message += " (in __metadata__)";
+  else if (!entry.empty())
+    message += " (in the entry of tensor '" + entry + "')";
+  throw HeaderJsonError(message);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -352,37 +147,35 @@ std::string offsets_str(uint64_t begin, uint64_t end) {
 }
 
 uint64_t to_u64(const Json& v, const std::string& path, const std::string& name, const char* field) {
-  uint64_t out = 0;
-  if (v.kind == Json::Kind::number) {
-    const char* first = v.text.data();
-    const char* last = first + v.text.size();
-    const auto [ptr, ec] = std::from_chars(first, last, out);
-    if (ec == std::errc() && ptr == last) return out;
-  }
+  // nlohmann-json reads a non-negative integer literal as unsigned (all but "-0"); negative ones,
+  // fractions and integers past uint64 (read as floating point) are refused here.
+  if (v.is_number_unsigned()) return v.get<uint64_t>();
+  if (v.is_number_integer() && v.get<int64_t>() == 0) return 0;  // "-0"
   tensor_error(path, name,
                std::string(field) + " must hold non-negative integers, found " +
-                   (v.kind == Json::Kind::number ? v.text : kind_name(v.kind)));
+                   (v.is_number() ? v.dump() : kind_name(v)));
 }
 
 Entry parse_entry(const std::string& path, const std::string& name, const Json& v) {
-  if (v.kind != Json::Kind::object)
-    tensor_error(path, name, std::string("entry is ") + kind_name(v.kind) + ", expected an object");
+  if (!v.is_object())
+    tensor_error(path, name, std::string("entry is ") + kind_name(v) + ", expected an object");
   Entry e;
   e.name = name;
   bool has_dtype = false, has_shape = false, has_offsets = false;
-  for (const auto& [key, field] : v.members) {
+  for (const auto& [key, field] : v.items()) {
     if (key == "dtype") {
-      if (field.kind != Json::Kind::string) tensor_error(path, name, "dtype must be a string");
+      if (!field.is_string()) tensor_error(path, name, "dtype must be a string");
+      const std::string& text = field.get_ref<const std::string&>();
       const auto* it = std::find_if(std::begin(kDTypeNames), std::end(kDTypeNames),
-                                    [&](const auto& p) { return field.text == p.second; });
+                                    [&](const auto& p) { return text == p.second; });
       if (it == std::end(kDTypeNames))
         tensor_error(path, name,
-                     "unsupported dtype '" + field.text + "' (supported: F32, F64, F16, BF16, I64, U8)");
+                     "unsupported dtype '" + text + "' (supported: F32, F64, F16, BF16, I64, U8)");
       e.dtype = it->first;
       has_dtype = true;
     } else if (key == "shape") {
-      if (field.kind != Json::Kind::array) tensor_error(path, name, "shape must be an array");
-      for (const Json& d : field.items) {
+      if (!field.is_array()) tensor_error(path, name, "shape must be an array");
+      for (const Json& d : field) {
         const uint64_t n = to_u64(d, path, name, "shape");
         if (n > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
           tensor_error(path, name, "dimension too large");
@@ -390,10 +183,10 @@ Entry parse_entry(const std::string& path, const std::string& name, const Json& 
       }
       has_shape = true;
     } else if (key == "data_offsets") {
-      if (field.kind != Json::Kind::array || field.items.size() != 2)
+      if (!field.is_array() || field.size() != 2)
         tensor_error(path, name, "data_offsets must be an array of two integers [begin, end]");
-      e.begin = to_u64(field.items[0], path, name, "data_offsets");
-      e.end = to_u64(field.items[1], path, name, "data_offsets");
+      e.begin = to_u64(field[0], path, name, "data_offsets");
+      e.end = to_u64(field[1], path, name, "data_offsets");
       has_offsets = true;
     } else {
       tensor_error(path, name, "unexpected field '" + key + "' (expected dtype, shape, data_offsets)");
@@ -444,23 +237,22 @@ Header read_header(std::ifstream& in, const std::string& path) {
 
   Json root;
   try {
-    root = JsonParser(text).parse_document();
-  } catch (const JsonError& e) {
+    root = parse_header_json(text);
+  } catch (const HeaderJsonError& e) {
     file_error(path, e.what());
   }
-  if (root.kind != Json::Kind::object)
-    file_error(path, std::string("header is ") + kind_name(root.kind) + ", expected an object");
+  if (!root.is_object())
+    file_error(path, std::string("header is ") + kind_name(root) + ", expected an object");
 
   Header h;
   h.data_start = 8 + header_len;
-  for (const auto& [key, value] : root.members) {
+  for (const auto& [key, value] : root.items()) {
     if (key == "__metadata__") {
-      if (value.kind != Json::Kind::object) file_error(path, "__metadata__ must be an object of strings");
-      for (const auto& [mk, mv] : value.members) {
-        if (mv.kind != Json::Kind::string)
-          file_error(path,
-                     "__metadata__ value of '" + mk + "' is " + kind_name(mv.kind) + ", expected a string");
-        h.metadata[mk] = mv.text;
+      if (!value.is_object()) file_error(path, "__metadata__ must be an object of strings");
+      for (const auto& [mk, mv] : value.items()) {
+        if (!mv.is_string())
+          file_error(path, "__metadata__ value of '" + mk + "' is " + kind_name(mv) + ", expected a string");
+        h.metadata[mk] = mv.get<std::string>();
       }
       continue;
     }
@@ -571,30 +363,29 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
     if (!t.defined()) tensor_error(path, name, "is undefined");
   }
 
-  std::string header = "{";
-  if (!metadata.empty()) {
-    header += "\"__metadata__\":{";
-    bool first = true;
-    for (const auto& [k, v] : metadata) {
-      if (!first) header += ',';
-      first = false;
-      write_json_string(header, k);
-      header += ':';
-      write_json_string(header, v);
-    }
-    header += "}";
-  }
+  // __metadata__ first (its keys sorted), then the tensors in the given order: the layout files had
+  // before the header went through nlohmann-json, byte for byte.
+  OrderedJson json = OrderedJson::object();
+  if (!metadata.empty()) json["__metadata__"] = metadata;
   uint64_t offset = 0;
   for (const auto& [name, t] : tensors) {
-    if (header.size() > 1) header += ',';
-    write_json_string(header, name);
-    header += ":{\"dtype\":\"" + safetensors_dtype_name(t.dtype()) + "\",\"shape\":[";
-    for (int d = 0; d < t.dim(); ++d) header += (d ? "," : "") + std::to_string(t.size(d));
+    OrderedJson shape = OrderedJson::array();
+    for (int d = 0; d < t.dim(); ++d) shape.push_back(t.size(d));
     const uint64_t end = offset + t.nbytes();
-    header += "],\"data_offsets\":[" + std::to_string(offset) + "," + std::to_string(end) + "]}";
+    OrderedJson entry = OrderedJson::object();
+    entry["dtype"] = safetensors_dtype_name(t.dtype());
+    entry["shape"] = std::move(shape);
+    entry["data_offsets"] = OrderedJson::array({offset, end});
+    json[name] = std::move(entry);
     offset = end;
   }
-  header += '}';
+  std::string header;
+  try {
+    header = json.dump();
+  } catch (const OrderedJson::type_error& e) {  // a name or metadata string that is not UTF-8
+    file_error(path, "cannot write the header: " + library_message(e) +
+                         " (tensor names and metadata must be valid UTF-8)");
+  }
   // Pad with spaces so the data section starts 8-byte aligned, as the reference writer does.
   header.append((8 - header.size() % 8) % 8, ' ');
 

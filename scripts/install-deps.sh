@@ -14,7 +14,8 @@ packages=(
   libturbojpeg0-dev libjpeg62-turbo-dev libspng-dev    # JPEG (whole and crop-region) and PNG decoding
   libopencv-core-dev libopencv-imgproc-dev             # resizing; never libopencv-dev (Qt, VTK, MPI)
   prometheus-cpp-dev                                   # the metrics exporter (pull, with civetweb)
-  prometheus nlohmann-json3-dev                        # tests: a real Prometheus server; dashboard JSON
+  nlohmann-json3-dev                                   # JSON: safetensors headers, summaries, bench records
+  prometheus                                           # tests: a real Prometheus server
 )
 
 missing=()

@@ -280,6 +280,214 @@ TEST_F(Safetensors, InconsistentEntries) {
   }
 }
 
+// ---- the on-disk format: files written before the header went through nlohmann-json still load.
+
+// The bytes the writer produced before (our own JSON writer): __metadata__ first with its keys sorted,
+// then the tensors in the order given, compact JSON, spaces up to a multiple of 8 bytes.
+const std::string kGoldenHeader = R"({"__metadata__":{"format":"pt","step":"17"},)"
+                                  R"("b":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                                  R"("a":{"dtype":"U8","shape":[1,1],"data_offsets":[8,9]},)"
+                                  R"("n\"q":{"dtype":"I64","shape":[],"data_offsets":[9,17]}} )";
+const std::vector<uint8_t> kGoldenBody = {0,    0,    0xc0, 0x3f, 0,    0,    0,    0xc0,   // 1.5f, -2.0f
+                                          7,                                                // u8 7
+                                          0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};  // -2
+
+std::vector<std::pair<std::string, Tensor>> golden_tensors() {
+  return {{"b", Tensor::from_vector<float>({1.5f, -2.0f}, {2})},
+          {"a", Tensor::from_vector<uint8_t>({7}, {1, 1})},
+          {"n\"q", Tensor::scalar(-2, DType::i64)}};
+}
+
+std::string file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+TEST_F(Safetensors, FileWrittenBeforeTheJsonLibraryStillLoads) {
+  ASSERT_EQ(kGoldenHeader.size() % 8, 0u);
+  write_raw(path("old.safetensors"), kGoldenHeader, kGoldenBody);
+  SafetensorsMetadata metadata;
+  const auto loaded = load_safetensors(path("old.safetensors"), &metadata);
+  EXPECT_EQ(metadata, (SafetensorsMetadata{{"format", "pt"}, {"step", "17"}}));
+  ASSERT_EQ(loaded.size(), 3u);
+  EXPECT_EQ(loaded.at("b").to_vector<float>(), (std::vector<float>{1.5f, -2.0f}));
+  EXPECT_EQ(loaded.at("a").shape(), (Shape{1, 1}));
+  EXPECT_EQ(loaded.at("a").to_vector<uint8_t>(), (std::vector<uint8_t>{7}));
+  EXPECT_EQ(loaded.at("n\"q").shape(), Shape{});
+  EXPECT_EQ(loaded.at("n\"q").item(), -2.0);
+}
+
+TEST_F(Safetensors, WriterKeepsTheOnDiskFormatByteForByte) {
+  save_safetensors(path("new.safetensors"), golden_tensors(), {{"step", "17"}, {"format", "pt"}});
+  std::string expected(8, '\0');
+  for (int i = 0; i < 8; ++i) expected[i] = static_cast<char>(kGoldenHeader.size() >> (8 * i));
+  expected += kGoldenHeader;
+  expected.append(kGoldenBody.begin(), kGoldenBody.end());
+  EXPECT_EQ(file_bytes(path("new.safetensors")), expected);
+}
+
+TEST_F(Safetensors, SaveRefusesNamesThatAreNotUtf8) {
+  // JSON text is UTF-8: a name that is not could not be read back under the same name.
+  const std::string msg = error_of([&] {
+    save_safetensors(path("u.safetensors"), {{"bad\xff", Tensor::ones({1})}});
+  });
+  EXPECT_MENTIONS(msg, "u.safetensors");
+  EXPECT_MENTIONS(msg, "UTF-8");
+  EXPECT_FALSE(fs::exists(path("u.safetensors")));
+}
+
+// ---- fuzz-style headers: each fails with an error that names the file, never a crash.
+
+// The error of loading a file with this header and body.
+std::string load_error(const std::string& path, const std::string& header, size_t body,
+                       uint64_t header_len = UINT64_MAX) {
+  write_raw(path, header, std::vector<uint8_t>(body), header_len);
+  return error_of([&] { load_safetensors(path); });
+}
+
+TEST_F(Safetensors, TruncatedHeader) {
+  const std::string header = R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})";
+  // The file ends inside the header that its length announces.
+  std::string msg = load_error(path("t.safetensors"), header.substr(0, 20), 0, header.size());
+  EXPECT_MENTIONS(msg, "t.safetensors");
+  EXPECT_MENTIONS(msg, "truncated file");
+  // The length is honest but the JSON text stops early.
+  msg = load_error(path("t.safetensors"), header.substr(0, 20), 4);
+  EXPECT_MENTIONS(msg, "t.safetensors");
+  EXPECT_MENTIONS(msg, "bad header JSON");
+  EXPECT_MENTIONS(msg, "tensor 'w'");
+}
+
+TEST_F(Safetensors, DeepNestingIsRejectedWithoutExhaustingTheStack) {
+  for (const char* open : {"[", "{\"a\":"}) {
+    std::string header = "{\"w\":";
+    for (int i = 0; i < 100000; ++i) header += open;
+    const std::string msg = load_error(path("d.safetensors"), header, 0);
+    EXPECT_MENTIONS(msg, "d.safetensors");
+    EXPECT_MENTIONS(msg, "nesting deeper than");
+    EXPECT_MENTIONS(msg, "tensor 'w'");
+  }
+  // Well-formed and deep is no better.
+  std::string header = "{\"w\":" + std::string(100000, '[') + std::string(100000, ']') + "}";
+  EXPECT_MENTIONS(load_error(path("d.safetensors"), header, 0), "nesting deeper than");
+}
+
+TEST_F(Safetensors, HugeAndNegativeNumbers) {
+  struct Case {
+    const char* header;
+    const char* says;
+  };
+  const Case cases[] = {
+      // Past int64 but within uint64: past the end of the data section.
+      {R"({"w":{"dtype":"U8","shape":[1],"data_offsets":[18446744073709551614,18446744073709551615]}})",
+       "run past the end"},
+      // Past uint64: not an integer we can hold.
+      {R"({"w":{"dtype":"U8","shape":[1],"data_offsets":[0,18446744073709551616]}})",
+       "non-negative integers"},
+      {R"({"w":{"dtype":"U8","shape":[1],"data_offsets":[0,1e400]}})", "w"},
+      {R"({"w":{"dtype":"U8","shape":[1],"data_offsets":[-1,0]}})", "non-negative integers, found -1"},
+      {R"({"w":{"dtype":"U8","shape":[1],"data_offsets":[0.0,1]}})", "non-negative integers"},
+      {R"({"w":{"dtype":"U8","shape":[1],"data_offsets":[0,"1"]}})", "non-negative integers"},
+      {R"({"w":{"dtype":"U8","shape":[1],"data_offsets":[0,1,2]}})", "two integers"},
+      {R"({"w":{"dtype":"U8","shape":[-4],"data_offsets":[0,4]}})", "non-negative integers, found -4"},
+      {R"({"w":{"dtype":"U8","shape":[9223372036854775808],"data_offsets":[0,4]}})", "dimension too large"},
+      {R"({"w":{"dtype":"U8","shape":[9],"data_offsets":[0,9]}})", "run past the end"},
+  };
+  for (const Case& c : cases) {
+    const std::string msg = load_error(path("n.safetensors"), c.header, 4);
+    EXPECT_MENTIONS(msg, "n.safetensors");
+    EXPECT_MENTIONS(msg, c.says);
+    EXPECT_MENTIONS(msg, "'w'");
+  }
+}
+
+TEST_F(Safetensors, DuplicateKeysAreAmbiguousAndRejected) {
+  const std::string w = R"({"dtype":"U8","shape":[1],"data_offsets":[0,1]})";
+  std::string msg = load_error(path("k.safetensors"), "{\"w\":" + w + ",\"w\":" + w + "}", 1);
+  EXPECT_MENTIONS(msg, "k.safetensors");
+  EXPECT_MENTIONS(msg, "duplicate key 'w'");
+  // Inside an entry and inside the metadata too.
+  msg = load_error(path("k.safetensors"),
+                   R"({"w":{"dtype":"U8","dtype":"F32","shape":[1],"data_offsets":[0,1]}})", 1);
+  EXPECT_MENTIONS(msg, "duplicate key 'dtype'");
+  EXPECT_MENTIONS(msg, "tensor 'w'");
+  msg = load_error(path("k.safetensors"), R"({"__metadata__":{"a":"1","a":"2"}})", 0);
+  EXPECT_MENTIONS(msg, "duplicate key 'a' (in __metadata__)");
+  // -0 is 0; the same key in two different objects is fine.
+  write_raw(path("k.safetensors"),
+            R"({"__metadata__":{"dtype":"x"},"w":{"dtype":"U8","shape":[1],"data_offsets":[-0,1]}})", {5});
+  EXPECT_EQ(load_safetensors(path("k.safetensors")).at("w").to_vector<uint8_t>(), (std::vector<uint8_t>{5}));
+}
+
+TEST_F(Safetensors, HeaderThatIsNotAnObject) {
+  for (const char* header : {"[]", "\"w\"", "12345678", "null", "true"}) {
+    const std::string msg = load_error(path("o.safetensors"), header, 0);
+    EXPECT_MENTIONS(msg, "o.safetensors");
+    EXPECT_MENTIONS(msg, "expected an object");
+  }
+  std::string msg = load_error(path("o.safetensors"), R"({"w":[1,2]})", 0);
+  EXPECT_MENTIONS(msg, "tensor 'w': entry is an array, expected an object");
+  msg = load_error(path("o.safetensors"), R"({"__metadata__":{"a":1}})", 0);
+  EXPECT_MENTIONS(msg, "__metadata__ value of 'a' is a number, expected a string");
+  msg = load_error(path("o.safetensors"), R"({"__metadata__":[]})", 0);
+  EXPECT_MENTIONS(msg, "__metadata__ must be an object");
+}
+
+TEST_F(Safetensors, UnknownDtypeAndSizeMismatch) {
+  std::string msg =
+      load_error(path("u.safetensors"), R"({"w":{"dtype":"F8_E4M3","shape":[4],"data_offsets":[0,4]}})", 4);
+  EXPECT_MENTIONS(msg, "u.safetensors: tensor 'w': unsupported dtype 'F8_E4M3'");
+  msg = load_error(path("u.safetensors"), R"({"w":{"dtype":7,"shape":[4],"data_offsets":[0,4]}})", 4);
+  EXPECT_MENTIONS(msg, "dtype must be a string");
+  msg = load_error(path("u.safetensors"), R"({"w":{"dtype":"F16","shape":[4],"data_offsets":[0,4]}})", 4);
+  EXPECT_MENTIONS(msg,
+                  "u.safetensors: tensor 'w': data_offsets [0, 4] span 4 bytes but shape [4] of F16 needs 8");
+}
+
+TEST_F(Safetensors, OffsetsPastTheEndAndOverlapping) {
+  std::string msg = load_error(
+      path("p.safetensors"),
+      R"({"w":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},"b":{"dtype":"U8","shape":[4],"data_offsets":[4,8]}})",
+      6);
+  EXPECT_MENTIONS(msg, "p.safetensors: tensor 'b': data_offsets [4, 8] run past the end");
+  // Two tensors on the same bytes.
+  msg = load_error(
+      path("p.safetensors"),
+      R"({"w":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},"b":{"dtype":"U8","shape":[4],"data_offsets":[0,4]}})",
+      4);
+  EXPECT_MENTIONS(msg, "overlap");
+}
+
+TEST_F(Safetensors, RandomlyCorruptedHeadersNeverCrash) {
+  save_safetensors(path("good.safetensors"), golden_tensors(), {{"format", "pt"}});
+  const std::string good = file_bytes(path("good.safetensors"));
+  uint64_t header_len = 0;
+  std::memcpy(&header_len, good.data(), 8);
+  uint32_t state = 12345;
+  auto next = [&] { return state = state * 1664525u + 1013904223u; };
+  const std::string alphabet = "{}[]\",:0123456789-.eE \\ufx\x01\xff";
+  int failures = 0;
+  for (int round = 0; round < 300; ++round) {
+    std::string bytes = good;
+    const int edits = 1 + next() % 4;
+    for (int e = 0; e < edits; ++e) {
+      const size_t at = 8 + next() % header_len;
+      bytes[at] = alphabet[next() % alphabet.size()];
+    }
+    {
+      std::ofstream out(path("f.safetensors"), std::ios::binary | std::ios::trunc);
+      out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    }
+    try {
+      load_safetensors(path("f.safetensors"));
+    } catch (const std::runtime_error& e) {
+      ++failures;
+      ASSERT_NE(std::string(e.what()).find("f.safetensors"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_GT(failures, 150);  // most edits break the header; the others must load cleanly
+}
+
 TEST_F(Safetensors, LoadModuleMissingTensor) {
   auto m = small_module();
   auto state = state_of(*m);
