@@ -51,7 +51,8 @@ int eval_command(const Args& args) {
   const char* local_rank = std::getenv("LOCAL_RANK");
   const Device device = setup_device(config, local_rank ? std::atoi(local_rank) : 0);
   Experiment e = build_experiment(config, device, false);
-  load_module(a.weights_path, *e.model);
+  const std::string filled_in = load_module(a.weights_path, *e.model).note(a.weights_path);
+  if (!filled_in.empty()) std::printf("note: %s\n", filled_in.c_str());
   EvalMetrics m = evaluate(e, *e.data.test);
   if (!a.dump_logits_path.empty()) dump_logits(e, *e.data.test, 256, a.dump_logits_path);
   std::printf("eval %s on %s: %lld images, loss %.4f, top1 %.2f%%, top5 %.2f%%, auc %.4f\n",
