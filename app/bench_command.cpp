@@ -97,7 +97,7 @@ BenchArgs parse_bench_args(const std::vector<std::string>& args) {
     } else if (arg == "--out") {
       a.out = w.value();
     } else if (arg == "--set") {
-      a.overrides.push_back(w.value());
+      a.overrides.push_back(set_override(w.value()));
     } else if (arg == "--to-accuracy") {
       const std::string v = w.value();
       char* end = nullptr;
