@@ -6,9 +6,9 @@
 #include "app/cli.h"
 #include "app/config.h"
 #include "app/device_setup.h"
+#include "app/eval_summary.h"
 #include "app/evaluate.h"
 #include "app/experiment.h"
-#include "app/summary.h"
 #include "app/train_loop.h"
 #include "nn/safetensors.h"
 
@@ -41,6 +41,8 @@ int eval_command(const Args& args) {
            "                    [--dump-logits PATH]\n\n"
            "Evaluates weights (a .safetensors file written by `trainer train`, or a torchvision\n"
            "state_dict saved with safetensors) on the test split of the config's dataset.\n"
+           "  --summary PATH      also write the figures printed (loss, top1, top5, auc, images counted,\n"
+           "                      per-class accuracy) and the weights file as JSON to PATH\n"
            "  --dump-logits PATH  also write the first 256 test images (normalized, NCHW), their labels\n"
            "                      and the model's logits to PATH (safetensors), for comparing with\n"
            "                      PyTorch (scripts/torchvision_logits_check.py)\n";
@@ -64,12 +66,16 @@ int eval_command(const Args& args) {
     std::printf("  %-14s %.2f%%\n", c < names.size() ? names[c].c_str() : std::to_string(c).c_str(),
                 100 * per_class[c]);
   if (!a.summary_path.empty()) {
-    RunSummary s;
-    s.final_test_accuracy = s.best_test_accuracy = m.top1();
-    s.final_test_top5 = m.top5();
-    s.final_test_loss = m.mean_loss();
-    s.weights = a.weights_path;
-    write_summary(a.summary_path, s);
+    EvalSummary s{.weights = a.weights_path,
+                  .dataset = e.data.test->name(),
+                  .images = m.count(),
+                  .loss = m.mean_loss(),
+                  .top1 = m.top1(),
+                  .top5 = m.top5(),
+                  .auc = m.auc(),
+                  .class_names = names,
+                  .per_class_accuracy = per_class};
+    write_eval_summary(a.summary_path, s);
   }
   return 0;
 }
