@@ -43,6 +43,8 @@ CommonArgs parse_common_args(const std::vector<std::string>& args, const std::ve
       out.weights_path = take_value();
     } else if (arg == "--dump-logits" && is_allowed(arg)) {
       out.dump_logits_path = take_value();
+    } else if (arg == "--format" && is_allowed(arg)) {
+      out.format = take_value();
     } else if (arg.rfind("-", 0) == 0) {
       throw UsageError("unknown option " + arg);
     } else if (out.config_path.empty()) {

@@ -81,14 +81,21 @@ int eval_command(const Args& args) {
 }
 
 int config_command(const Args& args) {
-  const CommonArgs a = parse_common_args(args, {});
+  const CommonArgs a = parse_common_args(args, {"--format"});
   if (a.help) {
-    std::cout << "usage: trainer config CONFIG [--set section.key=value ...]\n\n"
-                 "Validates CONFIG and prints every key with its resolved value and where it came from.\n";
+    std::cout
+        << "usage: trainer config CONFIG [--set section.key=value ...] [--format table|toml]\n\n"
+           "Validates CONFIG and prints every key with its resolved value:\n"
+           "  --format table  (default) one line per key with where its value came from\n"
+           "  --format toml   a TOML config that `trainer train` takes and that resolves to the same\n"
+           "                  values; special values (workers = -1, num_classes = 0) say what they mean\n";
     return 0;
   }
+  const std::string format = a.format.empty() ? "table" : a.format;
+  if (format != "table" && format != "toml")
+    throw UsageError("--format expects table or toml, got '" + format + "'");
   const Config config = load_config(a.config_path, a.overrides);
-  std::cout << config_table(config);
+  std::cout << (format == "toml" ? config_to_editable_toml(config) : config_table(config));
   return 0;
 }
 
