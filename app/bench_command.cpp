@@ -31,8 +31,9 @@ const char* kBenchUsage =
     "                    [--to-accuracy X] [--set section.key=value ...]\n\n"
     "Measures training throughput of CONFIG at each number of local processes (and precision and per-rank\n"
     "batch): every point is `trainer launch --nproc-per-node P -- train CONFIG` with train.max_steps =\n"
-    "warmup + steps, evaluation only at the end (not timed), no checkpoints, optim.lr_scaling = linear and\n"
-    "its own train.run_dir under the bench directory. Rank 0's step_times.csv gives the steady-state step\n"
+    "warmup + steps (the LR schedule still spans the config's train.epochs, as in a full run), evaluation\n"
+    "only at the end (not timed), no checkpoints, optim.lr_scaling = linear and its own train.run_dir under\n"
+    "the bench directory. Rank 0's step_times.csv gives the steady-state step\n"
     "time (warm-up steps dropped): img/s = global batch / mean step time, with a 95% interval over the\n"
     "repeats (Student's t; with one repeat, over the steps), and the share of the step spent waiting for\n"
     "the all-reduce after backward and for data. Speedup is over the 1-process point of the same precision\n"
@@ -96,7 +97,7 @@ BenchArgs parse_bench_args(const std::vector<std::string>& args) {
     } else if (arg == "--out") {
       a.out = w.value();
     } else if (arg == "--set") {
-      a.overrides.push_back(w.value());
+      a.overrides.push_back(set_override(w.value()));
     } else if (arg == "--to-accuracy") {
       const std::string v = w.value();
       char* end = nullptr;
@@ -196,13 +197,13 @@ int bench_command(const std::vector<std::string>& args) {
     for (int r = 1; r <= a.repeats; ++r) {
       const fs::path dir = fresh_run_dir(out, p, r);
       std::vector<std::string> sets = a.overrides;
+      // Synthetic data: one epoch holds the run. train.epochs stays the config's, so the LR schedule (its
+      // warm-up above all) spans as many epochs as in a full run and max_steps only stops it there.
       if (a.data == "synthetic" && config.data.dataset != "synthetic") {
         const auto s = synthetic_overrides(config, p.global_batch * total_steps);
         sets.insert(sets.end(), s.begin(), s.end());
-        sets.push_back("train.epochs=1");
       } else if (a.data == "synthetic") {
         sets.push_back("data.synthetic_samples=" + std::to_string(p.global_batch * total_steps));
-        sets.push_back("train.epochs=1");
       } else {
         sets.push_back("train.epochs=1000000");
       }

@@ -65,37 +65,36 @@ int64_t positive(const std::string& flag, const std::string& text) {
 
 BenchDataArgs parse(const std::vector<std::string>& args) {
   BenchDataArgs a;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& flag = args[i];
-    const auto value = [&]() -> std::string {
-      if (i + 1 >= args.size()) throw UsageError(flag + " needs a value");
-      return args[++i];
-    };
+  ArgWalker w(args);  // "--flag value" and "--flag=value" alike, as every other command
+  while (w.next()) {
+    const std::string& flag = w.arg();
     if (flag == "--help" || flag == "-h")
       a.help = true;
     else if (flag == "--root")
-      a.root = value();
+      a.root = w.value();
     else if (flag == "--out")
-      a.out = value();
+      a.out = w.value();
     else if (flag == "--images")
-      a.images = positive(flag, value());
+      a.images = positive(flag, w.value());
     else if (flag == "--jpeg-size")
-      a.jpeg_size = positive(flag, value());
+      a.jpeg_size = positive(flag, w.value());
     else if (flag == "--crop")
-      a.crop = positive(flag, value());
+      a.crop = positive(flag, w.value());
     else if (flag == "--jpeg-batch")
-      a.jpeg_batch = positive(flag, value());
+      a.jpeg_batch = positive(flag, w.value());
     else if (flag == "--cifar-samples")
-      a.cifar_samples = positive(flag, value());
+      a.cifar_samples = positive(flag, w.value());
     else if (flag == "--workers")
-      a.workers = static_cast<int>(positive(flag, value()));
+      a.workers = static_cast<int>(positive(flag, w.value()));
     else if (flag == "--batches") {
       a.batches.clear();
-      std::stringstream list(value());
+      std::stringstream list(w.value());
       for (std::string item; std::getline(list, item, ',');) a.batches.push_back(positive(flag, item));
       if (a.batches.empty()) throw UsageError("--batches needs at least one batch size");
-    } else {
+    } else if (flag.rfind("-", 0) == 0) {
       throw UsageError("unknown option " + flag);
+    } else {
+      throw UsageError("unexpected argument '" + flag + "' (bench-data takes no CONFIG; see --help)");
     }
   }
   if (a.cifar_samples < 5) throw UsageError("--cifar-samples must be at least 5 (one per batch file)");

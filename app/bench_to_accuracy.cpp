@@ -1,11 +1,13 @@
 #include "app/bench_to_accuracy.h"
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
 
 #include "app/bench_command.h"
+#include "app/divergence.h"
 #include "app/format.h"
 #include "app/system_info.h"
 
@@ -17,12 +19,18 @@ using namespace bench;
 
 struct AccuracyPoint : GridPoint {
   int repeats_reached = 0;
-  std::vector<double> train_seconds, wall_seconds, best_accuracy;     // per repeat
-  std::vector<int> epochs;                                            // per repeat
+  std::vector<double> train_seconds, wall_seconds, best_accuracy;  // per repeat
+  std::vector<int> epochs;                                         // per repeat
+  std::vector<std::string> divergence;  // per repeat: how it diverged (loss, accuracy at chance) or ""
   double allreduce_exposed = 0.0, data_wait = 0.0, step_total = 0.0;  // summed seconds
   MeanInterval time_to_accuracy;  // speedup, efficiency: NaN when this point or its baseline did not reach
   std::vector<std::string> run_dirs;
   bool reached() const { return repeats_reached == static_cast<int>(epochs.size()); }
+  bool diverged() const {
+    for (const std::string& d : divergence)
+      if (!d.empty()) return true;
+    return false;
+  }
 };
 
 std::string json_number(double v, const char* f) { return std::isnan(v) ? "null" : fmt(f, v); }
@@ -34,7 +42,20 @@ std::string joined(const std::vector<double>& v, const char* f) {
   return s;
 }
 
-// One run of a point: train to the target, read its summary and step times. Whether it reached it.
+// The first line of a run's output that holds `marker`, without the "trainer: error: " in front; "" when
+// there is none.
+std::string line_with(const fs::path& log, const std::string& marker) {
+  std::ifstream in(log);
+  for (std::string line; std::getline(in, line);) {
+    if (line.find(marker) == std::string::npos) continue;
+    if (const size_t at = line.find("error: "); at != std::string::npos) line.erase(0, at + 7);
+    return line;
+  }
+  return "";
+}
+
+// One run of a point: train to the target, read its summary and step times. Whether it reached it. A run
+// that stopped because its loss became non-finite is a diverged point, not a failed bench.
 bool run_repeat(const BenchArgs& a, const Config& config, AccuracyPoint& p, const fs::path& dir) {
   std::vector<std::string> sets = a.overrides;
   if (a.data == "synthetic" && config.data.dataset != "synthetic") {
@@ -45,7 +66,19 @@ bool run_repeat(const BenchArgs& a, const Config& config, AccuracyPoint& p, cons
   sets.insert(sets.end(), fixed.begin(), fixed.end());
   sets.push_back(fmt("train.target_accuracy=%.17g", a.to_accuracy));
   sets.push_back("train.eval_every_epochs=1");
-  p.wall_seconds.push_back(run_point(a.config_path, p.procs, sets, dir));
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    p.wall_seconds.push_back(run_point(a.config_path, p.procs, sets, dir));
+  } catch (const std::runtime_error&) {
+    const std::string diverged = line_with(dir / "output.log", kDivergedMarker);
+    if (diverged.empty()) throw;
+    p.wall_seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    p.epochs.push_back(0);
+    p.best_accuracy.push_back(0.0);
+    p.divergence.push_back(diverged.substr(0, diverged.find(". HINT")));
+    p.run_dirs.push_back(dir.string());
+    return false;
+  }
   const fs::path summary = dir / "summary.json";
   const double best = summary_number(summary, "best_test_accuracy");
   // The loop stopped right after the epoch that reached the target: its epochs and training seconds
@@ -55,6 +88,9 @@ bool run_repeat(const BenchArgs& a, const Config& config, AccuracyPoint& p, cons
   p.epochs.push_back(static_cast<int>(summary_number(summary, "epochs")));
   p.best_accuracy.push_back(best);
   if (reached) p.train_seconds.push_back(summary_number(summary, "train_seconds"));
+  const bool at_chance = !reached && !line_with(dir / "output.log", kAtChanceMarker).empty();
+  p.divergence.push_back(at_chance ? fmt("test top-1 %.2f%% is at chance after the warm-up", 100 * best)
+                                   : "");
   auto cols = read_step_times(dir / "step_times.csv", 0);
   p.step_total += sum_of(cols["step_seconds"]);
   p.allreduce_exposed += sum_of(cols["allreduce_exposed_seconds"]);
@@ -93,9 +129,16 @@ int bench_to_accuracy(const BenchArgs& a, const Config& config, const std::vecto
         std::printf("%.2f%% after %d epoch%s, %.1fs of training (%.1fs in all)\n",
                     100 * p.best_accuracy.back(), p.epochs.back(), p.epochs.back() == 1 ? "" : "s",
                     p.train_seconds.back(), p.wall_seconds.back());
+      else if (p.epochs.back() == 0)  // stopped by a non-finite loss before its first evaluation
+        std::printf("diverged: %s (%.1fs in all). HINT: %s\n", p.divergence.back().c_str(),
+                    p.wall_seconds.back(), divergence_hint(true, p.global_batch, p.lr).c_str());
       else
-        std::printf("not reached: best %.2f%% in %d epochs (%.1fs in all)\n", 100 * p.best_accuracy.back(),
-                    p.epochs.back(), p.wall_seconds.back());
+        std::printf("not reached: best %.2f%% in %d epochs (%.1fs in all)%s\n", 100 * p.best_accuracy.back(),
+                    p.epochs.back(), p.wall_seconds.back(),
+                    p.divergence.back().empty() ? ""
+                                                : (": diverged, " + p.divergence.back() +
+                                                   ". HINT: " + divergence_hint(true, p.global_batch, p.lr))
+                                                      .c_str());
       std::fflush(stdout);
     }
     if (p.reached()) p.time_to_accuracy = mean_interval95(p.train_seconds);
@@ -119,13 +162,13 @@ int bench_to_accuracy(const BenchArgs& a, const Config& config, const std::vecto
   std::ostringstream csv;
   csv << "procs,batch_per_rank,global_batch,precision,lr,target_accuracy,reached,epochs,"
          "time_to_accuracy_seconds,time_to_accuracy_ci95,wall_seconds,best_test_accuracy,speedup,efficiency,"
-         "allreduce_exposed_pct,data_wait_pct,repeats\n";
+         "allreduce_exposed_pct,data_wait_pct,repeats,diverged\n";
   for (const AccuracyPoint& p : points) {
     const double ar = 100 * fraction(p.allreduce_exposed, p.step_total);
     const double dw = 100 * fraction(p.data_wait, p.step_total);
     const double epochs = mean_of(std::vector<double>(p.epochs.begin(), p.epochs.end()));
     const double wall = mean_of(p.wall_seconds), best = mean_of(p.best_accuracy);
-    std::string tta = "not reached";
+    std::string tta = p.diverged() ? "diverged" : "not reached";
     if (p.reached()) {
       // One repeat has no interval: say so rather than print a misleading ± 0.
       tta = p.train_seconds.size() >= 2
@@ -148,7 +191,7 @@ int bench_to_accuracy(const BenchArgs& a, const Config& config, const std::vecto
                                                        : std::string())
         << ',' << fmt("%.3f", wall) << ',' << fmt("%.6f", best) << ',' << csv_number(p.speedup, "%.4f") << ','
         << csv_number(p.efficiency, "%.4f") << ',' << fmt("%.2f", ar) << ',' << fmt("%.2f", dw) << ','
-        << a.repeats << '\n';
+        << a.repeats << ',' << (p.diverged() ? "true" : "false") << '\n';
   }
   std::ofstream(out / "bench.csv") << csv.str();
 
@@ -163,7 +206,8 @@ int bench_to_accuracy(const BenchArgs& a, const Config& config, const std::vecto
   for (size_t i = 0; i < points.size(); ++i) {
     const AccuracyPoint& p = points[i];
     js << "    {" << grid_point_json(p) << ", \"reached\": " << (p.reached() ? "true" : "false")
-       << ", \"epochs\": [";
+       << ", \"diverged\": " << (p.diverged() ? "true" : "false")
+       << ", \"divergence\": " << json_string_list(p.divergence) << ", \"epochs\": [";
     for (size_t r = 0; r < p.epochs.size(); ++r) js << (r ? ", " : "") << p.epochs[r];
     js << "], \"time_to_accuracy_seconds\": "
        << (p.reached() ? fmt("%.4f", p.time_to_accuracy.mean) : std::string("null"))
@@ -184,6 +228,13 @@ int bench_to_accuracy(const BenchArgs& a, const Config& config, const std::vecto
 
   // ---- chart: points that reached the target
   write_chart_and_report(out, a.procs.back(), precisions, batches, points);
+  for (const AccuracyPoint& p : points)
+    if (std::isnan(p.speedup))
+      std::printf("note: speedup.png leaves out %d process%s, batch %d/rank, %s: %s\n", p.procs,
+                  p.procs == 1 ? "" : "es", p.batch, p.precision.c_str(),
+                  p.diverged()  ? "diverged"
+                  : p.reached() ? "its baseline did not reach the target"
+                                : "target not reached");
   return 0;
 }
 

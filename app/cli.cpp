@@ -4,6 +4,13 @@
 
 namespace trainer {
 
+std::string set_override(const std::string& value) {
+  const size_t eq = value.find('=');
+  if (eq == std::string::npos || eq == 0)
+    throw UsageError("--set expects section.key=value (e.g. --set optim.lr=0.05), got '" + value + "'");
+  return value;
+}
+
 CommonArgs parse_common_args(const std::vector<std::string>& args, const std::vector<std::string>& allowed) {
   CommonArgs out;
   auto is_allowed = [&](const std::string& flag) {
@@ -27,7 +34,7 @@ CommonArgs parse_common_args(const std::vector<std::string>& args, const std::ve
     if (arg == "--help" || arg == "-h") {
       out.help = true;
     } else if (arg == "--set") {
-      out.overrides.push_back(take_value());
+      out.overrides.push_back(set_override(take_value()));
     } else if (arg == "--summary" && is_allowed(arg)) {
       out.summary_path = take_value();
     } else if (arg == "--resume" && is_allowed(arg)) {
@@ -36,6 +43,8 @@ CommonArgs parse_common_args(const std::vector<std::string>& args, const std::ve
       out.weights_path = take_value();
     } else if (arg == "--dump-logits" && is_allowed(arg)) {
       out.dump_logits_path = take_value();
+    } else if (arg == "--format" && is_allowed(arg)) {
+      out.format = take_value();
     } else if (arg.rfind("-", 0) == 0) {
       throw UsageError("unknown option " + arg);
     } else if (out.config_path.empty()) {

@@ -1,6 +1,6 @@
 #pragma once
 // Parsing of the options the subcommands share: CONFIG, --set key=value (repeatable), --summary,
-// --weights, --resume, --dump-logits, --help.
+// --weights, --resume, --dump-logits, --format, --help.
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -20,8 +20,12 @@ struct CommonArgs {
   std::string weights_path;
   std::string resume;
   std::string dump_logits_path;
+  std::string format;  // `trainer config --format`
   bool help = false;
 };
+
+// The value of a --set flag, checked to be "section.key=value"; a UsageError (exit 2) otherwise.
+std::string set_override(const std::string& value);
 
 // `allowed` lists the flags this subcommand accepts besides --set and --help ("--summary", ...).
 CommonArgs parse_common_args(const std::vector<std::string>& args, const std::vector<std::string>& allowed);

@@ -6,9 +6,9 @@
 #include "app/cli.h"
 #include "app/config.h"
 #include "app/device_setup.h"
+#include "app/eval_summary.h"
 #include "app/evaluate.h"
 #include "app/experiment.h"
-#include "app/summary.h"
 #include "app/train_loop.h"
 #include "nn/safetensors.h"
 
@@ -41,6 +41,8 @@ int eval_command(const Args& args) {
            "                    [--dump-logits PATH]\n\n"
            "Evaluates weights (a .safetensors file written by `trainer train`, or a torchvision\n"
            "state_dict saved with safetensors) on the test split of the config's dataset.\n"
+           "  --summary PATH      also write the figures printed (loss, top1, top5, auc, images counted,\n"
+           "                      per-class accuracy) and the weights file as JSON to PATH\n"
            "  --dump-logits PATH  also write the first 256 test images (normalized, NCHW), their labels\n"
            "                      and the model's logits to PATH (safetensors), for comparing with\n"
            "                      PyTorch (scripts/torchvision_logits_check.py)\n";
@@ -51,7 +53,8 @@ int eval_command(const Args& args) {
   const char* local_rank = std::getenv("LOCAL_RANK");
   const Device device = setup_device(config, local_rank ? std::atoi(local_rank) : 0);
   Experiment e = build_experiment(config, device, false);
-  load_module(a.weights_path, *e.model);
+  const std::string filled_in = load_module(a.weights_path, *e.model).note(a.weights_path);
+  if (!filled_in.empty()) std::printf("note: %s\n", filled_in.c_str());
   EvalMetrics m = evaluate(e, *e.data.test);
   if (!a.dump_logits_path.empty()) dump_logits(e, *e.data.test, 256, a.dump_logits_path);
   std::printf("eval %s on %s: %lld images, loss %.4f, top1 %.2f%%, top5 %.2f%%, auc %.4f\n",
@@ -63,25 +66,36 @@ int eval_command(const Args& args) {
     std::printf("  %-14s %.2f%%\n", c < names.size() ? names[c].c_str() : std::to_string(c).c_str(),
                 100 * per_class[c]);
   if (!a.summary_path.empty()) {
-    RunSummary s;
-    s.final_test_accuracy = s.best_test_accuracy = m.top1();
-    s.final_test_top5 = m.top5();
-    s.final_test_loss = m.mean_loss();
-    s.weights = a.weights_path;
-    write_summary(a.summary_path, s);
+    EvalSummary s{.weights = a.weights_path,
+                  .dataset = e.data.test->name(),
+                  .images = m.count(),
+                  .loss = m.mean_loss(),
+                  .top1 = m.top1(),
+                  .top5 = m.top5(),
+                  .auc = m.auc(),
+                  .class_names = names,
+                  .per_class_accuracy = per_class};
+    write_eval_summary(a.summary_path, s);
   }
   return 0;
 }
 
 int config_command(const Args& args) {
-  const CommonArgs a = parse_common_args(args, {});
+  const CommonArgs a = parse_common_args(args, {"--format"});
   if (a.help) {
-    std::cout << "usage: trainer config CONFIG [--set section.key=value ...]\n\n"
-                 "Validates CONFIG and prints every key with its resolved value and where it came from.\n";
+    std::cout
+        << "usage: trainer config CONFIG [--set section.key=value ...] [--format table|toml]\n\n"
+           "Validates CONFIG and prints every key with its resolved value:\n"
+           "  --format table  (default) one line per key with where its value came from\n"
+           "  --format toml   a TOML config that `trainer train` takes and that resolves to the same\n"
+           "                  values; special values (workers = -1, num_classes = 0) say what they mean\n";
     return 0;
   }
+  const std::string format = a.format.empty() ? "table" : a.format;
+  if (format != "table" && format != "toml")
+    throw UsageError("--format expects table or toml, got '" + format + "'");
   const Config config = load_config(a.config_path, a.overrides);
-  std::cout << config_table(config);
+  std::cout << (format == "toml" ? config_to_editable_toml(config) : config_table(config));
   return 0;
 }
 

@@ -163,6 +163,11 @@ ConfigError config_error_at(const Config& config, const std::string& dotted_key,
 // result gives back an equal Config; it is what checkpoints store.
 std::string config_to_toml(const Config& config);
 
+// config_to_toml for people to read and edit (`trainer config --format toml`): the same keys and values,
+// a special value followed by its meaning ("workers = -1  # auto"), and no line naming the file it was
+// loaded from, so printing its own output again gives the same text.
+std::string config_to_editable_toml(const Config& config);
+
 // A human table, one line per key: "section.key  value  [source]", source being the file position,
 // "default" or "--set". Printed by rank 0 at start-up and by `trainer config`.
 std::string config_table(const Config& config);

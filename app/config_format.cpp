@@ -60,6 +60,27 @@ std::string config_to_toml(const Config& config) {
   return out;
 }
 
+std::string config_to_editable_toml(const Config& config) {
+  std::string out =
+      "# trainer configuration, fully resolved (`trainer config --format toml`): every key, defaults\n"
+      "# included. Values with a special meaning say it beside them; `trainer train` takes this file.\n";
+  std::string current_section;
+  schema::visit_fields(
+      config, [&](const char* section, const char* key, const auto& value, const schema::Rule& rule) {
+        if (current_section != section) {
+          current_section = section;
+          out += "\n[" + current_section + "]\n";
+        }
+        out += std::string(key) + " = " + toml_value(value);
+        if constexpr (std::is_arithmetic_v<std::decay_t<decltype(value)>>) {
+          if (rule.special && static_cast<double>(value) == *rule.special)
+            out += "  # " + rule.special_meaning;
+        }
+        out += "\n";
+      });
+  return out;
+}
+
 std::string config_table(const Config& config) {
   struct Row {
     std::string key, value, source;

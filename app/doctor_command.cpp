@@ -248,9 +248,9 @@ int doctor_command(const std::vector<std::string>& args) {
     }
     if (a == "--set") {
       if (i + 1 >= args.size()) throw UsageError("--set needs a value");
-      overrides.push_back(args[++i]);
+      overrides.push_back(set_override(args[++i]));
     } else if (a.rfind("--set=", 0) == 0) {
-      overrides.push_back(a.substr(6));
+      overrides.push_back(set_override(a.substr(6)));
     } else if (a.rfind("-", 0) == 0) {
       throw UsageError("unknown option " + a);
     } else if (config_path.empty()) {

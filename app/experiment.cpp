@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "app/device_setup.h"
+#include "app/format.h"
 #include "data/distributed_sampler.h"
 #include "nn/models/registry.h"
 #include "nn/optim/adamw.h"
@@ -30,6 +31,29 @@ std::unique_ptr<Optimizer> make_optimizer(const Config& c, Module& model, double
   a.weight_decay = o.weight_decay;
   a.no_decay_bn_bias = o.no_decay_bn_bias;
   return std::make_unique<AdamW>(model.named_parameters(), a);
+}
+
+// Cuts a warm-up longer than the whole schedule (cut_warmup_to_fit) and says so; says too when
+// train.max_steps stops the run before the schedule ends, since the LR then never reaches its end.
+std::vector<std::string> schedule_notes(const Config& c, const Experiment& e, ScheduleOptions& s) {
+  std::vector<std::string> notes;
+  const int64_t configured_warmup = s.warmup_steps;
+  if (cut_warmup_to_fit(s))
+    notes.push_back(
+        fmt("schedule.warmup_epochs = %g (%lld steps) is not shorter than the whole %lld-step "
+            "schedule (train.epochs %d x %lld steps/epoch): warm-up cut to %lld steps, half "
+            "the schedule",
+            c.schedule.warmup_epochs, static_cast<long long>(configured_warmup),
+            static_cast<long long>(s.total_steps), c.train.epochs, static_cast<long long>(e.steps_per_epoch),
+            static_cast<long long>(s.warmup_steps)));
+  if (e.total_steps < e.schedule_steps)
+    notes.push_back(fmt(
+        "train.max_steps = %d stops the run at step %lld of the %lld-step LR schedule "
+        "(train.epochs %d x %lld steps/epoch): the LR follows the full run's curve and "
+        "does not reach its end. HINT: lower train.epochs to shorten the schedule itself",
+        c.train.max_steps, static_cast<long long>(e.total_steps), static_cast<long long>(e.schedule_steps),
+        c.train.epochs, static_cast<long long>(e.steps_per_epoch)));
+  return notes;
 }
 
 }  // namespace
@@ -89,7 +113,8 @@ Experiment build_experiment(const Config& config, Device device, bool with_optim
                           "leaves no optimizer step in an epoch (" + std::to_string(batches) +
                               " batches, grad_accum_steps " + std::to_string(config.train.grad_accum_steps) +
                               ")");
-  e.total_steps = e.steps_per_epoch * config.train.epochs;
+  e.schedule_steps = e.steps_per_epoch * config.train.epochs;
+  e.total_steps = e.schedule_steps;
   if (config.train.max_steps > 0) e.total_steps = std::min<int64_t>(e.total_steps, config.train.max_steps);
 
   e.base_lr = config.optim.lr;
@@ -100,9 +125,11 @@ Experiment build_experiment(const Config& config, Device device, bool with_optim
     e.optimizer = make_optimizer(config, *e.model, e.base_lr);
     ScheduleOptions s;
     s.name = config.schedule.name;
-    s.total_steps = e.total_steps;
+    s.total_steps = e.schedule_steps;
     s.steps_per_epoch = e.steps_per_epoch;
     s.warmup_steps = static_cast<int64_t>(std::llround(config.schedule.warmup_epochs * e.steps_per_epoch));
+    e.schedule_notes = schedule_notes(config, e, s);
+    e.warmup_steps = s.warmup_steps;
     s.warmup_start_factor = config.schedule.warmup_start_factor;
     s.step_epochs = config.schedule.step_epochs;
     s.milestones.assign(config.schedule.milestones.begin(), config.schedule.milestones.end());

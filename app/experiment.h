@@ -2,6 +2,8 @@
 // Everything a run is made of, built from a resolved Config: datasets, model, optimizer and LR
 // schedule. `trainer train` and `trainer eval` share this so they build identical models.
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "app/config.h"
 #include "app/datasets.h"
@@ -25,7 +27,12 @@ struct Experiment {
   int rank = 0;
   int64_t steps_per_epoch = 0;  // optimizer steps per epoch on this rank
   int64_t total_steps = 0;      // optimizer steps of the whole run (max_steps applied)
-  double base_lr = 0.0;         // after linear scaling
+  // The LR schedule spans train.epochs whatever train.max_steps says: max_steps only stops the run, so
+  // a short run follows the exact LR curve of the full one (as timm and torchrun users expect).
+  int64_t schedule_steps = 0;
+  int64_t warmup_steps = 0;                 // the schedule's linear warm-up (after cut_warmup_to_fit)
+  std::vector<std::string> schedule_notes;  // for the log: warm-up cut, run stopped before the schedule ends
+  double base_lr = 0.0;                     // after linear scaling
 };
 
 // The samples of one optimizer step over all ranks: data.batch_size x grad_accum_steps x world_size.

@@ -25,7 +25,7 @@ const char* kUsage =
     "commands:\n"
     "  train CONFIG [--set k=v ...] [--summary PATH]    train a model\n"
     "  eval CONFIG --weights PATH [--summary PATH]      evaluate saved weights on the test split\n"
-    "  config CONFIG [--set k=v ...]                    print the resolved configuration\n"
+    "  config CONFIG [--set k=v ...] [--format toml]    print the resolved configuration\n"
     "  launch --nproc-per-node N -- COMMAND [...]       run COMMAND as N local ranks, like torchrun\n"
     "  bench CONFIG --procs 1,2,4 [...]                 measure throughput and speedup over processes\n"
     "  bench-data [--out DIR] [...]                     measure the data loader alone: JPEG and CIFAR\n"

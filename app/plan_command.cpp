@@ -82,7 +82,7 @@ PlanArgs parse_plan_args(const std::vector<std::string>& args) {
       else
         a.bus_gbps = parse_number(arg, v);
     } else if (arg == "--set")
-      a.overrides.push_back(w.value());
+      a.overrides.push_back(set_override(w.value()));
     else
       w.config_or_unknown(a.config_path);
   }

@@ -15,6 +15,7 @@
 #include "app/build_info.h"
 #include "app/checkpoint.h"
 #include "app/device_setup.h"
+#include "app/divergence.h"
 #include "app/evaluate.h"
 #include "app/experiment.h"
 #include "app/format.h"
@@ -563,6 +564,8 @@ int finish_run(TrainLoop& loop) {
                static_cast<long long>(st.step), format_duration(st.train_seconds).c_str(),
                summary.samples_per_second, 100 * summary.final_test_accuracy,
                100 * summary.best_test_accuracy));
+  if (const std::string chance = at_chance_warning(loop.e, st.step, st.accuracy); !chance.empty())
+    log.line("warning: " + chance);  // once: only rank 0 prints its lines
   log.close_file();
   return 0;
 }

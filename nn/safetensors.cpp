@@ -427,15 +427,40 @@ void save_module(const std::string& path, Module& module, const SafetensorsMetad
   save_safetensors(path, tensors, metadata);
 }
 
-void load_module(const std::string& path, Module& module) {
+namespace {
+
+// A BatchNorm step counter: a scalar i64 buffer named "num_batches_tracked" (torchvision's name).
+bool is_step_counter(const NamedTensor& nt) {
+  static const std::string kName = "num_batches_tracked";
+  const std::string& n = nt.name;
+  const bool named = n == kName || (n.size() > kName.size() && n.ends_with("." + kName));
+  return named && nt.tensor->dtype() == DType::i64 && nt.tensor->numel() == 1;
+}
+
+}  // namespace
+
+std::string ModuleLoadReport::note(const std::string& path) const {
+  if (counters_set_to_zero.empty()) return "";
+  return path + ": " + std::to_string(counters_set_to_zero.size()) +
+         " BatchNorm num_batches_tracked counter(s) missing from the file (as in torchvision exports), set "
+         "to 0; first: " +
+         counters_set_to_zero.front();
+}
+
+ModuleLoadReport load_module(const std::string& path, Module& module) {
   std::map<std::string, Tensor> file = load_safetensors(path);
   const std::vector<NamedTensor> state = module.state_dict();
 
   // Check everything before touching the module, so a failed load leaves it as it was.
+  ModuleLoadReport report;
   std::set<std::string> expected;
   for (const NamedTensor& nt : state) {
     expected.insert(nt.name);
     const auto it = file.find(nt.name);
+    if (it == file.end() && is_step_counter(nt)) {
+      report.counters_set_to_zero.push_back(nt.name);
+      continue;
+    }
     if (it == file.end())
       tensor_error(path, nt.name,
                    "missing from the file (the model has " + std::to_string(state.size()) +
@@ -454,7 +479,14 @@ void load_module(const std::string& path, Module& module) {
     if (!expected.count(name))
       tensor_error(path, name, "in the file but not in the model (unexpected tensor)");
 
-  for (const NamedTensor& nt : state) nt.tensor->copy_(file.at(nt.name));
+  for (const NamedTensor& nt : state) {
+    const auto it = file.find(nt.name);
+    if (it == file.end())
+      nt.tensor->fill_(0.0);  // a step counter (checked above)
+    else
+      nt.tensor->copy_(it->second);
+  }
+  return report;
 }
 
 }  // namespace trainer

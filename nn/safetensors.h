@@ -30,10 +30,20 @@ std::map<std::string, Tensor> load_safetensors(const std::string& path,
 
 // A module's parameters and buffers under their dotted state-dict names, in PyTorch's order.
 void save_module(const std::string& path, Module& module, const SafetensorsMetadata& metadata = {});
+// What load_module filled in itself rather than read from the file.
+struct ModuleLoadReport {
+  // BatchNorm step counters ("*.num_batches_tracked") absent from the file, set to 0: torchvision's
+  // exports often leave them out, and they only matter for BatchNorm's momentum=None mode.
+  std::vector<std::string> counters_set_to_zero;
+  // One line for the log, "" when nothing was filled in.
+  std::string note(const std::string& path) const;
+};
+
 // Loads a file written by save_module (or torchvision's state_dict saved with safetensors) into
 // `module`. Strict: every tensor of the module must be in the file with the same dtype and shape and
-// the file must hold nothing else; the module is left untouched when any check fails.
-void load_module(const std::string& path, Module& module);
+// the file must hold nothing else; the module is left untouched when any check fails. The one
+// exception is a missing num_batches_tracked counter, set to 0 and listed in the report.
+ModuleLoadReport load_module(const std::string& path, Module& module);
 
 // Safetensors' dtype names ("F32", "BF16", ...).
 std::string safetensors_dtype_name(DType dtype);

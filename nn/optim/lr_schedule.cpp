@@ -165,6 +165,12 @@ const std::vector<std::string>& lr_schedule_names() {
   return names;
 }
 
+bool cut_warmup_to_fit(ScheduleOptions& options) {
+  if (options.total_steps <= 0 || options.warmup_steps < options.total_steps) return false;
+  options.warmup_steps = options.total_steps / 2;
+  return true;
+}
+
 std::unique_ptr<LrSchedule> make_lr_schedule(const ScheduleOptions& options) {
   const auto& names = lr_schedule_names();
   if (std::find(names.begin(), names.end(), options.name) == names.end()) {

@@ -45,4 +45,10 @@ const std::vector<std::string>& lr_schedule_names();
 // Throws std::invalid_argument for an unknown name (listing the known ones) or inconsistent options.
 std::unique_ptr<LrSchedule> make_lr_schedule(const ScheduleOptions& options);
 
+// A warm-up at least as long as the whole schedule (total_steps > 0) leaves the schedule no room of its
+// own (cosine and onecycle refuse it): such a warm-up is cut to half the schedule, so the schedule's
+// decay keeps the other half. Returns true when it cut options.warmup_steps. A schedule longer than its
+// warm-up is never changed: a run that stops early (max_steps) must follow the full run's LR curve.
+bool cut_warmup_to_fit(ScheduleOptions& options);
+
 }  // namespace trainer

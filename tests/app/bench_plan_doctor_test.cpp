@@ -132,7 +132,7 @@ TEST_F(Bench, ToAccuracyReportsEpochsAndTimeToTheTarget) {
   EXPECT_EQ(
       csv.rfind("procs,batch_per_rank,global_batch,precision,lr,target_accuracy,reached,epochs,"
                 "time_to_accuracy_seconds,time_to_accuracy_ci95,wall_seconds,best_test_accuracy,speedup,"
-                "efficiency,allreduce_exposed_pct,data_wait_pct,repeats\n",
+                "efficiency,allreduce_exposed_pct,data_wait_pct,repeats,diverged\n",
                 0),
       0u)
       << csv;
