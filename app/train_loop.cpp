@@ -336,9 +336,11 @@ void report_step(TrainLoop& loop, int64_t step, int epoch, double loss, double l
           static_cast<long long>(step), static_cast<long long>(e.total_steps),
           steps.window_loss / steps.window_steps, lr, rate, format_duration(eta).c_str());
   exporter.set_samples_per_second(rate / e.world_size);
+  // On a terminal the status line is redrawn at every step; the periodic line with the phase times is
+  // logged whatever the console is (train.log must not depend on where stdout goes).
   if (log.stdout_is_terminal()) log.transient(status);
   if (step % config.train.log_every_steps == 0) {
-    if (!log.stdout_is_terminal()) log.line(status + " | " + loop.timer.summary());
+    log.line(status + " | " + loop.timer.summary());
     steps.window_loss = 0.0;
     steps.window_steps = 0;
   }
