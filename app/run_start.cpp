@@ -176,11 +176,11 @@ std::string choose_run_dir(const Config& config, const TrainOptions& options, Pr
 // Rank 0 logs to train.log (and the terminal), the others to train.rank<N>.log; the run starts with the
 // resolved configuration, which rank 0 also writes to config.toml.
 void open_run_log(Log& log, const Config& config, const ProcessEnv& env, const std::string& run_dir,
-                  const std::string& config_toml, int rank) {
+                  const std::string& config_toml, int rank, const FullDiskHook& full_disk) {
   const bool writer = rank == 0;
   log.set_print_lines(writer);
-  log.open_file(run_dir + (writer ? "/train.log" : "/train.rank" + std::to_string(rank) + ".log"));
-  if (writer) std::ofstream(run_dir + "/config.toml") << config_toml;
+  log.open_file(run_dir + (writer ? "/train.log" : "/train.rank" + std::to_string(rank) + ".log"), full_disk);
+  if (writer) write_whole_file(run_dir + "/config.toml", config_toml, full_disk);
   log.line("trainer: resolved configuration (" + config.source_path + ")");
   log.line(config_table(config));
   log.line("processes: " + env.describe());

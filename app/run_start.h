@@ -17,6 +17,7 @@
 #include "dist/process_group.h"
 #include "metrics/exporter.h"
 #include "metrics/log.h"
+#include "metrics/output_file.h"
 #include "nn/device.h"
 
 namespace trainer {
@@ -52,8 +53,9 @@ std::string choose_run_dir(const Config& config, const TrainOptions& options, Pr
 
 // Rank 0 logs to train.log (and the terminal), the others to train.rank<N>.log; the run starts with the
 // resolved configuration, which rank 0 also writes to config.toml.
+// Writes go where `full_disk` says (a test hook, metrics/output_file.h).
 void open_run_log(Log& log, const Config& config, const ProcessEnv& env, const std::string& run_dir,
-                  const std::string& config_toml, int rank);
+                  const std::string& config_toml, int rank, const FullDiskHook& full_disk = {});
 
 // Stops the run, naming what differs, unless every rank has the same build, config, data, steps per
 // epoch, kind of device and processes per node (world size > 1 only).

@@ -37,6 +37,7 @@
 #include "metrics/exporter.h"
 #include "metrics/gpu_utilization.h"
 #include "metrics/log.h"
+#include "metrics/output_file.h"
 #include "metrics/step_timer.h"
 #include "nn/amp/loss_scaler.h"
 #include "nn/safetensors.h"
@@ -75,7 +76,7 @@ namespace {
 
 // Train-step bookkeeping for the progress display and the per-step CSV.
 struct StepLog {
-  std::ofstream csv;
+  OutputFile csv;  // train_steps.csv, open on rank 0 only
   double window_loss = 0.0;
   int window_steps = 0;
 };
@@ -83,11 +84,12 @@ struct StepLog {
 // Rank 0's phase seconds per optimizer step, for `trainer bench`. StepTimes count this process's
 // steps from 1, so a resumed run numbers them after the checkpoint's step.
 struct StepTimesCsv {
-  std::ofstream file;  // open on rank 0 only
+  OutputFile file;  // open on rank 0 only
   int64_t first_step = 0;
 };
 
-StepTimesCsv open_step_times_csv(const std::string& run_dir, int64_t first_step, bool writer, Log& log) {
+StepTimesCsv open_step_times_csv(const std::string& run_dir, int64_t first_step, bool writer, Log& log,
+                                 const FullDiskHook& full_disk) {
   StepTimesCsv csv;
   csv.first_step = first_step;
   if (writer) {
@@ -108,8 +110,8 @@ StepTimesCsv open_step_times_csv(const std::string& run_dir, int64_t first_step,
       }
     }
     if (!fresh) truncate_step_csv(path, first_step);
-    csv.file.open(path, fresh ? std::ios::trunc : std::ios::app);
-    if (fresh) csv.file << header << '\n';
+    csv.file.open(path, fresh ? OutputFile::Mode::truncate : OutputFile::Mode::append, full_disk);
+    if (fresh) csv.file.write(header + '\n');
   }
   return csv;
 }
@@ -146,6 +148,7 @@ struct TrainLoop {
   bool writer;             // rank 0: writes checkpoints, the summary and the shared files
   bool average_bn_stats;   // without SyncBN: average the ranks' BN running statistics before eval/checkpoints
   SignalHook signal_hook;  // test hooks TRAINER_TEST_SIGTERM_AT_STEP, _SIGNAL, _SIGNAL_TWICE
+  FullDiskHook full_disk;  // test hook TRAINER_TEST_FULL_DISK (metrics/output_file.h)
 
   TrainingState st;
   StepLog steps;  // rank 0's losses only (each rank's loss is of its own shard; the weights are the same)
@@ -184,12 +187,12 @@ struct EpochProgress {
 // A resolved step's phase times: to the exporter, and to rank 0's step_times.csv.
 void observe_step(TrainLoop& loop, const StepTimes& t) {
   loop.exporter.observe_step(t);
-  std::ofstream& csv = loop.step_times.file;
+  OutputFile& csv = loop.step_times.file;
   if (!csv.is_open()) return;
-  csv << loop.step_times.first_step + t.step << ',' << fmt("%.9g", t[Phase::step]);
+  std::string row = std::to_string(loop.step_times.first_step + t.step) + ',' + fmt("%.9g", t[Phase::step]);
   for (Phase p : kAllPhases)
-    if (p != Phase::step) csv << ',' << fmt("%.9g", t[p]);
-  csv << '\n';
+    if (p != Phase::step) row += ',' + fmt("%.9g", t[p]);
+  csv.write(row + '\n');
 }
 
 // Every rank must stop at the same step, or the ones still training wait forever: a stop signal
@@ -320,7 +323,8 @@ void report_step(TrainLoop& loop, int64_t step, int epoch, double loss, double l
   Log& log = loop.log;
   check_loss_is_finite(loss, step, epoch, lr);
   exporter.set_loss(loss);
-  steps.csv << step << ',' << epoch + 1 << ',' << fmt("%.9g", loss) << ',' << fmt("%.9g", lr) << '\n';
+  steps.csv.write(std::to_string(step) + ',' + std::to_string(epoch + 1) + ',' + fmt("%.9g", loss) + ',' +
+                  fmt("%.9g", lr) + '\n');
   steps.window_loss += loss;
   ++steps.window_steps;
   st.epoch_loss_sum += loss;
@@ -341,6 +345,9 @@ void report_step(TrainLoop& loop, int64_t step, int epoch, double loss, double l
   if (log.stdout_is_terminal()) log.transient(status);
   if (step % config.train.log_every_steps == 0) {
     log.line(status + " | " + loop.timer.summary());
+    // What is written so far reaches the kernel now, so that a full disk is noticed within a log line.
+    steps.csv.flush();
+    loop.step_times.file.flush();
     steps.window_loss = 0.0;
     steps.window_steps = 0;
   }
@@ -538,13 +545,13 @@ EpochEnd run_epoch(TrainLoop& loop) {
 }
 
 // After the last epoch: the final checkpoint and weights, the summary JSON, the closing log line.
-// Returns the exit code, 0.
+// Returns the exit code: 0, or 1 when train.log could not be written in full.
 int finish_run(TrainLoop& loop) {
   TrainingState& st = loop.st;
   RunSummary& summary = loop.summary;
   Log& log = loop.log;
-  loop.steps.csv.flush();
-  loop.step_times.file.flush();
+  loop.steps.csv.close();
+  loop.step_times.file.close();
   summary.steps = st.step;
   summary.train_seconds = st.train_seconds;
   summary.samples_per_second = st.samples_seen / std::max(st.train_seconds, 1e-9);
@@ -557,8 +564,8 @@ int finish_run(TrainLoop& loop) {
     }
   }
   if (loop.writer) {
-    write_summary(loop.run_dir + "/summary.json", summary);
-    if (!loop.options.summary_path.empty()) write_summary(loop.options.summary_path, summary);
+    write_summary(loop.run_dir + "/summary.json", summary, loop.full_disk);
+    if (!loop.options.summary_path.empty()) write_summary(loop.options.summary_path, summary, loop.full_disk);
   }
   leave_process_group(loop);
   log.line(fmt("done: %lld steps in %s (%.0f img/s), final test accuracy %.2f%%, best %.2f%%",
@@ -566,6 +573,11 @@ int finish_run(TrainLoop& loop) {
                summary.samples_per_second, 100 * summary.final_test_accuracy,
                100 * summary.best_test_accuracy));
   log.close_file();
+  // A failed write of train.log did not stop training (metrics/log.h); the exit status reports it.
+  if (const std::string failure = log.file_failure(); !failure.empty()) {
+    log.error("trainer: error: the run finished but its log is incomplete: " + failure);
+    return 1;
+  }
   return 0;
 }
 
@@ -596,7 +608,8 @@ int run_training(const Config& config, const TrainOptions& options) {
   if (pg->store()) pg->store()->barrier("trainer/run_dir_created", rank, world, dopt.connect_timeout);
   Log& log = Log::instance();
   const std::string config_toml = config_to_toml(config);
-  open_run_log(log, config, env, run_dir, config_toml, rank);
+  const FullDiskHook full_disk = full_disk_hook_from_env();
+  open_run_log(log, config, env, run_dir, config_toml, rank, full_disk);
 
   Experiment e = build_experiment(config, device, true, world, rank);
   // SyncBN: batch statistics over all ranks (in place: the optimizer's parameters stay the same).
@@ -652,8 +665,8 @@ int run_training(const Config& config, const TrainOptions& options) {
   TrainingState st = agreed_start(config, options, e, run_dir, ckpt_dir, log, *pg, dopt, start_point);
   if (writer) begin_step_csv(csv_path, start_point, st);
   StepLog steps;
-  if (writer) steps.csv.open(csv_path, std::ios::app);
-  StepTimesCsv step_times = open_step_times_csv(run_dir, st.step, writer, log);
+  if (writer) steps.csv.open(csv_path, OutputFile::Mode::append, full_disk);
+  StepTimesCsv step_times = open_step_times_csv(run_dir, st.step, writer, log, full_disk);
 
   // fp16 needs dynamic loss scaling; every other precision runs with the scaler disabled (scale 1).
   LossScalerOptions so;
@@ -763,6 +776,7 @@ int run_training(const Config& config, const TrainOptions& options) {
       .writer = writer,
       .average_bn_stats = average_bn_stats,
       .signal_hook = signal_hook_from_env(),
+      .full_disk = full_disk,
       .st = std::move(st),
       .steps = std::move(steps),
       .step_times = std::move(step_times),
