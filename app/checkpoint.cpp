@@ -50,14 +50,16 @@ uint32_t tensor_crc(const Tensor& t) {
   return crc32c(host.numel() ? host.raw_data() : nullptr, host.nbytes());
 }
 
+constexpr const char* kCrcKeyPrefix = "crc32c.";
+
 // Tensors with their CRC-32C in the safetensors metadata ("crc32c.<name>").
 void save_with_crcs(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors) {
-  SafetensorsMetadata meta;
-  for (const auto& [name, t] : tensors) meta["crc32c." + name] = crc32c_hex(tensor_crc(t));
-  save_safetensors(path, tensors, meta);
+  save_safetensors(path, tensors, tensor_crc_metadata(tensors));
 }
 
-void check_tensor_crcs(const std::string& path) {
+// Every tensor of the file against its recorded CRC-32C; returns false when the file records none at
+// all (a foreign file) and `foreign_ok`, else throws CheckpointError naming the file and tensor.
+bool check_tensor_crcs(const std::string& path, bool foreign_ok = false) {
   SafetensorsMetadata meta;
   std::map<std::string, Tensor> tensors;
   try {
@@ -65,12 +67,16 @@ void check_tensor_crcs(const std::string& path) {
   } catch (const std::exception& e) {
     throw CheckpointError(e.what());
   }
+  const bool records_crcs = std::any_of(
+      meta.begin(), meta.end(), [](const auto& entry) { return entry.first.starts_with(kCrcKeyPrefix); });
+  if (!records_crcs && foreign_ok) return false;
   for (const auto& [name, t] : tensors) {
     auto it = meta.find("crc32c." + name);
     if (it == meta.end()) throw CheckpointError(path + ": tensor '" + name + "' has no recorded CRC-32C");
     if (it->second != crc32c_hex(tensor_crc(t)))
       throw CheckpointError(path + ": tensor '" + name + "' is corrupt (CRC-32C mismatch)");
   }
+  return true;
 }
 
 toml::table state_to_toml(const TrainingState& s) {
@@ -314,6 +320,35 @@ std::string remap_world_size(TrainingState& s, int64_t dataset_size, bool drop_l
   s.world_size = world_size;
   s.batch_size = batch_size;
   return line;
+}
+
+SafetensorsMetadata tensor_crc_metadata(const std::vector<std::pair<std::string, Tensor>>& tensors) {
+  SafetensorsMetadata meta;
+  for (const auto& [name, t] : tensors) meta[kCrcKeyPrefix + name] = crc32c_hex(tensor_crc(t));
+  return meta;
+}
+
+void save_weights(const std::string& path, Module& model) {
+  std::vector<std::pair<std::string, Tensor>> weights;
+  for (const auto& e : model.state_dict()) weights.emplace_back(e.name, *e.tensor);
+  save_with_crcs(path, weights);
+}
+
+std::string load_weights(const std::string& path, Module& model, CrcCheck check) {
+  std::string note = "weights " + path + ": CRC-32C not checked (--no-verify-crc)";
+  if (check == CrcCheck::verify) {
+    try {
+      note = check_tensor_crcs(path, true)
+                 ? "weights " + path + ": every tensor matches its CRC-32C"
+                 : "weights " + path + ": not verified, the file carries no CRC-32C (not written by trainer)";
+    } catch (const CheckpointError& e) {
+      throw CheckpointError(std::string(e.what()) +
+                            ". HINT: copy the file again from where it came from (or use an earlier "
+                            "checkpoint); --no-verify-crc evaluates it as it is");
+    }
+  }
+  load_module(path, model);
+  return note;
 }
 
 std::string checkpoint_identity(const std::string& path) {

@@ -18,6 +18,7 @@
 #include "app/config.h"
 #include "nn/modules/module.h"
 #include "nn/optim/optimizer.h"
+#include "nn/safetensors.h"
 
 namespace trainer {
 
@@ -94,6 +95,22 @@ std::string remap_world_size(TrainingState& state, int64_t dataset_size, bool dr
 
 // Verifies and loads a checkpoint into model and optimizer; returns its state.
 TrainingState load_checkpoint(const std::string& path, Module& model, Optimizer& optimizer);
+
+// Each tensor's CRC-32C as safetensors metadata ("crc32c.<name>": 8 hex digits), which every safetensors
+// file the trainer writes carries (checkpoints, final.safetensors, --dump-logits).
+SafetensorsMetadata tensor_crc_metadata(const std::vector<std::pair<std::string, Tensor>>& tensors);
+
+// The model's weights alone (checkpoints/final.safetensors), with their CRC-32Cs.
+void save_weights(const std::string& path, Module& model);
+
+// Whether loading weights checks the CRC-32Cs they carry (trainer eval --no-verify-crc skips it).
+enum class CrcCheck { verify, skip };
+
+// Loads weights (a file save_weights or a checkpoint wrote, or a foreign one such as a torchvision
+// export) into `model`. With CrcCheck::verify a file that carries CRC-32Cs must match them: a corrupt
+// tensor throws CheckpointError naming the tensor and the file. A file that carries none loads
+// unverified. Returns a line for the user saying what was (not) verified.
+std::string load_weights(const std::string& path, Module& model, CrcCheck check);
 
 // What tells one checkpoint's contents from another's, wherever it is stored: the CRC-32C of its
 // manifest, which holds its state and every file's CRC. Copies of one checkpoint on two nodes agree.

@@ -20,6 +20,7 @@ struct CommonArgs {
   std::string weights_path;
   std::string resume;
   std::string dump_logits_path;
+  bool no_verify_crc = false;  // eval: load --weights without checking their CRC-32C
   bool help = false;
 };
 

@@ -559,7 +559,7 @@ int finish_run(TrainLoop& loop) {
     save_checkpoint(loop, true);
     summary.weights = loop.ckpt_dir + "/final.safetensors";
     if (loop.writer) {
-      save_module(summary.weights, *loop.e.model);
+      save_weights(summary.weights, *loop.e.model);
       log.line("weights: " + summary.weights);
     }
   }
