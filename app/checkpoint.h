@@ -3,8 +3,12 @@
 //   model.safetensors      parameters and buffers under torchvision's names (loads into PyTorch)
 //   optimizer.safetensors  optimizer state (momentum buffers, Adam moments, per-parameter steps)
 //   config.toml            the resolved config of the run
-//   checkpoint.toml        the manifest: training position, RNG states, and size + CRC-32C per file
-// Each tensor's CRC-32C is also in its safetensors metadata, so a corrupt tensor is named.
+//   checkpoint.toml        the manifest: training position, RNG states, and size + CRC-32C per file;
+//                          its first line is the CRC-32C of the rest (manifest_crc32c)
+// Each tensor's CRC-32C is also in its safetensors metadata, so a corrupt tensor is named. The
+// manifest's position is range-checked too (its step against the directory's name, and against the
+// data it resumes: check_position_fits), so a manifest edited or damaged into a valid-looking one is
+// refused instead of silently skipping part of an epoch.
 //
 // Writing: everything goes into a hidden temp directory, each file is fsynced, the directory is
 // renamed into place and its parent fsynced. A crash or a full disk therefore never leaves a
@@ -73,13 +77,29 @@ class CheckpointManager {
   CheckpointConfig config_;
 };
 
-// Checks a checkpoint directory: the manifest parses and every file has its recorded size and
-// CRC-32C, and every tensor its recorded CRC. Throws CheckpointError naming the file (and tensor).
+// Checks a checkpoint directory: the manifest matches its CRC-32C and parses, its step is the one in
+// the directory's name and no count is negative, every file has its recorded size and CRC-32C, and
+// every tensor its recorded CRC. Throws CheckpointError naming the file (and field or tensor).
 TrainingState verify_checkpoint(const std::string& path);
 
-// The newest checkpoint in `dir` that verifies; broken ones are skipped and described in `skipped`.
+// What the resumed run's data and config allow a checkpoint's position to be.
+struct ResumeLimits {
+  int64_t dataset_size = 0;  // training samples
+  bool drop_last = false;    // data.drop_last
+  int64_t epochs = 0;        // train.epochs
+};
+// Throws CheckpointError naming the checkpoint's manifest and the field unless the state's position is
+// inside the run: epoch <= train.epochs (equal: the run is complete), epoch_sample_offset <= the
+// dataset, batch_in_epoch <= the batches of the epoch at the checkpoint's world size and batch size
+// (equal: the epoch's steps are done, its evaluation is not).
+void check_position_fits(const TrainingState& state, const std::string& checkpoint_path,
+                         const ResumeLimits& limits);
+
+// The newest checkpoint in `dir` that verifies (and fits `limits`, when given); broken ones are skipped
+// and described in `skipped`.
 std::optional<CheckpointInfo> find_latest_checkpoint(const std::string& dir,
-                                                     std::vector<std::string>* skipped);
+                                                     std::vector<std::string>* skipped,
+                                                     const ResumeLimits* limits = nullptr);
 
 // Moves a mid-epoch position written by state.world_size ranks onto `world_size` ranks of `batch_size`
 // samples each, with DistributedSampler semantics: the epoch's global order does not depend on the

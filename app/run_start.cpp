@@ -63,30 +63,43 @@ std::vector<ConsistencyItem> config_key_items(const std::string& config_toml) {
 constexpr const char* kFreshStart = "a fresh start";
 
 // Resolves --resume to a checkpoint directory on this rank's view of ckpt_dir, or nothing for a fresh start.
-std::optional<std::string> resolve_resume(const std::string& resume, const std::string& ckpt_dir, Log& log) {
+// With "auto", broken checkpoints are skipped loudly; when every checkpoint is broken the run stops:
+// starting from scratch would train over them, and an exit status 0 would hide the loss.
+std::optional<std::string> resolve_resume(const std::string& resume, const std::string& ckpt_dir, Log& log,
+                                          const ResumeLimits* limits) {
   if (resume.empty()) return std::nullopt;
   if (resume != "auto") return resume;
   std::vector<std::string> skipped;
-  auto found = find_latest_checkpoint(ckpt_dir, &skipped);
+  auto found = find_latest_checkpoint(ckpt_dir, &skipped, limits);
   for (const std::string& why : skipped) log.error("warning: skipping broken checkpoint: " + why);
+  if (!found && !skipped.empty())
+    throw CheckpointError(
+        fmt("--resume auto: every checkpoint in %s is broken (%zu, listed above); refusing "
+            "to start from scratch over them. HINT: to start afresh, move or remove %s, or "
+            "run without --resume; to resume one of them anyway, repair it and pass "
+            "--resume PATH",
+            ckpt_dir.c_str(), skipped.size(), ckpt_dir.c_str()));
   if (!found) {
     log.line("resume auto: no checkpoint in " + ckpt_dir + ", starting from scratch");
     return std::nullopt;
   }
+  if (!skipped.empty())
+    log.error(fmt("warning: --resume auto: %zu newer checkpoint(s) broken; falling back to %s",
+                  skipped.size(), found->path.c_str()));
   return found->path;
 }
 
 }  // namespace
 
 std::string agreed_resume(const std::string& resume, const std::string& ckpt_dir, int rank, Store* store,
-                          std::chrono::milliseconds timeout, Log& log) {
-  if (resume != "auto" || !store) return resolve_resume(resume, ckpt_dir, log).value_or("");
+                          std::chrono::milliseconds timeout, Log& log, const ResumeLimits* limits) {
+  if (resume != "auto" || !store) return resolve_resume(resume, ckpt_dir, log, limits).value_or("");
   // "=" + the choice ("" is a fresh start), or "!" + why rank 0 could not choose: the others must not
   // wait out the timeout for a rank 0 that has failed (a stale NFS handle throws here).
   const std::string key = "trainer/resume_auto";
   if (rank == 0) {
     try {
-      const std::string chosen = resolve_resume(resume, ckpt_dir, log).value_or("");
+      const std::string chosen = resolve_resume(resume, ckpt_dir, log, limits).value_or("");
       store->set(key, "=" + chosen);
       return chosen;
     } catch (const std::exception& e) {
@@ -251,7 +264,8 @@ namespace {
 // Loads the checkpoint at resume_path (agreed_resume; "" is a fresh start). `start` is set to where this rank
 // starts, for the ranks to compare (check_ranks_start_alike) before anything is written.
 TrainingState start_or_resume(const Config& config, const std::string& resume_path, Experiment& e,
-                              const std::string& run_dir, Log& log, std::string& start) {
+                              const std::string& run_dir, Log& log, std::string& start,
+                              const ResumeLimits& limits) {
   TrainingState st;
   start = kFreshStart;
   st.world_size = e.world_size;
@@ -259,6 +273,7 @@ TrainingState start_or_resume(const Config& config, const std::string& resume_pa
   st.run_dir = run_dir;
   if (!resume_path.empty()) {
     st = load_checkpoint(resume_path, *e.model, *e.optimizer);
+    check_position_fits(st, resume_path, limits);
     start = fmt("step %lld of checkpoint %s", static_cast<long long>(st.step),
                 checkpoint_identity(resume_path).c_str());
     if (st.world_size != e.world_size) {
@@ -316,11 +331,12 @@ void check_ranks_start_alike(ProcessGroup& pg, const std::string& start, const D
 TrainingState agreed_start(const Config& config, const TrainOptions& options, Experiment& e,
                            const std::string& run_dir, const std::string& ckpt_dir, Log& log,
                            ProcessGroup& pg, const DistOptions& dopt, std::string& start) {
+  const ResumeLimits limits{e.data.train->size(), config.data.drop_last, config.train.epochs};
   const auto start_here = [&] {
     Store* store = pg.world_size() > 1 ? pg.store() : nullptr;
     const std::string resume =
-        agreed_resume(options.resume, ckpt_dir, pg.rank(), store, dopt.connect_timeout, log);
-    return start_or_resume(config, resume, e, run_dir, log, start);
+        agreed_resume(options.resume, ckpt_dir, pg.rank(), store, dopt.connect_timeout, log, &limits);
+    return start_or_resume(config, resume, e, run_dir, log, start, limits);
   };
   if (pg.world_size() <= 1) return start_here();
   TrainingState st;

@@ -79,9 +79,11 @@ ExporterOptions exporter_options(const Config& config, const ProcessEnv& env, in
 // choice: rank 0 writes the checkpoints, and another node's view of a shared directory can be stale
 // (NFS caches directory listings), which would otherwise stop the run at the agreement below for
 // nothing. A node that cannot see rank 0's checkpoint at all still stops there, naming it. `store` may
-// be null (one rank); `timeout` bounds the others' wait for rank 0.
+// be null (one rank); `timeout` bounds the others' wait for rank 0. Checkpoints that do not fit `limits`
+// (when given) are skipped as broken; when every checkpoint is broken it throws CheckpointError
+// instead of starting from scratch.
 std::string agreed_resume(const std::string& resume, const std::string& ckpt_dir, int rank, Store* store,
-                          std::chrono::milliseconds timeout, Log& log);
+                          std::chrono::milliseconds timeout, Log& log, const ResumeLimits* limits = nullptr);
 
 // Where this run starts, loaded on every rank (--resume), then agreed by all ranks (world size > 1):
 // a rank given another checkpoint, started without --resume, or unable to load its checkpoint stops
