@@ -1,6 +1,7 @@
 #include "app/run_start.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdint>
 #include <cstdlib>
 #include <ctime>
@@ -117,15 +118,19 @@ std::string agreed_resume(const std::string& resume, const std::string& ckpt_dir
 }
 
 // The per-step CSV of a resumed run keeps the lines up to the checkpoint's step: the steps a crashed
-// run logged after its last checkpoint are done again, and must appear once.
-void truncate_step_csv(const std::string& path, int64_t last_step) {
+// run logged after its last checkpoint are done again, and must appear once. Rows are the lines that
+// start with a step number, so a lost header comes back and a line cut by a kill is dropped.
+void truncate_step_csv(const std::string& path, int64_t last_step, const std::string& header,
+                       const FullDiskHook& full_disk) {
   std::ifstream in(path);
-  std::string line, kept;
-  if (std::getline(in, line)) kept = line + "\n";
+  std::string line, kept = header + "\n";
   while (std::getline(in, line))
-    if (std::atoll(line.c_str()) <= last_step) kept += line + "\n";
+    if (!line.empty() && std::isdigit(static_cast<unsigned char>(line[0])) &&
+        std::count(line.begin(), line.end(), ',') == std::count(header.begin(), header.end(), ',') &&
+        std::atoll(line.c_str()) <= last_step)
+      kept += line + "\n";
   in.close();
-  std::ofstream(path, std::ios::trunc) << kept;
+  write_whole_file(path, kept, full_disk);
 }
 
 std::string loader_workers_warning(int workers, int local_world_size, unsigned cores) {
@@ -300,11 +305,13 @@ TrainingState start_or_resume(const Config& config, const std::string& resume_pa
 // Rank 0's train_steps.csv from where the run starts: cut back to the checkpoint's step on a resume
 // (the steps a crashed run logged after it are run again), a header alone on a fresh start. Only once
 // the ranks agree on the start, so a rank that is the odd one out destroys no history.
-void begin_step_csv(const std::string& csv_path, const std::string& start, const TrainingState& st) {
+void begin_step_csv(const std::string& csv_path, const std::string& start, const TrainingState& st,
+                    const FullDiskHook& full_disk) {
+  const std::string header = "step,epoch,loss,lr";
   if (start != kFreshStart)
-    truncate_step_csv(csv_path, st.step);
+    truncate_step_csv(csv_path, st.step, header, full_disk);
   else
-    std::ofstream(csv_path, std::ios::trunc) << "step,epoch,loss,lr\n";
+    write_whole_file(csv_path, header + "\n", full_disk);
 }
 
 namespace {

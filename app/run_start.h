@@ -92,12 +92,15 @@ TrainingState agreed_start(const Config& config, const TrainOptions& options, Ex
                            const std::string& run_dir, const std::string& ckpt_dir, Log& log,
                            ProcessGroup& pg, const DistOptions& dopt, std::string& start);
 
-// Keeps the header and the lines of a step CSV (train_steps.csv, step_times.csv) up to `last_step`: the
-// steps a crashed run logged after its last checkpoint are run again, and must appear once.
-void truncate_step_csv(const std::string& path, int64_t last_step);
+// Keeps the lines of a step CSV (train_steps.csv, step_times.csv) up to `last_step` under `header`: the
+// steps a crashed run logged after its last checkpoint are run again, and must appear once. A file
+// that lost its header (empty after a kill before its first write reached the disk) gets it back.
+void truncate_step_csv(const std::string& path, int64_t last_step, const std::string& header,
+                       const FullDiskHook& full_disk = {});
 
 // Rank 0's train_steps.csv from where the run starts (`start` as agreed_start set it): cut back to the
 // checkpoint's step on a resume, a header alone on a fresh start.
-void begin_step_csv(const std::string& csv_path, const std::string& start, const TrainingState& st);
+void begin_step_csv(const std::string& csv_path, const std::string& start, const TrainingState& st,
+                    const FullDiskHook& full_disk = {});
 
 }  // namespace trainer

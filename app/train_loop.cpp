@@ -99,17 +99,21 @@ StepTimesCsv open_step_times_csv(const std::string& run_dir, int64_t first_step,
       if (p != Phase::step) header += "," + std::string(phase_name(p)) + "_seconds";
     bool fresh = first_step == 0 || !std::filesystem::exists(path);
     if (!fresh) {
-      // A run resumed by a trainer with other phases (columns) starts the file again: appended rows
-      // would not match its header.
       std::string existing;
       std::ifstream in(path);
       std::getline(in, existing);
-      if (existing != header) {
+      if (existing.empty()) {
+        // Killed before its first write reached the disk: nothing to keep, nothing differs.
+        log.line("step_times.csv: empty (the run before was killed before writing it); starting it again");
+        fresh = true;
+      } else if (existing != header) {
+        // A run resumed by a trainer with other phases (columns) starts the file again: appended rows
+        // would not match its header.
         log.line("step_times.csv: its columns differ from this trainer's phases; starting it again");
         fresh = true;
       }
     }
-    if (!fresh) truncate_step_csv(path, first_step);
+    if (!fresh) truncate_step_csv(path, first_step, header, full_disk);
     csv.file.open(path, fresh ? OutputFile::Mode::truncate : OutputFile::Mode::append, full_disk);
     if (fresh) csv.file.write(header + '\n');
   }
@@ -195,6 +199,15 @@ void observe_step(TrainLoop& loop, const StepTimes& t) {
   csv.write(row + '\n');
 }
 
+// The per-step CSVs on disk up to the step reached (fsynced): a checkpoint is followed by rows of
+// every step it holds, so that a run killed after it (SIGKILL, a node failure) resumes with complete
+// CSVs. A failed write (a full disk) stops the run, naming the file.
+void sync_step_csvs(TrainLoop& loop) {
+  for (const StepTimes& t : loop.timer.flush()) observe_step(loop, t);  // a device clock's lagging steps
+  loop.steps.csv.sync();
+  loop.step_times.file.sync();
+}
+
 // Every rank must stop at the same step, or the ones still training wait forever: a stop signal
 // seen by any rank is agreed on with one tiny all-reduce (max) per step. On the CPU the host waits
 // for it, timed as all-reduce (total and exposed). On GPUs it runs on the device like the gradients'
@@ -263,7 +276,7 @@ bool checkpoint_due_at_step(const TrainLoop& loop) {
 }
 
 void save_checkpoint_at_step(TrainLoop& loop) {
-  loop.steps.csv.flush();
+  sync_step_csvs(loop);
   loop.st.accuracy = -1;
   save_checkpoint(loop, false);
 }
@@ -273,7 +286,7 @@ void maybe_checkpoint_at_epoch_end(TrainLoop& loop, int epoch) {
   const bool periodic =
       loop.config.checkpoint.every_epochs > 0 && (epoch + 1) % loop.config.checkpoint.every_epochs == 0;
   if (!loop.done && periodic) {
-    loop.steps.csv.flush();
+    sync_step_csvs(loop);
     ++loop.st.epoch;  // the checkpoint resumes at the next epoch
     save_checkpoint(loop, false);
     --loop.st.epoch;
@@ -393,7 +406,7 @@ LoaderOptions epoch_loader_options(const Config& config, int epoch, int64_t firs
 // A stop signal ended the epoch: flush, checkpoint if checkpoint.on_signal says so, leave the process
 // group in order. The caller exits with 128 + the signal.
 void stop_on_signal(TrainLoop& loop) {
-  loop.steps.csv.flush();
+  sync_step_csvs(loop);
   loop.log.error(
       fmt("received signal %d at step %lld", loop.stop_signal, static_cast<long long>(loop.st.step)) +
       (loop.config.checkpoint.on_signal ? ": writing a checkpoint before exiting" : ": exiting"));
@@ -663,7 +676,7 @@ int run_training(const Config& config, const TrainOptions& options) {
   const std::string csv_path = run_dir + "/train_steps.csv";
   std::string start_point;
   TrainingState st = agreed_start(config, options, e, run_dir, ckpt_dir, log, *pg, dopt, start_point);
-  if (writer) begin_step_csv(csv_path, start_point, st);
+  if (writer) begin_step_csv(csv_path, start_point, st, full_disk);
   StepLog steps;
   if (writer) steps.csv.open(csv_path, OutputFile::Mode::append, full_disk);
   StepTimesCsv step_times = open_step_times_csv(run_dir, st.step, writer, log, full_disk);
