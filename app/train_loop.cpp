@@ -439,6 +439,7 @@ std::string evaluate_at_epoch_end(TrainLoop& loop, int epoch) {
     const auto eval_start = Clock::now();
     if (loop.average_bn_stats) average_bn_running_stats(*loop.e.model, loop.pg.comm());
     if (loop.heartbeat) loop.heartbeat->set_phase("evaluation");
+    if (last && loop.signal_hook.in_final_eval) std::raise(loop.signal_hook.signal);
     EvalMetrics m = evaluate(loop.e, *loop.e.data.test, &loop.pg.comm());
     summary.final_test_accuracy = m.top1();
     summary.final_test_top5 = m.top5();
@@ -558,11 +559,21 @@ EpochEnd run_epoch(TrainLoop& loop) {
 }
 
 // After the last epoch: the final checkpoint and weights, the summary JSON, the closing log line.
-// Returns the exit code: 0, or 1 when train.log could not be written in full.
+// Returns the exit code: 0; 1 when train.log could not be written in full; 128 + a stop signal received
+// after the last step.
 int finish_run(TrainLoop& loop) {
   TrainingState& st = loop.st;
   RunSummary& summary = loop.summary;
   Log& log = loop.log;
+  // A stop signal after the last step's agreement (during the final evaluation, typically) finds the
+  // training complete: the final checkpoint, weights and summary are still written (seconds), and the
+  // exit status 128 + the signal says that the stop was received. (Each rank reads its own signal.)
+  const int late_signal = stop_requested();
+  if (late_signal)
+    log.error(
+        fmt("received signal %d after the last step (final evaluation) at step %lld: the training is "
+            "complete; writing the final checkpoint, weights and summary, then exiting with %d",
+            late_signal, static_cast<long long>(st.step), 128 + late_signal));
   loop.steps.csv.close();
   loop.step_times.file.close();
   summary.steps = st.step;
@@ -591,7 +602,7 @@ int finish_run(TrainLoop& loop) {
     log.error("trainer: error: the run finished but its log is incomplete: " + failure);
     return 1;
   }
-  return 0;
+  return late_signal ? 128 + late_signal : 0;
 }
 
 }  // namespace
