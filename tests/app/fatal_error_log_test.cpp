@@ -4,7 +4,9 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
+#include "dist/multi_process.h"
 #include "run_faults.h"
 
 namespace {
@@ -28,6 +30,22 @@ TEST_F(RunFaults, TheErrorThatEndsARunIsInTrainLog) {
   ASSERT_EQ(full.exit_code, 1) << full.output;
   const std::string full_log = read_file(dir_ / "full/train.log");
   EXPECT_NE(full_log.find("trainer: error: checkpoint"), std::string::npos) << full_log;
+}
+
+// Ranks started with different configs stop at start-up: each rank's log file (train.log,
+// train.rank1.log) says why, not only its stderr.
+TEST_F(RunFaults, TheStartUpMismatchIsInEveryRanksLog) {
+  const std::string cfg = write_config();
+  const std::string run = " --set train.run_dir=" + run_dir("ranks");
+  const std::vector<RunResult> r =
+      run_ranks(dir_, free_port(), {"train " + cfg + run, "train " + cfg + " --set optim.lr=0.2" + run});
+  for (int rank : {0, 1}) {
+    EXPECT_NE(r[rank].exit_code, 0) << r[rank].output;
+    const std::string log = read_file(dir_ / "ranks" / (rank == 0 ? "train.log" : "train.rank1.log"));
+    const size_t error = log.find("trainer: error:");
+    ASSERT_NE(error, std::string::npos) << "rank " << rank << ":\n" << log;
+    EXPECT_NE(log.find("optim.lr", error), std::string::npos) << "rank " << rank << ":\n" << log;
+  }
 }
 
 }  // namespace
