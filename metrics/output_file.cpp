@@ -65,11 +65,15 @@ void OutputFile::fail(const char* what, int error) const {
 }
 
 void OutputFile::open(const std::string& path, Mode mode, const FullDiskHook& hook) {
+  open_as(path, hook.target(path), mode);
+}
+
+void OutputFile::open_as(const std::string& path, const std::string& write_to, Mode mode) {
   if (fd_ >= 0) close();
   path_ = path;
   buffer_.clear();
   const int flags = O_WRONLY | O_CREAT | O_CLOEXEC | (mode == Mode::append ? O_APPEND : O_TRUNC);
-  fd_ = ::open(hook.target(path).c_str(), flags, 0644);
+  fd_ = ::open(write_to.c_str(), flags, 0644);
   if (fd_ < 0) fail("open", errno);
 }
 
@@ -112,10 +116,22 @@ void OutputFile::close() {
 }
 
 void write_whole_file(const std::string& path, std::string_view text, const FullDiskHook& hook) {
-  OutputFile file;
-  file.open(path, OutputFile::Mode::truncate, hook);
-  file.write(text);
-  file.close();
+  const bool hooked = hook.target(path) != path;
+  const std::string tmp = hooked ? hook.target(path) : path + ".tmp";
+  try {
+    OutputFile file;
+    file.open_as(path, tmp, OutputFile::Mode::truncate);
+    file.write(text);
+    file.close();
+  } catch (const OutputFileError&) {
+    if (!hooked) ::unlink(tmp.c_str());
+    throw;
+  }
+  if (!hooked && ::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int error = errno;
+    ::unlink(tmp.c_str());
+    throw OutputFileError("cannot replace " + path + ": " + std::strerror(error));
+  }
 }
 
 }  // namespace trainer

@@ -41,6 +41,8 @@ class OutputFile {
 
   // Opens `path` (its directory must exist); writes go to hook.target(path).
   void open(const std::string& path, Mode mode, const FullDiskHook& hook = {});
+  // Opens `write_to` but names `path` in errors (a temp file that will be renamed to `path`).
+  void open_as(const std::string& path, const std::string& write_to, Mode mode);
   bool is_open() const { return fd_ >= 0; }
   const std::string& path() const { return path_; }
   void write(std::string_view text);  // buffered; flushes when the buffer is large
@@ -56,7 +58,9 @@ class OutputFile {
   std::string buffer_;
 };
 
-// Writes `text` as the whole of `path` (summary.json, config.toml) and fsyncs it.
+// Writes `text` as the whole of `path` (summary.json, config.toml, a resumed run's CSV) and fsyncs it:
+// into `path`.tmp, renamed over `path` once complete, so a failed write leaves the previous file as it
+// was instead of a truncated one.
 void write_whole_file(const std::string& path, std::string_view text, const FullDiskHook& hook = {});
 
 }  // namespace trainer

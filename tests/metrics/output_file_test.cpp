@@ -73,6 +73,19 @@ TEST_F(OutputFileTest, AFullDiskThrowsNamingTheFile) {
   EXPECT_THROW(write_whole_file(path("train_steps.csv"), "x\n", hook), OutputFileError);
 }
 
+// A whole-file write that fails leaves the previous file as it was (a resumed run's CSV, an earlier
+// summary), not a truncated one: here the temp file's name is taken by a directory.
+TEST_F(OutputFileTest, AFailedWholeFileWriteKeepsThePreviousFile) {
+  write_whole_file(path("summary.json"), "{\"steps\": 16}\n");
+  fs::create_directories(path("summary.json.tmp"));
+  EXPECT_THROW(write_whole_file(path("summary.json"), "{}\n"), OutputFileError);
+  EXPECT_EQ(read(path("summary.json")), "{\"steps\": 16}\n");
+  fs::remove_all(path("summary.json.tmp"));
+  write_whole_file(path("summary.json"), "{}\n");
+  EXPECT_EQ(read(path("summary.json")), "{}\n");
+  EXPECT_FALSE(fs::exists(path("summary.json.tmp")));
+}
+
 TEST_F(OutputFileTest, TheHookNamesFilesFromTheEnvironment) {
   ::setenv("TRAINER_TEST_FULL_DISK", "summary.json,train.log", 1);
   const FullDiskHook hook = full_disk_hook_from_env();
