@@ -273,7 +273,8 @@ void check_state_is_sane(const TrainingState& s, int64_t optimizer_steps, const 
     return CheckpointError(manifest_path + ": field '" + field + "' " + why);
   };
   const std::string dir_name = fs::path(path).filename().string();
-  if (dir_name.starts_with("step-") && dir_name.size() > 5 &&
+  // step-<digits>, at most 18 of them (any such number fits an int64_t); another name is not checked.
+  if (dir_name.starts_with("step-") && dir_name.size() > 5 && dir_name.size() <= 5 + 18 &&
       std::all_of(dir_name.begin() + 5, dir_name.end(), [](char c) { return c >= '0' && c <= '9'; }) &&
       std::stoll(dir_name.substr(5)) != s.step)
     throw field_error("step", "is " + std::to_string(s.step) + " but the checkpoint's directory is " +
