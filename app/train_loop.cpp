@@ -1,5 +1,6 @@
 #include "app/train_loop.h"
 
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -102,10 +103,10 @@ StepTimesCsv open_step_times_csv(const std::string& run_dir, int64_t first_step,
       std::string existing;
       std::ifstream in(path);
       std::getline(in, existing);
-      if (existing.empty()) {
-        // Killed before its first write reached the disk: nothing to keep, nothing differs.
-        log.line("step_times.csv: empty (the run before was killed before writing it); starting it again");
-        fresh = true;
+      if (existing.empty() || std::isdigit(static_cast<unsigned char>(existing[0]))) {
+        // Its header never reached the disk (a kill, a damaged file): nothing differs. truncate_step_csv
+        // below writes the header and keeps the rows that have its columns.
+        log.line("step_times.csv: its header is missing; writing it again");
       } else if (existing != header) {
         // A run resumed by a trainer with other phases (columns) starts the file again: appended rows
         // would not match its header.
