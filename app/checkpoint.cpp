@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "app/crc32c.h"
+#include "data/distributed_sampler.h"
 #include "nn/safetensors.h"
 
 namespace trainer {
@@ -20,7 +21,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr int kFormat = 1;
+// Format 2 adds the manifest's own CRC-32C; format 1 manifests (without it) are still read.
+constexpr int kFormat = 2;
+constexpr const char* kManifestCrcKey = "manifest_crc32c";
 const char* kFiles[] = {"model.safetensors", "optimizer.safetensors", "config.toml"};
 
 std::string step_name(int64_t step) {
@@ -50,14 +53,16 @@ uint32_t tensor_crc(const Tensor& t) {
   return crc32c(host.numel() ? host.raw_data() : nullptr, host.nbytes());
 }
 
+constexpr const char* kCrcKeyPrefix = "crc32c.";
+
 // Tensors with their CRC-32C in the safetensors metadata ("crc32c.<name>").
 void save_with_crcs(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors) {
-  SafetensorsMetadata meta;
-  for (const auto& [name, t] : tensors) meta["crc32c." + name] = crc32c_hex(tensor_crc(t));
-  save_safetensors(path, tensors, meta);
+  save_safetensors(path, tensors, tensor_crc_metadata(tensors));
 }
 
-void check_tensor_crcs(const std::string& path) {
+// Every tensor of the file against its recorded CRC-32C; returns false when the file records none at
+// all (a foreign file) and `foreign_ok`, else throws CheckpointError naming the file and tensor.
+bool check_tensor_crcs(const std::string& path, bool foreign_ok = false) {
   SafetensorsMetadata meta;
   std::map<std::string, Tensor> tensors;
   try {
@@ -65,12 +70,16 @@ void check_tensor_crcs(const std::string& path) {
   } catch (const std::exception& e) {
     throw CheckpointError(e.what());
   }
+  const bool records_crcs = std::any_of(
+      meta.begin(), meta.end(), [](const auto& entry) { return entry.first.starts_with(kCrcKeyPrefix); });
+  if (!records_crcs && foreign_ok) return false;
   for (const auto& [name, t] : tensors) {
     auto it = meta.find("crc32c." + name);
     if (it == meta.end()) throw CheckpointError(path + ": tensor '" + name + "' has no recorded CRC-32C");
     if (it->second != crc32c_hex(tensor_crc(t)))
       throw CheckpointError(path + ": tensor '" + name + "' is corrupt (CRC-32C mismatch)");
   }
+  return true;
 }
 
 toml::table state_to_toml(const TrainingState& s) {
@@ -168,8 +177,11 @@ std::string CheckpointManager::save(Module& model, const Optimizer& optimizer, c
     }
     manifest.insert("files", std::move(files));
     {
+      std::ostringstream body;
+      body << manifest << '\n';
+      const std::string text = body.str();
       std::ofstream out(tmp / "checkpoint.toml");
-      out << manifest << '\n';
+      out << kManifestCrcKey << " = \"" << crc32c_hex(crc32c(text.data(), text.size())) << "\"\n" << text;
       out.flush();
       if (!out) throw CheckpointError((tmp / "checkpoint.toml").string() + ": write failed (disk full?)");
     }
@@ -232,17 +244,100 @@ void CheckpointManager::prune() {
     if (std::find(keep.begin(), keep.end(), e.path) == keep.end()) fs::remove_all(e.path);
 }
 
+namespace {
+
+// The manifest's text against the CRC-32C on its first line ("manifest_crc32c = \"<hex>\"", over the
+// rest of the file). Returns whether the manifest carries one (format 1 manifests do not).
+bool check_manifest_crc(const std::string& manifest_path) {
+  std::ifstream in(manifest_path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string all = text.str();
+  const std::string prefix = std::string(kManifestCrcKey) + " = \"";
+  if (!all.starts_with(prefix)) return false;
+  const size_t end_of_line = all.find('\n');
+  if (end_of_line == std::string::npos || end_of_line < prefix.size() + 1)
+    throw CheckpointError(manifest_path + ": corrupt manifest (its " + kManifestCrcKey + " line is cut)");
+  const std::string recorded = all.substr(prefix.size(), end_of_line - prefix.size() - 1);
+  const std::string body = all.substr(end_of_line + 1);
+  if (recorded != crc32c_hex(crc32c(body.data(), body.size())))
+    throw CheckpointError(manifest_path + ": corrupt manifest (CRC-32C mismatch: changed or damaged after " +
+                          "it was written)");
+  return true;
+}
+
+// What the manifest says against what it cannot be: a step other than the directory's, negative counts.
+void check_state_is_sane(const TrainingState& s, int64_t optimizer_steps, const std::string& path,
+                         const std::string& manifest_path) {
+  const auto field_error = [&](const std::string& field, const std::string& why) {
+    return CheckpointError(manifest_path + ": field '" + field + "' " + why);
+  };
+  const std::string dir_name = fs::path(path).filename().string();
+  // step-<digits>, at most 18 of them (any such number fits an int64_t); another name is not checked.
+  if (dir_name.starts_with("step-") && dir_name.size() > 5 && dir_name.size() <= 5 + 18 &&
+      std::all_of(dir_name.begin() + 5, dir_name.end(), [](char c) { return c >= '0' && c <= '9'; }) &&
+      std::stoll(dir_name.substr(5)) != s.step)
+    throw field_error("step", "is " + std::to_string(s.step) + " but the checkpoint's directory is " +
+                                  dir_name + " (a manifest of another checkpoint, or damaged)");
+  const std::pair<const char*, int64_t> counts[] = {{"step", s.step},
+                                                    {"epoch", s.epoch},
+                                                    {"batch_in_epoch", s.batch_in_epoch},
+                                                    {"epoch_sample_offset", s.epoch_sample_offset},
+                                                    {"samples_seen", s.samples_seen},
+                                                    {"batch_size", s.batch_size},
+                                                    {"epoch_steps", s.epoch_steps},
+                                                    {"optimizer_steps", optimizer_steps}};
+  for (const auto& [field, value] : counts)
+    if (value < 0) throw field_error(field, "is negative (" + std::to_string(value) + ")");
+  if (s.world_size < 1) throw field_error("world_size", "is " + std::to_string(s.world_size) + ", not >= 1");
+}
+
+}  // namespace
+
+void check_position_fits(const TrainingState& s, const std::string& checkpoint_path,
+                         const ResumeLimits& limits) {
+  const std::string manifest_path = (fs::path(checkpoint_path) / "checkpoint.toml").string();
+  const auto field_error = [&](const std::string& field, const std::string& why) {
+    return CheckpointError(manifest_path + ": field '" + field + "' " + why);
+  };
+  if (s.epoch > limits.epochs)
+    throw field_error("epoch", "is " + std::to_string(s.epoch) +
+                                   " (0-based), past train.epochs = " + std::to_string(limits.epochs) +
+                                   ". HINT: resume with train.epochs of at least " + std::to_string(s.epoch));
+  if (s.epoch_sample_offset > limits.dataset_size)
+    throw field_error("epoch_sample_offset", "is " + std::to_string(s.epoch_sample_offset) +
+                                                 ", past the training set's " +
+                                                 std::to_string(limits.dataset_size) + " samples");
+  if (s.batch_size <= 0) return;  // nothing to measure the epoch with
+  const int64_t remaining = limits.dataset_size - s.epoch_sample_offset;
+  const int64_t per_rank =
+      limits.drop_last ? remaining / s.world_size : (remaining + s.world_size - 1) / s.world_size;
+  const int64_t batches = steps_per_epoch(per_rank, s.batch_size, limits.drop_last);
+  if (s.batch_in_epoch > batches)
+    throw field_error("batch_in_epoch",
+                      "is " + std::to_string(s.batch_in_epoch) + ", past the epoch's " +
+                          std::to_string(batches) + " batches (" + std::to_string(limits.dataset_size) +
+                          " samples over " + std::to_string(s.world_size) + " rank(s) of batch " +
+                          std::to_string(s.batch_size) +
+                          "): resuming would skip the rest of the epoch. Is this the same dataset?");
+}
+
 TrainingState verify_checkpoint(const std::string& path) {
   const std::string manifest_path = (fs::path(path) / "checkpoint.toml").string();
   if (!fs::exists(manifest_path)) throw CheckpointError(manifest_path + ": missing (incomplete checkpoint)");
+  const bool has_crc = check_manifest_crc(manifest_path);
   toml::table manifest;
   try {
     manifest = toml::parse_file(manifest_path);
   } catch (const toml::parse_error& e) {
     throw CheckpointError(manifest_path + ": unreadable manifest: " + std::string(e.description()));
   }
-  if (manifest["format"].value_or(0) != kFormat)
-    throw CheckpointError(manifest_path + ": unknown checkpoint format");
+  const int64_t format = manifest["format"].value_or(int64_t{0});
+  if (format != 1 && format != kFormat)
+    throw CheckpointError(manifest_path + ": unknown checkpoint format " + std::to_string(format));
+  if (format >= 2 && !has_crc)
+    throw CheckpointError(manifest_path + ": corrupt manifest (its first line, " + kManifestCrcKey +
+                          ", is missing)");
   for (const char* f : kFiles) {
     const std::string p = (fs::path(path) / f).string();
     const toml::table* entry = manifest["files"][f].as_table();
@@ -264,11 +359,14 @@ TrainingState verify_checkpoint(const std::string& path) {
   check_tensor_crcs((fs::path(path) / kFiles[1]).string());
   const toml::table* state = manifest["state"].as_table();
   if (!state) throw CheckpointError(manifest_path + ": no [state] table");
-  return state_from_toml(*state, manifest_path);
+  TrainingState s = state_from_toml(*state, manifest_path);
+  check_state_is_sane(s, manifest["optimizer_steps"].value_or(int64_t{0}), path, manifest_path);
+  return s;
 }
 
 std::optional<CheckpointInfo> find_latest_checkpoint(const std::string& dir,
-                                                     std::vector<std::string>* skipped) {
+                                                     std::vector<std::string>* skipped,
+                                                     const ResumeLimits* limits) {
   if (!fs::is_directory(dir)) return std::nullopt;
   std::vector<std::string> candidates;
   for (const auto& d : fs::directory_iterator(dir)) {
@@ -278,7 +376,9 @@ std::optional<CheckpointInfo> find_latest_checkpoint(const std::string& dir,
   std::sort(candidates.rbegin(), candidates.rend());  // zero-padded: newest first
   for (const std::string& c : candidates) {
     try {
-      return CheckpointInfo{c, verify_checkpoint(c)};
+      CheckpointInfo info{c, verify_checkpoint(c)};
+      if (limits) check_position_fits(info.state, c, *limits);
+      return info;
     } catch (const CheckpointError& e) {
       if (skipped) skipped->push_back(e.what());
     }
@@ -314,6 +414,36 @@ std::string remap_world_size(TrainingState& s, int64_t dataset_size, bool drop_l
   s.world_size = world_size;
   s.batch_size = batch_size;
   return line;
+}
+
+SafetensorsMetadata tensor_crc_metadata(const std::vector<std::pair<std::string, Tensor>>& tensors) {
+  SafetensorsMetadata meta;
+  for (const auto& [name, t] : tensors) meta[kCrcKeyPrefix + name] = crc32c_hex(tensor_crc(t));
+  return meta;
+}
+
+void save_weights(const std::string& path, Module& model) {
+  std::vector<std::pair<std::string, Tensor>> weights;
+  for (const auto& e : model.state_dict()) weights.emplace_back(e.name, *e.tensor);
+  save_with_crcs(path, weights);
+}
+
+std::string load_weights(const std::string& path, Module& model, CrcCheck check) {
+  std::string note = "weights " + path + ": CRC-32C not checked (--no-verify-crc)";
+  if (check == CrcCheck::verify) {
+    try {
+      note = check_tensor_crcs(path, true)
+                 ? "weights " + path + ": every tensor matches its CRC-32C"
+                 : "weights " + path + ": not verified, the file carries no CRC-32C (not written by trainer)";
+    } catch (const CheckpointError& e) {
+      throw CheckpointError(std::string(e.what()) +
+                            ". HINT: copy the file again from where it came from (or use an earlier "
+                            "checkpoint); --no-verify-crc evaluates it as it is");
+    }
+  }
+  const std::string filled_in = load_module(path, model).note(path);
+  if (!filled_in.empty()) note += "\nnote: " + filled_in;
+  return note;
 }
 
 std::string checkpoint_identity(const std::string& path) {

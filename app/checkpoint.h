@@ -3,8 +3,12 @@
 //   model.safetensors      parameters and buffers under torchvision's names (loads into PyTorch)
 //   optimizer.safetensors  optimizer state (momentum buffers, Adam moments, per-parameter steps)
 //   config.toml            the resolved config of the run
-//   checkpoint.toml        the manifest: training position, RNG states, and size + CRC-32C per file
-// Each tensor's CRC-32C is also in its safetensors metadata, so a corrupt tensor is named.
+//   checkpoint.toml        the manifest: training position, RNG states, and size + CRC-32C per file;
+//                          its first line is the CRC-32C of the rest (manifest_crc32c)
+// Each tensor's CRC-32C is also in its safetensors metadata, so a corrupt tensor is named. The
+// manifest's position is range-checked too (its step against the directory's name, and against the
+// data it resumes: check_position_fits), so a manifest edited or damaged into a valid-looking one is
+// refused instead of silently skipping part of an epoch.
 //
 // Writing: everything goes into a hidden temp directory, each file is fsynced, the directory is
 // renamed into place and its parent fsynced. A crash or a full disk therefore never leaves a
@@ -18,6 +22,7 @@
 #include "app/config.h"
 #include "nn/modules/module.h"
 #include "nn/optim/optimizer.h"
+#include "nn/safetensors.h"
 
 namespace trainer {
 
@@ -72,13 +77,29 @@ class CheckpointManager {
   CheckpointConfig config_;
 };
 
-// Checks a checkpoint directory: the manifest parses and every file has its recorded size and
-// CRC-32C, and every tensor its recorded CRC. Throws CheckpointError naming the file (and tensor).
+// Checks a checkpoint directory: the manifest matches its CRC-32C and parses, its step is the one in
+// the directory's name and no count is negative, every file has its recorded size and CRC-32C, and
+// every tensor its recorded CRC. Throws CheckpointError naming the file (and field or tensor).
 TrainingState verify_checkpoint(const std::string& path);
 
-// The newest checkpoint in `dir` that verifies; broken ones are skipped and described in `skipped`.
+// What the resumed run's data and config allow a checkpoint's position to be.
+struct ResumeLimits {
+  int64_t dataset_size = 0;  // training samples
+  bool drop_last = false;    // data.drop_last
+  int64_t epochs = 0;        // train.epochs
+};
+// Throws CheckpointError naming the checkpoint's manifest and the field unless the state's position is
+// inside the run: epoch <= train.epochs (equal: the run is complete), epoch_sample_offset <= the
+// dataset, batch_in_epoch <= the batches of the epoch at the checkpoint's world size and batch size
+// (equal: the epoch's steps are done, its evaluation is not).
+void check_position_fits(const TrainingState& state, const std::string& checkpoint_path,
+                         const ResumeLimits& limits);
+
+// The newest checkpoint in `dir` that verifies (and fits `limits`, when given); broken ones are skipped
+// and described in `skipped`.
 std::optional<CheckpointInfo> find_latest_checkpoint(const std::string& dir,
-                                                     std::vector<std::string>* skipped);
+                                                     std::vector<std::string>* skipped,
+                                                     const ResumeLimits* limits = nullptr);
 
 // Moves a mid-epoch position written by state.world_size ranks onto `world_size` ranks of `batch_size`
 // samples each, with DistributedSampler semantics: the epoch's global order does not depend on the
@@ -94,6 +115,22 @@ std::string remap_world_size(TrainingState& state, int64_t dataset_size, bool dr
 
 // Verifies and loads a checkpoint into model and optimizer; returns its state.
 TrainingState load_checkpoint(const std::string& path, Module& model, Optimizer& optimizer);
+
+// Each tensor's CRC-32C as safetensors metadata ("crc32c.<name>": 8 hex digits), which every safetensors
+// file the trainer writes carries (checkpoints, final.safetensors, --dump-logits).
+SafetensorsMetadata tensor_crc_metadata(const std::vector<std::pair<std::string, Tensor>>& tensors);
+
+// The model's weights alone (checkpoints/final.safetensors), with their CRC-32Cs.
+void save_weights(const std::string& path, Module& model);
+
+// Whether loading weights checks the CRC-32Cs they carry (trainer eval --no-verify-crc skips it).
+enum class CrcCheck { verify, skip };
+
+// Loads weights (a file save_weights or a checkpoint wrote, or a foreign one such as a torchvision
+// export) into `model`. With CrcCheck::verify a file that carries CRC-32Cs must match them: a corrupt
+// tensor throws CheckpointError naming the tensor and the file. A file that carries none loads
+// unverified. Returns a line for the user saying what was (not) verified.
+std::string load_weights(const std::string& path, Module& model, CrcCheck check);
 
 // What tells one checkpoint's contents from another's, wherever it is stored: the CRC-32C of its
 // manifest, which holds its state and every file's CRC. Copies of one checkpoint on two nodes agree.

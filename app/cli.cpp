@@ -45,6 +45,8 @@ CommonArgs parse_common_args(const std::vector<std::string>& args, const std::ve
       out.dump_logits_path = take_value();
     } else if (arg == "--format" && is_allowed(arg)) {
       out.format = take_value();
+    } else if (arg == "--no-verify-crc" && is_allowed(arg) && !has_inline_value) {
+      out.no_verify_crc = true;
     } else if (arg.rfind("-", 0) == 0) {
       throw UsageError("unknown option " + arg);
     } else if (out.config_path.empty()) {

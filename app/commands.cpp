@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <iostream>
 
+#include "app/checkpoint.h"
 #include "app/cli.h"
 #include "app/config.h"
 #include "app/device_setup.h"
@@ -34,13 +35,17 @@ int train_command(const Args& args) {
 }
 
 int eval_command(const Args& args) {
-  const CommonArgs a = parse_common_args(args, {"--summary", "--weights", "--dump-logits"});
+  const CommonArgs a =
+      parse_common_args(args, {"--summary", "--weights", "--dump-logits", "--no-verify-crc"});
   if (a.help) {
     std::cout
         << "usage: trainer eval CONFIG --weights PATH [--set section.key=value ...] [--summary PATH]\n"
-           "                    [--dump-logits PATH]\n\n"
+           "                    [--dump-logits PATH] [--no-verify-crc]\n\n"
            "Evaluates weights (a .safetensors file written by `trainer train`, or a torchvision\n"
-           "state_dict saved with safetensors) on the test split of the config's dataset.\n"
+           "state_dict saved with safetensors) on the test split of the config's dataset. Files the\n"
+           "trainer wrote carry a CRC-32C per tensor, checked before evaluating: a corrupt tensor stops\n"
+           "the evaluation, naming it. A file without CRC-32Cs (foreign) is evaluated unverified.\n"
+           "  --no-verify-crc     skip the CRC-32C check (evaluate a damaged file as it is)\n"
            "  --summary PATH      also write the figures printed (loss, top1, top5, auc, images counted,\n"
            "                      per-class accuracy) and the weights file as JSON to PATH\n"
            "  --dump-logits PATH  also write the first 256 test images (normalized, NCHW), their labels\n"
@@ -53,8 +58,9 @@ int eval_command(const Args& args) {
   const char* local_rank = std::getenv("LOCAL_RANK");
   const Device device = setup_device(config, local_rank ? std::atoi(local_rank) : 0);
   Experiment e = build_experiment(config, device, false);
-  const std::string filled_in = load_module(a.weights_path, *e.model).note(a.weights_path);
-  if (!filled_in.empty()) std::printf("note: %s\n", filled_in.c_str());
+  std::printf(
+      "%s\n",
+      load_weights(a.weights_path, *e.model, a.no_verify_crc ? CrcCheck::skip : CrcCheck::verify).c_str());
   EvalMetrics m = evaluate(e, *e.data.test);
   if (!a.dump_logits_path.empty()) dump_logits(e, *e.data.test, 256, a.dump_logits_path);
   std::printf("eval %s on %s: %lld images, loss %.4f, top1 %.2f%%, top5 %.2f%%, auc %.4f\n",

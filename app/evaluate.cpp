@@ -4,6 +4,7 @@
 #include <optional>
 #include <stdexcept>
 
+#include "app/checkpoint.h"
 #include "app/device_setup.h"
 #include "app/train_loop.h"
 #include "data/distributed_sampler.h"
@@ -86,8 +87,9 @@ void dump_logits(Experiment& e, const Dataset& dataset, int64_t count, const std
       to_float_normalized(batch->images, e.normalization.mean, e.normalization.std);    // [N, C, H, W]
   const Tensor logits = (*e.model)(Variable(x.to(e.device))).data().to(Device::cpu());  // [N, classes]
   e.model->train(was_training);
-  save_safetensors(path,
-                   {{"images", x.contiguous()}, {"labels", batch->labels}, {"logits", logits.contiguous()}});
+  const std::vector<std::pair<std::string, Tensor>> tensors = {
+      {"images", x.contiguous()}, {"labels", batch->labels}, {"logits", logits.contiguous()}};
+  save_safetensors(path, tensors, tensor_crc_metadata(tensors));
 }
 
 }  // namespace trainer

@@ -17,8 +17,13 @@
 #include "dist/error.h"
 #include "dist/heartbeat.h"
 #include "dist/store.h"
+#include "metrics/log.h"
 
 namespace {
+
+// The message that ends a command goes to stderr and, once a run has opened its log file (train.log,
+// train.rank<N>.log), into that file too: the log of a failed run must say why it ended.
+void report(const std::string& text) { trainer::Log::instance().error(text); }
 
 const char* kUsage =
     "usage: trainer <command> [options]\n\n"
@@ -63,30 +68,29 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "trainer: unknown command '%s'\n\n%s", command.c_str(), kUsage);
     return 2;
   } catch (const UsageError& e) {
-    std::fprintf(stderr, "trainer %s: %s\nSee `trainer %s --help`.\n", command.c_str(), e.what(),
-                 command.c_str());
+    report("trainer " + command + ": " + e.what() + "\nSee `trainer " + command + " --help`.");
     return 2;
   } catch (const ConfigError& e) {
-    std::fprintf(stderr, "trainer: config error: %s\n", e.what());
+    report(std::string("trainer: config error: ") + e.what());
     return 1;
   } catch (const WaitInterrupted& e) {
     // A stop signal while this rank waited for the others (start-up): nothing failed, exit as asked.
-    std::fprintf(stderr, "trainer: %s\n", e.what());
+    report(std::string("trainer: ") + e.what());
     return 128 + e.signal();
   } catch (const DistError& e) {
     // At start-up, a rank that was sent a stop signal and then learnt that another rank stopped (or
     // left) exits as its signal asks: it was stopped, it did not fail.
     if (const int signal = pending_stop_signal()) {
-      std::fprintf(stderr, "trainer: stopped by signal %d at start-up: %s\n", signal, e.what());
+      report("trainer: stopped by signal " + std::to_string(signal) + " at start-up: " + e.what());
       return 128 + signal;
     }
     // A collective failed: say what every rank was doing (dead, stuck elsewhere, behind).
     std::string context = failure_context();
     if (!context.empty()) context = "\n" + context;
-    std::fprintf(stderr, "trainer: error: %s%s\n", e.what(), context.c_str());
+    report(std::string("trainer: error: ") + e.what() + context);
     return 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "trainer: error: %s\n", e.what());
+    report(std::string("trainer: error: ") + e.what());
     return 1;
   }
 }

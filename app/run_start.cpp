@@ -1,6 +1,7 @@
 #include "app/run_start.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdint>
 #include <cstdlib>
 #include <ctime>
@@ -63,30 +64,43 @@ std::vector<ConsistencyItem> config_key_items(const std::string& config_toml) {
 constexpr const char* kFreshStart = "a fresh start";
 
 // Resolves --resume to a checkpoint directory on this rank's view of ckpt_dir, or nothing for a fresh start.
-std::optional<std::string> resolve_resume(const std::string& resume, const std::string& ckpt_dir, Log& log) {
+// With "auto", broken checkpoints are skipped loudly; when every checkpoint is broken the run stops:
+// starting from scratch would train over them, and an exit status 0 would hide the loss.
+std::optional<std::string> resolve_resume(const std::string& resume, const std::string& ckpt_dir, Log& log,
+                                          const ResumeLimits* limits) {
   if (resume.empty()) return std::nullopt;
   if (resume != "auto") return resume;
   std::vector<std::string> skipped;
-  auto found = find_latest_checkpoint(ckpt_dir, &skipped);
+  auto found = find_latest_checkpoint(ckpt_dir, &skipped, limits);
   for (const std::string& why : skipped) log.error("warning: skipping broken checkpoint: " + why);
+  if (!found && !skipped.empty())
+    throw CheckpointError(
+        fmt("--resume auto: every checkpoint in %s is broken (%zu, listed above); refusing "
+            "to start from scratch over them. HINT: to start afresh, move or remove %s, or "
+            "run without --resume; to resume one of them anyway, repair it and pass "
+            "--resume PATH",
+            ckpt_dir.c_str(), skipped.size(), ckpt_dir.c_str()));
   if (!found) {
     log.line("resume auto: no checkpoint in " + ckpt_dir + ", starting from scratch");
     return std::nullopt;
   }
+  if (!skipped.empty())
+    log.error(fmt("warning: --resume auto: %zu newer checkpoint(s) broken; falling back to %s",
+                  skipped.size(), found->path.c_str()));
   return found->path;
 }
 
 }  // namespace
 
 std::string agreed_resume(const std::string& resume, const std::string& ckpt_dir, int rank, Store* store,
-                          std::chrono::milliseconds timeout, Log& log) {
-  if (resume != "auto" || !store) return resolve_resume(resume, ckpt_dir, log).value_or("");
+                          std::chrono::milliseconds timeout, Log& log, const ResumeLimits* limits) {
+  if (resume != "auto" || !store) return resolve_resume(resume, ckpt_dir, log, limits).value_or("");
   // "=" + the choice ("" is a fresh start), or "!" + why rank 0 could not choose: the others must not
   // wait out the timeout for a rank 0 that has failed (a stale NFS handle throws here).
   const std::string key = "trainer/resume_auto";
   if (rank == 0) {
     try {
-      const std::string chosen = resolve_resume(resume, ckpt_dir, log).value_or("");
+      const std::string chosen = resolve_resume(resume, ckpt_dir, log, limits).value_or("");
       store->set(key, "=" + chosen);
       return chosen;
     } catch (const std::exception& e) {
@@ -104,15 +118,19 @@ std::string agreed_resume(const std::string& resume, const std::string& ckpt_dir
 }
 
 // The per-step CSV of a resumed run keeps the lines up to the checkpoint's step: the steps a crashed
-// run logged after its last checkpoint are done again, and must appear once.
-void truncate_step_csv(const std::string& path, int64_t last_step) {
+// run logged after its last checkpoint are done again, and must appear once. Rows are the lines that
+// start with a step number, so a lost header comes back and a line cut by a kill is dropped.
+void truncate_step_csv(const std::string& path, int64_t last_step, const std::string& header,
+                       const FullDiskHook& full_disk) {
   std::ifstream in(path);
-  std::string line, kept;
-  if (std::getline(in, line)) kept = line + "\n";
+  std::string line, kept = header + "\n";
   while (std::getline(in, line))
-    if (std::atoll(line.c_str()) <= last_step) kept += line + "\n";
+    if (!line.empty() && std::isdigit(static_cast<unsigned char>(line[0])) &&
+        std::count(line.begin(), line.end(), ',') == std::count(header.begin(), header.end(), ',') &&
+        std::atoll(line.c_str()) <= last_step)
+      kept += line + "\n";
   in.close();
-  std::ofstream(path, std::ios::trunc) << kept;
+  write_whole_file(path, kept, full_disk);
 }
 
 std::string loader_workers_warning(int workers, int local_world_size, unsigned cores) {
@@ -176,11 +194,11 @@ std::string choose_run_dir(const Config& config, const TrainOptions& options, Pr
 // Rank 0 logs to train.log (and the terminal), the others to train.rank<N>.log; the run starts with the
 // resolved configuration, which rank 0 also writes to config.toml.
 void open_run_log(Log& log, const Config& config, const ProcessEnv& env, const std::string& run_dir,
-                  const std::string& config_toml, int rank) {
+                  const std::string& config_toml, int rank, const FullDiskHook& full_disk) {
   const bool writer = rank == 0;
   log.set_print_lines(writer);
-  log.open_file(run_dir + (writer ? "/train.log" : "/train.rank" + std::to_string(rank) + ".log"));
-  if (writer) std::ofstream(run_dir + "/config.toml") << config_toml;
+  log.open_file(run_dir + (writer ? "/train.log" : "/train.rank" + std::to_string(rank) + ".log"), full_disk);
+  if (writer) write_whole_file(run_dir + "/config.toml", config_toml, full_disk);
   log.line("trainer: resolved configuration (" + config.source_path + ")");
   log.line(config_table(config));
   log.line("processes: " + env.describe());
@@ -252,7 +270,8 @@ namespace {
 // Loads the checkpoint at resume_path (agreed_resume; "" is a fresh start). `start` is set to where this rank
 // starts, for the ranks to compare (check_ranks_start_alike) before anything is written.
 TrainingState start_or_resume(const Config& config, const std::string& resume_path, Experiment& e,
-                              const std::string& run_dir, Log& log, std::string& start) {
+                              const std::string& run_dir, Log& log, std::string& start,
+                              const ResumeLimits& limits) {
   TrainingState st;
   start = kFreshStart;
   st.world_size = e.world_size;
@@ -260,6 +279,7 @@ TrainingState start_or_resume(const Config& config, const std::string& resume_pa
   st.run_dir = run_dir;
   if (!resume_path.empty()) {
     st = load_checkpoint(resume_path, *e.model, *e.optimizer);
+    check_position_fits(st, resume_path, limits);
     start = fmt("step %lld of checkpoint %s", static_cast<long long>(st.step),
                 checkpoint_identity(resume_path).c_str());
     if (st.world_size != e.world_size) {
@@ -286,11 +306,13 @@ TrainingState start_or_resume(const Config& config, const std::string& resume_pa
 // Rank 0's train_steps.csv from where the run starts: cut back to the checkpoint's step on a resume
 // (the steps a crashed run logged after it are run again), a header alone on a fresh start. Only once
 // the ranks agree on the start, so a rank that is the odd one out destroys no history.
-void begin_step_csv(const std::string& csv_path, const std::string& start, const TrainingState& st) {
+void begin_step_csv(const std::string& csv_path, const std::string& start, const TrainingState& st,
+                    const FullDiskHook& full_disk) {
+  const std::string header = "step,epoch,loss,lr";
   if (start != kFreshStart)
-    truncate_step_csv(csv_path, st.step);
+    truncate_step_csv(csv_path, st.step, header, full_disk);
   else
-    std::ofstream(csv_path, std::ios::trunc) << "step,epoch,loss,lr\n";
+    write_whole_file(csv_path, header + "\n", full_disk);
 }
 
 namespace {
@@ -317,11 +339,12 @@ void check_ranks_start_alike(ProcessGroup& pg, const std::string& start, const D
 TrainingState agreed_start(const Config& config, const TrainOptions& options, Experiment& e,
                            const std::string& run_dir, const std::string& ckpt_dir, Log& log,
                            ProcessGroup& pg, const DistOptions& dopt, std::string& start) {
+  const ResumeLimits limits{e.data.train->size(), config.data.drop_last, config.train.epochs};
   const auto start_here = [&] {
     Store* store = pg.world_size() > 1 ? pg.store() : nullptr;
     const std::string resume =
-        agreed_resume(options.resume, ckpt_dir, pg.rank(), store, dopt.connect_timeout, log);
-    return start_or_resume(config, resume, e, run_dir, log, start);
+        agreed_resume(options.resume, ckpt_dir, pg.rank(), store, dopt.connect_timeout, log, &limits);
+    return start_or_resume(config, resume, e, run_dir, log, start, limits);
   };
   if (pg.world_size() <= 1) return start_here();
   TrainingState st;

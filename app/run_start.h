@@ -17,6 +17,7 @@
 #include "dist/process_group.h"
 #include "metrics/exporter.h"
 #include "metrics/log.h"
+#include "metrics/output_file.h"
 #include "nn/device.h"
 
 namespace trainer {
@@ -52,8 +53,9 @@ std::string choose_run_dir(const Config& config, const TrainOptions& options, Pr
 
 // Rank 0 logs to train.log (and the terminal), the others to train.rank<N>.log; the run starts with the
 // resolved configuration, which rank 0 also writes to config.toml.
+// Writes go where `full_disk` says (a test hook, metrics/output_file.h).
 void open_run_log(Log& log, const Config& config, const ProcessEnv& env, const std::string& run_dir,
-                  const std::string& config_toml, int rank);
+                  const std::string& config_toml, int rank, const FullDiskHook& full_disk = {});
 
 // Stops the run, naming what differs, unless every rank has the same build, config, data, steps per
 // epoch, kind of device and processes per node (world size > 1 only).
@@ -77,9 +79,11 @@ ExporterOptions exporter_options(const Config& config, const ProcessEnv& env, in
 // choice: rank 0 writes the checkpoints, and another node's view of a shared directory can be stale
 // (NFS caches directory listings), which would otherwise stop the run at the agreement below for
 // nothing. A node that cannot see rank 0's checkpoint at all still stops there, naming it. `store` may
-// be null (one rank); `timeout` bounds the others' wait for rank 0.
+// be null (one rank); `timeout` bounds the others' wait for rank 0. Checkpoints that do not fit `limits`
+// (when given) are skipped as broken; when every checkpoint is broken it throws CheckpointError
+// instead of starting from scratch.
 std::string agreed_resume(const std::string& resume, const std::string& ckpt_dir, int rank, Store* store,
-                          std::chrono::milliseconds timeout, Log& log);
+                          std::chrono::milliseconds timeout, Log& log, const ResumeLimits* limits = nullptr);
 
 // Where this run starts, loaded on every rank (--resume), then agreed by all ranks (world size > 1):
 // a rank given another checkpoint, started without --resume, or unable to load its checkpoint stops
@@ -88,12 +92,15 @@ TrainingState agreed_start(const Config& config, const TrainOptions& options, Ex
                            const std::string& run_dir, const std::string& ckpt_dir, Log& log,
                            ProcessGroup& pg, const DistOptions& dopt, std::string& start);
 
-// Keeps the header and the lines of a step CSV (train_steps.csv, step_times.csv) up to `last_step`: the
-// steps a crashed run logged after its last checkpoint are run again, and must appear once.
-void truncate_step_csv(const std::string& path, int64_t last_step);
+// Keeps the lines of a step CSV (train_steps.csv, step_times.csv) up to `last_step` under `header`: the
+// steps a crashed run logged after its last checkpoint are run again, and must appear once. A file
+// that lost its header (empty after a kill before its first write reached the disk) gets it back.
+void truncate_step_csv(const std::string& path, int64_t last_step, const std::string& header,
+                       const FullDiskHook& full_disk = {});
 
 // Rank 0's train_steps.csv from where the run starts (`start` as agreed_start set it): cut back to the
 // checkpoint's step on a resume, a header alone on a fresh start.
-void begin_step_csv(const std::string& csv_path, const std::string& start, const TrainingState& st);
+void begin_step_csv(const std::string& csv_path, const std::string& start, const TrainingState& st,
+                    const FullDiskHook& full_disk = {});
 
 }  // namespace trainer

@@ -25,10 +25,8 @@ std::string summary_json(const RunSummary& s) {
   return j.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
 }
 
-void write_summary(const std::string& path, const RunSummary& s) {
-  std::ofstream out(path);
-  out << summary_json(s);
-  if (!out) throw std::runtime_error("cannot write summary to " + path);
+void write_summary(const std::string& path, const RunSummary& s, const FullDiskHook& full_disk) {
+  write_whole_file(path, summary_json(s), full_disk);
 }
 
 }  // namespace trainer

@@ -2,6 +2,8 @@
 // The JSON written by --summary at the end of a run, for scripts and benchmarks.
 #include <string>
 
+#include "metrics/output_file.h"
+
 namespace trainer {
 
 struct RunSummary {
@@ -20,6 +22,8 @@ struct RunSummary {
 };
 
 std::string summary_json(const RunSummary& s);
-void write_summary(const std::string& path, const RunSummary& s);
+// Checked and fsynced: a failed write (a full disk) throws OutputFileError naming the file. Writes go
+// where `full_disk` says (a test hook, metrics/output_file.h).
+void write_summary(const std::string& path, const RunSummary& s, const FullDiskHook& full_disk = {});
 
 }  // namespace trainer

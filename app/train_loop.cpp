@@ -1,5 +1,6 @@
 #include "app/train_loop.h"
 
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -38,6 +39,7 @@
 #include "metrics/exporter.h"
 #include "metrics/gpu_utilization.h"
 #include "metrics/log.h"
+#include "metrics/output_file.h"
 #include "metrics/step_timer.h"
 #include "nn/amp/loss_scaler.h"
 #include "nn/safetensors.h"
@@ -76,7 +78,7 @@ namespace {
 
 // Train-step bookkeeping for the progress display and the per-step CSV.
 struct StepLog {
-  std::ofstream csv;
+  OutputFile csv;  // train_steps.csv, open on rank 0 only
   double window_loss = 0.0;
   int window_steps = 0;
 };
@@ -84,11 +86,12 @@ struct StepLog {
 // Rank 0's phase seconds per optimizer step, for `trainer bench`. StepTimes count this process's
 // steps from 1, so a resumed run numbers them after the checkpoint's step.
 struct StepTimesCsv {
-  std::ofstream file;  // open on rank 0 only
+  OutputFile file;  // open on rank 0 only
   int64_t first_step = 0;
 };
 
-StepTimesCsv open_step_times_csv(const std::string& run_dir, int64_t first_step, bool writer, Log& log) {
+StepTimesCsv open_step_times_csv(const std::string& run_dir, int64_t first_step, bool writer, Log& log,
+                                 const FullDiskHook& full_disk) {
   StepTimesCsv csv;
   csv.first_step = first_step;
   if (writer) {
@@ -98,19 +101,23 @@ StepTimesCsv open_step_times_csv(const std::string& run_dir, int64_t first_step,
       if (p != Phase::step) header += "," + std::string(phase_name(p)) + "_seconds";
     bool fresh = first_step == 0 || !std::filesystem::exists(path);
     if (!fresh) {
-      // A run resumed by a trainer with other phases (columns) starts the file again: appended rows
-      // would not match its header.
       std::string existing;
       std::ifstream in(path);
       std::getline(in, existing);
-      if (existing != header) {
+      if (existing.empty() || std::isdigit(static_cast<unsigned char>(existing[0]))) {
+        // Its header never reached the disk (a kill, a damaged file): nothing differs. truncate_step_csv
+        // below writes the header and keeps the rows that have its columns.
+        log.line("step_times.csv: its header is missing; writing it again");
+      } else if (existing != header) {
+        // A run resumed by a trainer with other phases (columns) starts the file again: appended rows
+        // would not match its header.
         log.line("step_times.csv: its columns differ from this trainer's phases; starting it again");
         fresh = true;
       }
     }
-    if (!fresh) truncate_step_csv(path, first_step);
-    csv.file.open(path, fresh ? std::ios::trunc : std::ios::app);
-    if (fresh) csv.file << header << '\n';
+    if (!fresh) truncate_step_csv(path, first_step, header, full_disk);
+    csv.file.open(path, fresh ? OutputFile::Mode::truncate : OutputFile::Mode::append, full_disk);
+    if (fresh) csv.file.write(header + '\n');
   }
   return csv;
 }
@@ -147,6 +154,7 @@ struct TrainLoop {
   bool writer;             // rank 0: writes checkpoints, the summary and the shared files
   bool average_bn_stats;   // without SyncBN: average the ranks' BN running statistics before eval/checkpoints
   SignalHook signal_hook;  // test hooks TRAINER_TEST_SIGTERM_AT_STEP, _SIGNAL, _SIGNAL_TWICE
+  FullDiskHook full_disk;  // test hook TRAINER_TEST_FULL_DISK (metrics/output_file.h)
 
   TrainingState st;
   StepLog steps;  // rank 0's losses only (each rank's loss is of its own shard; the weights are the same)
@@ -185,12 +193,21 @@ struct EpochProgress {
 // A resolved step's phase times: to the exporter, and to rank 0's step_times.csv.
 void observe_step(TrainLoop& loop, const StepTimes& t) {
   loop.exporter.observe_step(t);
-  std::ofstream& csv = loop.step_times.file;
+  OutputFile& csv = loop.step_times.file;
   if (!csv.is_open()) return;
-  csv << loop.step_times.first_step + t.step << ',' << fmt("%.9g", t[Phase::step]);
+  std::string row = std::to_string(loop.step_times.first_step + t.step) + ',' + fmt("%.9g", t[Phase::step]);
   for (Phase p : kAllPhases)
-    if (p != Phase::step) csv << ',' << fmt("%.9g", t[p]);
-  csv << '\n';
+    if (p != Phase::step) row += ',' + fmt("%.9g", t[p]);
+  csv.write(row + '\n');
+}
+
+// The per-step CSVs on disk up to the step reached (fsynced): a checkpoint is followed by rows of
+// every step it holds, so that a run killed after it (SIGKILL, a node failure) resumes with complete
+// CSVs. A failed write (a full disk) stops the run, naming the file.
+void sync_step_csvs(TrainLoop& loop) {
+  for (const StepTimes& t : loop.timer.flush()) observe_step(loop, t);  // a device clock's lagging steps
+  loop.steps.csv.sync();
+  loop.step_times.file.sync();
 }
 
 // Every rank must stop at the same step, or the ones still training wait forever: a stop signal
@@ -261,7 +278,7 @@ bool checkpoint_due_at_step(const TrainLoop& loop) {
 }
 
 void save_checkpoint_at_step(TrainLoop& loop) {
-  loop.steps.csv.flush();
+  sync_step_csvs(loop);
   loop.st.accuracy = -1;
   save_checkpoint(loop, false);
 }
@@ -271,7 +288,7 @@ void maybe_checkpoint_at_epoch_end(TrainLoop& loop, int epoch) {
   const bool periodic =
       loop.config.checkpoint.every_epochs > 0 && (epoch + 1) % loop.config.checkpoint.every_epochs == 0;
   if (!loop.done && periodic) {
-    loop.steps.csv.flush();
+    sync_step_csvs(loop);
     ++loop.st.epoch;  // the checkpoint resumes at the next epoch
     save_checkpoint(loop, false);
     --loop.st.epoch;
@@ -321,7 +338,8 @@ void report_step(TrainLoop& loop, int64_t step, int epoch, double loss, double l
   Log& log = loop.log;
   check_loss_is_finite(loss, step, epoch, lr);
   exporter.set_loss(loss);
-  steps.csv << step << ',' << epoch + 1 << ',' << fmt("%.9g", loss) << ',' << fmt("%.9g", lr) << '\n';
+  steps.csv.write(std::to_string(step) + ',' + std::to_string(epoch + 1) + ',' + fmt("%.9g", loss) + ',' +
+                  fmt("%.9g", lr) + '\n');
   steps.window_loss += loss;
   ++steps.window_steps;
   st.epoch_loss_sum += loss;
@@ -337,9 +355,14 @@ void report_step(TrainLoop& loop, int64_t step, int epoch, double loss, double l
           static_cast<long long>(step), static_cast<long long>(e.total_steps),
           steps.window_loss / steps.window_steps, lr, rate, format_duration(eta).c_str());
   exporter.set_samples_per_second(rate / e.world_size);
+  // On a terminal the status line is redrawn at every step; the periodic line with the phase times is
+  // logged whatever the console is (train.log must not depend on where stdout goes).
   if (log.stdout_is_terminal()) log.transient(status);
   if (step % config.train.log_every_steps == 0) {
-    if (!log.stdout_is_terminal()) log.line(status + " | " + loop.timer.summary());
+    log.line(status + " | " + loop.timer.summary());
+    // What is written so far reaches the kernel now, so that a full disk is noticed within a log line.
+    steps.csv.flush();
+    loop.step_times.file.flush();
     steps.window_loss = 0.0;
     steps.window_steps = 0;
   }
@@ -385,7 +408,7 @@ LoaderOptions epoch_loader_options(const Config& config, int epoch, int64_t firs
 // A stop signal ended the epoch: flush, checkpoint if checkpoint.on_signal says so, leave the process
 // group in order. The caller exits with 128 + the signal.
 void stop_on_signal(TrainLoop& loop) {
-  loop.steps.csv.flush();
+  sync_step_csvs(loop);
   loop.log.error(
       fmt("received signal %d at step %lld", loop.stop_signal, static_cast<long long>(loop.st.step)) +
       (loop.config.checkpoint.on_signal ? ": writing a checkpoint before exiting" : ": exiting"));
@@ -418,6 +441,7 @@ std::string evaluate_at_epoch_end(TrainLoop& loop, int epoch) {
     const auto eval_start = Clock::now();
     if (loop.average_bn_stats) average_bn_running_stats(*loop.e.model, loop.pg.comm());
     if (loop.heartbeat) loop.heartbeat->set_phase("evaluation");
+    if (last && loop.signal_hook.in_final_eval) std::raise(loop.signal_hook.signal);
     EvalMetrics m = evaluate(loop.e, *loop.e.data.test, &loop.pg.comm());
     summary.final_test_accuracy = m.top1();
     summary.final_test_top5 = m.top5();
@@ -537,13 +561,23 @@ EpochEnd run_epoch(TrainLoop& loop) {
 }
 
 // After the last epoch: the final checkpoint and weights, the summary JSON, the closing log line.
-// Returns the exit code, 0.
+// Returns the exit code: 0; 1 when train.log could not be written in full; 128 + a stop signal received
+// after the last step.
 int finish_run(TrainLoop& loop) {
   TrainingState& st = loop.st;
   RunSummary& summary = loop.summary;
   Log& log = loop.log;
-  loop.steps.csv.flush();
-  loop.step_times.file.flush();
+  // A stop signal after the last step's agreement (during the final evaluation, typically) finds the
+  // training complete: the final checkpoint, weights and summary are still written (seconds), and the
+  // exit status 128 + the signal says that the stop was received. (Each rank reads its own signal.)
+  const int late_signal = stop_requested();
+  if (late_signal)
+    log.error(
+        fmt("received signal %d after the last step (final evaluation) at step %lld: the training is "
+            "complete; writing the final checkpoint, weights and summary, then exiting with %d",
+            late_signal, static_cast<long long>(st.step), 128 + late_signal));
+  loop.steps.csv.close();
+  loop.step_times.file.close();
   summary.steps = st.step;
   summary.train_seconds = st.train_seconds;
   summary.samples_per_second = st.samples_seen / std::max(st.train_seconds, 1e-9);
@@ -551,13 +585,13 @@ int finish_run(TrainLoop& loop) {
     save_checkpoint(loop, true);
     summary.weights = loop.ckpt_dir + "/final.safetensors";
     if (loop.writer) {
-      save_module(summary.weights, *loop.e.model);
+      save_weights(summary.weights, *loop.e.model);
       log.line("weights: " + summary.weights);
     }
   }
   if (loop.writer) {
-    write_summary(loop.run_dir + "/summary.json", summary);
-    if (!loop.options.summary_path.empty()) write_summary(loop.options.summary_path, summary);
+    write_summary(loop.run_dir + "/summary.json", summary, loop.full_disk);
+    if (!loop.options.summary_path.empty()) write_summary(loop.options.summary_path, summary, loop.full_disk);
   }
   leave_process_group(loop);
   log.line(fmt("done: %lld steps in %s (%.0f img/s), final test accuracy %.2f%%, best %.2f%%",
@@ -567,7 +601,12 @@ int finish_run(TrainLoop& loop) {
   if (const std::string chance = at_chance_warning(loop.e, st.step, st.accuracy); !chance.empty())
     log.line("warning: " + chance);  // once: only rank 0 prints its lines
   log.close_file();
-  return 0;
+  // A failed write of train.log did not stop training (metrics/log.h); the exit status reports it.
+  if (const std::string failure = log.file_failure(); !failure.empty()) {
+    log.error("trainer: error: the run finished but its log is incomplete: " + failure);
+    return 1;
+  }
+  return late_signal ? 128 + late_signal : 0;
 }
 
 }  // namespace
@@ -597,7 +636,8 @@ int run_training(const Config& config, const TrainOptions& options) {
   if (pg->store()) pg->store()->barrier("trainer/run_dir_created", rank, world, dopt.connect_timeout);
   Log& log = Log::instance();
   const std::string config_toml = config_to_toml(config);
-  open_run_log(log, config, env, run_dir, config_toml, rank);
+  const FullDiskHook full_disk = full_disk_hook_from_env();
+  open_run_log(log, config, env, run_dir, config_toml, rank, full_disk);
 
   Experiment e = build_experiment(config, device, true, world, rank);
   // SyncBN: batch statistics over all ranks (in place: the optimizer's parameters stay the same).
@@ -651,10 +691,10 @@ int run_training(const Config& config, const TrainOptions& options) {
   const std::string csv_path = run_dir + "/train_steps.csv";
   std::string start_point;
   TrainingState st = agreed_start(config, options, e, run_dir, ckpt_dir, log, *pg, dopt, start_point);
-  if (writer) begin_step_csv(csv_path, start_point, st);
+  if (writer) begin_step_csv(csv_path, start_point, st, full_disk);
   StepLog steps;
-  if (writer) steps.csv.open(csv_path, std::ios::app);
-  StepTimesCsv step_times = open_step_times_csv(run_dir, st.step, writer, log);
+  if (writer) steps.csv.open(csv_path, OutputFile::Mode::append, full_disk);
+  StepTimesCsv step_times = open_step_times_csv(run_dir, st.step, writer, log, full_disk);
 
   // fp16 needs dynamic loss scaling; every other precision runs with the scaler disabled (scale 1).
   LossScalerOptions so;
@@ -764,6 +804,7 @@ int run_training(const Config& config, const TrainOptions& options) {
       .writer = writer,
       .average_bn_stats = average_bn_stats,
       .signal_hook = signal_hook_from_env(),
+      .full_disk = full_disk,
       .st = std::move(st),
       .steps = std::move(steps),
       .step_times = std::move(step_times),

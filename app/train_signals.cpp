@@ -60,6 +60,7 @@ SignalHook signal_hook_from_env() {
   if (const char* signal = std::getenv("TRAINER_TEST_SIGNAL"); signal && std::atoi(signal) > 0)
     hook.signal = std::atoi(signal);
   hook.twice = std::getenv("TRAINER_TEST_SIGNAL_TWICE") != nullptr;
+  hook.in_final_eval = std::getenv("TRAINER_TEST_SIGTERM_IN_FINAL_EVAL") != nullptr;
   return hook;
 }
 

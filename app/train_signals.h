@@ -13,11 +13,13 @@ int stop_requested();
 
 // Test hooks, to exercise the signal path exactly: TRAINER_TEST_SIGTERM_AT_STEP=STEP delivers SIGTERM
 // (or TRAINER_TEST_SIGNAL=N) to this process after that step; TRAINER_TEST_SIGNAL_TWICE delivers it
-// twice (one request delivered twice). step -1: none.
+// twice (one request delivered twice). step -1: none. TRAINER_TEST_SIGTERM_IN_FINAL_EVAL delivers it as
+// the final evaluation starts (after the last step).
 struct SignalHook {
   long long step = -1;
   int signal = SIGTERM;
   bool twice = false;
+  bool in_final_eval = false;
 };
 SignalHook signal_hook_from_env();
 

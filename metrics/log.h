@@ -1,17 +1,23 @@
 #pragma once
 // The run's log: every line goes to stdout and, once a run directory exists, to <run_dir>/train.log.
 // Progress-bar redraws go to the terminal only, so the file stays one line per event.
-#include <cstdio>
-#include <fstream>
+//
+// A failed write of the file (a full disk) does not stop training: the console still has every line,
+// and stopping would lose the steps since the last checkpoint. The first failure is reported once on
+// stderr, the file is closed, and file_failure() says why, so that the run ends with a non-zero exit
+// status (its train.log is incomplete).
 #include <mutex>
 #include <string>
+
+#include "metrics/output_file.h"
 
 namespace trainer {
 
 class Log {
  public:
   static Log& instance();
-  void open_file(const std::string& path);  // appends; creates parent directories
+  // Appends; creates parent directories. Writes go where `hook` says (a test hook, see output_file.h).
+  void open_file(const std::string& path, const FullDiskHook& hook = {});
   void close_file();
   void line(const std::string& text);       // stdout + file
   void error(const std::string& text);      // stderr + file
@@ -20,12 +26,16 @@ class Log {
   // Ranks other than 0 keep their log in their file and print only errors, so the console shows one
   // copy of every line.
   void set_print_lines(bool on) { print_lines_ = on; }
+  // "" while every line reached the file; else why the file is incomplete.
+  std::string file_failure() const;
 
  private:
   Log();
   void end_transient();
-  std::mutex mutex_;
-  std::ofstream file_;
+  void to_file(const std::string& text);  // with mutex_ held
+  mutable std::mutex mutex_;
+  OutputFile file_;
+  std::string file_failure_;
   bool tty_ = false;
   bool transient_shown_ = false;
   bool print_lines_ = true;
