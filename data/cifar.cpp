@@ -150,7 +150,7 @@ void Cifar::load_file(const std::string& path) {
                     " + 3072 pixel bytes): the file is truncated or not a " + layout.display_name +
                     " binary batch. " + install_hint(layout));
   }
-  content_hash_ = fnv1a64(bytes.data(), bytes.size(), content_hash_);
+  content_hash_ = fnv1a64_bytes(bytes.data(), bytes.size(), content_hash_);
 
   const size_t records = bytes.size() / record_bytes;
   const size_t first = labels_.size();

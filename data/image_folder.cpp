@@ -44,9 +44,9 @@ constexpr int64_t kContentSampleFiles = 256;
 // bad-sample policy deals with it when it is read as a sample).
 uint64_t hash_file_contents(const std::string& path, uint64_t hash) {
   std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) return fnv1a64("<unreadable>", hash);
+  if (!f) return fnv1a64_text("<unreadable>", hash);
   char buffer[1 << 16];
-  for (size_t n; (n = std::fread(buffer, 1, sizeof buffer, f)) > 0;) hash = fnv1a64(buffer, n, hash);
+  for (size_t n; (n = std::fread(buffer, 1, sizeof buffer, f)) > 0;) hash = fnv1a64_bytes(buffer, n, hash);
   std::fclose(f);
   return hash;
 }
@@ -207,8 +207,8 @@ ImageFolder::ImageFolder(const std::string& directory, ImageFolderOptions option
         paths_ += relative;
         path_offsets_.push_back(paths_.size());
         labels_.push_back(label);
-        content_hash_ = fnv1a64(relative.data(), relative.size() + 1, content_hash_);  // with the '\0'
-        content_hash_ = fnv1a64(&file.size, sizeof(file.size), content_hash_);
+        content_hash_ = fnv1a64_bytes(relative.data(), relative.size() + 1, content_hash_);  // with the '\0'
+        content_hash_ = fnv1a64_bytes(&file.size, sizeof(file.size), content_hash_);
       }
     }
     if (labels_.size() == before) {

@@ -329,6 +329,32 @@ TEST(ImageFolderBadFiles, UnreadableFileIsBad) {
   fs::permissions(dir.path() / "a" / "locked.png", fs::perms::owner_all);
 }
 
+// A file that cannot be opened while the list is taken (a dangling link here; a file of mode 000 for a
+// user other than root) used to crash the content fingerprint (issue 30): it is a bad sample like any
+// other, an error naming it or, with "skip", replaced and counted.
+TEST(ImageFolderBadFiles, AFileThatCannotBeOpenedWhenListedIsABadSample) {
+  TempDir dir;
+  fs::create_directories(dir.path() / "a");
+  fs::create_symlink(dir.path() / "nowhere.png", dir.path() / "a" / "0_dangling.png");
+  write_png(dir.path() / "a" / "1_good.png", 8, 8, {1, 2, 3});
+  ImageFolderOptions options;
+  options.image_size = 8;
+  const ImageFolder strict(dir.path().string(), options);
+  ASSERT_EQ(strict.size(), 2);
+  std::vector<uint8_t> pixels(static_cast<size_t>(strict.sample_bytes()));
+  Generator gen(0);
+  const std::string error = error_of([&] { strict.read_augmented(0, pixels.data(), gen); });
+  EXPECT_EQ(error.rfind(strict.path(0) + ": cannot open: No such file or directory", 0), 0u) << error;
+
+  options.bad_samples = BadSamplePolicy::skip;
+  options.warn = [](const std::string&) {};
+  const ImageFolder skipping(dir.path().string(), options);
+  EXPECT_EQ(skipping.fingerprint(), strict.fingerprint());
+  EXPECT_EQ(skipping.read_augmented(0, pixels.data(), gen), skipping.label(1));
+  EXPECT_EQ(skipping.skipped_samples(), 1);
+  EXPECT_EQ(skipping.bad_files(), 1);
+}
+
 TEST(ImageFolderBadFiles, SkipModeReplacesWithTheNextGoodSampleCountsAndWarnsOnce) {
   TempDir dir;
   write_bad_tree(dir.path());
