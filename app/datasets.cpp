@@ -77,6 +77,7 @@ Datasets open_image_folder(const Config& config) {
     options.train = true;
     auto train = std::make_shared<ImageFolder>(train_dir.string(), options);
     options.train = false;
+    options.drop_bad_samples = true;         // evaluate every readable image once, none in a bad one's place
     options.classes = train->class_names();  // the same labels, even if a class has no evaluation images
     auto test = std::make_shared<ImageFolder>(eval_dir.string(), options);
     return {train, test};

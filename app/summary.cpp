@@ -38,6 +38,7 @@ std::string summary_json(const RunSummary& s) {
     << "  \"best_test_accuracy\": " << s.best_test_accuracy << ",\n"
     << "  \"final_test_top5\": " << s.final_test_top5 << ",\n"
     << "  \"final_test_loss\": " << s.final_test_loss << ",\n"
+    << "  \"final_test_skipped_samples\": " << s.final_test_skipped << ",\n"
     << "  \"final_train_loss\": " << s.final_train_loss << ",\n"
     << "  \"run_dir\": " << json_string(s.run_dir) << ",\n"
     << "  \"weights\": " << json_string(s.weights) << "\n"

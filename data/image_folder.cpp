@@ -316,8 +316,18 @@ int64_t ImageFolder::read_augmented(int64_t index, uint8_t* hwc_out, Generator& 
     }
     return labels_[static_cast<size_t>(index)];
   }
-  // Skip: take the first good sample from index on. Every attempt draws from a copy of gen as it came
-  // in, so the pixels, the label and gen's state afterwards depend only on which files are bad, not on
+  if (options_.drop_bad_samples) {
+    // Skip by leaving the sample out (an evaluation split): a replacement would be evaluated twice.
+    if (bad_->known_bad(index)) return kDroppedSample;
+    const std::string problem = try_load(index, hwc_out, draw);
+    if (problem.empty()) return labels_[static_cast<size_t>(index)];
+    bad_->mark_bad(index,
+                   "warning: " + path(index) + ": " + problem +
+                       "; skipping it (data.bad_samples = \"skip\"): it is left out of the evaluation");
+    return kDroppedSample;
+  }
+  // Skip by replacing: take the first good sample from index on. Every attempt draws from a copy of gen as it
+  // came in, so the pixels, the label and gen's state afterwards depend only on which files are bad, not on
   // which thread happened to find that out first.
   const int64_t n = size();
   for (int64_t k = 0; k < n; ++k) {

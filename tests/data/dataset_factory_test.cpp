@@ -117,6 +117,9 @@ TEST(DatasetFactory, ImageFolderUsesTrainAndValWithTheTrainingClasses) {
   EXPECT_EQ(datasets.test->label(0), 1);
   EXPECT_TRUE(dynamic_cast<const ImageFolder&>(*datasets.train).options().train);
   EXPECT_FALSE(dynamic_cast<const ImageFolder&>(*datasets.test).options().train);
+  // With bad_samples = "skip", training replaces an unreadable image, evaluation leaves it out.
+  EXPECT_FALSE(dynamic_cast<const ImageFolder&>(*datasets.train).options().drop_bad_samples);
+  EXPECT_TRUE(dynamic_cast<const ImageFolder&>(*datasets.test).options().drop_bad_samples);
 
   const Datasets small =
       open_datasets(load_config("", {"data.dataset=image_folder", "data.root=" + dir.path().string(),
