@@ -27,6 +27,18 @@ std::string required_root(const Config& config, const std::string& hint) {
   return root;
 }
 
+// data.image_size resizes image_folder samples only. The datasets stored at one size accept 0 or that
+// size, and refuse another rather than silently train at their own.
+// `source` says where the native size comes from, when a key sets it.
+void check_native_image_size(const Config& config, const std::string& what, int native,
+                             const std::string& source, const std::string& hint) {
+  const int asked = config.data.image_size;
+  if (asked == 0 || asked == native) return;
+  throw config_error_at(config, "data.image_size",
+                        what + " images are " + std::to_string(native) + "x" + std::to_string(native) +
+                            source + " and are not resized. HINT: " + hint);
+}
+
 Datasets open_cifar(const Config& config, CifarVariant variant) {
   const bool ten = variant == CifarVariant::cifar10;
   const std::string root = required_root(
@@ -34,10 +46,7 @@ Datasets open_cifar(const Config& config, CifarVariant variant) {
                   (ten ? "cifar-10-binary.tar.gz" : "cifar-100-binary.tar.gz") +
                   ") from https://www.cs.toronto.edu/~kriz/cifar.html, extract it and set data.root to the " +
                   (ten ? "cifar-10-batches-bin" : "cifar-100-binary") + " directory");
-  if (config.data.image_size != 0 && config.data.image_size != 32)
-    throw config_error_at(
-        config, "data.image_size",
-        "CIFAR images are 32x32 and are not resized. HINT: remove data.image_size or set it to 0");
+  check_native_image_size(config, "CIFAR", 32, "", "remove data.image_size or set it to 0");
   try {
     return {std::make_shared<Cifar>(variant, root, "train"), std::make_shared<Cifar>(variant, root, "test")};
   } catch (const DataError& e) {
@@ -91,6 +100,9 @@ Datasets open_image_folder(const Config& config) {
 Datasets open_datasets(const Config& config) {
   const DataConfig& d = config.data;
   if (d.dataset == "synthetic") {
+    check_native_image_size(config, "synthetic", d.synthetic_image_size, " (data.synthetic_image_size)",
+                            "set data.synthetic_image_size = " + std::to_string(d.image_size) +
+                                " instead, or remove data.image_size");
     SyntheticConfig s;
     s.size = d.synthetic_samples;
     s.channels = config.model.in_channels > 0 ? config.model.in_channels : 3;
@@ -103,6 +115,7 @@ Datasets open_datasets(const Config& config) {
     return {std::make_shared<SyntheticDataset>(s), std::make_shared<SyntheticDataset>(test)};
   }
   if (d.dataset == "fashion_mnist") {
+    check_native_image_size(config, "Fashion-MNIST", 28, "", "remove data.image_size or set it to 0");
     const std::string root = d.root.empty() ? kFashionMnistDefaultRoot : d.root;
     if (!std::filesystem::is_directory(root))
       throw config_error_at(config, "data.root",

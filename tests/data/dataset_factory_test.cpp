@@ -150,5 +150,25 @@ TEST(DatasetFactory, ImageFolderLayoutErrorsPointAtDataRoot) {
       << error;
 }
 
+// data.image_size resizes image_folder samples only; the datasets stored at one size refuse another, as
+// CIFAR does, instead of silently training at their own size (issue 30).
+TEST(DatasetFactory, ImageSizeIsRefusedByDatasetsThatAreNotResized) {
+  std::string error = error_of(load_config("", {"data.dataset=fashion_mnist", "data.image_size=64"}));
+  EXPECT_NE(error.find("data.image_size: Fashion-MNIST images are 28x28 and are not resized. HINT: remove "
+                       "data.image_size or set it to 0"),
+            std::string::npos)
+      << error;
+  error = error_of(load_config("", {"data.dataset=synthetic", "data.image_size=64"}));
+  EXPECT_NE(
+      error.find("data.image_size: synthetic images are 32x32 (data.synthetic_image_size) and are not "
+                 "resized. HINT: set data.synthetic_image_size = 64 instead, or remove data.image_size"),
+      std::string::npos)
+      << error;
+  // Their own size is accepted, as 32 is for CIFAR.
+  EXPECT_EQ(error_of(load_config("", {"data.dataset=synthetic", "data.synthetic_image_size=12",
+                                      "data.image_size=12", "data.synthetic_samples=10"})),
+            "");
+}
+
 }  // namespace
 }  // namespace trainer
