@@ -6,6 +6,7 @@
 #include "data/data_error.h"
 #include "data/fashion_mnist.h"
 #include "data/image_folder.h"
+#include "data/path_check.h"
 #include "data/synthetic.h"
 #include "metrics/log.h"
 
@@ -15,15 +16,22 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// "dataset directory 'root' does not exist. HINT: ..."; the hint (install, download) only where the
+// path is missing or not a directory, not where it exists but cannot be read (permission denied).
+std::string directory_problem(const std::string& root, const PathCheck& check, const std::string& hint) {
+  std::string message = "dataset directory '" + root + "' " + check.reason;
+  if (check.problem != PathProblem::unreachable) message += ". HINT: " + hint;
+  return message;
+}
+
 // The datasets without a default location: data.root must name an existing directory.
 std::string required_root(const Config& config, const std::string& hint) {
   const std::string& root = config.data.root;
   if (root.empty())
     throw config_error_at(config, "data.root",
                           "dataset '" + config.data.dataset + "' needs data.root. HINT: " + hint);
-  if (!fs::is_directory(root))
-    throw config_error_at(config, "data.root",
-                          "dataset directory '" + root + "' does not exist. HINT: " + hint);
+  const PathCheck dir = check_directory(root);
+  if (!dir) throw config_error_at(config, "data.root", directory_problem(root, dir, hint));
   return root;
 }
 
@@ -63,9 +71,13 @@ Datasets open_image_folder(const Config& config) {
   const fs::path root = required_root(config, "set data.root to a directory laid out as " + layout_hint);
   const fs::path train_dir = root / "train";
   fs::path eval_dir = root / "val";
-  if (!fs::is_directory(eval_dir) && fs::is_directory(root / "test")) eval_dir = root / "test";
+  if (check_directory(eval_dir).problem == PathProblem::missing && check_directory(root / "test"))
+    eval_dir = root / "test";
   for (const fs::path& dir : {train_dir, eval_dir}) {
-    if (!fs::is_directory(dir))
+    const PathCheck check = check_directory(dir);
+    if (check.problem == PathProblem::unreachable)
+      throw config_error_at(config, "data.root", "'" + dir.string() + "' " + check.reason);
+    if (!check)
       throw config_error_at(config, "data.root",
                             "'" + root.string() + "' has no " + dir.filename().string() +
                                 "/ directory. HINT: " + layout_hint +
@@ -117,12 +129,14 @@ Datasets open_datasets(const Config& config) {
   if (d.dataset == "fashion_mnist") {
     check_native_image_size(config, "Fashion-MNIST", 28, "", "remove data.image_size or set it to 0");
     const std::string root = d.root.empty() ? kFashionMnistDefaultRoot : d.root;
-    if (!std::filesystem::is_directory(root))
-      throw config_error_at(config, "data.root",
-                            "dataset directory '" + root + "' does not exist. HINT: " +
-                                (d.root.empty() ? "apt-get install dataset-fashion-mnist, or set data.root"
-                                                : "fix data.root, or remove it to use " +
-                                                      std::string(kFashionMnistDefaultRoot)));
+    const PathCheck dir = check_directory(root);
+    if (!dir)
+      throw config_error_at(
+          config, "data.root",
+          directory_problem(root, dir,
+                            d.root.empty() ? "apt-get install dataset-fashion-mnist, or set data.root"
+                                           : "fix data.root, or remove it to use " +
+                                                 std::string(kFashionMnistDefaultRoot)));
     try {
       return {std::make_shared<FashionMnist>(root, "train"), std::make_shared<FashionMnist>(root, "test")};
     } catch (const DataError& e) {

@@ -14,6 +14,7 @@
 #include "data/data_error.h"
 #include "data/hash.h"
 #include "data/image_codec.h"
+#include "data/path_check.h"
 #include "nn/random.h"
 
 namespace trainer {
@@ -164,7 +165,9 @@ ImageFolder::ImageFolder(const std::string& directory, ImageFolderOptions option
                     ": random resized crop needs 0 < scale_min <= scale_max and 0 < ratio_min <= ratio_max");
   }
   std::error_code error;
-  if (!fs::is_directory(dir, error)) throw DataError(directory_ + ": no such directory");
+  const PathCheck check = check_directory(dir);
+  if (check.problem == PathProblem::missing) throw DataError(directory_ + ": no such directory");
+  if (!check) throw DataError(directory_ + ": " + check.reason);
 
   // Classes: the sub-directories, sorted (torchvision's find_classes).
   std::vector<std::string> found;

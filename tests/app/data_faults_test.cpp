@@ -90,5 +90,21 @@ TEST_F(DataFaults, AnImageThatCannotBeOpenedStopsTheRunNamingIt) {
       << r.output;
 }
 
+// A Fashion-MNIST directory that exists but cannot be read (for root, a symbolic-link loop stands in
+// for a directory without permission) is reported with its reason, not as missing with an install hint.
+TEST_F(DataFaults, AnUnreadableDatasetDirectoryIsNotReportedAsMissing) {
+  const fs::path loop = dir_ / "fashion";
+  fs::create_symlink(loop, loop);
+  const RunResult r =
+      run_trainer("train " + write_small_config("") + " --set data.dataset=fashion_mnist" +
+                  " --set data.root=" + loop.string() + " --set train.run_dir=" + run_dir("u"));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("data.root: dataset directory '" + loop.string() +
+                          "' cannot be read: Too many levels of symbolic links"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("apt-get"), std::string::npos) << r.output;
+}
+
 }  // namespace
 }  // namespace trainer

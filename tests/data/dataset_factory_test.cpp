@@ -1,6 +1,7 @@
 // The config -> dataset factory (app/datasets.cpp) for the datasets of data/, and the shipped configs
 // that use them.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <string>
@@ -168,6 +169,54 @@ TEST(DatasetFactory, ImageSizeIsRefusedByDatasetsThatAreNotResized) {
   EXPECT_EQ(error_of(load_config("", {"data.dataset=synthetic", "data.synthetic_image_size=12",
                                       "data.image_size=12", "data.synthetic_samples=10"})),
             "");
+}
+
+// A dataset path that exists but cannot be read is reported with the real cause, not as missing with an
+// install hint (issue 30). A symbolic-link loop fails the same way for root as permissions do for users.
+TEST(DatasetFactory, AnUnreadableDatasetPathSaysWhyNotThatItIsMissing) {
+  TempDir dir;
+  const fs::path loop = dir.path() / "loop";
+  fs::create_symlink(loop, loop);
+  for (const std::string dataset : {"fashion_mnist", "cifar10", "image_folder"}) {
+    const std::string error =
+        error_of(load_config("", {"data.dataset=" + dataset, "data.root=" + loop.string()}));
+    EXPECT_NE(error.find("data.root: dataset directory '" + loop.string() +
+                         "' cannot be read: Too many levels of symbolic links"),
+              std::string::npos)
+        << error;
+    EXPECT_EQ(error.find("does not exist"), std::string::npos) << error;
+    EXPECT_EQ(error.find("apt-get"), std::string::npos) << error;
+  }
+  // A file inside the root: the same.
+  const fs::path root = dir.path() / "fm";
+  fs::create_directories(root);
+  const fs::path images = root / "train-images-idx3-ubyte";
+  fs::create_symlink(images, images);
+  std::string error = error_of(load_config("", {"data.dataset=fashion_mnist", "data.root=" + root.string()}));
+  EXPECT_NE(error.find(images.string() + ": cannot be read: Too many levels of symbolic links"),
+            std::string::npos)
+      << error;
+  EXPECT_EQ(error.find("apt-get"), std::string::npos) << error;
+  // Really missing: the hint stays.
+  fs::remove(images);
+  error = error_of(load_config("", {"data.dataset=fashion_mnist", "data.root=" + root.string()}));
+  EXPECT_NE(error.find("no such file. HINT: apt-get install dataset-fashion-mnist"), std::string::npos)
+      << error;
+}
+
+TEST(DatasetFactory, APermissionDeniedDatasetDirectorySaysSo) {
+  if (::geteuid() == 0) GTEST_SKIP() << "root reads directories whatever their permissions";
+  TempDir dir;
+  const fs::path locked = dir.path() / "locked";
+  fs::create_directories(locked / "fm");
+  fs::permissions(locked, fs::perms::none);
+  for (const fs::path& root : {locked / "fm", locked}) {
+    const std::string error =
+        error_of(load_config("", {"data.dataset=fashion_mnist", "data.root=" + root.string()}));
+    EXPECT_NE(error.find("Permission denied"), std::string::npos) << error;
+    EXPECT_EQ(error.find("apt-get"), std::string::npos) << error;
+  }
+  fs::permissions(locked, fs::perms::owner_all);
 }
 
 }  // namespace
