@@ -107,9 +107,7 @@ Datasets open_image_folder(const Config& config) {
   }
 }
 
-}  // namespace
-
-Datasets open_datasets(const Config& config) {
+Datasets open_datasets_unchecked(const Config& config) {
   const DataConfig& d = config.data;
   if (d.dataset == "synthetic") {
     check_native_image_size(config, "synthetic", d.synthetic_image_size, " (data.synthetic_image_size)",
@@ -149,6 +147,77 @@ Datasets open_datasets(const Config& config) {
   throw config_error_at(config, "data.dataset",
                         "dataset '" + d.dataset + "' is not available (available: fashion_mnist, cifar10, " +
                             "cifar100, image_folder, synthetic)");
+}
+
+}  // namespace
+
+Datasets open_datasets(const Config& config) {
+  Datasets data = open_datasets_unchecked(config);
+  check_data_fits_host(config, data, this_host_limits());
+  return data;
+}
+
+void check_data_fits_host(const Config& config, const Datasets& data, const HostLimits& host) {
+  const DataConfig& d = config.data;
+  const int64_t most_workers = max_loader_workers(host);
+  if (d.workers > most_workers)
+    throw config_error_at(
+        config, "data.workers",
+        "is " + std::to_string(d.workers) + ", more loader threads than this host can run: at most " +
+            std::to_string(most_workers) + " (8 per core on " + std::to_string(host.cores) +
+            " cores, at least 64" +
+            (host.max_user_threads > 0
+                 ? ", and half of RLIMIT_NPROC (" + std::to_string(host.max_user_threads) + ")"
+                 : std::string()) +
+            "). HINT: set data.workers = -1 to share the cores between the node's ranks");
+
+  const int64_t train_size = data.train->size(), test_size = data.test->size();
+  if (!d.drop_last && d.batch_size > train_size)
+    throw config_error_at(
+        config, "data.batch_size",
+        "is " + std::to_string(d.batch_size) + ", larger than the " + std::to_string(train_size) +
+            " samples of the training set (" + data.train->name() +
+            "): with data.drop_last = false every step would take the whole set as one batch. HINT: set "
+            "data.batch_size to at most " +
+            std::to_string(train_size));
+  if (host.available_memory <= 0) return;                                  // unknown: nothing to compare with
+  const double budget = 0.5 * static_cast<double>(host.available_memory);  // the rest: model, activations
+  const std::string available = format_bytes(static_cast<double>(host.available_memory));
+
+  // The sampler's epoch order and this rank's share of it, and the evaluation shard: 8 bytes an index.
+  const double index_bytes = 8.0 * (2.0 * static_cast<double>(train_size) + static_cast<double>(test_size));
+  if (index_bytes > budget) {
+    const bool synthetic = d.dataset == "synthetic";
+    throw config_error_at(
+        config, synthetic ? "data.synthetic_samples" : "data.root",
+        "the " + std::to_string(train_size) + " training and " + std::to_string(test_size) +
+            " test samples need " + format_bytes(index_bytes) +
+            " of sample indices (8 bytes each, twice for the training order), more than half of the " +
+            available + " of memory available on this host. HINT: " +
+            (synthetic ? "lower data.synthetic_samples"
+                       : "use a smaller dataset or a host with more memory"));
+  }
+
+  // Batches in flight: the loader's queue (data.prefetch_batches, at least one per worker) and the one in
+  // use as uint8, plus the float32 copy the step normalises it into (4 bytes a value).
+  const int64_t workers = std::max(d.workers, 1);
+  const int64_t queued =
+      std::max<int64_t>(d.prefetch_batches > 0 ? d.prefetch_batches : 2 * workers, workers);
+  const auto check_batches = [&](const char* key, int64_t batch_size, const Dataset& dataset) {
+    const int64_t batch = std::min(batch_size, dataset.size());
+    const double bytes = static_cast<double>(batch) * static_cast<double>(dataset.sample_bytes()) *
+                         (static_cast<double>(queued + 1) + 4.0);
+    if (bytes <= budget) return;
+    throw config_error_at(
+        config, key,
+        std::to_string(queued + 1) + " batches of " + std::to_string(batch) + " images of " +
+            std::to_string(dataset.height()) + "x" + std::to_string(dataset.width()) + "x" +
+            std::to_string(dataset.channels()) + " in flight and one as float32 need " + format_bytes(bytes) +
+            ", more than half of the " + available + " of memory available on this host. HINT: lower " + key +
+            " (or data.prefetch_batches)");
+  };
+  check_batches("data.batch_size", d.batch_size, *data.train);
+  check_batches("data.eval_batch_size", d.eval_batch_size, *data.test);
 }
 
 Normalization resolved_normalization(const Config& config, const Dataset& dataset) {
