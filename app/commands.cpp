@@ -61,11 +61,14 @@ int eval_command(const Args& args) {
   std::printf(
       "%s\n",
       load_weights(a.weights_path, *e.model, a.no_verify_crc ? CrcCheck::skip : CrcCheck::verify).c_str());
-  EvalMetrics m = evaluate(e, *e.data.test);
+  int64_t skipped = 0;
+  EvalMetrics m = evaluate(e, *e.data.test, nullptr, &skipped);
   if (!a.dump_logits_path.empty()) dump_logits(e, *e.data.test, 256, a.dump_logits_path);
-  std::printf("eval %s on %s: %lld images, loss %.4f, top1 %.2f%%, top5 %.2f%%, auc %.4f\n",
+  const std::string skipped_note =
+      skipped > 0 ? " (" + std::to_string(skipped) + " unreadable skipped, data.bad_samples = \"skip\")" : "";
+  std::printf("eval %s on %s: %lld images%s, loss %.4f, top1 %.2f%%, top5 %.2f%%, auc %.4f\n",
               a.weights_path.c_str(), e.data.test->name().c_str(), static_cast<long long>(m.count()),
-              m.mean_loss(), 100 * m.top1(), 100 * m.top5(), m.auc());
+              skipped_note.c_str(), m.mean_loss(), 100 * m.top1(), 100 * m.top5(), m.auc());
   const std::vector<double> per_class = m.per_class_accuracy();
   const auto& names = e.data.test->class_names();
   for (size_t c = 0; c < per_class.size(); ++c)
@@ -75,6 +78,7 @@ int eval_command(const Args& args) {
     EvalSummary s{.weights = a.weights_path,
                   .dataset = e.data.test->name(),
                   .images = m.count(),
+                  .skipped_images = skipped,
                   .loss = m.mean_loss(),
                   .top1 = m.top1(),
                   .top5 = m.top5(),

@@ -6,6 +6,7 @@
 #include "data/data_error.h"
 #include "data/fashion_mnist.h"
 #include "data/image_folder.h"
+#include "data/path_check.h"
 #include "data/synthetic.h"
 #include "metrics/log.h"
 
@@ -15,16 +16,35 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// "dataset directory 'root' does not exist. HINT: ..."; the hint (install, download) only where the
+// path is missing or not a directory, not where it exists but cannot be read (permission denied).
+std::string directory_problem(const std::string& root, const PathCheck& check, const std::string& hint) {
+  std::string message = "dataset directory '" + root + "' " + check.reason;
+  if (check.problem != PathProblem::unreachable) message += ". HINT: " + hint;
+  return message;
+}
+
 // The datasets without a default location: data.root must name an existing directory.
 std::string required_root(const Config& config, const std::string& hint) {
   const std::string& root = config.data.root;
   if (root.empty())
     throw config_error_at(config, "data.root",
                           "dataset '" + config.data.dataset + "' needs data.root. HINT: " + hint);
-  if (!fs::is_directory(root))
-    throw config_error_at(config, "data.root",
-                          "dataset directory '" + root + "' does not exist. HINT: " + hint);
+  const PathCheck dir = check_directory(root);
+  if (!dir) throw config_error_at(config, "data.root", directory_problem(root, dir, hint));
   return root;
+}
+
+// data.image_size resizes image_folder samples only. The datasets stored at one size accept 0 or that
+// size, and refuse another rather than silently train at their own.
+// `source` says where the native size comes from, when a key sets it.
+void check_native_image_size(const Config& config, const std::string& what, int native,
+                             const std::string& source, const std::string& hint) {
+  const int asked = config.data.image_size;
+  if (asked == 0 || asked == native) return;
+  throw config_error_at(config, "data.image_size",
+                        what + " images are " + std::to_string(native) + "x" + std::to_string(native) +
+                            source + " and are not resized. HINT: " + hint);
 }
 
 Datasets open_cifar(const Config& config, CifarVariant variant) {
@@ -34,10 +54,7 @@ Datasets open_cifar(const Config& config, CifarVariant variant) {
                   (ten ? "cifar-10-binary.tar.gz" : "cifar-100-binary.tar.gz") +
                   ") from https://www.cs.toronto.edu/~kriz/cifar.html, extract it and set data.root to the " +
                   (ten ? "cifar-10-batches-bin" : "cifar-100-binary") + " directory");
-  if (config.data.image_size != 0 && config.data.image_size != 32)
-    throw config_error_at(
-        config, "data.image_size",
-        "CIFAR images are 32x32 and are not resized. HINT: remove data.image_size or set it to 0");
+  check_native_image_size(config, "CIFAR", 32, "", "remove data.image_size or set it to 0");
   try {
     return {std::make_shared<Cifar>(variant, root, "train"), std::make_shared<Cifar>(variant, root, "test")};
   } catch (const DataError& e) {
@@ -54,9 +71,13 @@ Datasets open_image_folder(const Config& config) {
   const fs::path root = required_root(config, "set data.root to a directory laid out as " + layout_hint);
   const fs::path train_dir = root / "train";
   fs::path eval_dir = root / "val";
-  if (!fs::is_directory(eval_dir) && fs::is_directory(root / "test")) eval_dir = root / "test";
+  if (check_directory(eval_dir).problem == PathProblem::missing && check_directory(root / "test"))
+    eval_dir = root / "test";
   for (const fs::path& dir : {train_dir, eval_dir}) {
-    if (!fs::is_directory(dir))
+    const PathCheck check = check_directory(dir);
+    if (check.problem == PathProblem::unreachable)
+      throw config_error_at(config, "data.root", "'" + dir.string() + "' " + check.reason);
+    if (!check)
       throw config_error_at(config, "data.root",
                             "'" + root.string() + "' has no " + dir.filename().string() +
                                 "/ directory. HINT: " + layout_hint +
@@ -77,6 +98,7 @@ Datasets open_image_folder(const Config& config) {
     options.train = true;
     auto train = std::make_shared<ImageFolder>(train_dir.string(), options);
     options.train = false;
+    options.drop_bad_samples = true;         // evaluate every readable image once, none in a bad one's place
     options.classes = train->class_names();  // the same labels, even if a class has no evaluation images
     auto test = std::make_shared<ImageFolder>(eval_dir.string(), options);
     return {train, test};
@@ -85,11 +107,12 @@ Datasets open_image_folder(const Config& config) {
   }
 }
 
-}  // namespace
-
-Datasets open_datasets(const Config& config) {
+Datasets open_datasets_unchecked(const Config& config) {
   const DataConfig& d = config.data;
   if (d.dataset == "synthetic") {
+    check_native_image_size(config, "synthetic", d.synthetic_image_size, " (data.synthetic_image_size)",
+                            "set data.synthetic_image_size = " + std::to_string(d.image_size) +
+                                " instead, or remove data.image_size");
     SyntheticConfig s;
     s.size = d.synthetic_samples;
     s.channels = config.model.in_channels > 0 ? config.model.in_channels : 3;
@@ -102,13 +125,16 @@ Datasets open_datasets(const Config& config) {
     return {std::make_shared<SyntheticDataset>(s), std::make_shared<SyntheticDataset>(test)};
   }
   if (d.dataset == "fashion_mnist") {
+    check_native_image_size(config, "Fashion-MNIST", 28, "", "remove data.image_size or set it to 0");
     const std::string root = d.root.empty() ? kFashionMnistDefaultRoot : d.root;
-    if (!std::filesystem::is_directory(root))
-      throw config_error_at(config, "data.root",
-                            "dataset directory '" + root + "' does not exist. HINT: " +
-                                (d.root.empty() ? "apt-get install dataset-fashion-mnist, or set data.root"
-                                                : "fix data.root, or remove it to use " +
-                                                      std::string(kFashionMnistDefaultRoot)));
+    const PathCheck dir = check_directory(root);
+    if (!dir)
+      throw config_error_at(
+          config, "data.root",
+          directory_problem(root, dir,
+                            d.root.empty() ? "apt-get install dataset-fashion-mnist, or set data.root"
+                                           : "fix data.root, or remove it to use " +
+                                                 std::string(kFashionMnistDefaultRoot)));
     try {
       return {std::make_shared<FashionMnist>(root, "train"), std::make_shared<FashionMnist>(root, "test")};
     } catch (const DataError& e) {
@@ -121,6 +147,77 @@ Datasets open_datasets(const Config& config) {
   throw config_error_at(config, "data.dataset",
                         "dataset '" + d.dataset + "' is not available (available: fashion_mnist, cifar10, " +
                             "cifar100, image_folder, synthetic)");
+}
+
+}  // namespace
+
+Datasets open_datasets(const Config& config) {
+  Datasets data = open_datasets_unchecked(config);
+  check_data_fits_host(config, data, this_host_limits());
+  return data;
+}
+
+void check_data_fits_host(const Config& config, const Datasets& data, const HostLimits& host) {
+  const DataConfig& d = config.data;
+  const int64_t most_workers = max_loader_workers(host);
+  if (d.workers > most_workers)
+    throw config_error_at(
+        config, "data.workers",
+        "is " + std::to_string(d.workers) + ", more loader threads than this host can run: at most " +
+            std::to_string(most_workers) + " (8 per core on " + std::to_string(host.cores) +
+            " cores, at least 64" +
+            (host.max_user_threads > 0
+                 ? ", and half of RLIMIT_NPROC (" + std::to_string(host.max_user_threads) + ")"
+                 : std::string()) +
+            "). HINT: set data.workers = -1 to share the cores between the node's ranks");
+
+  const int64_t train_size = data.train->size(), test_size = data.test->size();
+  if (!d.drop_last && d.batch_size > train_size)
+    throw config_error_at(
+        config, "data.batch_size",
+        "is " + std::to_string(d.batch_size) + ", larger than the " + std::to_string(train_size) +
+            " samples of the training set (" + data.train->name() +
+            "): with data.drop_last = false every step would take the whole set as one batch. HINT: set "
+            "data.batch_size to at most " +
+            std::to_string(train_size));
+  if (host.available_memory <= 0) return;                                  // unknown: nothing to compare with
+  const double budget = 0.5 * static_cast<double>(host.available_memory);  // the rest: model, activations
+  const std::string available = format_bytes(static_cast<double>(host.available_memory));
+
+  // The sampler's epoch order and this rank's share of it, and the evaluation shard: 8 bytes an index.
+  const double index_bytes = 8.0 * (2.0 * static_cast<double>(train_size) + static_cast<double>(test_size));
+  if (index_bytes > budget) {
+    const bool synthetic = d.dataset == "synthetic";
+    throw config_error_at(
+        config, synthetic ? "data.synthetic_samples" : "data.root",
+        "the " + std::to_string(train_size) + " training and " + std::to_string(test_size) +
+            " test samples need " + format_bytes(index_bytes) +
+            " of sample indices (8 bytes each, twice for the training order), more than half of the " +
+            available + " of memory available on this host. HINT: " +
+            (synthetic ? "lower data.synthetic_samples"
+                       : "use a smaller dataset or a host with more memory"));
+  }
+
+  // Batches in flight: the loader's queue (data.prefetch_batches, at least one per worker) and the one in
+  // use as uint8, plus the float32 copy the step normalises it into (4 bytes a value).
+  const int64_t workers = std::max(d.workers, 1);
+  const int64_t queued =
+      std::max<int64_t>(d.prefetch_batches > 0 ? d.prefetch_batches : 2 * workers, workers);
+  const auto check_batches = [&](const char* key, int64_t batch_size, const Dataset& dataset) {
+    const int64_t batch = std::min(batch_size, dataset.size());
+    const double bytes = static_cast<double>(batch) * static_cast<double>(dataset.sample_bytes()) *
+                         (static_cast<double>(queued + 1) + 4.0);
+    if (bytes <= budget) return;
+    throw config_error_at(
+        config, key,
+        std::to_string(queued + 1) + " batches of " + std::to_string(batch) + " images of " +
+            std::to_string(dataset.height()) + "x" + std::to_string(dataset.width()) + "x" +
+            std::to_string(dataset.channels()) + " in flight and one as float32 need " + format_bytes(bytes) +
+            ", more than half of the " + available + " of memory available on this host. HINT: lower " + key +
+            " (or data.prefetch_batches)");
+  };
+  check_batches("data.batch_size", d.batch_size, *data.train);
+  check_batches("data.eval_batch_size", d.eval_batch_size, *data.test);
 }
 
 Normalization resolved_normalization(const Config& config, const Dataset& dataset) {

@@ -2,32 +2,36 @@
 
 #include <cmath>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
-
-#include "app/format.h"
-#include "app/system_info.h"
 
 namespace trainer {
 namespace {
 
 // JSON has no NaN: an undefined figure is null.
-std::string number(double v) { return std::isfinite(v) ? fmt("%.10g", v) : "null"; }
+nlohmann::ordered_json number(double v) { return std::isfinite(v) ? nlohmann::ordered_json(v) : nullptr; }
 
 }  // namespace
 
 std::string eval_summary_json(const EvalSummary& s) {
-  std::string out = "{\n  \"mode\": \"eval\",\n  \"weights\": " + json_quote(s.weights) +
-                    ",\n  \"dataset\": " + json_quote(s.dataset) +
-                    ",\n  \"images\": " + std::to_string(s.images) + ",\n  \"loss\": " + number(s.loss) +
-                    ",\n  \"top1\": " + number(s.top1) + ",\n  \"top5\": " + number(s.top5) +
-                    ",\n  \"auc\": " + number(s.auc) + ",\n  \"per_class_accuracy\": [";
+  nlohmann::ordered_json j;
+  j["mode"] = "eval";
+  j["weights"] = s.weights;
+  j["dataset"] = s.dataset;
+  j["images"] = s.images;
+  j["skipped_images"] = s.skipped_images;
+  j["loss"] = number(s.loss);
+  j["top1"] = number(s.top1);
+  j["top5"] = number(s.top5);
+  j["auc"] = number(s.auc);
+  j["per_class_accuracy"] = nlohmann::ordered_json::array();
   for (size_t c = 0; c < s.per_class_accuracy.size(); ++c) {
     const std::string name =
         c < s.class_names.size() && !s.class_names[c].empty() ? s.class_names[c] : std::to_string(c);
-    out += std::string(c ? "," : "") + "\n    {\"class\": " + json_quote(name) +
-           ", \"accuracy\": " + number(s.per_class_accuracy[c]) + "}";
+    j["per_class_accuracy"].push_back({{"class", name}, {"accuracy", number(s.per_class_accuracy[c])}});
   }
-  return out + (s.per_class_accuracy.empty() ? "]\n}\n" : "\n  ]\n}\n");
+  // A path that is not UTF-8 must not lose the summary: such bytes become U+FFFD.
+  return j.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
 }
 
 void write_eval_summary(const std::string& path, const EvalSummary& s) {

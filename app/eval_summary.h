@@ -8,9 +8,10 @@
 namespace trainer {
 
 struct EvalSummary {
-  std::string weights;  // the weights file evaluated
-  std::string dataset;  // the test split's name
-  int64_t images = 0;   // images counted in the metrics
+  std::string weights;         // the weights file evaluated
+  std::string dataset;         // the test split's name
+  int64_t images = 0;          // images counted in the metrics
+  int64_t skipped_images = 0;  // unreadable images left out (data.bad_samples = "skip")
   double loss = 0.0, top1 = 0.0, top5 = 0.0;
   double auc = 0.0;                      // NaN when not computed: written as null
   std::vector<std::string> class_names;  // index order; empty entries are named by their index

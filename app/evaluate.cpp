@@ -17,7 +17,7 @@
 
 namespace trainer {
 
-EvalMetrics evaluate(Experiment& e, const Dataset& dataset, Comm* comm) {
+EvalMetrics evaluate(Experiment& e, const Dataset& dataset, Comm* comm, int64_t* skipped) {
   const Config& c = e.config;
   EvalShard shard(dataset.size(), e.world_size, e.rank);
   LoaderOptions lo;
@@ -56,12 +56,17 @@ EvalMetrics evaluate(Experiment& e, const Dataset& dataset, Comm* comm) {
   }
   e.model->train(was_training);
   // Every rank evaluates its own shard: agree before stopping, so every rank gives the same reason.
+  // The same sum counts the images left out on all ranks.
   int64_t any_non_finite = outputs_finite ? 0 : 1;
+  int64_t left_out = loader.dropped_samples();
   if (comm && comm->world_size() > 1) {
-    Tensor flag = Tensor::from_vector<int64_t>({any_non_finite}, {1});
-    comm->all_reduce(flag, ReduceOp::max);
-    any_non_finite = flag.to_vector<int64_t>()[0];
+    Tensor sums = Tensor::from_vector<int64_t>({any_non_finite, left_out}, {2});
+    comm->all_reduce(sums, ReduceOp::sum);
+    const std::vector<int64_t> totals = sums.to_vector<int64_t>();
+    any_non_finite = totals[0];
+    left_out = totals[1];
   }
+  if (skipped) *skipped = left_out;
   if (any_non_finite)
     throw std::runtime_error(
         "evaluation: the model's outputs are NaN or infinite: training diverged (or, in fp16, the logits "

@@ -11,7 +11,9 @@ class Comm;
 
 // Evaluates this rank's EvalShard of `dataset` (every sample on exactly one rank, no padding) and,
 // given a communicator, combines the ranks' sums exactly so every rank returns the global metrics.
-EvalMetrics evaluate(Experiment& e, const Dataset& dataset, Comm* comm = nullptr);
+// Unreadable images that data.bad_samples = "skip" left out are not in the metrics; their number over
+// all ranks goes to *skipped when given.
+EvalMetrics evaluate(Experiment& e, const Dataset& dataset, Comm* comm = nullptr, int64_t* skipped = nullptr);
 
 // Writes the first min(count, dataset size) samples of `dataset` as the model saw them in eval mode
 // (normalized float "images" [N, C, H, W], "labels" [N]) and its "logits" [N, classes] to a

@@ -18,6 +18,7 @@ std::string summary_json(const RunSummary& s) {
   j["best_test_accuracy"] = s.best_test_accuracy;
   j["final_test_top5"] = s.final_test_top5;
   j["final_test_loss"] = s.final_test_loss;
+  j["final_test_skipped_samples"] = s.final_test_skipped;
   j["final_train_loss"] = s.final_train_loss;
   j["run_dir"] = s.run_dir;
   j["weights"] = s.weights;

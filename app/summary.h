@@ -1,5 +1,6 @@
 #pragma once
 // The JSON written by --summary at the end of a run, for scripts and benchmarks.
+#include <cstdint>
 #include <string>
 
 #include "metrics/output_file.h"
@@ -16,6 +17,7 @@ struct RunSummary {
   double best_test_accuracy = 0.0;
   double final_test_top5 = 0.0;
   double final_test_loss = 0.0;
+  int64_t final_test_skipped = 0;  // unreadable test images left out (data.bad_samples = "skip")
   double final_train_loss = 0.0;
   std::string run_dir;
   std::string weights;

@@ -442,10 +442,12 @@ std::string evaluate_at_epoch_end(TrainLoop& loop, int epoch) {
     if (loop.average_bn_stats) average_bn_running_stats(*loop.e.model, loop.pg.comm());
     if (loop.heartbeat) loop.heartbeat->set_phase("evaluation");
     if (last && loop.signal_hook.in_final_eval) std::raise(loop.signal_hook.signal);
-    EvalMetrics m = evaluate(loop.e, *loop.e.data.test, &loop.pg.comm());
+    int64_t skipped = 0;
+    EvalMetrics m = evaluate(loop.e, *loop.e.data.test, &loop.pg.comm(), &skipped);
     summary.final_test_accuracy = m.top1();
     summary.final_test_top5 = m.top5();
     summary.final_test_loss = m.mean_loss();
+    summary.final_test_skipped = skipped;
     st.accuracy = m.top1();
     st.best_accuracy = std::max(st.best_accuracy, m.top1());
     loop.exporter.set_eval_accuracy(m.top1());
@@ -453,7 +455,10 @@ std::string evaluate_at_epoch_end(TrainLoop& loop, int epoch) {
     eval_part =
         fmt(" | test loss %.4f top1 %.2f%% top5 %.2f%%", m.mean_loss(), 100 * m.top1(), 100 * m.top5());
     if (!std::isnan(m.auc())) eval_part += fmt(" auc %.4f", m.auc());
-    eval_part += fmt(" (%lld images, %.1fs)", static_cast<long long>(m.count()), seconds_since(eval_start));
+    const std::string skipped_note =
+        skipped > 0 ? fmt(", %lld unreadable skipped", static_cast<long long>(skipped)) : "";
+    eval_part += fmt(" (%lld images%s, %.1fs)", static_cast<long long>(m.count()), skipped_note.c_str(),
+                     seconds_since(eval_start));
     // Every rank holds the same merged metrics, so every rank stops after this epoch.
     const double target = config.train.target_accuracy;
     if (target > 0 && m.top1() >= target) {
@@ -594,9 +599,13 @@ int finish_run(TrainLoop& loop) {
     if (!loop.options.summary_path.empty()) write_summary(loop.options.summary_path, summary, loop.full_disk);
   }
   leave_process_group(loop);
-  log.line(fmt("done: %lld steps in %s (%.0f img/s), final test accuracy %.2f%%, best %.2f%%",
+  const std::string skipped_note =
+      summary.final_test_skipped > 0
+          ? fmt(" (%lld unreadable test images skipped)", static_cast<long long>(summary.final_test_skipped))
+          : "";
+  log.line(fmt("done: %lld steps in %s (%.0f img/s), final test accuracy %.2f%%%s, best %.2f%%",
                static_cast<long long>(st.step), format_duration(st.train_seconds).c_str(),
-               summary.samples_per_second, 100 * summary.final_test_accuracy,
+               summary.samples_per_second, 100 * summary.final_test_accuracy, skipped_note.c_str(),
                100 * summary.best_test_accuracy));
   if (const std::string chance = at_chance_warning(loop.e, st.step, st.accuracy); !chance.empty())
     log.line("warning: " + chance);  // once: only rank 0 prints its lines

@@ -3,9 +3,11 @@
 // unknown format, unreadable file): config key data.bad_samples.
 //   error: stop with a DataError naming the file and what is wrong (the default: a broken file is
 //          usually a broken copy of the whole dataset, better found at once);
-//   skip:  replace the sample by the next good index (index + 1, index + 2, ..., wrapping around),
-//          which depends only on the files, never on threads or timing, so runs stay reproducible;
-//          warn once per bad file and count every replacement.
+//   skip:  in training, replace the sample by the next good index (index + 1, index + 2, ..., wrapping
+//          around), which depends only on the files, never on threads or timing, so runs stay
+//          reproducible; warn once per bad file and count every replacement. In evaluation
+//          (ImageFolderOptions::drop_bad_samples), leave the sample out (kDroppedSample,
+//          data/dataset.h) instead, so every readable image counts exactly once.
 #include <atomic>
 #include <cstdint>
 #include <functional>

@@ -8,6 +8,7 @@
 
 #include "data/data_error.h"
 #include "data/hash.h"
+#include "data/path_check.h"
 
 namespace trainer {
 
@@ -118,7 +119,9 @@ Cifar::Cifar(CifarVariant variant, const std::string& root, std::string_view spl
   }
   namespace fs = std::filesystem;
   std::error_code error;
-  if (!fs::is_directory(root, error)) {
+  const PathCheck dir = check_directory(root);
+  if (dir.problem == PathProblem::unreachable) throw DataError(root + ": " + dir.reason);
+  if (!dir) {
     throw DataError(root + ": no such directory (" + layout.display_name + " root). " + install_hint(layout));
   }
   // Accept the directory that holds the extracted one, as well as the extracted one itself.
@@ -128,7 +131,10 @@ Cifar::Cifar(CifarVariant variant, const std::string& root, std::string_view spl
 
   for (const std::string& name : split == "train" ? layout.train_files : layout.test_files) {
     const std::string path = (directory / name).string();
-    if (!fs::is_regular_file(path, error)) throw DataError(path + ": no such file. " + install_hint(layout));
+    const PathCheck file = check_regular_file(path);
+    if (file.problem == PathProblem::missing)
+      throw DataError(path + ": no such file. " + install_hint(layout));
+    if (!file) throw DataError(path + ": " + file.reason);
     files_.push_back(path);
   }
   content_hash_ = kFnv1a64Offset;
@@ -150,7 +156,7 @@ void Cifar::load_file(const std::string& path) {
                     " + 3072 pixel bytes): the file is truncated or not a " + layout.display_name +
                     " binary batch. " + install_hint(layout));
   }
-  content_hash_ = fnv1a64(bytes.data(), bytes.size(), content_hash_);
+  content_hash_ = fnv1a64_bytes(bytes.data(), bytes.size(), content_hash_);
 
   const size_t records = bytes.size() / record_bytes;
   const size_t first = labels_.size();

@@ -10,6 +10,12 @@ namespace trainer {
 
 class Generator;  // nn/random.h
 
+// What read_augmented returns, instead of a label, for a sample that cannot be read and that the
+// dataset's policy leaves out rather than replaces: an evaluation split with bad_samples = "skip", where
+// a replacement would count another image twice. The DataLoader drops such a sample from its batch and
+// counts it (DataLoader::dropped_samples).
+inline constexpr int64_t kDroppedSample = -1;
+
 // Per-channel statistics of the pixels scaled to [0, 1], for to_float_normalized().
 struct Normalization {
   std::vector<float> mean;
@@ -42,7 +48,8 @@ class Dataset {
   // What the DataLoader reads: sample `index` as this dataset presents it for training or evaluation,
   // drawing any randomness (a random resized crop, say) from gen, and the label of the pixels written.
   // That label is label(index) except when a dataset replaces an unreadable sample by another (see
-  // BadSamplePolicy). The default, for datasets stored at their final size, is read_into + label.
+  // BadSamplePolicy), or kDroppedSample when it leaves it out (then hwc_out holds nothing useful). The
+  // default, for datasets stored at their final size, is read_into + label.
   virtual int64_t read_augmented(int64_t index, uint8_t* hwc_out, Generator& gen) const;
   // Samples replaced by another so far because their file could not be read (bad_samples = "skip"),
   // counted once per read: what trainer_bad_samples_total exports. Safe to call from any thread.

@@ -6,6 +6,7 @@
 #include "data/data_error.h"
 #include "data/hash.h"
 #include "data/idx.h"
+#include "data/path_check.h"
 
 namespace trainer {
 
@@ -14,12 +15,14 @@ namespace {
 constexpr const char* kInstallHint = "HINT: apt-get install dataset-fashion-mnist, or set data.root";
 
 // The file named `stem` or `stem`.gz under root; the uncompressed one wins when both exist because it
-// loads faster. Throws with the hint when neither exists.
+// loads faster. Throws with the install hint when neither exists, with the reason when one exists but
+// cannot be used.
 std::string find_file(const std::filesystem::path& root, const std::string& stem) {
   for (const std::string& name : {stem, stem + ".gz"}) {
     const std::filesystem::path path = root / name;
-    std::error_code error;
-    if (std::filesystem::is_regular_file(path, error)) return path.string();
+    const PathCheck check = check_regular_file(path);
+    if (check) return path.string();
+    if (check.problem != PathProblem::missing) throw DataError(path.string() + ": " + check.reason);
   }
   throw DataError((root / stem).string() + "(.gz): no such file. " + kInstallHint);
 }
@@ -30,10 +33,9 @@ FashionMnist::FashionMnist(const std::string& root, std::string_view split) : sp
   if (split != "train" && split != "test") {
     throw DataError("fashion-mnist: unknown split '" + split_ + "': expected train or test");
   }
-  std::error_code error;
-  if (!std::filesystem::is_directory(root, error)) {
-    throw DataError(root + ": no such directory (Fashion-MNIST root). " + kInstallHint);
-  }
+  const PathCheck dir = check_directory(root);
+  if (dir.problem == PathProblem::unreachable) throw DataError(root + ": " + dir.reason);
+  if (!dir) throw DataError(root + ": no such directory (Fashion-MNIST root). " + kInstallHint);
   const std::string prefix = split == "train" ? "train" : "t10k";
   images_path_ = find_file(root, prefix + "-images-idx3-ubyte");
   labels_path_ = find_file(root, prefix + "-labels-idx1-ubyte");

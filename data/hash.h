@@ -10,7 +10,9 @@ namespace trainer {
 
 inline constexpr uint64_t kFnv1a64Offset = 0xcbf29ce484222325ull;
 
-inline uint64_t fnv1a64(const void* data, size_t size, uint64_t hash = kFnv1a64Offset) {
+// The two have different names because, as overloads, fnv1a64("text", hash) chose the bytes one (a
+// string literal converts to const void* more readily than to string_view) and read `hash` bytes.
+inline uint64_t fnv1a64_bytes(const void* data, size_t size, uint64_t hash = kFnv1a64Offset) {
   const auto* bytes = static_cast<const unsigned char*>(data);
   for (size_t i = 0; i < size; ++i) {
     hash ^= bytes[i];
@@ -19,8 +21,8 @@ inline uint64_t fnv1a64(const void* data, size_t size, uint64_t hash = kFnv1a64O
   return hash;
 }
 
-inline uint64_t fnv1a64(std::string_view text, uint64_t hash = kFnv1a64Offset) {
-  return fnv1a64(text.data(), text.size(), hash);
+inline uint64_t fnv1a64_text(std::string_view text, uint64_t hash = kFnv1a64Offset) {
+  return fnv1a64_bytes(text.data(), text.size(), hash);
 }
 
 // The splitmix64 finaliser: a bijection on 64-bit values with good avalanche.

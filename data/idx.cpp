@@ -125,8 +125,8 @@ IdxContent read_idx(const std::string& path, uint32_t expected_magic) {
   }
   reader.verify_end();
 
-  content.hash = fnv1a64(header, header_bytes);
-  content.hash = fnv1a64(content.payload.data(), content.payload.size(), content.hash);
+  content.hash = fnv1a64_bytes(header, header_bytes);
+  content.hash = fnv1a64_bytes(content.payload.data(), content.payload.size(), content.hash);
   return content;
 }
 

@@ -9,6 +9,8 @@
 #include <memory>
 #include <string>
 
+#include "data/png_integrity.h"
+
 namespace trainer {
 
 namespace {
@@ -128,16 +130,17 @@ void decode_jpeg(const uint8_t* data, size_t size, int64_t channels, DecodedImag
     cmyk_pixels.resize(static_cast<size_t>(width) * height * 4);
     target = cmyk_pixels.data();
   }
-  if (tjDecompress2(tj, data, static_cast<unsigned long>(size), target, width, 0, height, pixel_format, 0) !=
-      0) {
+  // A warning ("Corrupt JPEG data: ...", "Premature end of JPEG file") means damaged scan data that
+  // libjpeg papers over with wrong or grey pixels: an error, like the failures, so that
+  // bad_samples = "error" stops on it (issue 30). TJFLAG_STOPONWARNING stops at the first one.
+  if (tjDecompress2(tj, data, static_cast<unsigned long>(size), target, width, 0, height, pixel_format,
+                    TJFLAG_STOPONWARNING) != 0) {
     const std::string message = tjGetErrorStr2(tj);
-    const bool fatal = tjGetErrorCode(tj) == TJERR_FATAL;
     decompressor.reset();
-    if (fatal) fail("corrupt JPEG: " + message);
-    // A warning: the image was decoded, but a premature end means its bottom part is filled in.
     if (message.find("Premature end") != std::string::npos) {
       fail("truncated JPEG: " + message + " (" + std::to_string(size) + " bytes)");
     }
+    fail("corrupt JPEG: " + message);
   }
   if (cmyk) {
     // Adobe's (the usual) CMYK JPEGs store inverted ink values: R = C * K / 255 on the stored bytes,
@@ -182,6 +185,7 @@ SpngContext open_png(const uint8_t* data, size_t size, spng_ihdr& ihdr) {
 void decode_png(const uint8_t* data, size_t size, int64_t channels, DecodedImage& out) {
   spng_ihdr ihdr{};
   SpngContext ctx = open_png(data, size, ihdr);
+  check_png_integrity(data, size);  // what libspng leaves unchecked (data/png_integrity.h)
   // RGBA8 covers every colour type and bit depth (palette, grey, 16 bits); alpha is then dropped.
   thread_local std::vector<uint8_t> rgba;
   size_t bytes = 0;

@@ -15,6 +15,7 @@
 #include "data/hash.h"
 #include "data/image_codec.h"
 #include "data/jpeg_region.h"
+#include "data/path_check.h"
 #include "nn/random.h"
 
 namespace trainer {
@@ -45,9 +46,9 @@ constexpr int64_t kContentSampleFiles = 256;
 // bad-sample policy deals with it when it is read as a sample).
 uint64_t hash_file_contents(const std::string& path, uint64_t hash) {
   std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) return fnv1a64("<unreadable>", hash);
+  if (!f) return fnv1a64_text("<unreadable>", hash);
   char buffer[1 << 16];
-  for (size_t n; (n = std::fread(buffer, 1, sizeof buffer, f)) > 0;) hash = fnv1a64(buffer, n, hash);
+  for (size_t n; (n = std::fread(buffer, 1, sizeof buffer, f)) > 0;) hash = fnv1a64_bytes(buffer, n, hash);
   std::fclose(f);
   return hash;
 }
@@ -165,7 +166,9 @@ ImageFolder::ImageFolder(const std::string& directory, ImageFolderOptions option
                     ": random resized crop needs 0 < scale_min <= scale_max and 0 < ratio_min <= ratio_max");
   }
   std::error_code error;
-  if (!fs::is_directory(dir, error)) throw DataError(directory_ + ": no such directory");
+  const PathCheck check = check_directory(dir);
+  if (check.problem == PathProblem::missing) throw DataError(directory_ + ": no such directory");
+  if (!check) throw DataError(directory_ + ": " + check.reason);
 
   // Classes: the sub-directories, sorted (torchvision's find_classes).
   std::vector<std::string> found;
@@ -208,8 +211,8 @@ ImageFolder::ImageFolder(const std::string& directory, ImageFolderOptions option
         paths_ += relative;
         path_offsets_.push_back(paths_.size());
         labels_.push_back(label);
-        content_hash_ = fnv1a64(relative.data(), relative.size() + 1, content_hash_);  // with the '\0'
-        content_hash_ = fnv1a64(&file.size, sizeof(file.size), content_hash_);
+        content_hash_ = fnv1a64_bytes(relative.data(), relative.size() + 1, content_hash_);  // with the '\0'
+        content_hash_ = fnv1a64_bytes(&file.size, sizeof(file.size), content_hash_);
       }
     }
     if (labels_.size() == before) {
@@ -326,8 +329,18 @@ int64_t ImageFolder::read_augmented(int64_t index, uint8_t* hwc_out, Generator& 
     }
     return labels_[static_cast<size_t>(index)];
   }
-  // Skip: take the first good sample from index on. Every attempt draws from a copy of gen as it came
-  // in, so the pixels, the label and gen's state afterwards depend only on which files are bad, not on
+  if (options_.drop_bad_samples) {
+    // Skip by leaving the sample out (an evaluation split): a replacement would be evaluated twice.
+    if (bad_->known_bad(index)) return kDroppedSample;
+    const std::string problem = try_load(index, hwc_out, draw);
+    if (problem.empty()) return labels_[static_cast<size_t>(index)];
+    bad_->mark_bad(index,
+                   "warning: " + path(index) + ": " + problem +
+                       "; skipping it (data.bad_samples = \"skip\"): it is left out of the evaluation");
+    return kDroppedSample;
+  }
+  // Skip by replacing: take the first good sample from index on. Every attempt draws from a copy of gen as it
+  // came in, so the pixels, the label and gen's state afterwards depend only on which files are bad, not on
   // which thread happened to find that out first.
   const int64_t n = size();
   for (int64_t k = 0; k < n; ++k) {

@@ -34,6 +34,9 @@ struct ImageFolderOptions {
   RandomResizedCropConfig crop;
   BadSamplePolicy bad_samples = BadSamplePolicy::error;
   BadSampleWarn warn;  // bad_samples = skip: one line per bad file; empty = stderr
+  // bad_samples = skip leaves a bad sample out (kDroppedSample) instead of replacing it: for an
+  // evaluation split, where a replacement would count another image twice.
+  bool drop_bad_samples = false;
   // The class list, in label order. Empty: the sorted sub-directories. Give the training split's
   // list to the evaluation split so that labels agree even when a class has no evaluation images; a
   // sub-directory not in the list is then an error.
@@ -60,7 +63,8 @@ class ImageFolder : public Dataset {
   // DataError, whatever the policy.
   void read_into(int64_t index, uint8_t* hwc_out) const override;
   int64_t label(int64_t index) const override;
-  // The mode's view, drawing the random crop from gen in training mode; applies the bad-sample policy.
+  // The mode's view, drawing the random crop from gen in training mode; applies the bad-sample policy
+  // (with "skip", a bad file is replaced, or left out with drop_bad_samples).
   int64_t read_augmented(int64_t index, uint8_t* hwc_out, Generator& gen) const override;
   int64_t skipped_samples() const override { return bad_->replacements(); }
   std::string fingerprint() const override { return describe(content_hash_); }

@@ -70,15 +70,26 @@ std::optional<Batch> DataLoader::load_batch(int64_t batch_index, std::vector<uin
   batch.labels = allocate({count}, DType::i64);
   uint8_t* images = batch.images.data<uint8_t>();
   int64_t* labels = batch.labels.data<int64_t>();
+  int64_t kept = 0;  // samples are written at position `kept`: a dropped one is overwritten by the next
   for (int64_t i = 0; i < count; ++i) {
     if (stopping_.load(std::memory_order_relaxed)) return std::nullopt;
     const int64_t index = batch.indices[static_cast<size_t>(i)];
-    uint8_t* image = images + i * sample_bytes;
+    uint8_t* image = images + kept * sample_bytes;
     Generator gen(
         mix_seed(options_.seed, static_cast<uint64_t>(options_.epoch), static_cast<uint64_t>(index)));
-    labels[i] = dataset_->read_augmented(index, image, gen);
+    const int64_t label = dataset_->read_augmented(index, image, gen);
+    if (label == kDroppedSample) continue;
     if (options_.transforms.enabled())
       apply_transforms(options_.transforms, image, image_size_, gen, scratch);
+    labels[kept] = label;
+    batch.indices[static_cast<size_t>(kept)] = index;
+    ++kept;
+  }
+  if (kept < count) {
+    batch.dropped = count - kept;
+    batch.indices.resize(static_cast<size_t>(kept));
+    batch.images = batch.images.slice(0, 0, kept);  // a prefix of a contiguous tensor stays contiguous
+    batch.labels = batch.labels.slice(0, 0, kept);
   }
   return batch;
 }
@@ -112,6 +123,14 @@ void DataLoader::worker_loop() {
 }
 
 std::optional<Batch> DataLoader::next() {
+  while (std::optional<Batch> batch = next_loaded()) {
+    dropped_samples_ += batch->dropped;
+    if (!batch->indices.empty()) return batch;
+  }
+  return std::nullopt;
+}
+
+std::optional<Batch> DataLoader::next_loaded() {
   if (failure_) std::rethrow_exception(failure_);
   if (next_to_yield_ >= num_batches_) return std::nullopt;
 

@@ -31,6 +31,9 @@ struct Batch {
   Tensor labels;                 // i64 [B]
   std::vector<int64_t> indices;  // dataset indices of the B samples
   int64_t batch_index = 0;       // position in the epoch, counting from 0
+  // Samples of this batch's slice of the indices that the dataset left out (kDroppedSample): B is
+  // smaller by as many.
+  int64_t dropped = 0;
 };
 
 // Makes the tensor a batch is assembled in: u8 [B, H, W, C] for the images, i64 [B] for the labels,
@@ -64,11 +67,14 @@ class DataLoader {
 
   // The next batch in order, or nullopt at the end of the epoch. Rethrows, here on the consumer's
   // thread, an exception a worker hit while loading this batch (a corrupt file, say); after that the
-  // loader is finished and every call rethrows it. Call from one thread at a time.
+  // loader is finished and every call rethrows it. A batch whose samples the dataset all left out is
+  // passed over, so a batch is never empty. Call from one thread at a time.
   std::optional<Batch> next();
 
   int64_t num_batches() const { return num_batches_; }  // in the whole epoch, including skipped ones
   const LoaderOptions& options() const { return options_; }
+  // Samples the dataset left out (kDroppedSample) in the batches next() went through so far.
+  int64_t dropped_samples() const { return dropped_samples_; }
 
  private:
   using Result = std::variant<Batch, std::exception_ptr>;
@@ -76,6 +82,8 @@ class DataLoader {
   Tensor allocate(const Shape& shape, DType dtype) const;
   // Returns nullopt when the loader is stopping.
   std::optional<Batch> load_batch(int64_t batch_index, std::vector<uint8_t>& scratch) const;
+  // next() without passing over empty batches.
+  std::optional<Batch> next_loaded();
   void worker_loop();
   void stop_workers();
 
@@ -95,6 +103,7 @@ class DataLoader {
   std::exception_ptr failure_;           // once set, next() rethrows it forever
   std::atomic<bool> stopping_{false};
   std::vector<std::uint8_t> scratch_;  // for loading without workers
+  int64_t dropped_samples_ = 0;        // the consumer's count
   std::vector<std::thread> workers_;
 };
 

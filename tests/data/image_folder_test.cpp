@@ -329,6 +329,32 @@ TEST(ImageFolderBadFiles, UnreadableFileIsBad) {
   fs::permissions(dir.path() / "a" / "locked.png", fs::perms::owner_all);
 }
 
+// A file that cannot be opened while the list is taken (a dangling link here; a file of mode 000 for a
+// user other than root) used to crash the content fingerprint (issue 30): it is a bad sample like any
+// other, an error naming it or, with "skip", replaced and counted.
+TEST(ImageFolderBadFiles, AFileThatCannotBeOpenedWhenListedIsABadSample) {
+  TempDir dir;
+  fs::create_directories(dir.path() / "a");
+  fs::create_symlink(dir.path() / "nowhere.png", dir.path() / "a" / "0_dangling.png");
+  write_png(dir.path() / "a" / "1_good.png", 8, 8, {1, 2, 3});
+  ImageFolderOptions options;
+  options.image_size = 8;
+  const ImageFolder strict(dir.path().string(), options);
+  ASSERT_EQ(strict.size(), 2);
+  std::vector<uint8_t> pixels(static_cast<size_t>(strict.sample_bytes()));
+  Generator gen(0);
+  const std::string error = error_of([&] { strict.read_augmented(0, pixels.data(), gen); });
+  EXPECT_EQ(error.rfind(strict.path(0) + ": cannot open: No such file or directory", 0), 0u) << error;
+
+  options.bad_samples = BadSamplePolicy::skip;
+  options.warn = [](const std::string&) {};
+  const ImageFolder skipping(dir.path().string(), options);
+  EXPECT_EQ(skipping.fingerprint(), strict.fingerprint());
+  EXPECT_EQ(skipping.read_augmented(0, pixels.data(), gen), skipping.label(1));
+  EXPECT_EQ(skipping.skipped_samples(), 1);
+  EXPECT_EQ(skipping.bad_files(), 1);
+}
+
 TEST(ImageFolderBadFiles, SkipModeReplacesWithTheNextGoodSampleCountsAndWarnsOnce) {
   TempDir dir;
   write_bad_tree(dir.path());
@@ -374,6 +400,56 @@ TEST(ImageFolderBadFiles, SkipModeReplacesWithTheNextGoodSampleCountsAndWarnsOnc
       if (warning.find(file) != std::string::npos) named.insert(file);
   }
   EXPECT_EQ(named.size(), 4u);
+}
+
+// Evaluation counts every readable image exactly once (issue 30): with "skip", an unreadable one is left
+// out of its batch, not replaced by a neighbour that would then count twice; the loader counts it.
+TEST(ImageFolderBadFiles, EvaluationWithSkipLeavesBadSamplesOutInsteadOfReplacingThem) {
+  TempDir dir;
+  write_bad_tree(dir.path());
+  std::vector<std::string> warnings;
+  std::mutex mutex;
+  ImageFolderOptions options;
+  options.image_size = 16;
+  options.train = false;
+  options.bad_samples = BadSamplePolicy::skip;
+  options.drop_bad_samples = true;  // what the evaluation split gets (app/datasets.cpp)
+  options.warn = [&](const std::string& message) {
+    std::lock_guard lock(mutex);
+    warnings.push_back(message);
+  };
+  const auto dataset = std::make_shared<ImageFolder>(dir.path().string(), options);
+  fs::remove(dir.path() / "a" / "5_deleted.png");
+  const std::vector<int64_t> good = {0, 3, 6};
+  for (const int workers : {0, 2}) {
+    LoaderOptions loader_options;
+    loader_options.batch_size = 2;  // batch {4, 5} has no readable image at all
+    loader_options.num_workers = workers;
+    DataLoader loader(dataset, {0, 1, 2, 3, 4, 5, 6}, loader_options);
+    std::vector<int64_t> seen;
+    while (std::optional<Batch> batch = loader.next()) {
+      ASSERT_GT(batch->indices.size(), 0u);
+      ASSERT_EQ(batch->images.shape()[0], static_cast<int64_t>(batch->indices.size()));
+      const std::vector<uint8_t> pixels = batch->images.to_vector<uint8_t>();
+      const std::vector<int64_t> labels = batch->labels.to_vector<int64_t>();
+      ASSERT_EQ(labels.size(), batch->indices.size());
+      for (size_t i = 0; i < batch->indices.size(); ++i) {
+        const int64_t index = batch->indices[i];
+        seen.push_back(index);
+        EXPECT_EQ(labels[i], dataset->label(index)) << index;
+        const std::vector<uint8_t> expected = read(*dataset, index);
+        EXPECT_TRUE(std::equal(expected.begin(), expected.end(),
+                               pixels.begin() + static_cast<long>(i * expected.size())))
+            << index;
+      }
+    }
+    EXPECT_EQ(seen, good) << workers << " workers";
+    EXPECT_EQ(loader.dropped_samples(), 4) << workers << " workers";
+  }
+  EXPECT_EQ(dataset->skipped_samples(), 0);  // nothing was replaced
+  EXPECT_EQ(dataset->bad_files(), 4);
+  ASSERT_EQ(warnings.size(), 4u);
+  EXPECT_NE(warnings[0].find("left out of the evaluation"), std::string::npos) << warnings[0];
 }
 
 TEST(ImageFolderBadFiles, SkipModeGivesTheSameTrainingBatchesWhateverTheWorkerCount) {

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -40,6 +41,51 @@ class TroubledDataset : public SyntheticDataset {
   std::chrono::microseconds read_delay_;
   int64_t failing_index_;
 };
+
+// A dataset that leaves out (kDroppedSample) the indices divisible by 3, as an evaluation split with
+// bad_samples = "skip" leaves out its unreadable images.
+class LeavingOutDataset : public SyntheticDataset {
+ public:
+  explicit LeavingOutDataset(int64_t size) : SyntheticDataset({size, 1, 4, 4, 10, 0}) {}
+  int64_t read_augmented(int64_t index, uint8_t* hwc_out, Generator& gen) const override {
+    if (index % 3 == 0) {
+      std::memset(hwc_out, 0xee, static_cast<size_t>(sample_bytes()));  // must not reach a batch
+      return kDroppedSample;
+    }
+    return SyntheticDataset::read_augmented(index, hwc_out, gen);
+  }
+};
+
+TEST(DataLoader, SamplesTheDatasetLeavesOutAreDroppedFromTheirBatchAndCounted) {
+  const auto dataset = std::make_shared<LeavingOutDataset>(20);
+  // Batches of 3: {0, 3, 6} is all left out and passed over, the others lose one sample each.
+  const std::vector<int64_t> indices = {1, 0, 2, 0, 3, 6, 4, 5, 9, 7, 8, 18};
+  for (const int workers : {0, 3}) {
+    LoaderOptions options;
+    options.batch_size = 3;
+    options.num_workers = workers;
+    DataLoader loader(dataset, indices, options);
+    const std::vector<Batch> batches = drain(loader);
+    ASSERT_EQ(batches.size(), 3u) << workers;
+    EXPECT_EQ(batches[0].indices, (std::vector<int64_t>{1, 2}));
+    EXPECT_EQ(batches[1].indices, (std::vector<int64_t>{4, 5}));
+    EXPECT_EQ(batches[2].indices, (std::vector<int64_t>{7, 8}));
+    EXPECT_EQ(batches[1].batch_index, 2);  // its position in the epoch, counting the one passed over
+    EXPECT_EQ(batches[0].dropped, 1);
+    for (const Batch& batch : batches) {
+      ASSERT_EQ(batch.images.shape(), (Shape{2, 4, 4, 1}));
+      ASSERT_TRUE(batch.images.is_contiguous());
+      const std::vector<uint8_t> pixels = batch.images.to_vector<uint8_t>();
+      const std::vector<int64_t> labels = batch.labels.to_vector<int64_t>();
+      for (size_t i = 0; i < 2; ++i) {
+        const Sample expected = dataset->get(batch.indices[i]);
+        EXPECT_EQ(labels[i], expected.label);
+        EXPECT_TRUE(std::equal(expected.pixels.begin(), expected.pixels.end(), pixels.begin() + 16 * i));
+      }
+    }
+    EXPECT_EQ(loader.dropped_samples(), 6) << workers;
+  }
+}
 
 TEST(DataLoader, BatchesAreIdenticalWhateverTheWorkerCount) {
   const auto dataset = synthetic(203);
