@@ -2,16 +2,20 @@
 // `trainer launch`: torchrun for this node. Starts N copies of this binary running a subcommand, each
 // with the torchrun variables (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
 // MASTER_PORT), prefixes every line they print with "[rank R] ", forwards SIGINT/SIGTERM to them, and
-// when one fails stops the others (SIGTERM, SIGKILL after 10 s) and names the first failing rank with
+// when one fails stops the others (SIGTERM, SIGKILL after 30 s) and names the first failing rank with
 // its last stderr line.
+//
+// Test hooks, read once at start: TRAINER_TEST_LAUNCH_PROGRAM=PATH runs PATH instead of this binary
+// (a shell script as a rank); TRAINER_TEST_LAUNCH_STOP_GRACE_MS=MS replaces the 30 s grace.
 //
 // The children stay in the launcher's process group, so a Ctrl-C at a terminal reaches them directly;
 // the launcher forwards only signals that were sent to it alone (kill, a scheduler), never a
 // terminal's, because a second SIGINT makes a training child stop at once instead of checkpointing.
 #include <map>
 #include <string>
-#include <utility>
 #include <vector>
+
+#include "app/launch_ranks.h"
 
 namespace trainer {
 
@@ -32,28 +36,6 @@ LaunchArgs parse_launch_args(const std::vector<std::string>& args);
 // TORCHELASTIC_RUN_ID removed (the children must not believe torchrun started them).
 std::map<std::string, std::string> launch_child_environment(std::map<std::string, std::string> base,
                                                             const LaunchArgs& a, int local_rank);
-
-// Cuts a byte stream into lines and prefixes each; a partial line waits for its end (or for flush()).
-class LinePrefixer {
- public:
-  explicit LinePrefixer(std::string prefix) : prefix_(std::move(prefix)) {}
-  // Returns the complete lines of `data` (with what was pending), each prefixed and '\n'-terminated.
-  std::string feed(const char* data, size_t n);
-  // Returns the pending partial line, prefixed and terminated, or "" when nothing is pending.
-  std::string flush();
-  // The last non-blank complete (or flushed) line, without prefix and newline.
-  const std::string& last_line() const { return last_line_; }
-  // The last line holding "error:" (the trainer's own error line, which context lines may follow);
-  // the last line when there is none.
-  const std::string& error_line() const { return error_line_.empty() ? last_line_ : error_line_; }
-
- private:
-  void take_line(const std::string& line, std::string* out);
-  std::string prefix_;
-  std::string pending_;
-  std::string last_line_;
-  std::string error_line_;
-};
 
 int launch_command(const std::vector<std::string>& args);
 
