@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <cstdio>
@@ -17,7 +18,7 @@ namespace trainer {
 namespace {
 
 const char* kLaunchUsage =
-    "usage: trainer launch --nproc-per-node N\n"
+    "usage: trainer launch --nproc-per-node N [--max-restarts K]\n"
     "                      [--nnodes M --node-rank R --master-addr HOST --master-port PORT]\n"
     "                      -- COMMAND [ARGS ...]\n\n"
     "Runs `trainer COMMAND ARGS ...` as N ranks on this node, like torchrun: each process gets RANK,\n"
@@ -28,12 +29,16 @@ const char* kLaunchUsage =
     "after 30 s (as torchrun), and the launcher names the first failing rank and its last error line (exit "
     "status 1).\n\n"
     "  --nproc-per-node N    processes on this node (required)\n"
+    "  --max-restarts K      after a failure, start all local ranks again, up to K times (default 0),\n"
+    "                        adding `--resume auto` to a train command: it continues from the last\n"
+    "                        checkpoint. The ranks read the attempt in TORCHELASTIC_RESTART_COUNT and\n"
+    "                        TRAINER_RESTART_COUNT. One node only (--nnodes 1)\n"
     "  --nnodes M            nodes in the job (default 1); run one launcher per node\n"
     "  --node-rank R         this node's index, 0 .. M-1 (default 0); RANK = R * N + local rank\n"
     "  --master-addr HOST    host of rank 0 (default 127.0.0.1; required when M > 1)\n"
     "  --master-port PORT    rendezvous port on HOST (default 29500)\n"
-    "\n"
-    "example: trainer launch --nproc-per-node 2 -- train configs/fashion_mnist_cnn.toml\n";
+    "Each flag also takes torchrun's spelling (--nproc_per_node) and the form --flag=value.\n\n"
+    "example: trainer launch --nproc-per-node 2 --max-restarts 3 -- train configs/fashion_mnist_cnn.toml\n";
 
 // Long enough for a survivor blocked in a collective with the dead rank to notice (a few seconds of
 // silent heartbeat, dist/peer_liveness.h), print its error naming that rank and exit by itself;
@@ -49,8 +54,15 @@ int parse_int(const std::string& flag, const std::string& value) {
   return v;
 }
 
-const std::set<std::string> kValueFlags = {"--nproc-per-node", "--nnodes", "--node-rank", "--master-addr",
-                                           "--master-port"};
+// torchrun spells its flags with underscores (--nproc_per_node), ours with hyphens: both are taken,
+// so a torchrun command line works after swapping the program name.
+std::string hyphenated(std::string flag) {
+  std::replace(flag.begin() + 2, flag.end(), '_', '-');
+  return flag;
+}
+
+const std::set<std::string> kValueFlags = {"--nproc-per-node", "--nnodes",      "--node-rank",
+                                           "--master-addr",    "--master-port", "--max-restarts"};
 
 std::string self_executable() {
   char buf[4096];
@@ -83,7 +95,7 @@ LaunchArgs parse_launch_args(const std::vector<std::string>& args) {
                        "': write trainer launch --nproc-per-node N -- " + arg + " ...");
     const size_t eq = arg.find('=');
     const std::string given = arg.substr(0, eq);  // as the user spelled it, for the messages
-    const std::string& name = given;
+    const std::string name = hyphenated(given);
     if (!kValueFlags.count(name)) throw UsageError("unknown option " + given);
     std::string value;
     if (eq != std::string::npos) {
@@ -105,6 +117,8 @@ LaunchArgs parse_launch_args(const std::vector<std::string>& args) {
       saw_master_addr = true;
     } else if (name == "--master-port") {
       a.master_port = parse_int(name, value);
+    } else if (name == "--max-restarts") {
+      a.max_restarts = parse_int(name, value);
     }
   }
   if (a.help) return a;
@@ -121,6 +135,16 @@ LaunchArgs parse_launch_args(const std::vector<std::string>& args) {
   if (a.nnodes > 1 && !saw_master_addr)
     throw UsageError("--nnodes " + std::to_string(a.nnodes) +
                      " needs --master-addr HOST (the host of node rank 0); 127.0.0.1 reaches only this node");
+  if (a.max_restarts < 0)
+    throw UsageError("--max-restarts must be 0 or more, got " + std::to_string(a.max_restarts));
+  // A restart on one node alone would leave the other nodes' ranks waiting for ranks that start over:
+  // the launchers would have to agree on every restart through the store, which they do not yet do.
+  if (a.max_restarts > 0 && a.nnodes > 1)
+    throw UsageError("--max-restarts " + std::to_string(a.max_restarts) + " with --nnodes " +
+                     std::to_string(a.nnodes) +
+                     " is not supported: the launchers of several nodes cannot yet agree on a restart. Use "
+                     "--max-restarts 0 and, after a failure, start every node again with `--resume auto` "
+                     "added to the train command (or run under torchrun, whose agents restart together)");
   if (static_cast<long long>(a.nnodes) * a.nproc_per_node > (1 << 20))
     throw UsageError("--nnodes x --nproc-per-node is too large");
   if (!saw_separator)
@@ -131,7 +155,7 @@ LaunchArgs parse_launch_args(const std::vector<std::string>& args) {
   return a;
 }
 
-EnvMap launch_child_environment(EnvMap env, const LaunchArgs& a, int local_rank) {
+EnvMap launch_child_environment(EnvMap env, const LaunchArgs& a, int local_rank, int restart_count) {
   env.erase("TORCHELASTIC_RUN_ID");
   env["RANK"] = std::to_string(a.node_rank * a.nproc_per_node + local_rank);
   env["WORLD_SIZE"] = std::to_string(a.nnodes * a.nproc_per_node);
@@ -139,7 +163,19 @@ EnvMap launch_child_environment(EnvMap env, const LaunchArgs& a, int local_rank)
   env["LOCAL_WORLD_SIZE"] = std::to_string(a.nproc_per_node);
   env["MASTER_ADDR"] = a.master_addr;
   env["MASTER_PORT"] = std::to_string(a.master_port);
+  // torchrun's name, which scripts written for torchrun read, and ours (metrics/exporter.h).
+  env["TORCHELASTIC_RESTART_COUNT"] = std::to_string(restart_count);
+  env["TRAINER_RESTART_COUNT"] = std::to_string(restart_count);
   return env;
+}
+
+std::vector<std::string> restart_command(const std::vector<std::string>& command) {
+  if (command.empty() || command[0] != "train") return command;
+  for (const std::string& arg : command)
+    if (arg == "--resume" || arg.rfind("--resume=", 0) == 0) return command;
+  std::vector<std::string> with_resume = command;
+  with_resume.insert(with_resume.end(), {"--resume", "auto"});
+  return with_resume;
 }
 
 // ---- the command ----
@@ -177,7 +213,8 @@ int launch_command(const std::vector<std::string>& args) {
   EnvMap base = current_environment();
   // One launcher starts the whole job on one node, so it can name the job: the rendezvous store then
   // refuses ranks of another launch that happens to use the same port. Launchers of several nodes
-  // cannot agree on a name without talking, so there the user may set TRAINER_RUN_ID.
+  // cannot agree on a name without talking, so there the user may set TRAINER_RUN_ID. A restart keeps
+  // the name: the ranks of the failed attempt are all gone when it starts.
   if (a.nnodes == 1 && !base.count("TRAINER_RUN_ID"))
     base["TRAINER_RUN_ID"] = "launch-" + std::to_string(::getpid()) + "-" +
                              std::to_string(std::chrono::system_clock::now().time_since_epoch().count());
@@ -188,27 +225,52 @@ int launch_command(const std::vector<std::string>& args) {
   AttemptSpec spec;
   spec.program = program_to_run();
   spec.stop_grace = stop_grace();
-  spec.command = a.command;
-  for (int i = 0; i < a.nproc_per_node; ++i)
-    spec.ranks.push_back({a.node_rank * a.nproc_per_node + i, launch_child_environment(base, a, i)});
-  spec.start_line = "node " + std::to_string(a.node_rank) + "/" + std::to_string(a.nnodes) + ", world size " +
-                    std::to_string(a.nnodes * a.nproc_per_node) + ", master " + a.master_addr + ":" +
-                    std::to_string(a.master_port) + ";";
-  const AttemptOutcome o = run_attempt(spec);
-  if (o.failed_rank >= 0) {
-    write_fully(STDERR_FILENO, failure_line(o));
-    return 1;
+  for (int restart = 0;; ++restart) {
+    spec.command = restart == 0 ? a.command : restart_command(a.command);
+    spec.ranks.clear();
+    for (int i = 0; i < a.nproc_per_node; ++i)
+      spec.ranks.push_back(
+          {a.node_rank * a.nproc_per_node + i, launch_child_environment(base, a, i, restart)});
+    spec.start_line = (restart == 0 ? std::string()
+                                    : "restart " + std::to_string(restart) + " of " +
+                                          std::to_string(a.max_restarts) + ": ") +
+                      "node " + std::to_string(a.node_rank) + "/" + std::to_string(a.nnodes) +
+                      ", world size " + std::to_string(a.nnodes * a.nproc_per_node) + ", master " +
+                      a.master_addr + ":" + std::to_string(a.master_port) + ";";
+    const AttemptOutcome o = run_attempt(spec);
+
+    if (o.failed_rank >= 0) {
+      // A failure while the launcher was being stopped is not restarted: the user asked for the end.
+      const bool restart_now = o.stop_signal == 0 && restart < a.max_restarts;
+      std::string summary = failure_line(o);
+      if (restart_now) {
+        summary += "trainer launch: restart " + std::to_string(restart + 1) + " of " +
+                   std::to_string(a.max_restarts) + ": starting all " + std::to_string(a.nproc_per_node) +
+                   " local ranks again" +
+                   (restart_command(a.command) != a.command ? " with --resume auto" : "") + "\n";
+      } else if (o.stop_signal != 0 && restart < a.max_restarts) {
+        summary += "trainer launch: not restarting: the launcher was stopped by signal " +
+                   std::to_string(o.stop_signal) + "\n";
+      } else if (a.max_restarts > 0) {
+        summary += "trainer launch: no restarts left (--max-restarts " + std::to_string(a.max_restarts) +
+                   "); fix the cause above, then run again: --resume auto continues from the last "
+                   "checkpoint\n";
+      }
+      write_fully(STDERR_FILENO, summary);
+      if (restart_now) continue;
+      return 1;
+    }
+    if (o.stop_signal != 0) {
+      std::string line = "trainer launch: stopped by signal " + std::to_string(o.stop_signal) + " (" +
+                         strsignal(o.stop_signal) + ");";
+      for (size_t k = 0; k < o.statuses.size(); ++k)
+        line += " rank " + std::to_string(o.statuses[k].first) + " " + describe_exit(o.statuses[k].second) +
+                (k + 1 == o.statuses.size() ? "" : ",");
+      write_fully(STDERR_FILENO, line + "\n");
+      return 128 + o.stop_signal;
+    }
+    return 0;
   }
-  if (o.stop_signal != 0) {
-    std::string line = "trainer launch: stopped by signal " + std::to_string(o.stop_signal) + " (" +
-                       strsignal(o.stop_signal) + ");";
-    for (size_t k = 0; k < o.statuses.size(); ++k)
-      line += " rank " + std::to_string(o.statuses[k].first) + " " + describe_exit(o.statuses[k].second) +
-              (k + 1 == o.statuses.size() ? "" : ",");
-    write_fully(STDERR_FILENO, line + "\n");
-    return 128 + o.stop_signal;
-  }
-  return 0;
 }
 
 }  // namespace trainer

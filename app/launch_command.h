@@ -3,7 +3,9 @@
 // with the torchrun variables (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
 // MASTER_PORT), prefixes every line they print with "[rank R] ", forwards SIGINT/SIGTERM to them, and
 // when one fails stops the others (SIGTERM, SIGKILL after 30 s) and names the first failing rank with
-// its last stderr line.
+// its last stderr line. With --max-restarts N it then starts all of them again, up to N times, with
+// `--resume auto` (torchrun's --max-restarts), and TORCHELASTIC_RESTART_COUNT / TRAINER_RESTART_COUNT
+// tell the ranks which attempt they are. Flags take torchrun's spelling too (--nproc_per_node).
 //
 // Test hooks, read once at start: TRAINER_TEST_LAUNCH_PROGRAM=PATH runs PATH instead of this binary
 // (a shell script as a rank); TRAINER_TEST_LAUNCH_STOP_GRACE_MS=MS replaces the 30 s grace.
@@ -25,6 +27,7 @@ struct LaunchArgs {
   int node_rank = 0;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
+  int max_restarts = 0;  // restarts of all local ranks after a failure (torchrun's --max-restarts)
   std::vector<std::string> command;  // what follows `--`: the subcommand and its arguments
   bool help = false;
 };
@@ -32,10 +35,16 @@ struct LaunchArgs {
 // Parses the arguments after `launch`; throws UsageError on anything invalid.
 LaunchArgs parse_launch_args(const std::vector<std::string>& args);
 
-// The environment of local rank `local_rank`: `base` with the torchrun variables set and
+// The environment of local rank `local_rank` in attempt `restart_count` (0 = the first start): `base`
+// with the torchrun variables and TORCHELASTIC_RESTART_COUNT / TRAINER_RESTART_COUNT set, and
 // TORCHELASTIC_RUN_ID removed (the children must not believe torchrun started them).
 std::map<std::string, std::string> launch_child_environment(std::map<std::string, std::string> base,
-                                                            const LaunchArgs& a, int local_rank);
+                                                            const LaunchArgs& a, int local_rank,
+                                                            int restart_count = 0);
+
+// The train command of a restart: `command` with "--resume auto" appended when it is `train` without
+// a --resume of its own; any other command unchanged.
+std::vector<std::string> restart_command(const std::vector<std::string>& command);
 
 int launch_command(const std::vector<std::string>& args);
 

@@ -60,6 +60,13 @@ SignalHook signal_hook_from_env() {
   if (const char* signal = std::getenv("TRAINER_TEST_SIGNAL"); signal && std::atoi(signal) > 0)
     hook.signal = std::atoi(signal);
   hook.twice = std::getenv("TRAINER_TEST_SIGNAL_TWICE") != nullptr;
+  // A launcher's restart must not meet the same hook again, or it would fail the same way forever.
+  if (const char* restart = std::getenv("TRAINER_RESTART_COUNT"); restart && std::atoi(restart) > 0)
+    hook.step = -1;
+  if (const char* rank = std::getenv("TRAINER_TEST_SIGNAL_RANK")) {
+    const char* mine = std::getenv("RANK");
+    if (!mine || std::atoi(mine) != std::atoi(rank)) hook.step = -1;
+  }
   return hook;
 }
 

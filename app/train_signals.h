@@ -13,7 +13,9 @@ int stop_requested();
 
 // Test hooks, to exercise the signal path exactly: TRAINER_TEST_SIGTERM_AT_STEP=STEP delivers SIGTERM
 // (or TRAINER_TEST_SIGNAL=N) to this process after that step; TRAINER_TEST_SIGNAL_TWICE delivers it
-// twice (one request delivered twice). step -1: none.
+// twice (one request delivered twice); TRAINER_TEST_SIGNAL_RANK=R only on the rank whose RANK is R. None
+// of them fires after a restart by `trainer launch --max-restarts` (TRAINER_RESTART_COUNT > 0).
+// step -1: none.
 struct SignalHook {
   long long step = -1;
   int signal = SIGTERM;
