@@ -31,8 +31,9 @@ const char* kLaunchUsage =
     "  --nproc-per-node N    processes on this node (required)\n"
     "  --max-restarts K      after a failure, start all local ranks again, up to K times (default 0),\n"
     "                        adding `--resume auto` to a train command: it continues from the last\n"
-    "                        checkpoint. The ranks read the attempt in TORCHELASTIC_RESTART_COUNT and\n"
-    "                        TRAINER_RESTART_COUNT. One node only (--nnodes 1)\n"
+    "                        checkpoint of its run directory. The ranks read the attempt in\n"
+    "                        TORCHELASTIC_RESTART_COUNT and TRAINER_RESTART_COUNT. One node only\n"
+    "                        (--nnodes 1)\n"
     "  --nnodes M            nodes in the job (default 1); run one launcher per node\n"
     "  --node-rank R         this node's index, 0 .. M-1 (default 0); RANK = R * N + local rank\n"
     "  --master-addr HOST    host of rank 0 (default 127.0.0.1; required when M > 1)\n"
@@ -169,12 +170,21 @@ EnvMap launch_child_environment(EnvMap env, const LaunchArgs& a, int local_rank,
   return env;
 }
 
-std::vector<std::string> restart_command(const std::vector<std::string>& command) {
-  if (command.empty() || command[0] != "train") return command;
+namespace {
+
+bool has_resume(const std::vector<std::string>& command) {
   for (const std::string& arg : command)
-    if (arg == "--resume" || arg.rfind("--resume=", 0) == 0) return command;
+    if (arg == "--resume" || arg.rfind("--resume=", 0) == 0) return true;
+  return false;
+}
+
+}  // namespace
+
+std::vector<std::string> restart_command(const std::vector<std::string>& command,
+                                         const std::string& run_dir) {
+  if (command.empty() || command[0] != "train" || run_dir.empty() || has_resume(command)) return command;
   std::vector<std::string> with_resume = command;
-  with_resume.insert(with_resume.end(), {"--resume", "auto"});
+  with_resume.insert(with_resume.end(), {"--set", "train.run_dir=" + run_dir, "--resume", "auto"});
   return with_resume;
 }
 
@@ -189,6 +199,15 @@ std::string failure_line(const AttemptOutcome& o) {
          (o.failed_error.empty() ? std::string("it printed nothing on stderr")
                                  : "its last error line: " + o.failed_error) +
          "\n";
+}
+
+// How a restart continues, for its log line.
+std::string restart_how(const std::vector<std::string>& command, const std::string& run_dir) {
+  if (command[0] != "train") return "";
+  if (has_resume(command)) return " with the command's own --resume";
+  if (run_dir.empty())
+    return " from scratch (no rank announced its run directory, so there is no checkpoint to resume)";
+  return " with --resume auto in " + run_dir;
 }
 
 // Test hooks (app/launch_command.h), read once.
@@ -225,8 +244,9 @@ int launch_command(const std::vector<std::string>& args) {
   AttemptSpec spec;
   spec.program = program_to_run();
   spec.stop_grace = stop_grace();
+  std::string run_dir;  // announced by a rank of an earlier attempt; kept until a later one announces
   for (int restart = 0;; ++restart) {
-    spec.command = restart == 0 ? a.command : restart_command(a.command);
+    spec.command = restart == 0 ? a.command : restart_command(a.command, run_dir);
     spec.ranks.clear();
     for (int i = 0; i < a.nproc_per_node; ++i)
       spec.ranks.push_back(
@@ -238,6 +258,7 @@ int launch_command(const std::vector<std::string>& args) {
                       ", world size " + std::to_string(a.nnodes * a.nproc_per_node) + ", master " +
                       a.master_addr + ":" + std::to_string(a.master_port) + ";";
     const AttemptOutcome o = run_attempt(spec);
+    if (!o.run_dir.empty()) run_dir = o.run_dir;
 
     if (o.failed_rank >= 0) {
       // A failure while the launcher was being stopped is not restarted: the user asked for the end.
@@ -246,8 +267,7 @@ int launch_command(const std::vector<std::string>& args) {
       if (restart_now) {
         summary += "trainer launch: restart " + std::to_string(restart + 1) + " of " +
                    std::to_string(a.max_restarts) + ": starting all " + std::to_string(a.nproc_per_node) +
-                   " local ranks again" +
-                   (restart_command(a.command) != a.command ? " with --resume auto" : "") + "\n";
+                   " local ranks again" + restart_how(a.command, run_dir) + "\n";
       } else if (o.stop_signal != 0 && restart < a.max_restarts) {
         summary += "trainer launch: not restarting: the launcher was stopped by signal " +
                    std::to_string(o.stop_signal) + "\n";

@@ -42,9 +42,12 @@ std::map<std::string, std::string> launch_child_environment(std::map<std::string
                                                             const LaunchArgs& a, int local_rank,
                                                             int restart_count = 0);
 
-// The train command of a restart: `command` with "--resume auto" appended when it is `train` without
-// a --resume of its own; any other command unchanged.
-std::vector<std::string> restart_command(const std::vector<std::string>& command);
+// The command of a restart: a `train` command without a --resume of its own continues in `run_dir`,
+// the run directory an earlier attempt announced ("--set train.run_dir=RUN_DIR --resume auto"
+// appended). Any other command is unchanged, and so is a train command when no attempt got as far as
+// choosing its run directory (`run_dir` empty: there is no checkpoint of this job to resume, and
+// `--resume auto` alone would pick the newest run of the config, maybe an older job's).
+std::vector<std::string> restart_command(const std::vector<std::string>& command, const std::string& run_dir);
 
 int launch_command(const std::vector<std::string>& args);
 

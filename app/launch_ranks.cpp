@@ -160,6 +160,8 @@ void LinePrefixer::take_line(const std::string& line, std::string* out) {
     last_line_ = line;
     if (!last_line_.empty() && last_line_.back() == '\r') last_line_.pop_back();
     if (last_line_.find("error:") != std::string::npos) error_line_ = last_line_;
+    if (const size_t at = last_line_.find(kRunDirMarker); run_dir_.empty() && at != std::string::npos)
+      run_dir_ = last_line_.substr(at + std::strlen(kRunDirMarker));
   }
 }
 
@@ -335,6 +337,7 @@ AttemptOutcome run_attempt(const AttemptSpec& spec) {
     if (c.out_fd >= 0) ::close(c.out_fd);
     if (c.err_fd >= 0) ::close(c.err_fd);
     outcome.statuses.emplace_back(c.rank, c.status);
+    if (outcome.run_dir.empty()) outcome.run_dir = c.out.run_dir();
   }
   if (first_failed >= 0) {
     const Child& c = children[static_cast<size_t>(first_failed)];

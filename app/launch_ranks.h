@@ -25,6 +25,10 @@ class LinePrefixer {
   // The last line holding "error:" (the trainer's own error line, which context lines may follow);
   // the last line when there is none.
   const std::string& error_line() const { return error_line_.empty() ? last_line_ : error_line_; }
+  // What followed kRunDirMarker on the first line that held it ("" while none did): the run directory
+  // that rank 0 of `trainer train` announces (app/run_start.cpp) before it writes any checkpoint.
+  const std::string& run_dir() const { return run_dir_; }
+  static constexpr const char* kRunDirMarker = ", run directory: ";
 
  private:
   void take_line(const std::string& line, std::string* out);
@@ -32,6 +36,7 @@ class LinePrefixer {
   std::string pending_;
   std::string last_line_;
   std::string error_line_;
+  std::string run_dir_;
 };
 
 // Installs the launcher's handlers for SIGINT/SIGTERM/SIGHUP/SIGCHLD (and ignores SIGPIPE) for its
@@ -63,6 +68,7 @@ struct AttemptOutcome {
   int failed_status = 0;     // its waitpid status
   std::string failed_error;  // its last error line on stderr ("" if it printed nothing)
   std::vector<int> killed;   // ranks SIGKILLed because they outlived the grace after a failure
+  std::string run_dir;       // the run directory a rank announced on stdout (LinePrefixer::run_dir)
   std::vector<std::pair<int, int>> statuses;  // (rank, waitpid status) of every rank
 };
 

@@ -80,14 +80,26 @@ TEST(LaunchEnvironment, TellsTheRanksTheRestartCount) {
   EXPECT_EQ(third.count("TORCHELASTIC_RUN_ID"), 0u);  // still not torchrun
 }
 
-TEST(LaunchRestartCommand, AddsResumeAutoToATrainCommandWithoutResume) {
+TEST(LaunchRestartCommand, ContinuesATrainCommandInTheAnnouncedRunDirectory) {
   using V = std::vector<std::string>;
-  EXPECT_EQ(restart_command({"train", "c.toml", "--set", "a=1"}),
-            (V{"train", "c.toml", "--set", "a=1", "--resume", "auto"}));
-  EXPECT_EQ(restart_command({"train", "c.toml", "--resume", "run/checkpoints/step-9"}),
+  EXPECT_EQ(restart_command({"train", "c.toml", "--set", "a=1"}, "runs/c-1"),
+            (V{"train", "c.toml", "--set", "a=1", "--set", "train.run_dir=runs/c-1", "--resume", "auto"}));
+  // No run directory announced: no checkpoint of this job exists; --resume auto could pick another job's.
+  EXPECT_EQ(restart_command({"train", "c.toml"}, ""), (V{"train", "c.toml"}));
+  // The user's own --resume stands.
+  EXPECT_EQ(restart_command({"train", "c.toml", "--resume", "run/checkpoints/step-9"}, "runs/c-1"),
             (V{"train", "c.toml", "--resume", "run/checkpoints/step-9"}));
-  EXPECT_EQ(restart_command({"train", "c.toml", "--resume=auto"}), (V{"train", "c.toml", "--resume=auto"}));
-  EXPECT_EQ(restart_command({"eval", "c.toml"}), (V{"eval", "c.toml"}));
+  EXPECT_EQ(restart_command({"train", "c.toml", "--resume=auto"}, "runs/c-1"),
+            (V{"train", "c.toml", "--resume=auto"}));
+  EXPECT_EQ(restart_command({"eval", "c.toml"}, "runs/c-1"), (V{"eval", "c.toml"}));
+}
+
+TEST(LaunchLinePrefixer, KeepsTheFirstAnnouncedRunDirectory) {
+  LinePrefixer p("[rank 0] ");
+  const std::string text =
+      "model: mlp\ndevice: cpu, run directory: runs/c-20261203-1446\ndevice: cpu, run directory: other\n";
+  p.feed(text.data(), text.size());
+  EXPECT_EQ(p.run_dir(), "runs/c-20261203-1446");
 }
 
 TEST(LauncherRestartCount, ReadFromEitherLauncherAndServedAsTrainerRestartsTotal) {
@@ -153,6 +165,47 @@ TEST_F(LaunchRestart, NoRestartsLeftEndsWithExitOneNamingTheRank) {
   EXPECT_FALSE(contains(out, "did not exit within")) << out;  // nobody had to be SIGKILLed
 }
 
+// A fake `trainer train` (a script) whose rank 0 announces a run directory, as the trainer's rank 0
+// does, when ANNOUNCE is set; rank 1 fails in the first attempt, after rank 0's announcement.
+class LaunchRestartOfTrain : public LaunchRestart {
+ protected:
+  std::vector<std::string> env(const std::string& announce) {
+    const fs::path script = dir_ / "fake_trainer.sh";
+    const std::string done = (dir_ / "rank0_done").string();
+    std::ofstream(script) << "#!/bin/sh\necho \"args: $*\"\n"
+                             "[ \"$TRAINER_RESTART_COUNT\" = 0 ] || exit 0\n"
+                             "if [ \"$RANK\" = 0 ]; then\n"
+                             "  [ -z \"$ANNOUNCE\" ] || echo \"device: cpu, run directory: $ANNOUNCE\"\n"
+                             "  touch "
+                          << done << "; exit 0\nfi\nwhile [ ! -e " << done
+                          << " ]; do sleep 0.02; done\nexit 3\n";
+    fs::permissions(script, fs::perms::owner_all);
+    return {"TRAINER_TEST_LAUNCH_PROGRAM=" + script.string(), "ANNOUNCE=" + announce};
+  }
+};
+
+TEST_F(LaunchRestartOfTrain, ContinuesInTheAnnouncedRunDirectoryWithResumeAuto) {
+  Launcher l({"--nproc-per-node", "2", "--max-restarts", "1", "--", "train", "c.toml"}, env("runs/c-1"));
+  ASSERT_EQ(l.wait_exit(30), 0) << l.output();
+  const std::string out = l.output();
+  EXPECT_TRUE(
+      contains(out, "restart 1 of 1: starting all 2 local ranks again with --resume auto in runs/c-1\n"))
+      << out;
+  EXPECT_TRUE(contains(out, "[rank 1] args: train c.toml --set train.run_dir=runs/c-1 --resume auto\n"))
+      << out;
+}
+
+TEST_F(LaunchRestartOfTrain, StartsFromScratchWhenNoRankAnnouncedItsRunDirectory) {
+  Launcher l({"--nproc-per-node", "2", "--max-restarts", "1", "--", "train", "c.toml"}, env(""));
+  ASSERT_EQ(l.wait_exit(30), 0) << l.output();
+  const std::string out = l.output();
+  EXPECT_TRUE(contains(out,
+                       "restart 1 of 1: starting all 2 local ranks again from scratch (no rank announced "
+                       "its run directory, so there is no checkpoint to resume)\n"))
+      << out;
+  EXPECT_FALSE(contains(out, "--resume")) << out;
+}
+
 // A launcher stopped by a signal does not restart: the ranks stopped because they were asked to.
 TEST_F(LaunchRestart, AStopSignalIsNotAFailureToRestartFrom) {
   const std::string script = "touch " + (dir_ / "started.$RANK").string() + "; exec sleep 60";
@@ -201,8 +254,9 @@ TEST_F(LaunchRestartTraining, ARankKilledMidRunIsRestartedAndEndsBitExact) {
   ASSERT_EQ(cut.wait_exit(300), 0) << cut.output();
   const std::string out = cut.output();
   EXPECT_TRUE(contains(out, "trainer launch: rank 1 failed (killed by signal 9 (Killed))")) << out;
-  EXPECT_TRUE(
-      contains(out, "trainer launch: restart 1 of 1: starting all 2 local ranks again with --resume auto\n"))
+  EXPECT_TRUE(contains(
+      out, "trainer launch: restart 1 of 1: starting all 2 local ranks again with --resume auto in " +
+               (dir_ / "cut").string() + "\n"))
       << out;
   EXPECT_TRUE(contains(out, "[rank 0] resumed from ")) << out;
   EXPECT_EQ(read_file(dir_ / "full/train_steps.csv"), read_file(dir_ / "cut/train_steps.csv"));
