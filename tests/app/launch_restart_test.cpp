@@ -129,9 +129,14 @@ using LaunchRestart = trainer::testing::LauncherTest;
 // Rank 1 fails in the first two attempts: all ranks start again twice, each time told which attempt
 // they are, and the third attempt ends the job with exit 0.
 TEST_F(LaunchRestart, RestartsEveryRankAndSaysWhyAndWhichRestart) {
+  // Rank 1 fails only once rank 0 has printed its line: else the launcher may stop rank 0 before it does.
+  const std::string printed = (dir_ / "rank0_printed.").string() + "$TRAINER_RESTART_COUNT";
   const std::string script =
       "echo \"attempt $TRAINER_RESTART_COUNT/$TORCHELASTIC_RESTART_COUNT\"; "
-      "if [ \"$RANK\" = 1 ] && [ \"$TRAINER_RESTART_COUNT\" -lt 2 ]; then "
+      "if [ \"$RANK\" = 0 ]; then touch " +
+      printed + "; exit 0; fi; while [ ! -e " + printed +
+      " ]; do sleep 0.02; done; "
+      "if [ \"$TRAINER_RESTART_COUNT\" -lt 2 ]; then "
       "echo \"trainer: error: boom in attempt $TRAINER_RESTART_COUNT\" >&2; exit 3; fi";
   Launcher l(shell_ranks({"--nproc_per_node", "2", "--max_restarts=2"}, script), shell_env());
   ASSERT_EQ(l.wait_exit(30), 0) << l.output();
