@@ -192,7 +192,7 @@ std::vector<std::string> restart_command(const std::vector<std::string>& command
 
 namespace {
 
-// "; its last error line: ..." or "; it printed nothing on stderr".
+// The summary of a failed attempt: the first rank to fail, how it ended, and its last error line.
 std::string failure_line(const AttemptOutcome& o) {
   return "trainer launch: rank " + std::to_string(o.failed_rank) + " failed (" +
          describe_exit(o.failed_status) + "); " +
