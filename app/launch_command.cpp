@@ -1,19 +1,15 @@
 #include "app/launch_command.h"
 
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <cerrno>
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
-#include <stdexcept>
+#include <set>
 
 #include "app/cli.h"
 #include "dist/process_env.h"
@@ -22,7 +18,7 @@ namespace trainer {
 namespace {
 
 const char* kLaunchUsage =
-    "usage: trainer launch --nproc-per-node N\n"
+    "usage: trainer launch --nproc-per-node N [--max-restarts K]\n"
     "                      [--nnodes M --node-rank R --master-addr HOST --master-port PORT]\n"
     "                      -- COMMAND [ARGS ...]\n\n"
     "Runs `trainer COMMAND ARGS ...` as N ranks on this node, like torchrun: each process gets RANK,\n"
@@ -33,16 +29,22 @@ const char* kLaunchUsage =
     "after 30 s (as torchrun), and the launcher names the first failing rank and its last error line (exit "
     "status 1).\n\n"
     "  --nproc-per-node N    processes on this node (required)\n"
+    "  --max-restarts K      after a failure, start all local ranks again, up to K times (default 0),\n"
+    "                        adding `--resume auto` to a train command: it continues from the last\n"
+    "                        checkpoint of its run directory. The ranks read the attempt in\n"
+    "                        TORCHELASTIC_RESTART_COUNT and TRAINER_RESTART_COUNT. One node only\n"
+    "                        (--nnodes 1)\n"
     "  --nnodes M            nodes in the job (default 1); run one launcher per node\n"
     "  --node-rank R         this node's index, 0 .. M-1 (default 0); RANK = R * N + local rank\n"
     "  --master-addr HOST    host of rank 0 (default 127.0.0.1; required when M > 1)\n"
-    "  --master-port PORT    rendezvous port on HOST (default 29500)\n\n"
-    "example: trainer launch --nproc-per-node 2 -- train configs/fashion_mnist_cnn.toml\n";
+    "  --master-port PORT    rendezvous port on HOST (default 29500)\n"
+    "Each flag also takes torchrun's spelling (--nproc_per_node) and the form --flag=value.\n\n"
+    "example: trainer launch --nproc-per-node 2 --max-restarts 3 -- train configs/fashion_mnist_cnn.toml\n";
 
 // Long enough for a survivor blocked in a collective with the dead rank to notice (a few seconds of
 // silent heartbeat, dist/peer_liveness.h), print its error naming that rank and exit by itself;
 // torchrun's agent waits as long.
-constexpr auto kStopGrace = std::chrono::seconds(30);
+constexpr std::chrono::milliseconds kStopGrace = std::chrono::seconds(30);
 
 int parse_int(const std::string& flag, const std::string& value) {
   int v = 0;
@@ -53,96 +55,15 @@ int parse_int(const std::string& flag, const std::string& value) {
   return v;
 }
 
-// ---- signals: the handler only writes (signal, si_code, si_pid) into a pipe that the poll loop reads.
-// SIGCHLD goes through it too, so ranks that fail milliseconds apart are seen in the order they died.
-
-int g_signal_pipe[2] = {-1, -1};
-// SIGHUP was ignored when the launcher started (nohup): it stays ignored here and in the ranks.
-bool g_hup_ignored = false;
-
-extern "C" void on_launcher_signal(int sig, siginfo_t* info, void*) {
-  const int saved = errno;
-  const int msg[3] = {sig, info ? info->si_code : SI_USER, info ? static_cast<int>(info->si_pid) : 0};
-  [[maybe_unused]] ssize_t n = ::write(g_signal_pipe[1], msg, sizeof msg);
-  errno = saved;
+// torchrun spells its flags with underscores (--nproc_per_node), ours with hyphens: both are taken,
+// so a torchrun command line works after swapping the program name.
+std::string hyphenated(std::string flag) {
+  std::replace(flag.begin() + 2, flag.end(), '_', '-');
+  return flag;
 }
 
-class SignalForwarding {
- public:
-  SignalForwarding() {
-    if (::pipe2(g_signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0)
-      throw std::runtime_error(std::string("launch: pipe: ") + std::strerror(errno));
-    struct sigaction sa {};
-    sa.sa_sigaction = on_launcher_signal;
-    sa.sa_flags = SA_SIGINFO | SA_RESTART;
-    sigemptyset(&sa.sa_mask);
-    ::sigaction(SIGINT, &sa, &old_int_);
-    ::sigaction(SIGTERM, &sa, &old_term_);
-    // A closed terminal's SIGHUP is forwarded like SIGTERM, so the ranks checkpoint and stop (instead
-    // of the launcher dying and the ranks losing the pipes they log to).
-    ::sigaction(SIGHUP, nullptr, &old_hup_);
-    g_hup_ignored = old_hup_.sa_handler == SIG_IGN;
-    if (!g_hup_ignored) ::sigaction(SIGHUP, &sa, nullptr);
-    sa.sa_flags |= SA_NOCLDSTOP;
-    ::sigaction(SIGCHLD, &sa, &old_chld_);
-    // A closed stdout (`| head`) must not kill the launcher while its ranks run.
-    struct sigaction ign {};
-    ign.sa_handler = SIG_IGN;
-    ::sigaction(SIGPIPE, &ign, &old_pipe_);
-  }
-  ~SignalForwarding() {
-    ::sigaction(SIGINT, &old_int_, nullptr);
-    ::sigaction(SIGTERM, &old_term_, nullptr);
-    ::sigaction(SIGHUP, &old_hup_, nullptr);
-    ::sigaction(SIGCHLD, &old_chld_, nullptr);
-    ::sigaction(SIGPIPE, &old_pipe_, nullptr);
-    ::close(g_signal_pipe[0]);
-    ::close(g_signal_pipe[1]);
-    g_signal_pipe[0] = g_signal_pipe[1] = -1;
-  }
-  SignalForwarding(const SignalForwarding&) = delete;
-  SignalForwarding& operator=(const SignalForwarding&) = delete;
-
- private:
-  struct sigaction old_int_ {};
-  struct sigaction old_term_ {};
-  struct sigaction old_hup_ {};
-  struct sigaction old_chld_ {};
-  struct sigaction old_pipe_ {};
-};
-
-// ---- children ----
-
-struct Child {
-  int rank = 0;
-  pid_t pid = -1;
-  int out_fd = -1;  // read ends of the child's stdout / stderr pipes; -1 once at EOF
-  int err_fd = -1;
-  LinePrefixer out, err;
-  bool running = false;
-  int status = 0;  // waitpid status once it has exited
-
-  explicit Child(int r) : rank(r), out(prefix(r)), err(prefix(r)) {}
-  static std::string prefix(int r) { return "[rank " + std::to_string(r) + "] "; }
-};
-
-void write_all(int fd, const std::string& s) {
-  size_t done = 0;
-  while (done < s.size()) {
-    const ssize_t n = ::write(fd, s.data() + done, s.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;  // our own output is gone (EPIPE, ...): keep supervising the ranks anyway
-    done += static_cast<size_t>(n);
-  }
-}
-
-std::string describe_status(int status) {
-  if (WIFEXITED(status)) return "exit status " + std::to_string(WEXITSTATUS(status));
-  if (WIFSIGNALED(status)) return "killed by signal " + std::to_string(WTERMSIG(status));
-  return "status " + std::to_string(status);
-}
-
-bool failed(int status) { return !(WIFEXITED(status) && WEXITSTATUS(status) == 0); }
+const std::set<std::string> kValueFlags = {"--nproc-per-node", "--nnodes",      "--node-rank",
+                                           "--master-addr",    "--master-port", "--max-restarts"};
 
 std::string self_executable() {
   char buf[4096];
@@ -151,117 +72,7 @@ std::string self_executable() {
   return std::string(buf, static_cast<size_t>(n));
 }
 
-// Starts one rank with its stdout/stderr on fresh pipes; stdin is /dev/null (N ranks cannot share it).
-void spawn(Child& c, const std::string& exe, const std::vector<std::string>& command, const EnvMap& env) {
-  int out[2], err[2];
-  if (::pipe2(out, O_CLOEXEC) != 0)
-    throw std::runtime_error(std::string("launch: pipe: ") + std::strerror(errno));
-  if (::pipe2(err, O_CLOEXEC) != 0) {
-    ::close(out[0]);
-    ::close(out[1]);
-    throw std::runtime_error(std::string("launch: pipe: ") + std::strerror(errno));
-  }
-  std::vector<std::string> argv_s{exe};
-  argv_s.insert(argv_s.end(), command.begin(), command.end());
-  std::vector<char*> argv;
-  for (auto& s : argv_s) argv.push_back(s.data());
-  argv.push_back(nullptr);
-  std::vector<std::string> env_s;
-  for (const auto& [k, v] : env) env_s.push_back(k + "=" + v);
-  std::vector<char*> envp;
-  for (auto& s : env_s) envp.push_back(s.data());
-  envp.push_back(nullptr);
-
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&fa, out[1], STDOUT_FILENO);
-  posix_spawn_file_actions_adddup2(&fa, err[1], STDERR_FILENO);
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  sigset_t none, all;
-  sigemptyset(&none);
-  sigfillset(&all);
-  posix_spawnattr_setsigmask(&attr, &none);
-  // SIGPIPE is ignored here, not in the ranks; SIGHUP stays ignored in them under nohup.
-  if (g_hup_ignored) sigdelset(&all, SIGHUP);
-  posix_spawnattr_setsigdefault(&attr, &all);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-  const int rc = ::posix_spawn(&c.pid, exe.c_str(), &fa, &attr, argv.data(), envp.data());
-  posix_spawn_file_actions_destroy(&fa);
-  posix_spawnattr_destroy(&attr);
-  ::close(out[1]);
-  ::close(err[1]);
-  if (rc != 0) {
-    ::close(out[0]);
-    ::close(err[0]);
-    throw std::runtime_error("launch: cannot start rank " + std::to_string(c.rank) + " (" + exe +
-                             "): " + std::strerror(rc));
-  }
-  ::fcntl(out[0], F_SETFL, O_NONBLOCK);
-  ::fcntl(err[0], F_SETFL, O_NONBLOCK);
-  c.out_fd = out[0];
-  c.err_fd = err[0];
-  c.running = true;
-}
-
-void signal_running(std::vector<Child>& children, int sig) {
-  for (auto& c : children)
-    if (c.running) ::kill(c.pid, sig);
-}
-
-// Reads what is available on *fd; at EOF flushes the partial line and closes it.
-void pump(int* fd, LinePrefixer& lines, int out_fd) {
-  char buf[65536];
-  for (;;) {
-    const ssize_t n = ::read(*fd, buf, sizeof buf);
-    if (n > 0) {
-      write_all(out_fd, lines.feed(buf, static_cast<size_t>(n)));
-      continue;
-    }
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
-    write_all(out_fd, lines.flush());
-    ::close(*fd);
-    *fd = -1;
-    return;
-  }
-}
-
 }  // namespace
-
-// ---- LinePrefixer ----
-
-void LinePrefixer::take_line(const std::string& line, std::string* out) {
-  out->append(prefix_).append(line).push_back('\n');
-  if (line.find_first_not_of(" \t\r") != std::string::npos) {
-    last_line_ = line;
-    if (!last_line_.empty() && last_line_.back() == '\r') last_line_.pop_back();
-    if (last_line_.find("error:") != std::string::npos) error_line_ = last_line_;
-  }
-}
-
-std::string LinePrefixer::feed(const char* data, size_t n) {
-  constexpr size_t kMaxPartial = 64 * 1024;  // a line longer than this is cut rather than held forever
-  std::string out;
-  pending_.append(data, n);
-  size_t start = 0;
-  for (size_t nl; (nl = pending_.find('\n', start)) != std::string::npos; start = nl + 1)
-    take_line(pending_.substr(start, nl - start), &out);
-  pending_.erase(0, start);
-  if (pending_.size() >= kMaxPartial) {
-    take_line(pending_, &out);
-    pending_.clear();
-  }
-  return out;
-}
-
-std::string LinePrefixer::flush() {
-  std::string out;
-  if (!pending_.empty()) take_line(pending_, &out);
-  pending_.clear();
-  return out;
-}
 
 // ---- arguments and environment ----
 
@@ -283,15 +94,15 @@ LaunchArgs parse_launch_args(const std::vector<std::string>& args) {
     if (arg.rfind("--", 0) != 0)
       throw UsageError("missing `--` before the command '" + arg +
                        "': write trainer launch --nproc-per-node N -- " + arg + " ...");
-    std::string name = arg, value;
-    if (const size_t eq = arg.find('='); eq != std::string::npos) {
-      name = arg.substr(0, eq);
+    const size_t eq = arg.find('=');
+    const std::string given = arg.substr(0, eq);  // as the user spelled it, for the messages
+    const std::string name = hyphenated(given);
+    if (!kValueFlags.count(name)) throw UsageError("unknown option " + given);
+    std::string value;
+    if (eq != std::string::npos) {
       value = arg.substr(eq + 1);
     } else {
-      const bool known = name == "--nproc-per-node" || name == "--nnodes" || name == "--node-rank" ||
-                         name == "--master-addr" || name == "--master-port";
-      if (!known) throw UsageError("unknown option " + arg);
-      if (i + 1 >= args.size() || args[i + 1] == "--") throw UsageError(name + " needs a value");
+      if (i + 1 >= args.size() || args[i + 1] == "--") throw UsageError(given + " needs a value");
       value = args[++i];
     }
     if (name == "--nproc-per-node") {
@@ -307,8 +118,8 @@ LaunchArgs parse_launch_args(const std::vector<std::string>& args) {
       saw_master_addr = true;
     } else if (name == "--master-port") {
       a.master_port = parse_int(name, value);
-    } else {
-      throw UsageError("unknown option " + name);
+    } else if (name == "--max-restarts") {
+      a.max_restarts = parse_int(name, value);
     }
   }
   if (a.help) return a;
@@ -325,6 +136,16 @@ LaunchArgs parse_launch_args(const std::vector<std::string>& args) {
   if (a.nnodes > 1 && !saw_master_addr)
     throw UsageError("--nnodes " + std::to_string(a.nnodes) +
                      " needs --master-addr HOST (the host of node rank 0); 127.0.0.1 reaches only this node");
+  if (a.max_restarts < 0)
+    throw UsageError("--max-restarts must be 0 or more, got " + std::to_string(a.max_restarts));
+  // A restart on one node alone would leave the other nodes' ranks waiting for ranks that start over:
+  // the launchers would have to agree on every restart through the store, which they do not yet do.
+  if (a.max_restarts > 0 && a.nnodes > 1)
+    throw UsageError("--max-restarts " + std::to_string(a.max_restarts) + " with --nnodes " +
+                     std::to_string(a.nnodes) +
+                     " is not supported: the launchers of several nodes cannot yet agree on a restart. Use "
+                     "--max-restarts 0 and, after a failure, start every node again with `--resume auto` "
+                     "added to the train command (or run under torchrun, whose agents restart together)");
   if (static_cast<long long>(a.nnodes) * a.nproc_per_node > (1 << 20))
     throw UsageError("--nnodes x --nproc-per-node is too large");
   if (!saw_separator)
@@ -335,7 +156,7 @@ LaunchArgs parse_launch_args(const std::vector<std::string>& args) {
   return a;
 }
 
-EnvMap launch_child_environment(EnvMap env, const LaunchArgs& a, int local_rank) {
+EnvMap launch_child_environment(EnvMap env, const LaunchArgs& a, int local_rank, int restart_count) {
   env.erase("TORCHELASTIC_RUN_ID");
   env["RANK"] = std::to_string(a.node_rank * a.nproc_per_node + local_rank);
   env["WORLD_SIZE"] = std::to_string(a.nnodes * a.nproc_per_node);
@@ -343,10 +164,64 @@ EnvMap launch_child_environment(EnvMap env, const LaunchArgs& a, int local_rank)
   env["LOCAL_WORLD_SIZE"] = std::to_string(a.nproc_per_node);
   env["MASTER_ADDR"] = a.master_addr;
   env["MASTER_PORT"] = std::to_string(a.master_port);
+  // torchrun's name, which scripts written for torchrun read, and ours (metrics/exporter.h).
+  env["TORCHELASTIC_RESTART_COUNT"] = std::to_string(restart_count);
+  env["TRAINER_RESTART_COUNT"] = std::to_string(restart_count);
   return env;
 }
 
+namespace {
+
+bool has_resume(const std::vector<std::string>& command) {
+  for (const std::string& arg : command)
+    if (arg == "--resume" || arg.rfind("--resume=", 0) == 0) return true;
+  return false;
+}
+
+}  // namespace
+
+std::vector<std::string> restart_command(const std::vector<std::string>& command,
+                                         const std::string& run_dir) {
+  if (command.empty() || command[0] != "train" || run_dir.empty() || has_resume(command)) return command;
+  std::vector<std::string> with_resume = command;
+  with_resume.insert(with_resume.end(), {"--set", "train.run_dir=" + run_dir, "--resume", "auto"});
+  return with_resume;
+}
+
 // ---- the command ----
+
+namespace {
+
+// The summary of a failed attempt: the first rank to fail, how it ended, and its last error line.
+std::string failure_line(const AttemptOutcome& o) {
+  return "trainer launch: rank " + std::to_string(o.failed_rank) + " failed (" +
+         describe_exit(o.failed_status) + "); " +
+         (o.failed_error.empty() ? std::string("it printed nothing on stderr")
+                                 : "its last error line: " + o.failed_error) +
+         "\n";
+}
+
+// How a restart continues, for its log line.
+std::string restart_how(const std::vector<std::string>& command, const std::string& run_dir) {
+  if (command[0] != "train") return "";
+  if (has_resume(command)) return " with the command's own --resume";
+  if (run_dir.empty())
+    return " from scratch (no rank announced its run directory, so there is no checkpoint to resume)";
+  return " with --resume auto in " + run_dir;
+}
+
+// Test hooks (app/launch_command.h), read once.
+std::string program_to_run() {
+  const char* program = std::getenv("TRAINER_TEST_LAUNCH_PROGRAM");
+  return program && *program ? program : self_executable();
+}
+
+std::chrono::milliseconds stop_grace() {
+  const char* ms = std::getenv("TRAINER_TEST_LAUNCH_STOP_GRACE_MS");
+  return ms && std::atoll(ms) > 0 ? std::chrono::milliseconds(std::atoll(ms)) : kStopGrace;
+}
+
+}  // namespace
 
 int launch_command(const std::vector<std::string>& args) {
   const LaunchArgs a = parse_launch_args(args);
@@ -357,132 +232,65 @@ int launch_command(const std::vector<std::string>& args) {
   EnvMap base = current_environment();
   // One launcher starts the whole job on one node, so it can name the job: the rendezvous store then
   // refuses ranks of another launch that happens to use the same port. Launchers of several nodes
-  // cannot agree on a name without talking, so there the user may set TRAINER_RUN_ID.
+  // cannot agree on a name without talking, so there the user may set TRAINER_RUN_ID. A restart keeps
+  // the name: the ranks of the failed attempt are all gone when it starts.
   if (a.nnodes == 1 && !base.count("TRAINER_RUN_ID"))
     base["TRAINER_RUN_ID"] = "launch-" + std::to_string(::getpid()) + "-" +
                              std::to_string(std::chrono::system_clock::now().time_since_epoch().count());
 
-  SignalForwarding signals;
+  LauncherSignals signals;
   std::fflush(stdout);
   std::fflush(stderr);
-  const std::string exe = self_executable();
-  std::vector<Child> children;
-  children.reserve(static_cast<size_t>(a.nproc_per_node));
-  try {
-    for (int i = 0; i < a.nproc_per_node; ++i) {
-      children.emplace_back(a.node_rank * a.nproc_per_node + i);
-      spawn(children.back(), exe, a.command, launch_child_environment(base, a, i));
-    }
-  } catch (...) {
-    signal_running(children, SIGKILL);
-    for (auto& c : children)
-      if (c.running) ::waitpid(c.pid, nullptr, 0);
-    throw;
-  }
-  {
-    std::string line = "trainer launch: node " + std::to_string(a.node_rank) + "/" +
-                       std::to_string(a.nnodes) + ", world size " +
-                       std::to_string(a.nnodes * a.nproc_per_node) + ", master " + a.master_addr + ":" +
-                       std::to_string(a.master_port) + ";";
-    for (const auto& c : children)
-      line += " rank " + std::to_string(c.rank) + " pid " + std::to_string(c.pid) +
-              (&c == &children.back() ? "" : ",");
-    write_all(STDERR_FILENO, line + "\n");
-  }
+  AttemptSpec spec;
+  spec.program = program_to_run();
+  spec.stop_grace = stop_grace();
+  std::string run_dir;  // announced by a rank of an earlier attempt; kept until a later one announces
+  for (int restart = 0;; ++restart) {
+    spec.command = restart == 0 ? a.command : restart_command(a.command, run_dir);
+    spec.ranks.clear();
+    for (int i = 0; i < a.nproc_per_node; ++i)
+      spec.ranks.push_back(
+          {a.node_rank * a.nproc_per_node + i, launch_child_environment(base, a, i, restart)});
+    spec.start_line = (restart == 0 ? std::string()
+                                    : "restart " + std::to_string(restart) + " of " +
+                                          std::to_string(a.max_restarts) + ": ") +
+                      "node " + std::to_string(a.node_rank) + "/" + std::to_string(a.nnodes) +
+                      ", world size " + std::to_string(a.nnodes * a.nproc_per_node) + ", master " +
+                      a.master_addr + ":" + std::to_string(a.master_port) + ";";
+    const AttemptOutcome o = run_attempt(spec);
+    if (!o.run_dir.empty()) run_dir = o.run_dir;
 
-  using Clock = std::chrono::steady_clock;
-  int first_failed = -1;  // index into children
-  int stop_signal = 0;    // the first SIGINT/SIGTERM/SIGHUP the launcher received
-  bool stopping_after_failure = false, killed = false;
-  Clock::time_point kill_at{}, drain_until{};
-  for (;;) {
-    bool any_running = false, any_open = false;
-    for (const auto& c : children) {
-      any_running |= c.running;
-      any_open |= c.out_fd >= 0 || c.err_fd >= 0;
-    }
-    if (!any_running) {
-      // All ranks are gone; what they wrote is still in the pipes. A grandchild holding a pipe open
-      // must not keep the launcher alive, hence the bound.
-      if (!any_open) break;
-      if (drain_until == Clock::time_point{}) drain_until = Clock::now() + std::chrono::seconds(1);
-      if (Clock::now() >= drain_until) break;
-    }
-    std::vector<pollfd> fds{{g_signal_pipe[0], POLLIN, 0}};
-    for (const auto& c : children) {
-      if (c.out_fd >= 0) fds.push_back({c.out_fd, POLLIN, 0});
-      if (c.err_fd >= 0) fds.push_back({c.err_fd, POLLIN, 0});
-    }
-    // SIGCHLD wakes the poll; the timeout bounds how late a merged one, or the SIGKILL deadline, is seen.
-    if (::poll(fds.data(), fds.size(), 50) < 0 && errno != EINTR)
-      throw std::runtime_error(std::string("launch: poll: ") + std::strerror(errno));
-
-    auto reap = [&](Child& c) {
-      int status = 0;
-      const pid_t r = ::waitpid(c.pid, &status, WNOHANG);
-      if (r == 0 || (r < 0 && errno == EINTR)) return;
-      c.running = false;
-      c.status = r == c.pid ? status : 0;
-      if (failed(c.status) && first_failed < 0 && stop_signal == 0 && !stopping_after_failure) {
-        first_failed = static_cast<int>(&c - children.data());
-        stopping_after_failure = true;
-        kill_at = Clock::now() + kStopGrace;
-        signal_running(children, SIGTERM);
+    if (o.failed_rank >= 0) {
+      // A failure while the launcher was being stopped is not restarted: the user asked for the end.
+      const bool restart_now = o.stop_signal == 0 && restart < a.max_restarts;
+      std::string summary = failure_line(o);
+      if (restart_now) {
+        summary += "trainer launch: restart " + std::to_string(restart + 1) + " of " +
+                   std::to_string(a.max_restarts) + ": starting all " + std::to_string(a.nproc_per_node) +
+                   " local ranks again" + restart_how(a.command, run_dir) + "\n";
+      } else if (o.stop_signal != 0 && restart < a.max_restarts) {
+        summary += "trainer launch: not restarting: the launcher was stopped by signal " +
+                   std::to_string(o.stop_signal) + "\n";
+      } else if (a.max_restarts > 0) {
+        summary += "trainer launch: no restarts left (--max-restarts " + std::to_string(a.max_restarts) +
+                   "); fix the cause above, then run again: --resume auto continues from the last "
+                   "checkpoint\n";
       }
-    };
-    for (int msg[3]; ::read(g_signal_pipe[0], msg, sizeof msg) == static_cast<ssize_t>(sizeof msg);) {
-      if (msg[0] == SIGCHLD) {
-        for (auto& c : children)
-          if (c.running && c.pid == msg[2]) reap(c);
-        continue;
-      }
-      if (stop_signal == 0) stop_signal = msg[0];
-      // A terminal's Ctrl-C (si_code SI_KERNEL) already reached the ranks, which share our process
-      // group. A hang-up the kernel sends to us as the session's leader (`ssh -t host trainer launch`)
-      // may not have: it is forwarded whatever its origin (a rank takes a repeat within a second as
-      // the same request, app/train_signals.h).
-      if (msg[1] != SI_KERNEL || msg[0] == SIGHUP) signal_running(children, msg[0]);
+      write_fully(STDERR_FILENO, summary);
+      if (restart_now) continue;
+      return 1;
     }
-    for (auto& c : children) {
-      if (c.out_fd >= 0) pump(&c.out_fd, c.out, STDOUT_FILENO);
-      if (c.err_fd >= 0) pump(&c.err_fd, c.err, STDERR_FILENO);
+    if (o.stop_signal != 0) {
+      std::string line = "trainer launch: stopped by signal " + std::to_string(o.stop_signal) + " (" +
+                         strsignal(o.stop_signal) + ");";
+      for (size_t k = 0; k < o.statuses.size(); ++k)
+        line += " rank " + std::to_string(o.statuses[k].first) + " " + describe_exit(o.statuses[k].second) +
+                (k + 1 == o.statuses.size() ? "" : ",");
+      write_fully(STDERR_FILENO, line + "\n");
+      return 128 + o.stop_signal;
     }
-    // SIGCHLDs that arrive together merge into one: the sweep catches those.
-    for (auto& c : children)
-      if (c.running) reap(c);
-    if (stopping_after_failure && !killed && Clock::now() >= kill_at) {
-      signal_running(children, SIGKILL);
-      killed = true;
-    }
+    return 0;
   }
-  // Close what a grandchild kept open.
-  for (auto& c : children) {
-    write_all(STDOUT_FILENO, c.out.flush());
-    write_all(STDERR_FILENO, c.err.flush());
-    if (c.out_fd >= 0) ::close(c.out_fd);
-    if (c.err_fd >= 0) ::close(c.err_fd);
-  }
-
-  if (first_failed >= 0) {
-    const Child& c = children[static_cast<size_t>(first_failed)];
-    const std::string last = c.err.error_line();
-    write_all(
-        STDERR_FILENO,
-        "trainer launch: rank " + std::to_string(c.rank) + " failed (" + describe_status(c.status) + "); " +
-            (last.empty() ? std::string("it printed nothing on stderr") : "its last error line: " + last) +
-            "\n");
-    return 1;
-  }
-  if (stop_signal != 0) {
-    std::string line = "trainer launch: stopped by signal " + std::to_string(stop_signal) + " (" +
-                       strsignal(stop_signal) + ");";
-    for (const auto& c : children)
-      line += " rank " + std::to_string(c.rank) + " " + describe_status(c.status) +
-              (&c == &children.back() ? "" : ",");
-    write_all(STDERR_FILENO, line + "\n");
-    return 128 + stop_signal;
-  }
-  return 0;
 }
 
 }  // namespace trainer

@@ -13,8 +13,10 @@ int stop_requested();
 
 // Test hooks, to exercise the signal path exactly: TRAINER_TEST_SIGTERM_AT_STEP=STEP delivers SIGTERM
 // (or TRAINER_TEST_SIGNAL=N) to this process after that step; TRAINER_TEST_SIGNAL_TWICE delivers it
-// twice (one request delivered twice). step -1: none. TRAINER_TEST_SIGTERM_IN_FINAL_EVAL delivers it as
-// the final evaluation starts (after the last step).
+// twice (one request delivered twice); TRAINER_TEST_SIGNAL_RANK=R only on the rank whose RANK is R.
+// TRAINER_TEST_SIGTERM_IN_FINAL_EVAL delivers it as the final evaluation starts (after the last step).
+// None of them fires after a restart by `trainer launch --max-restarts` (TRAINER_RESTART_COUNT > 0).
+// step -1: none.
 struct SignalHook {
   long long step = -1;
   int signal = SIGTERM;

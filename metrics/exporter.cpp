@@ -17,6 +17,7 @@
 #include <array>
 #include <cerrno>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <mutex>
@@ -61,6 +62,7 @@ struct Metrics {
   prom::Gauge* epoch = nullptr;
   prom::Gauge* eval_accuracy = nullptr;
   prom::Gauge* gpu_utilization = nullptr;
+  prom::Counter* restarts = nullptr;
 };
 
 // The labels on every series. Never job or instance: Prometheus sets those when it scrapes.
@@ -114,6 +116,9 @@ Metrics register_metrics(prom::Registry& registry, const prom::Labels& common, c
                                     "rank's GPU (NaN: no reading)")
                            .Add({});
   m.gpu_utilization->Set(std::numeric_limits<double>::quiet_NaN());
+  m.restarts = &counter("trainer_restarts_total",
+                        "Restarts of this job by its launcher before this process started "
+                        "(TRAINER_RESTART_COUNT, or torchrun's TORCHELASTIC_RESTART_COUNT)");
   gauge_family("trainer_build_info", "Build of the trainer binary; the value is always 1")
       .Add({{"version", or_none(build.version)},
             {"cuda", or_none(build.cuda)},
@@ -194,6 +199,7 @@ Exporter::Exporter(const ExporterOptions& o) {
         ". HINT: the port is probably in use; set metrics.port to another base port, or 0 to "
         "turn the exporter off");
   }
+  state->m.restarts->Increment(launcher_restart_count());
   state->exposer->RegisterCollectable(state->registry);
   state_ = std::move(state);
   port_ = port;
@@ -322,6 +328,12 @@ std::vector<std::string> Exporter::exported_label_names() {
       for (const auto& l : m.label) names.insert(l.name);
   }
   return {names.begin(), names.end()};
+}
+
+int launcher_restart_count() {
+  for (const char* name : {"TRAINER_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT"})
+    if (const char* v = std::getenv(name)) return std::max(0, std::atoi(v));
+  return 0;
 }
 
 }  // namespace trainer

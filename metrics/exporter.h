@@ -96,4 +96,9 @@ class Exporter {
   std::string bind_address_;
 };
 
+// How many times the launcher restarted this job before starting this process: TRAINER_RESTART_COUNT
+// (`trainer launch --max-restarts`), else torchrun's TORCHELASTIC_RESTART_COUNT, else 0. The exporter
+// serves it as trainer_restarts_total.
+int launcher_restart_count();
+
 }  // namespace trainer

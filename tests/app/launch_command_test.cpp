@@ -3,38 +3,26 @@
 #include "app/launch_command.h"
 
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <spawn.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <atomic>
-#include <chrono>
-#include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <mutex>
 #include <regex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "app/cli.h"
+#include "app/launcher_process.h"
 #include "app/trainer_process.h"
 
 namespace trainer {
 namespace {
 
 namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
-
-std::string trainer_bin() {
-  const char* bin = std::getenv("TRAINER_BIN");
-  return bin ? bin : TRAINER_BINARY_DIR "/trainer";
-}
+using trainer::testing::expect_gone;
+using trainer::testing::free_ephemeral_port;
+using trainer::testing::Launcher;
 
 // ---- functions ----
 
@@ -121,101 +109,6 @@ TEST(LaunchLinePrefixer, TheErrorLineIsKeptWhenContextLinesFollowIt) {
 
 // ---- the binary ----
 
-// The launcher as a child of the test, its stdout and stderr read into `output` by a thread.
-class Launcher {
- public:
-  explicit Launcher(const std::vector<std::string>& args) {
-    int fds[2];
-    EXPECT_EQ(::pipe(fds), 0);
-    std::vector<std::string> argv_s{trainer_bin(), "launch"};
-    argv_s.insert(argv_s.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (auto& s : argv_s) argv.push_back(s.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
-    posix_spawn_file_actions_adddup2(&fa, fds[1], 2);
-    posix_spawn_file_actions_addclose(&fa, fds[0]);
-    EXPECT_EQ(::posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), environ), 0);
-    posix_spawn_file_actions_destroy(&fa);
-    ::close(fds[1]);
-    reader_ = std::thread([this, fd = fds[0]] {
-      char buf[4096];
-      for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) {
-        std::lock_guard<std::mutex> lock(mu_);
-        output_.append(buf, static_cast<size_t>(n));
-      }
-      ::close(fd);
-    });
-  }
-  ~Launcher() {
-    if (!exited_) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-      reader_.join();
-    }
-  }
-  pid_t pid() const { return pid_; }
-  std::string output() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return output_;
-  }
-  bool wait_for_output(const std::string& text, double seconds) {
-    for (const auto end = Clock::now() + std::chrono::duration<double>(seconds); Clock::now() < end;) {
-      if (output().find(text) != std::string::npos) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    return false;
-  }
-  // The exit code (128 + signal when killed), or -1 when it is still running after `seconds`.
-  int wait_exit(double seconds) {
-    for (const auto end = Clock::now() + std::chrono::duration<double>(seconds); Clock::now() < end;) {
-      int status = 0;
-      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
-        exited_ = true;
-        reader_.join();
-        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    return -1;
-  }
-  // The ranks' pids from the launcher's start line.
-  std::vector<pid_t> rank_pids() {
-    std::vector<pid_t> pids;
-    const std::string out = output();
-    const std::regex re("rank [0-9]+ pid ([0-9]+)");
-    for (auto it = std::sregex_iterator(out.begin(), out.end(), re); it != std::sregex_iterator(); ++it)
-      pids.push_back(static_cast<pid_t>(std::stol((*it)[1])));
-    return pids;
-  }
-
- private:
-  pid_t pid_ = -1;
-  bool exited_ = false;
-  std::mutex mu_;
-  std::string output_;
-  std::thread reader_;
-};
-
-// A TCP port nothing listens on now (the kernel's choice), for the ranks' rendezvous.
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  socklen_t len = sizeof addr;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
-
-void expect_gone(const std::vector<pid_t>& pids) {
-  for (pid_t p : pids) EXPECT_NE(::kill(p, 0), 0) << "rank pid " << p << " still exists";
-}
-
 class LaunchCommand : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -284,7 +177,7 @@ TEST_F(LaunchCommand, FirstFailingRankIsNamedNotTheOnesItTookDown) {
   trainer::testing::TakenPort taken;
   ASSERT_NE(taken.port(), 0);
   const int metrics_port = taken.port() - 1;
-  Launcher l({"--nproc-per-node", "2", "--master-port", std::to_string(free_port()), "--", "train",
+  Launcher l({"--nproc-per-node", "2", "--master-port", std::to_string(free_ephemeral_port()), "--", "train",
               write_long_config(), "--set", "metrics.port=" + std::to_string(metrics_port)});
   const int code = l.wait_exit(30);
   taken.release();
@@ -299,7 +192,8 @@ TEST_F(LaunchCommand, FirstFailingRankIsNamedNotTheOnesItTookDown) {
 
 // `sig` sent to the launcher reaches each rank once: the ranks checkpoint and exit with 128 + sig.
 void expect_forwarded(const std::string& config, int sig) {
-  Launcher l({"--nproc-per-node", "2", "--master-port", std::to_string(free_port()), "--", "train", config});
+  Launcher l({"--nproc-per-node", "2", "--master-port", std::to_string(free_ephemeral_port()), "--", "train",
+              config});
   ASSERT_TRUE(l.wait_for_output("[rank 0] epoch 1/200 step ", 30)) << l.output();
   const auto pids = l.rank_pids();
   ASSERT_EQ(pids.size(), 2u) << l.output();
