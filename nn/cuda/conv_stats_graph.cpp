@@ -3,7 +3,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cmath>
 #include <limits>
 
 #include "nn/cuda/cuda_common.h"
@@ -169,19 +168,6 @@ std::vector<int64_t> prologue_pack_uids(bool with_genstats) {
 Shape conv_output_shape(const Shape& xs, const Shape& ws, const Conv2dParams& p) {
   return {xs[0], ws[0], conv_output_size(xs[2], static_cast<int>(ws[2]), p.stride_h, p.pad_h, p.dilation_h),
           conv_output_size(xs[3], static_cast<int>(ws[3]), p.stride_w, p.pad_w, p.dilation_w)};
-}
-
-double relative_difference(const Tensor& a, const Tensor& b) {
-  const Tensor ha = a.to(Device::cpu()).to(DType::f32).contiguous(),
-               hb = b.to(Device::cpu()).to(DType::f32).contiguous();
-  const float* pa = ha.data<float>();
-  const float* pb = hb.data<float>();
-  double diff = 0.0, scale = 0.0;
-  for (int64_t i = 0; i < ha.numel(); ++i) {
-    diff = std::max(diff, static_cast<double>(std::fabs(pa[i] - pb[i])));
-    scale = std::max(scale, static_cast<double>(std::fabs(pb[i])));
-  }
-  return scale > 0 ? diff / scale : diff;
 }
 
 std::vector<int64_t> pack_uids(Pattern pattern) {

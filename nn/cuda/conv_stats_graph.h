@@ -2,7 +2,7 @@
 // cuDNN operation graphs for a convolution whose epilogue also computes the per-channel sum and sum
 // of squares of its output (what BatchNorm's batch statistics need), and the pieces to run and time
 // their engines. Used by the fusion itself (nn/cuda/conv_stats_fusion.h) and by its measurement
-// (nn/cuda/conv_stats_fusion_probe.h). Tensors are channels-last (NHWC) in bf16 or f16; the sums
+// (bench/cudnn/conv_stats_fusion_probe.h). Tensors are channels-last (NHWC) in bf16 or f16; the sums
 // are f32 [1, C, 1, 1].
 #include <cstdint>
 #include <deque>
@@ -45,7 +45,7 @@ std::vector<int64_t> pack_uids(Pattern pattern);
 // A BatchNorm's normalisation and ReLU as the convolution's prologue: y = conv(relu(x * scale + bias), w)
 // with per-channel scale and bias [1, C, 1, 1] in `coefficients` (f32, or the data type), applied as the
 // convolution loads x (the ConvBNfprop pattern; with_genstats adds its statistics epilogue). Measured by
-// nn/cuda/conv_prologue_probe.h only; empty when cuDNN refuses the graph.
+// bench/cudnn/conv_prologue_probe.h only; empty when cuDNN refuses the graph.
 OpGraph build_prologue(cudnnHandle_t handle, DType dtype, cudnnDataType_t coefficients, const Shape& xs,
                        const Shape& ws, const Shape& ys, const Conv2dParams& p, bool with_genstats);
 // Its variant pack's uids: x, scale, bias, w, y (+ sum, sqsum).
@@ -65,9 +65,6 @@ std::optional<Plan> finalize_plan(cudnnBackendDescriptor_t cfg, int64_t max_work
 
 // The output shape of x [N, C, H, W] * w [K, C, R, S] under p.
 Shape conv_output_shape(const Shape& xs, const Shape& ws, const Conv2dParams& p);
-
-// max |a - b| / max |b| of two tensors of one shape, on the host in f32 (the probes' comparisons).
-double relative_difference(const Tensor& a, const Tensor& b);
 
 // Milliseconds per call of `run`: `runs` calls queued back to back between two events (so launch
 // latency hides behind the previous call, as in a training step), best of `rounds` after a warm-up;

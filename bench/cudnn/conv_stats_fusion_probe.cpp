@@ -1,4 +1,4 @@
-#include "nn/cuda/conv_stats_fusion_probe.h"
+#include "bench/cudnn/conv_stats_fusion_probe.h"
 
 #include <cuda_runtime.h>
 
@@ -16,9 +16,10 @@
 #include "nn/cuda/cuda_common.h"
 #include "nn/random.h"
 
-namespace trainer::cuda {
+namespace trainer::bench {
 
-using namespace conv_stats;
+using namespace cuda;
+using namespace cuda::conv_stats;
 
 FusionProbeRow probe_engines(const OpGraph& g, const char* name, const std::vector<int64_t>& uids,
                              const std::map<int64_t, void*>& buffers, std::optional<RunnablePlan>& best) {
@@ -164,4 +165,4 @@ std::vector<FusionProbeRow> probe_conv_stats_fusion(DType dtype, const Shape& xs
   return rows;
 }
 
-}  // namespace trainer::cuda
+}  // namespace trainer::bench

@@ -1,4 +1,4 @@
-#include "nn/cuda/conv_prologue_probe.h"
+#include "bench/cudnn/conv_prologue_probe.h"
 
 #include <algorithm>
 #include <cmath>
@@ -6,12 +6,14 @@
 #include <stdexcept>
 #include <string>
 
+#include "bench/cudnn/relative_difference.h"
 #include "nn/cuda/cuda_common.h"
 #include "nn/random.h"
 
-namespace trainer::cuda {
+namespace trainer::bench {
 
-using namespace conv_stats;
+using namespace cuda;
+using namespace cuda::conv_stats;
 
 std::vector<FusionProbeRow> probe_conv_prologue_fusion(DType dtype, const Shape& xs, const Shape& ws,
                                                        const Conv2dParams& p) {
@@ -105,4 +107,4 @@ std::vector<FusionProbeRow> probe_conv_prologue_fusion(DType dtype, const Shape&
   return rows;
 }
 
-}  // namespace trainer::cuda
+}  // namespace trainer::bench

@@ -20,7 +20,7 @@
 #include "nn/cuda/conv_stats_graph.h"
 #include "nn/tensor.h"
 
-namespace trainer::cuda {
+namespace trainer::bench {
 
 struct FusionProbeRow {
   std::string pattern;       // "conv alone", "ours: conv, then bn_mean_var", "conv + genstats (fused)", ...
@@ -33,7 +33,7 @@ struct FusionProbeRow {
 
 // A finalised plan with the workspace and pointers to run it on.
 struct RunnablePlan {
-  conv_stats::Plan plan;
+  cuda::conv_stats::Plan plan;
   std::vector<int64_t> uids;
   std::vector<void*> ptrs;
   Tensor workspace;
@@ -42,9 +42,10 @@ struct RunnablePlan {
 
 // Every engine the heuristics offer for graph g (each engine once, though both heuristics modes may
 // list it), finalised and timed on `buffers` (by uid, in `uids` order). `best` receives the fastest.
-// Shared with the prologue probe (nn/cuda/conv_prologue_probe.h).
-FusionProbeRow probe_engines(const conv_stats::OpGraph& g, const char* name, const std::vector<int64_t>& uids,
-                             const std::map<int64_t, void*>& buffers, std::optional<RunnablePlan>& best);
+// Shared with the prologue probe (bench/cudnn/conv_prologue_probe.h).
+FusionProbeRow probe_engines(const cuda::conv_stats::OpGraph& g, const char* name,
+                             const std::vector<int64_t>& uids, const std::map<int64_t, void*>& buffers,
+                             std::optional<RunnablePlan>& best);
 
 // A row for a run of ours (not a cuDNN engine): its time per call (time_per_call_ms).
 FusionProbeRow timed_row(const char* name, const std::function<bool()>& run);
@@ -54,4 +55,4 @@ FusionProbeRow timed_row(const char* name, const std::function<bool()>& run);
 std::vector<FusionProbeRow> probe_conv_stats_fusion(DType dtype, const Shape& x, const Shape& w,
                                                     const Conv2dParams& p);
 
-}  // namespace trainer::cuda
+}  // namespace trainer::bench
