@@ -32,14 +32,12 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <set>
 #include <string>
 #include <vector>
 
 #include "nn/cuda/conv_stats_fusion.h"
 #include "nn/cuda/cuda_common.h"
 #include "nn/cuda/cudnn_graph.h"
-#include "nn/cuda/cudnn_knobs.h"
 
 namespace trainer {
 namespace {
@@ -48,13 +46,10 @@ using namespace cudnn_graph;
 
 constexpr size_t kMinWorkspaceLimit = size_t{256} << 20;
 constexpr int kMaxAlgos = 16;
-constexpr size_t kMaxCandidates = 10;  // graph-API engine configurations timed per convolution
-// The wide search (TRAINER_CUDNN_SEARCH=wide): up to this many configurations, including the knob
-// neighbours (nn/cuda/cudnn_knobs.h) of the first kNeighbourBases, with up to kValuesPerKnob values
-// per knob.
-constexpr size_t kMaxWideCandidates = 160;
-constexpr size_t kNeighbourBases = 4;
-constexpr int kValuesPerKnob = 12;
+// Graph-API engine configurations timed per convolution: the heuristics' first. A wider search (mode
+// B's list and the configurations' knob neighbours, bench/cudnn_knob_probe) found nothing faster on an
+// H200 with cuDNN 9.19 (bench/PERF_NOTES.md, v11).
+constexpr size_t kMaxCandidates = 10;
 constexpr double kWorkspaceSlack = 1.05;
 
 enum class ConvOp : int { forward, backward_data, backward_filter };
@@ -67,11 +62,6 @@ struct NoAlgorithm {};  // thrown when cuDNN has no algorithm for a layout; the 
 bool env_is(const char* name, const char* value) {
   const char* v = std::getenv(name);
   return v && std::string(v) == value;
-}
-// TRAINER_CUDNN_SEARCH=wide: time more graph-API configurations per convolution (see graph_plan).
-bool wide_search() {
-  static const bool on = env_is("TRAINER_CUDNN_SEARCH", "wide");
-  return on;
 }
 
 std::string params_str(const Conv2dParams& p) {
@@ -414,17 +404,12 @@ cudnnBackendDescriptor_t graph_plan(ConvOp op, DType dtype, bool nhwc, const Sha
   if (!graph) return nullptr;
   struct Candidate {
     BackendDesc plan, cfg;
-    std::vector<BackendDesc> parts;  // what a knob neighbour's configuration was built from
     size_t workspace;
   };
   std::vector<Candidate> candidates;
-  std::set<std::string> seen;  // the wide search meets the same configuration in several lists
-  const bool wide = wide_search();
-  const size_t cap = wide ? kMaxWideCandidates : kMaxCandidates;
-  auto consider = [&](BackendDesc cfg, std::vector<BackendDesc> parts) {
-    if (candidates.size() >= cap) return;
+  auto consider = [&](BackendDesc cfg) {
+    if (candidates.size() >= kMaxCandidates) return;
     if (!numerics_allowed(cfg.get(), dtype)) return;
-    if (wide && !seen.insert(config_signature(cfg.get())).second) return;
     BackendDesc plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
     cudnnBackendDescriptor_t c = cfg.get();
     if (!plan || !set(plan.get(), kPlanHandle, CUDNN_TYPE_HANDLE, 1, &handle) ||
@@ -436,21 +421,11 @@ cudnnBackendDescriptor_t graph_plan(ConvOp op, DType dtype, bool nhwc, const Sha
                                            CUDNN_TYPE_INT64, 1, &n, &bytes)) ||
         bytes < 0 || static_cast<size_t>(bytes) > limit)
       return;
-    candidates.push_back({std::move(plan), std::move(cfg), std::move(parts), static_cast<size_t>(bytes)});
+    candidates.push_back({std::move(plan), std::move(cfg), static_cast<size_t>(bytes)});
   };
   for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
-    for (BackendDesc& cfg : engine_configs(graph.graph.get(), mode)) consider(std::move(cfg), {});
+    for (BackendDesc& cfg : engine_configs(graph.graph.get(), mode)) consider(std::move(cfg));
     if (!candidates.empty()) break;  // the fallback list only when the heuristics gave nothing usable
-  }
-  if (wide && !candidates.empty()) {
-    // Mode B's ranking, then the knob neighbours of the best-ranked configurations.
-    for (BackendDesc& cfg : engine_configs(graph.graph.get(), CUDNN_HEUR_MODE_B))
-      consider(std::move(cfg), {});
-    // By index: consider() grows the vector.
-    const size_t bases = std::min(candidates.size(), kNeighbourBases);
-    for (size_t i = 0; i < bases; ++i)
-      for (OwnedConfig& n : knob_neighbours(graph.graph.get(), candidates[i].cfg.get(), kValuesPerKnob))
-        consider(std::move(n.cfg), std::move(n.parts));
   }
   if (candidates.empty()) return nullptr;
   // Deterministic mode runs the first candidate that works (below), so it allocates only what that
@@ -500,7 +475,6 @@ cudnnBackendDescriptor_t graph_plan(ConvOp op, DType dtype, bool nhwc, const Sha
                  timed.empty() || timed.front().index != 0 ? -1.0 : timed.front().ms);
   graph.release();
   candidates[pick].cfg.release();
-  for (BackendDesc& d : candidates[pick].parts) d.release();
   return candidates[pick].plan.release();
 }
 

@@ -9,6 +9,7 @@
 
 #include <array>
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -99,5 +100,21 @@ std::vector<BackendDesc> read_descriptors(cudnnBackendDescriptor_t d, cudnnBacke
 
 // The engine configurations the heuristics suggest for graph, best first.
 std::vector<BackendDesc> engine_configs(cudnnBackendDescriptor_t graph, cudnnBackendHeurMode_t mode);
+
+// No engine has more knobs than there are knob types.
+constexpr int64_t kMaxKnobs = CUDNN_KNOB_TYPE_COUNTS;
+
+// Attribute `name` of d as one int64, or `fallback` when cuDNN refuses.
+int64_t read_int(cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t name, int64_t fallback);
+// Attribute `name` of d as a knob type, or -1 when cuDNN refuses.
+int64_t read_knob_type(cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t name);
+
+// cfg's knob choices (tile shape, split-K, kernel variant...) as (knob type, value) pairs, in cuDNN's
+// order; empty when none or unreadable.
+std::vector<std::pair<int64_t, int64_t>> knob_choices(cudnnBackendDescriptor_t cfg);
+
+// "engine 12 [24=3 17=1]": the engine's global index and the knob choices, to tell configurations
+// apart and to print them.
+std::string config_signature(cudnnBackendDescriptor_t cfg);
 
 }  // namespace trainer::cudnn_graph
