@@ -26,7 +26,6 @@
 #include <algorithm>
 #include <array>
 #include <cstdio>
-#include <cstdlib>
 #include <limits>
 #include <map>
 #include <memory>
@@ -38,6 +37,7 @@
 #include "nn/cuda/conv_stats_fusion.h"
 #include "nn/cuda/cuda_common.h"
 #include "nn/cuda/cudnn_graph.h"
+#include "nn/cuda/cudnn_switches.h"
 
 namespace trainer {
 namespace {
@@ -58,11 +58,6 @@ const char* op_name(ConvOp op) {
 }
 
 struct NoAlgorithm {};  // thrown when cuDNN has no algorithm for a layout; the caller retries in NCHW
-
-bool env_is(const char* name, const char* value) {
-  const char* v = std::getenv(name);
-  return v && std::string(v) == value;
-}
 
 std::string params_str(const Conv2dParams& p) {
   return "stride (" + std::to_string(p.stride_h) + ", " + std::to_string(p.stride_w) + "), padding (" +
@@ -345,8 +340,8 @@ bool numerics_allowed(cudnnBackendDescriptor_t cfg, DType dtype) {
   const bool strict_fp32 = dtype == DType::f32 && !cuda_allow_tf32();
   if (info.tensor_core && (strict_fp32 || dtype == DType::f64)) return false;
   if (info.nondeterministic && cuda_deterministic()) return false;
-  static const bool allow_rtc = env_is("TRAINER_CUDNN_RTC", "1");
-  return !info.runtime_compiled || allow_rtc;  // compiling kernels at run time costs seconds at start-up
+  // Compiling kernels at run time costs seconds per shape at start-up.
+  return !info.runtime_compiled || cudnn_switches().runtime_compiled_engines;
 }
 
 // Milliseconds per call of run() on the GPU (best of a few rounds), or infinity when a call fails.
@@ -361,7 +356,7 @@ template <class Run>
 float time_calls(Run&& run) {
   const float fail = std::numeric_limits<float>::infinity();
   if (!run()) return fail;  // warm-up
-  static const bool single = env_is("TRAINER_CUDNN_TIMING", "single");
+  const bool single = cudnn_switches().single_call_timing;
   cudaStream_t stream = cuda_stream();
   cudaEvent_t a, b;
   CUDA_CHECK(cudaEventCreate(&a));
@@ -605,8 +600,8 @@ const Plan& plan_for(ConvOp op, DType dtype, bool nhwc, const Shape& xs, const S
     auto it = g_plans.find(key);
     if (it != g_plans.end()) return *it->second;
   }
-  static const bool legacy_only = env_is("TRAINER_CUDNN_API", "legacy");
-  static const bool graph_only = env_is("TRAINER_CUDNN_API", "graph");
+  const bool legacy_only = cudnn_switches().api == CudnnSwitches::Api::legacy;
+  const bool graph_only = cudnn_switches().api == CudnnSwitches::Api::graph;
   const float never = std::numeric_limits<float>::infinity();
   std::unique_ptr<Plan> graph;
   float graph_ms = never, legacy_ms = never;
@@ -623,7 +618,7 @@ const Plan& plan_for(ConvOp op, DType dtype, bool nhwc, const Shape& xs, const S
   // Deterministic mode compares no timings: the graph plan when there is one, else the legacy one.
   const bool compare = !graph_only && !cuda_deterministic();
   if (compare || !graph) plan = legacy_plan(op, dtype, nhwc, xs, wsh, ys, p, ptrs, legacy_ms);
-  if (graph && plan && !plan->none && !env_is("TRAINER_CUDNN_TIMING", "single")) {
+  if (graph && plan && !plan->none && !cudnn_switches().single_call_timing) {
     // Find timed its algorithms one call at a time; the graph candidates were timed queued. Time the
     // legacy pick the same way, so that the comparison below is like for like.
     Tensor ws = plan->workspace ? workspace(plan->workspace) : Tensor();

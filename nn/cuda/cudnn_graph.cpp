@@ -2,18 +2,13 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <string>
+
+#include "nn/cuda/cudnn_switches.h"
 
 namespace trainer::cudnn_graph {
 
-bool debug() {
-  static const bool on = [] {
-    const char* v = std::getenv("TRAINER_CUDNN_DEBUG");
-    return v && std::string(v) == "1";
-  }();
-  return on;
-}
+bool debug() { return cudnn_switches().debug; }
 
 bool ok(cudnnStatus_t status, const char* what) {
   if (status == CUDNN_STATUS_SUCCESS) return true;

@@ -18,7 +18,7 @@
 
 namespace trainer::cudnn_graph {
 
-// TRAINER_CUDNN_DEBUG=1: print every failed call, candidate and choice.
+// TRAINER_CUDNN_DEBUG=1 (nn/cuda/cudnn_switches.h): print every failed call, candidate and choice.
 bool debug();
 
 // A backend descriptor, destroyed with its owner unless released.
