@@ -7,6 +7,7 @@
 #include <string>
 
 #include "bench/cudnn/relative_difference.h"
+#include "nn/cuda/conv_geometry.h"
 #include "nn/cuda/cuda_common.h"
 #include "nn/random.h"
 
@@ -22,7 +23,7 @@ std::vector<FusionProbeRow> probe_conv_prologue_fusion(DType dtype, const Shape&
                                 std::string(dtype_name(dtype)));
   const Device dev = current_device();
   const MemoryFormat cl = MemoryFormat::channels_last;
-  const Shape ys = conv_output_shape(xs, ws, p);
+  const Shape ys = cudnn_conv::check_geometry("probe_conv_prologue_fusion", xs, ws, p);
   const int64_t C = xs[1];
   Generator gen(1);
   // The BatchNorm's input (a convolution's output, roughly centred) and its statistics and affine

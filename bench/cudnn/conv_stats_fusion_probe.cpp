@@ -12,6 +12,7 @@
 #include <set>
 #include <stdexcept>
 
+#include "nn/cuda/conv_geometry.h"
 #include "nn/cuda/conv_stats_graph.h"
 #include "nn/cuda/cuda_common.h"
 #include "nn/random.h"
@@ -121,7 +122,7 @@ std::vector<FusionProbeRow> probe_conv_stats_fusion(DType dtype, const Shape& xs
     throw std::invalid_argument("probe_conv_stats_fusion: bf16 or f16, got " +
                                 std::string(dtype_name(dtype)));
   const Device dev = current_device();
-  const Shape ys = conv_output_shape(xs, ws, p);
+  const Shape ys = cudnn_conv::check_geometry("probe_conv_stats_fusion", xs, ws, p);
   Generator gen(1);
   Tensor x = Tensor::empty(xs, dtype, dev, MemoryFormat::channels_last);
   Tensor w = Tensor::empty(ws, dtype, dev, MemoryFormat::channels_last);

@@ -165,11 +165,6 @@ std::vector<int64_t> prologue_pack_uids(bool with_genstats) {
   return {kX, kScale, kBias, kW, kY};
 }
 
-Shape conv_output_shape(const Shape& xs, const Shape& ws, const Conv2dParams& p) {
-  return {xs[0], ws[0], conv_output_size(xs[2], static_cast<int>(ws[2]), p.stride_h, p.pad_h, p.dilation_h),
-          conv_output_size(xs[3], static_cast<int>(ws[3]), p.stride_w, p.pad_w, p.dilation_w)};
-}
-
 std::vector<int64_t> pack_uids(Pattern pattern) {
   if (pattern == Pattern::conv) return {kX, kW, kY};
   return {kX, kW, kY, kSum, kSqSum};

@@ -63,9 +63,6 @@ struct Plan {
 // `max_workspace` bytes.
 std::optional<Plan> finalize_plan(cudnnBackendDescriptor_t cfg, int64_t max_workspace);
 
-// The output shape of x [N, C, H, W] * w [K, C, R, S] under p.
-Shape conv_output_shape(const Shape& xs, const Shape& ws, const Conv2dParams& p);
-
 // Milliseconds per call of `run`: `runs` calls queued back to back between two events (so launch
 // latency hides behind the previous call, as in a training step), best of `rounds` after a warm-up;
 // infinity when a call fails.
