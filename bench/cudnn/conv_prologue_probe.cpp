@@ -16,8 +16,8 @@ namespace trainer::bench {
 using namespace cuda;
 using namespace cuda::conv_stats;
 
-std::vector<FusionProbeRow> probe_conv_prologue_fusion(DType dtype, const Shape& xs, const Shape& ws,
-                                                       const Conv2dParams& p) {
+std::vector<ConvProbeRow> probe_conv_prologue_fusion(DType dtype, const Shape& xs, const Shape& ws,
+                                                     const Conv2dParams& p) {
   if (dtype != DType::bf16 && dtype != DType::f16)
     throw std::invalid_argument("probe_conv_prologue_fusion: bf16 or f16, got " +
                                 std::string(dtype_name(dtype)));
@@ -55,7 +55,7 @@ std::vector<FusionProbeRow> probe_conv_prologue_fusion(DType dtype, const Shape&
   Backend& k = backend_for(x);
   const BnEpilogue relu{Tensor(), true};
 
-  std::vector<FusionProbeRow> rows;
+  std::vector<ConvProbeRow> rows;
   std::optional<RunnablePlan> conv;
   rows.push_back(probe_engines(build(Pattern::conv, cuda_context().cudnn, dtype, xs, ws, ys, p), "conv alone",
                                pack_uids(Pattern::conv),
@@ -82,7 +82,7 @@ std::vector<FusionProbeRow> probe_conv_prologue_fusion(DType dtype, const Shape&
                                (genstats ? " + genstats" : "") +
                                (half_coefficients ? " (half coefficients)" : " (f32 coefficients)");
       std::optional<RunnablePlan> fused;
-      FusionProbeRow row = probe_engines(
+      ConvProbeRow row = probe_engines(
           build_prologue(cuda_context().cudnn, dtype,
                          half_coefficients ? (dtype == DType::bf16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF)
                                            : CUDNN_DATA_FLOAT,

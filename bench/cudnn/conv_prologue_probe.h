@@ -18,7 +18,7 @@
 namespace trainer::bench {
 
 // x [N, C, H, W] (the BatchNorm's input) and w [K, C, R, S] in `dtype` (bf16 or f16), channels-last.
-std::vector<FusionProbeRow> probe_conv_prologue_fusion(DType dtype, const Shape& x, const Shape& w,
-                                                       const Conv2dParams& p);
+std::vector<ConvProbeRow> probe_conv_prologue_fusion(DType dtype, const Shape& x, const Shape& w,
+                                                     const Conv2dParams& p);
 
 }  // namespace trainer::bench
