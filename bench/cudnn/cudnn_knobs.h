@@ -4,7 +4,7 @@
 // be best; a neighbour is the same engine with one knob set to another value its range allows. Timing
 // the neighbours reaches kernels the heuristics did not rank: the wide search of
 // bench/cudnn_knob_probe, which asks whether the trainer's search (the heuristics' first
-// configurations, nn/cuda/conv.cpp) misses a faster kernel on a GPU or cuDNN version.
+// configurations, nn/cuda/conv_graph_api.h) misses a faster kernel on a GPU or cuDNN version.
 #include <cudnn.h>
 
 #include <vector>

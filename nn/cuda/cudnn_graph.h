@@ -1,7 +1,8 @@
 #pragma once
 // cuDNN's graph (backend) API in small pieces: an owning descriptor handle, attribute setting with a
-// status check, tensor descriptors in NCHW or NHWC, and the heuristics' engine configurations. Shared by
-// the convolutions (nn/cuda/conv.cpp) and the fusion probe (bench/cudnn/conv_stats_fusion_probe.h).
+// status check, tensor descriptors in NCHW or NHWC, the heuristics' engine configurations and their
+// knob choices. Shared by the convolutions (nn/cuda/conv_graph_api.h), the fused statistics
+// (nn/cuda/conv_stats_graph.h) and the probes of bench/cudnn.
 //
 // A failed graph-API call means "this way does not work" (the caller moves on): the helpers return
 // false or an empty descriptor, and print the call and cuDNN's status under TRAINER_CUDNN_DEBUG=1.
