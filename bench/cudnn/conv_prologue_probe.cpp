@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "bench/cudnn/conv_prologue_graph.h"
 #include "bench/cudnn/relative_difference.h"
 #include "nn/cuda/conv_geometry.h"
 #include "nn/cuda/cuda_common.h"

@@ -14,9 +14,9 @@
 
 namespace trainer::cuda::conv_stats {
 
-// Tensor ids in the variant packs (kAfter*: virtual intermediates of the prologue).
-constexpr int64_t kX = 1, kW = 2, kY = 3, kSum = 4, kSqSum = 5, kSquare = 6, kScale = 7, kBias = 8,
-                  kAfterScale = 9, kAfterBias = 10, kAfterRelu = 11;
+// Tensor ids in the variant packs (kSquare: the virtual y * y of the reduction pattern). Graphs built
+// elsewhere from these pieces (bench/cudnn/conv_prologue_graph.h) number theirs from kFirstFreeUid.
+constexpr int64_t kX = 1, kW = 2, kY = 3, kSum = 4, kSqSum = 5, kSquare = 6, kFirstFreeUid = 7;
 
 enum class Pattern {
   conv,       // the convolution alone
@@ -42,14 +42,17 @@ OpGraph build(Pattern pattern, cudnnHandle_t handle, DType dtype, const Shape& x
 // The uids of `pattern`'s variant pack, in order: x, w, y (+ sum, sqsum).
 std::vector<int64_t> pack_uids(Pattern pattern);
 
-// A BatchNorm's normalisation and ReLU as the convolution's prologue: y = conv(relu(x * scale + bias), w)
-// with per-channel scale and bias [1, C, 1, 1] in `coefficients` (f32, or the data type), applied as the
-// convolution loads x (the ConvBNfprop pattern; with_genstats adds its statistics epilogue). Measured by
-// bench/cudnn/conv_prologue_probe.h only; empty when cuDNN refuses the graph.
-OpGraph build_prologue(cudnnHandle_t handle, DType dtype, cudnnDataType_t coefficients, const Shape& xs,
-                       const Shape& ws, const Shape& ys, const Conv2dParams& p, bool with_genstats);
-// Its variant pack's uids: x, scale, bias, w, y (+ sum, sqsum).
-std::vector<int64_t> prologue_pack_uids(bool with_genstats);
+// The pieces the graphs are built of: each adds one finalised operation to g (and keeps what it was
+// built from), false when cuDNN refuses. Descriptors are g's tensors, made with cudnn_graph::tensor_desc.
+// y = conv(x, w) under p (cross-correlation), accumulating in f32.
+bool add_conv_forward(OpGraph& g, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t w,
+                      cudnnBackendDescriptor_t y, const Conv2dParams& p);
+// The per-channel sum and sum of squares of y, by cuDNN's dedicated statistics operation.
+bool add_genstats(OpGraph& g, cudnnBackendDescriptor_t y, cudnnBackendDescriptor_t sum,
+                  cudnnBackendDescriptor_t sqsum);
+// out = mode(in, b) elementwise in f32; b is null for a unary mode (CUDNN_POINTWISE_RELU_FWD).
+bool add_pointwise(OpGraph& g, cudnnPointwiseMode_t mode, cudnnBackendDescriptor_t in,
+                   cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t out);
 
 // A finalised execution plan and its workspace size. Finalising is where a runtime-fusion engine
 // compiles its kernel.
