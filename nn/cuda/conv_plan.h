@@ -39,7 +39,6 @@ struct Descriptors {
   Descriptors& operator=(const Descriptors&) = delete;
 };
 
-
 // How one convolution runs: built once per key (nn/cuda/conv_plan_cache.h), then run per call.
 struct Plan {
   bool none = false;                         // nothing runs in this layout

@@ -3,7 +3,8 @@
 // pointer alignment, deterministic mode) by timing candidates on the call's own buffers, and cached
 // for the process's life. The graph API's fastest candidate (nn/cuda/conv_graph_api.h) is compared
 // with the legacy API's (nn/cuda/conv_legacy_api.h), both timed as calls queued back to back
-// (nn/cuda/conv_timing.h); the legacy one wins only when faster, or as fast with a smaller workspace.
+// (nn/cuda/conv_timing.h); the legacy one wins only when more than 5% faster, or within 5% with a
+// smaller workspace.
 // Deterministic mode compares no timings. TRAINER_CUDNN_API=legacy|graph (nn/cuda/cudnn_switches.h)
 // uses one API only.
 #include "nn/cuda/conv_plan.h"
