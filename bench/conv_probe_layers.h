@@ -1,14 +1,14 @@
 #pragma once
-// The loop the two convolution-fusion probes share (bench/cudnn_fusion_probe,
-// bench/cudnn_prologue_probe): for each dtype the command line wants, each of the given
+// The loop the convolution probes share (bench/cudnn_fusion_probe, bench/cudnn_prologue_probe,
+// bench/cudnn_knob_probe): for each dtype the command line wants, each of the given
 // resnet18-cifar convolutions at --batch, run one probe and print its rows. CUDA builds only.
 #include <cstdio>
 #include <exception>
 #include <string>
 #include <vector>
 
+#include "bench/cudnn/conv_probe_row.h"
 #include "bench/probe_args.h"
-#include "nn/cuda/conv_stats_fusion_probe.h"
 #include "nn/cuda/cuda_backend.h"
 
 namespace trainer::bench {
@@ -40,7 +40,7 @@ int run_conv_probe(int argc, char** argv, const std::vector<ConvProbeLayer>& lay
       p.pad_h = p.pad_w = static_cast<int>(l.r / 2);
       std::printf("%s batch %d %s\n", std::string(dtype_name(dtype)).c_str(), args.batch, l.name);
       try {
-        for (const cuda::FusionProbeRow& row :
+        for (const ConvProbeRow& row :
              probe(dtype, Shape{args.batch, l.c, l.hw, l.hw}, Shape{l.k, l.c, l.r, l.r}, p))
           std::printf("  %-*s engines %2d runnable %2d best %8.4f ms (engine %lld) %s\n", name_width,
                       row.pattern.c_str(), row.engines, row.runnable, row.best_ms,

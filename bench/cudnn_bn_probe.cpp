@@ -22,6 +22,7 @@
 #include "bench/probe_args.h"
 
 #ifdef TRAINER_WITH_CUDA
+#include "bench/cudnn/relative_difference.h"
 #include "nn/backend.h"
 #include "nn/cuda/conv_stats_graph.h"
 #include "nn/cuda/cuda_backend.h"
@@ -33,7 +34,7 @@
 namespace trainer {
 namespace {
 
-using cuda::conv_stats::relative_difference;
+using bench::relative_difference;
 
 constexpr double kEps = 1e-5, kMomentum = 0.1;
 

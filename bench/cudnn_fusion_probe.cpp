@@ -2,19 +2,19 @@
 // resnet18-cifar at a batch size (channels-last, bf16 and f16), prints the time of the convolution
 // alone, of our statistics kernel alone, and of the best engine cuDNN offers for the convolution with
 // the per-channel sum and sum of squares fused into its epilogue (the dedicated genstats operation and
-// the generic reductions of runtime fusion). See nn/cuda/conv_stats_fusion_probe.h.
+// the generic reductions of runtime fusion). See bench/cudnn/conv_stats_fusion_probe.h.
 //   cudnn_fusion_probe [--batch 512] [--dtype bf16|f16|both]
 #include "bench/probe_args.h"
 
 #ifdef TRAINER_WITH_CUDA
 #include "bench/conv_probe_layers.h"
-#include "nn/cuda/conv_stats_fusion_probe.h"
+#include "bench/cudnn/conv_stats_fusion_probe.h"
 #endif
 
 int main(int argc, char** argv) {
 #ifdef TRAINER_WITH_CUDA
   using namespace trainer;
-  return bench::run_conv_probe(argc, argv, bench::resnet18_cifar_convs(), 48, cuda::probe_conv_stats_fusion);
+  return bench::run_conv_probe(argc, argv, bench::resnet18_cifar_convs(), 48, bench::probe_conv_stats_fusion);
 #else
   (void)argc;
   (void)argv;

@@ -3,7 +3,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cmath>
 #include <limits>
 
 #include "nn/cuda/cuda_common.h"
@@ -33,10 +32,6 @@ bool OpGraph::finalize(cudnnHandle_t handle) {
          GRAPH_OK(cudnnBackendFinalize(graph.get()));
 }
 
-namespace {
-
-cudnnDataType_t data_type(DType d) { return d == DType::bf16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF; }
-
 bool add_conv_forward(OpGraph& g, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t w,
                       cudnnBackendDescriptor_t y, const Conv2dParams& p) {
   BackendDesc& conv = g.keep(convolution_desc(p, CUDNN_DATA_FLOAT));
@@ -55,7 +50,6 @@ bool add_conv_forward(OpGraph& g, cudnnBackendDescriptor_t x, cudnnBackendDescri
          g.add_op(std::move(op));
 }
 
-// cuDNN's dedicated statistics operation.
 bool add_genstats(OpGraph& g, cudnnBackendDescriptor_t y, cudnnBackendDescriptor_t sum,
                   cudnnBackendDescriptor_t sqsum) {
   BackendDesc op(CUDNN_BACKEND_OPERATION_GEN_STATS_DESCRIPTOR);
@@ -68,6 +62,28 @@ bool add_genstats(OpGraph& g, cudnnBackendDescriptor_t y, cudnnBackendDescriptor
          set(op.get(), CUDNN_ATTR_OPERATION_GENSTATS_SQSUMDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &sqsum) &&
          g.add_op(std::move(op));
 }
+
+bool add_pointwise(OpGraph& g, cudnnPointwiseMode_t mode, cudnnBackendDescriptor_t in,
+                   cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t out) {
+  BackendDesc& pw = g.keep(BackendDesc(CUDNN_BACKEND_POINTWISE_DESCRIPTOR));
+  const cudnnDataType_t prec = CUDNN_DATA_FLOAT;
+  if (!pw || !set(pw.get(), CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode) ||
+      !set(pw.get(), CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &prec) ||
+      !GRAPH_OK(cudnnBackendFinalize(pw.get())))
+    return false;
+  BackendDesc op(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
+  cudnnBackendDescriptor_t d = pw.get();
+  return op &&
+         set(op.get(), CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &d) &&
+         set(op.get(), CUDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &in) &&
+         (!b || set(op.get(), CUDNN_ATTR_OPERATION_POINTWISE_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b)) &&
+         set(op.get(), CUDNN_ATTR_OPERATION_POINTWISE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &out) &&
+         g.add_op(std::move(op));
+}
+
+namespace {
+
+cudnnDataType_t data_type(DType d) { return d == DType::bf16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF; }
 
 // A per-channel sum (reduction over N, H, W) in f32: what the runtime-fusion engines take.
 bool add_channel_sum(OpGraph& g, cudnnBackendDescriptor_t in, cudnnBackendDescriptor_t out) {
@@ -84,25 +100,6 @@ bool add_channel_sum(OpGraph& g, cudnnBackendDescriptor_t in, cudnnBackendDescri
   return op && set(op.get(), CUDNN_ATTR_OPERATION_REDUCTION_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &in) &&
          set(op.get(), CUDNN_ATTR_OPERATION_REDUCTION_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &out) &&
          set(op.get(), CUDNN_ATTR_OPERATION_REDUCTION_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &r) &&
-         g.add_op(std::move(op));
-}
-
-// out = mode(in, b) elementwise in f32; b is null for a unary mode (CUDNN_POINTWISE_RELU_FWD).
-bool add_pointwise(OpGraph& g, cudnnPointwiseMode_t mode, cudnnBackendDescriptor_t in,
-                   cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t out) {
-  BackendDesc& pw = g.keep(BackendDesc(CUDNN_BACKEND_POINTWISE_DESCRIPTOR));
-  const cudnnDataType_t prec = CUDNN_DATA_FLOAT;
-  if (!pw || !set(pw.get(), CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode) ||
-      !set(pw.get(), CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &prec) ||
-      !GRAPH_OK(cudnnBackendFinalize(pw.get())))
-    return false;
-  BackendDesc op(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
-  cudnnBackendDescriptor_t d = pw.get();
-  return op &&
-         set(op.get(), CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &d) &&
-         set(op.get(), CUDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &in) &&
-         (!b || set(op.get(), CUDNN_ATTR_OPERATION_POINTWISE_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b)) &&
-         set(op.get(), CUDNN_ATTR_OPERATION_POINTWISE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &out) &&
          g.add_op(std::move(op));
 }
 
@@ -132,56 +129,6 @@ OpGraph build(Pattern pattern, cudnnHandle_t handle, DType dtype, const Shape& x
         good && add_channel_sum(g, y, sum) && add_square(g, y, square) && add_channel_sum(g, square, sqsum);
   if (!good || !g.finalize(handle)) return OpGraph();
   return g;
-}
-
-OpGraph build_prologue(cudnnHandle_t handle, DType dtype, cudnnDataType_t coefficients, const Shape& xs,
-                       const Shape& ws, const Shape& ys, const Conv2dParams& p, bool with_genstats) {
-  OpGraph g;
-  const cudnnDataType_t dt = data_type(dtype);
-  const Shape channels_x{1, xs[1], 1, 1}, channels_y{1, ys[1], 1, 1};
-  cudnnBackendDescriptor_t x = g.keep(tensor_desc(kX, dt, xs, true, 16)).get();
-  cudnnBackendDescriptor_t scale = g.keep(tensor_desc(kScale, coefficients, channels_x, true, 16)).get();
-  cudnnBackendDescriptor_t bias = g.keep(tensor_desc(kBias, coefficients, channels_x, true, 16)).get();
-  cudnnBackendDescriptor_t scaled =
-      g.keep(tensor_desc(kAfterScale, CUDNN_DATA_FLOAT, xs, true, 16, true)).get();
-  cudnnBackendDescriptor_t biased =
-      g.keep(tensor_desc(kAfterBias, CUDNN_DATA_FLOAT, xs, true, 16, true)).get();
-  cudnnBackendDescriptor_t relu = g.keep(tensor_desc(kAfterRelu, CUDNN_DATA_FLOAT, xs, true, 16, true)).get();
-  cudnnBackendDescriptor_t w = g.keep(tensor_desc(kW, dt, ws, true, 16)).get();
-  cudnnBackendDescriptor_t y = g.keep(tensor_desc(kY, dt, ys, true, 16)).get();
-  cudnnBackendDescriptor_t sum = g.keep(tensor_desc(kSum, CUDNN_DATA_FLOAT, channels_y, true, 16)).get();
-  cudnnBackendDescriptor_t sqsum = g.keep(tensor_desc(kSqSum, CUDNN_DATA_FLOAT, channels_y, true, 16)).get();
-  bool good = x && scale && bias && scaled && biased && relu && w && y && sum && sqsum &&
-              add_pointwise(g, CUDNN_POINTWISE_MUL, x, scale, scaled) &&
-              add_pointwise(g, CUDNN_POINTWISE_ADD, scaled, bias, biased) &&
-              add_pointwise(g, CUDNN_POINTWISE_RELU_FWD, biased, nullptr, relu) &&
-              add_conv_forward(g, relu, w, y, p);
-  if (with_genstats) good = good && add_genstats(g, y, sum, sqsum);
-  if (!good || !g.finalize(handle)) return OpGraph();
-  return g;
-}
-
-std::vector<int64_t> prologue_pack_uids(bool with_genstats) {
-  if (with_genstats) return {kX, kScale, kBias, kW, kY, kSum, kSqSum};
-  return {kX, kScale, kBias, kW, kY};
-}
-
-Shape conv_output_shape(const Shape& xs, const Shape& ws, const Conv2dParams& p) {
-  return {xs[0], ws[0], conv_output_size(xs[2], static_cast<int>(ws[2]), p.stride_h, p.pad_h, p.dilation_h),
-          conv_output_size(xs[3], static_cast<int>(ws[3]), p.stride_w, p.pad_w, p.dilation_w)};
-}
-
-double relative_difference(const Tensor& a, const Tensor& b) {
-  const Tensor ha = a.to(Device::cpu()).to(DType::f32).contiguous(),
-               hb = b.to(Device::cpu()).to(DType::f32).contiguous();
-  const float* pa = ha.data<float>();
-  const float* pb = hb.data<float>();
-  double diff = 0.0, scale = 0.0;
-  for (int64_t i = 0; i < ha.numel(); ++i) {
-    diff = std::max(diff, static_cast<double>(std::fabs(pa[i] - pb[i])));
-    scale = std::max(scale, static_cast<double>(std::fabs(pb[i])));
-  }
-  return scale > 0 ? diff / scale : diff;
 }
 
 std::vector<int64_t> pack_uids(Pattern pattern) {

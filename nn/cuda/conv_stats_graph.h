@@ -2,7 +2,7 @@
 // cuDNN operation graphs for a convolution whose epilogue also computes the per-channel sum and sum
 // of squares of its output (what BatchNorm's batch statistics need), and the pieces to run and time
 // their engines. Used by the fusion itself (nn/cuda/conv_stats_fusion.h) and by its measurement
-// (nn/cuda/conv_stats_fusion_probe.h). Tensors are channels-last (NHWC) in bf16 or f16; the sums
+// (bench/cudnn/conv_stats_fusion_probe.h). Tensors are channels-last (NHWC) in bf16 or f16; the sums
 // are f32 [1, C, 1, 1].
 #include <cstdint>
 #include <deque>
@@ -14,9 +14,9 @@
 
 namespace trainer::cuda::conv_stats {
 
-// Tensor ids in the variant packs (kAfter*: virtual intermediates of the prologue).
-constexpr int64_t kX = 1, kW = 2, kY = 3, kSum = 4, kSqSum = 5, kSquare = 6, kScale = 7, kBias = 8,
-                  kAfterScale = 9, kAfterBias = 10, kAfterRelu = 11;
+// Tensor ids in the variant packs (kSquare: the virtual y * y of the reduction pattern). Graphs built
+// elsewhere from these pieces (bench/cudnn/conv_prologue_graph.h) number theirs from kFirstFreeUid.
+constexpr int64_t kX = 1, kW = 2, kY = 3, kSum = 4, kSqSum = 5, kSquare = 6, kFirstFreeUid = 7;
 
 enum class Pattern {
   conv,       // the convolution alone
@@ -42,14 +42,17 @@ OpGraph build(Pattern pattern, cudnnHandle_t handle, DType dtype, const Shape& x
 // The uids of `pattern`'s variant pack, in order: x, w, y (+ sum, sqsum).
 std::vector<int64_t> pack_uids(Pattern pattern);
 
-// A BatchNorm's normalisation and ReLU as the convolution's prologue: y = conv(relu(x * scale + bias), w)
-// with per-channel scale and bias [1, C, 1, 1] in `coefficients` (f32, or the data type), applied as the
-// convolution loads x (the ConvBNfprop pattern; with_genstats adds its statistics epilogue). Measured by
-// nn/cuda/conv_prologue_probe.h only; empty when cuDNN refuses the graph.
-OpGraph build_prologue(cudnnHandle_t handle, DType dtype, cudnnDataType_t coefficients, const Shape& xs,
-                       const Shape& ws, const Shape& ys, const Conv2dParams& p, bool with_genstats);
-// Its variant pack's uids: x, scale, bias, w, y (+ sum, sqsum).
-std::vector<int64_t> prologue_pack_uids(bool with_genstats);
+// The pieces the graphs are built of: each adds one finalised operation to g (and keeps what it was
+// built from), false when cuDNN refuses. Descriptors are g's tensors, made with cudnn_graph::tensor_desc.
+// y = conv(x, w) under p (cross-correlation), accumulating in f32.
+bool add_conv_forward(OpGraph& g, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t w,
+                      cudnnBackendDescriptor_t y, const Conv2dParams& p);
+// The per-channel sum and sum of squares of y, by cuDNN's dedicated statistics operation.
+bool add_genstats(OpGraph& g, cudnnBackendDescriptor_t y, cudnnBackendDescriptor_t sum,
+                  cudnnBackendDescriptor_t sqsum);
+// out = mode(in, b) elementwise in f32; b is null for a unary mode (CUDNN_POINTWISE_RELU_FWD).
+bool add_pointwise(OpGraph& g, cudnnPointwiseMode_t mode, cudnnBackendDescriptor_t in,
+                   cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t out);
 
 // A finalised execution plan and its workspace size. Finalising is where a runtime-fusion engine
 // compiles its kernel.
@@ -62,12 +65,6 @@ struct Plan {
 // The plan of engine configuration cfg, or nothing when it does not finalise or wants more than
 // `max_workspace` bytes.
 std::optional<Plan> finalize_plan(cudnnBackendDescriptor_t cfg, int64_t max_workspace);
-
-// The output shape of x [N, C, H, W] * w [K, C, R, S] under p.
-Shape conv_output_shape(const Shape& xs, const Shape& ws, const Conv2dParams& p);
-
-// max |a - b| / max |b| of two tensors of one shape, on the host in f32 (the probes' comparisons).
-double relative_difference(const Tensor& a, const Tensor& b);
 
 // Milliseconds per call of `run`: `runs` calls queued back to back between two events (so launch
 // latency hides behind the previous call, as in a training step), best of `rounds` after a warm-up;

@@ -2,18 +2,13 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <string>
+
+#include "nn/cuda/cudnn_switches.h"
 
 namespace trainer::cudnn_graph {
 
-bool debug() {
-  static const bool on = [] {
-    const char* v = std::getenv("TRAINER_CUDNN_DEBUG");
-    return v && std::string(v) == "1";
-  }();
-  return on;
-}
+bool debug() { return cudnn_switches().debug; }
 
 bool ok(cudnnStatus_t status, const char* what) {
   if (status == CUDNN_STATUS_SUCCESS) return true;
@@ -126,6 +121,43 @@ std::vector<BackendDesc> read_descriptors(cudnnBackendDescriptor_t d, cudnnBacke
     return {};
   owned.resize(static_cast<size_t>(std::clamp<int64_t>(count, 0, max_count)));
   return owned;
+}
+
+int64_t read_int(cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t name, int64_t fallback) {
+  int64_t value = fallback, n = 0;
+  if (!GRAPH_OK(cudnnBackendGetAttribute(d, name, CUDNN_TYPE_INT64, 1, &n, &value)) || n != 1)
+    return fallback;
+  return value;
+}
+
+int64_t read_knob_type(cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t name) {
+  cudnnBackendKnobType_t type = CUDNN_KNOB_TYPE_COUNTS;
+  int64_t n = 0;
+  if (!GRAPH_OK(cudnnBackendGetAttribute(d, name, CUDNN_TYPE_KNOB_TYPE, 1, &n, &type)) || n != 1) return -1;
+  return static_cast<int64_t>(type);
+}
+
+std::vector<std::pair<int64_t, int64_t>> knob_choices(cudnnBackendDescriptor_t cfg) {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  for (const BackendDesc& c : read_descriptors(cfg, CUDNN_ATTR_ENGINECFG_KNOB_CHOICES,
+                                               CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR, kMaxKnobs)) {
+    const int64_t type = read_knob_type(c.get(), CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE);
+    if (type < 0) return {};
+    out.emplace_back(type, read_int(c.get(), CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE, 0));
+  }
+  return out;
+}
+
+std::string config_signature(cudnnBackendDescriptor_t cfg) {
+  std::string s = "engine " + std::to_string(engine_info(cfg).index) + " [";
+  for (const auto& [type, value] : knob_choices(cfg)) {
+    if (s.back() != '[') s += ' ';
+    s += std::to_string(type);
+    s += '=';
+    s += std::to_string(value);
+  }
+  s += ']';
+  return s;
 }
 
 }  // namespace trainer::cudnn_graph

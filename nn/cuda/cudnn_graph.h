@@ -1,7 +1,8 @@
 #pragma once
 // cuDNN's graph (backend) API in small pieces: an owning descriptor handle, attribute setting with a
-// status check, tensor descriptors in NCHW or NHWC, and the heuristics' engine configurations. Shared by
-// the convolutions (nn/cuda/conv.cpp) and the fusion probe (nn/cuda/conv_stats_fusion_probe.h).
+// status check, tensor descriptors in NCHW or NHWC, the heuristics' engine configurations and their
+// knob choices. Shared by the convolutions (nn/cuda/conv_graph_api.h), the fused statistics
+// (nn/cuda/conv_stats_graph.h) and the probes of bench/cudnn.
 //
 // A failed graph-API call means "this way does not work" (the caller moves on): the helpers return
 // false or an empty descriptor, and print the call and cuDNN's status under TRAINER_CUDNN_DEBUG=1.
@@ -9,6 +10,7 @@
 
 #include <array>
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -17,7 +19,7 @@
 
 namespace trainer::cudnn_graph {
 
-// TRAINER_CUDNN_DEBUG=1: print every failed call, candidate and choice.
+// TRAINER_CUDNN_DEBUG=1 (nn/cuda/cudnn_switches.h): print every failed call, candidate and choice.
 bool debug();
 
 // A backend descriptor, destroyed with its owner unless released.
@@ -99,5 +101,21 @@ std::vector<BackendDesc> read_descriptors(cudnnBackendDescriptor_t d, cudnnBacke
 
 // The engine configurations the heuristics suggest for graph, best first.
 std::vector<BackendDesc> engine_configs(cudnnBackendDescriptor_t graph, cudnnBackendHeurMode_t mode);
+
+// No engine has more knobs than there are knob types.
+constexpr int64_t kMaxKnobs = CUDNN_KNOB_TYPE_COUNTS;
+
+// Attribute `name` of d as one int64, or `fallback` when cuDNN refuses.
+int64_t read_int(cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t name, int64_t fallback);
+// Attribute `name` of d as a knob type, or -1 when cuDNN refuses.
+int64_t read_knob_type(cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t name);
+
+// cfg's knob choices (tile shape, split-K, kernel variant...) as (knob type, value) pairs, in cuDNN's
+// order; empty when none or unreadable.
+std::vector<std::pair<int64_t, int64_t>> knob_choices(cudnnBackendDescriptor_t cfg);
+
+// "engine 12 [24=3 17=1]": the engine's global index and the knob choices, to tell configurations
+// apart and to print them.
+std::string config_signature(cudnnBackendDescriptor_t cfg);
 
 }  // namespace trainer::cudnn_graph

@@ -1,4 +1,4 @@
-#include "nn/cuda/conv_prologue_probe.h"
+#include "bench/cudnn/conv_prologue_probe.h"
 
 #include <algorithm>
 #include <cmath>
@@ -6,21 +6,25 @@
 #include <stdexcept>
 #include <string>
 
+#include "bench/cudnn/conv_prologue_graph.h"
+#include "bench/cudnn/relative_difference.h"
+#include "nn/cuda/conv_geometry.h"
 #include "nn/cuda/cuda_common.h"
 #include "nn/random.h"
 
-namespace trainer::cuda {
+namespace trainer::bench {
 
-using namespace conv_stats;
+using namespace cuda;
+using namespace cuda::conv_stats;
 
-std::vector<FusionProbeRow> probe_conv_prologue_fusion(DType dtype, const Shape& xs, const Shape& ws,
-                                                       const Conv2dParams& p) {
+std::vector<ConvProbeRow> probe_conv_prologue_fusion(DType dtype, const Shape& xs, const Shape& ws,
+                                                     const Conv2dParams& p) {
   if (dtype != DType::bf16 && dtype != DType::f16)
     throw std::invalid_argument("probe_conv_prologue_fusion: bf16 or f16, got " +
                                 std::string(dtype_name(dtype)));
   const Device dev = current_device();
   const MemoryFormat cl = MemoryFormat::channels_last;
-  const Shape ys = conv_output_shape(xs, ws, p);
+  const Shape ys = cudnn_conv::check_geometry("probe_conv_prologue_fusion", xs, ws, p);
   const int64_t C = xs[1];
   Generator gen(1);
   // The BatchNorm's input (a convolution's output, roughly centred) and its statistics and affine
@@ -52,7 +56,7 @@ std::vector<FusionProbeRow> probe_conv_prologue_fusion(DType dtype, const Shape&
   Backend& k = backend_for(x);
   const BnEpilogue relu{Tensor(), true};
 
-  std::vector<FusionProbeRow> rows;
+  std::vector<ConvProbeRow> rows;
   std::optional<RunnablePlan> conv;
   rows.push_back(probe_engines(build(Pattern::conv, cuda_context().cudnn, dtype, xs, ws, ys, p), "conv alone",
                                pack_uids(Pattern::conv),
@@ -79,7 +83,7 @@ std::vector<FusionProbeRow> probe_conv_prologue_fusion(DType dtype, const Shape&
                                (genstats ? " + genstats" : "") +
                                (half_coefficients ? " (half coefficients)" : " (f32 coefficients)");
       std::optional<RunnablePlan> fused;
-      FusionProbeRow row = probe_engines(
+      ConvProbeRow row = probe_engines(
           build_prologue(cuda_context().cudnn, dtype,
                          half_coefficients ? (dtype == DType::bf16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF)
                                            : CUDNN_DATA_FLOAT,
@@ -105,4 +109,4 @@ std::vector<FusionProbeRow> probe_conv_prologue_fusion(DType dtype, const Shape&
   return rows;
 }
 
-}  // namespace trainer::cuda
+}  // namespace trainer::bench

@@ -13,12 +13,12 @@
 // gradient and the ReLU's mask. A measurement, not used by training (bench/cudnn_prologue_probe).
 #include <vector>
 
-#include "nn/cuda/conv_stats_fusion_probe.h"
+#include "bench/cudnn/conv_stats_fusion_probe.h"
 
-namespace trainer::cuda {
+namespace trainer::bench {
 
 // x [N, C, H, W] (the BatchNorm's input) and w [K, C, R, S] in `dtype` (bf16 or f16), channels-last.
-std::vector<FusionProbeRow> probe_conv_prologue_fusion(DType dtype, const Shape& x, const Shape& w,
-                                                       const Conv2dParams& p);
+std::vector<ConvProbeRow> probe_conv_prologue_fusion(DType dtype, const Shape& x, const Shape& w,
+                                                     const Conv2dParams& p);
 
-}  // namespace trainer::cuda
+}  // namespace trainer::bench

@@ -1,29 +1,16 @@
-#include "nn/cuda/cudnn_knobs.h"
+#include "bench/cudnn/cudnn_knobs.h"
 
 #include <algorithm>
 
-namespace trainer::cudnn_graph {
-namespace {
+namespace trainer::bench {
 
-constexpr int64_t kMaxKnobs = CUDNN_KNOB_TYPE_COUNTS;  // no engine has more knobs than there are types
+using namespace cudnn_graph;
+
+namespace {
 
 struct KnobRange {
   int64_t type, min, max, stride;
 };
-
-int64_t read_int(cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t name, int64_t fallback) {
-  int64_t value = fallback, n = 0;
-  if (!GRAPH_OK(cudnnBackendGetAttribute(d, name, CUDNN_TYPE_INT64, 1, &n, &value)) || n != 1)
-    return fallback;
-  return value;
-}
-
-int64_t read_knob_type(cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t name) {
-  cudnnBackendKnobType_t type = CUDNN_KNOB_TYPE_COUNTS;
-  int64_t n = 0;
-  if (!GRAPH_OK(cudnnBackendGetAttribute(d, name, CUDNN_TYPE_KNOB_TYPE, 1, &n, &type)) || n != 1) return -1;
-  return static_cast<int64_t>(type);
-}
 
 std::vector<KnobRange> knob_ranges(cudnnBackendDescriptor_t engine) {
   std::vector<KnobRange> out;
@@ -93,29 +80,6 @@ BackendDesc make_engine(cudnnBackendDescriptor_t graph, int64_t index) {
 
 }  // namespace
 
-std::vector<std::pair<int64_t, int64_t>> knob_choices(cudnnBackendDescriptor_t cfg) {
-  std::vector<std::pair<int64_t, int64_t>> out;
-  for (const BackendDesc& c : read_descriptors(cfg, CUDNN_ATTR_ENGINECFG_KNOB_CHOICES,
-                                               CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR, kMaxKnobs)) {
-    const int64_t type = read_knob_type(c.get(), CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE);
-    if (type < 0) return {};
-    out.emplace_back(type, read_int(c.get(), CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE, 0));
-  }
-  return out;
-}
-
-std::string config_signature(cudnnBackendDescriptor_t cfg) {
-  std::string s = "engine " + std::to_string(engine_info(cfg).index) + " [";
-  for (const auto& [type, value] : knob_choices(cfg)) {
-    if (s.back() != '[') s += ' ';
-    s += std::to_string(type);
-    s += '=';
-    s += std::to_string(value);
-  }
-  s += ']';
-  return s;
-}
-
 std::vector<OwnedConfig> knob_neighbours(cudnnBackendDescriptor_t graph, cudnnBackendDescriptor_t cfg,
                                          int per_knob) {
   std::vector<OwnedConfig> out;
@@ -144,4 +108,4 @@ std::vector<OwnedConfig> knob_neighbours(cudnnBackendDescriptor_t graph, cudnnBa
   return out;
 }
 
-}  // namespace trainer::cudnn_graph
+}  // namespace trainer::bench

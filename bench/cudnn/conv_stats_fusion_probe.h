@@ -16,24 +16,16 @@
 #include <string>
 #include <vector>
 
+#include "bench/cudnn/conv_probe_row.h"
 #include "nn/backend.h"
 #include "nn/cuda/conv_stats_graph.h"
 #include "nn/tensor.h"
 
-namespace trainer::cuda {
-
-struct FusionProbeRow {
-  std::string pattern;       // "conv alone", "ours: conv, then bn_mean_var", "conv + genstats (fused)", ...
-  int engines = 0;           // distinct engines the heuristics offered
-  int runnable = 0;          // of those, finalised and run
-  float best_ms = -1.0f;     // the fastest that ran; -1 when none did
-  int64_t best_engine = -1;  // its cuDNN global engine index
-  std::string note;          // why nothing ran, or which engines needed runtime compilation
-};
+namespace trainer::bench {
 
 // A finalised plan with the workspace and pointers to run it on.
 struct RunnablePlan {
-  conv_stats::Plan plan;
+  cuda::conv_stats::Plan plan;
   std::vector<int64_t> uids;
   std::vector<void*> ptrs;
   Tensor workspace;
@@ -42,16 +34,17 @@ struct RunnablePlan {
 
 // Every engine the heuristics offer for graph g (each engine once, though both heuristics modes may
 // list it), finalised and timed on `buffers` (by uid, in `uids` order). `best` receives the fastest.
-// Shared with the prologue probe (nn/cuda/conv_prologue_probe.h).
-FusionProbeRow probe_engines(const conv_stats::OpGraph& g, const char* name, const std::vector<int64_t>& uids,
-                             const std::map<int64_t, void*>& buffers, std::optional<RunnablePlan>& best);
+// Shared with the prologue probe (bench/cudnn/conv_prologue_probe.h).
+ConvProbeRow probe_engines(const cuda::conv_stats::OpGraph& g, const char* name,
+                           const std::vector<int64_t>& uids, const std::map<int64_t, void*>& buffers,
+                           std::optional<RunnablePlan>& best);
 
 // A row for a run of ours (not a cuDNN engine): its time per call (time_per_call_ms).
-FusionProbeRow timed_row(const char* name, const std::function<bool()>& run);
+ConvProbeRow timed_row(const char* name, const std::function<bool()>& run);
 
 // x [N, C, H, W] and w [K, C, R, S] in `dtype` (bf16 or f16), channels-last. Engines that compile kernels at
 // run time are included (their first run includes the compilation, which is not timed).
-std::vector<FusionProbeRow> probe_conv_stats_fusion(DType dtype, const Shape& x, const Shape& w,
-                                                    const Conv2dParams& p);
+std::vector<ConvProbeRow> probe_conv_stats_fusion(DType dtype, const Shape& x, const Shape& w,
+                                                  const Conv2dParams& p);
 
-}  // namespace trainer::cuda
+}  // namespace trainer::bench

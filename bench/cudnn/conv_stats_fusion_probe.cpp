@@ -1,4 +1,4 @@
-#include "nn/cuda/conv_stats_fusion_probe.h"
+#include "bench/cudnn/conv_stats_fusion_probe.h"
 
 #include <cuda_runtime.h>
 
@@ -12,17 +12,19 @@
 #include <set>
 #include <stdexcept>
 
+#include "nn/cuda/conv_geometry.h"
 #include "nn/cuda/conv_stats_graph.h"
 #include "nn/cuda/cuda_common.h"
 #include "nn/random.h"
 
-namespace trainer::cuda {
+namespace trainer::bench {
 
-using namespace conv_stats;
+using namespace cuda;
+using namespace cuda::conv_stats;
 
-FusionProbeRow probe_engines(const OpGraph& g, const char* name, const std::vector<int64_t>& uids,
-                             const std::map<int64_t, void*>& buffers, std::optional<RunnablePlan>& best) {
-  FusionProbeRow row;
+ConvProbeRow probe_engines(const OpGraph& g, const char* name, const std::vector<int64_t>& uids,
+                           const std::map<int64_t, void*>& buffers, std::optional<RunnablePlan>& best) {
+  ConvProbeRow row;
   row.pattern = name;
   if (!g.graph) {
     row.note = "cuDNN refused the operation graph (TRAINER_CUDNN_DEBUG=1 names the call)";
@@ -72,8 +74,8 @@ FusionProbeRow probe_engines(const OpGraph& g, const char* name, const std::vect
   return row;
 }
 
-FusionProbeRow timed_row(const char* name, const std::function<bool()>& run) {
-  FusionProbeRow row;
+ConvProbeRow timed_row(const char* name, const std::function<bool()>& run) {
+  ConvProbeRow row;
   row.pattern = name;
   row.best_ms = time_per_call_ms(run);
   row.engines = row.runnable = 1;
@@ -84,9 +86,9 @@ namespace {
 
 // Every engine the heuristics offer for `pattern` (each engine once, though both heuristics modes may
 // list it), finalised and timed on these buffers. `best` receives the fastest.
-FusionProbeRow probe(Pattern pattern, const char* name, DType dtype, const Shape& xs, const Shape& ws,
-                     const Shape& ys, const Conv2dParams& p, const std::map<int64_t, void*>& buffers,
-                     std::optional<RunnablePlan>& best) {
+ConvProbeRow probe(Pattern pattern, const char* name, DType dtype, const Shape& xs, const Shape& ws,
+                   const Shape& ys, const Conv2dParams& p, const std::map<int64_t, void*>& buffers,
+                   std::optional<RunnablePlan>& best) {
   return probe_engines(build(pattern, cuda_context().cudnn, dtype, xs, ws, ys, p), name, pack_uids(pattern),
                        buffers, best);
 }
@@ -114,13 +116,13 @@ std::string compare_statistics(const Tensor& sum, const Tensor& sqsum, const std
 
 }  // namespace
 
-std::vector<FusionProbeRow> probe_conv_stats_fusion(DType dtype, const Shape& xs, const Shape& ws,
-                                                    const Conv2dParams& p) {
+std::vector<ConvProbeRow> probe_conv_stats_fusion(DType dtype, const Shape& xs, const Shape& ws,
+                                                  const Conv2dParams& p) {
   if (dtype != DType::bf16 && dtype != DType::f16)
     throw std::invalid_argument("probe_conv_stats_fusion: bf16 or f16, got " +
                                 std::string(dtype_name(dtype)));
   const Device dev = current_device();
-  const Shape ys = conv_output_shape(xs, ws, p);
+  const Shape ys = cudnn_conv::check_geometry("probe_conv_stats_fusion", xs, ws, p);
   Generator gen(1);
   Tensor x = Tensor::empty(xs, dtype, dev, MemoryFormat::channels_last);
   Tensor w = Tensor::empty(ws, dtype, dev, MemoryFormat::channels_last);
@@ -133,7 +135,7 @@ std::vector<FusionProbeRow> probe_conv_stats_fusion(DType dtype, const Shape& xs
                                          {kY, y.raw_data()},
                                          {kSum, sum.raw_data()},
                                          {kSqSum, sqsum.raw_data()}};
-  std::vector<FusionProbeRow> rows;
+  std::vector<ConvProbeRow> rows;
   std::optional<RunnablePlan> conv;
   rows.push_back(probe(Pattern::conv, "conv alone", dtype, xs, ws, ys, p, buffers, conv));
   Backend& k = backend_for(y);
@@ -152,7 +154,7 @@ std::vector<FusionProbeRow> probe_conv_stats_fusion(DType dtype, const Shape& xs
        {std::pair{Pattern::genstats, "conv + genstats (fused)"},
         std::pair{Pattern::reduction, "conv + sum/sum-of-squares reductions (fused)"}}) {
     std::optional<RunnablePlan> fused;
-    FusionProbeRow row = probe(pattern, name, dtype, xs, ws, ys, p, buffers, fused);
+    ConvProbeRow row = probe(pattern, name, dtype, xs, ws, ys, p, buffers, fused);
     if (fused && conv) {  // the statistics of the same output, fused and ours
       sum.zero_();
       sqsum.zero_();
@@ -164,4 +166,4 @@ std::vector<FusionProbeRow> probe_conv_stats_fusion(DType dtype, const Shape& xs
   return rows;
 }
 
-}  // namespace trainer::cuda
+}  // namespace trainer::bench
