@@ -6,7 +6,7 @@
 
 #include "app/checkpoint.h"
 #include "app/device_setup.h"
-#include "app/train_loop.h"
+#include "app/loader_workers.h"
 #include "data/distributed_sampler.h"
 #include "data/loader.h"
 #include "data/normalize.h"

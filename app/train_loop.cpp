@@ -21,6 +21,7 @@
 #include "app/experiment.h"
 #include "app/format.h"
 #include "app/host_readback.h"
+#include "app/loader_workers.h"
 #include "app/phase_clock.h"
 #include "app/run_start.h"
 #include "app/step_graph.h"
@@ -63,18 +64,6 @@ std::string format_duration(double s) {
     std::snprintf(buf, sizeof buf, "%ldm%02lds", t / 60, t % 60);
   return buf;
 }
-
-}  // namespace
-
-int default_loader_workers() {
-  // Cores are shared by the ranks of this node; each rank's loader gets its share, at least one.
-  const char* local_world = std::getenv("LOCAL_WORLD_SIZE");
-  const unsigned ranks = std::max(1, local_world ? std::atoi(local_world) : 1);
-  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  return static_cast<int>(std::max(1u, cores / ranks / 2));  // the other half is the math library's
-}
-
-namespace {
 
 // Train-step bookkeeping for the progress display and the per-step CSV.
 struct StepLog {

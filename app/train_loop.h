@@ -17,7 +17,4 @@ struct TrainOptions {
 // message for the user on anything that stops the run.
 int run_training(const Config& config, const TrainOptions& options);
 
-// Loader threads per rank when data.workers = -1.
-int default_loader_workers();
-
 }  // namespace trainer

@@ -1,6 +1,8 @@
 // data.workers against a node's cores: the default shares them between the node's ranks, and an
 // explicit count that would start more loader threads than the node has cores is warned about (the
 // seed guides' pitfall: "the total worker count balloons and exhausts the CPU's memory").
+#include "app/loader_workers.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
