@@ -9,9 +9,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <memory>
 #include <set>
 
 #include "app/cli.h"
+#include "app/launch_rendezvous.h"
 #include "dist/process_env.h"
 
 namespace trainer {
@@ -32,8 +34,10 @@ const char* kLaunchUsage =
     "  --max-restarts K      after a failure, start all local ranks again, up to K times (default 0),\n"
     "                        adding `--resume auto` to a train command: it continues from the last\n"
     "                        checkpoint of its run directory. The ranks read the attempt in\n"
-    "                        TORCHELASTIC_RESTART_COUNT and TRAINER_RESTART_COUNT. One node only\n"
-    "                        (--nnodes 1)\n"
+    "                        TORCHELASTIC_RESTART_COUNT and TRAINER_RESTART_COUNT. With several\n"
+    "                        nodes, every node's launcher needs the same K: they agree on each\n"
+    "                        restart through node 0's launcher on MASTER_PORT + 1, so a failure on\n"
+    "                        one node restarts all of them together\n"
     "  --nnodes M            nodes in the job (default 1); run one launcher per node\n"
     "  --node-rank R         this node's index, 0 .. M-1 (default 0); RANK = R * N + local rank\n"
     "  --master-addr HOST    host of rank 0 (default 127.0.0.1; required when M > 1)\n"
@@ -138,14 +142,6 @@ LaunchArgs parse_launch_args(const std::vector<std::string>& args) {
                      " needs --master-addr HOST (the host of node rank 0); 127.0.0.1 reaches only this node");
   if (a.max_restarts < 0)
     throw UsageError("--max-restarts must be 0 or more, got " + std::to_string(a.max_restarts));
-  // A restart on one node alone would leave the other nodes' ranks waiting for ranks that start over:
-  // the launchers would have to agree on every restart through the store, which they do not yet do.
-  if (a.max_restarts > 0 && a.nnodes > 1)
-    throw UsageError("--max-restarts " + std::to_string(a.max_restarts) + " with --nnodes " +
-                     std::to_string(a.nnodes) +
-                     " is not supported: the launchers of several nodes cannot yet agree on a restart. Use "
-                     "--max-restarts 0 and, after a failure, start every node again with `--resume auto` "
-                     "added to the train command (or run under torchrun, whose agents restart together)");
   if (static_cast<long long>(a.nnodes) * a.nproc_per_node > (1 << 20))
     throw UsageError("--nnodes x --nproc-per-node is too large");
   if (!saw_separator)
@@ -234,9 +230,14 @@ int launch_command(const std::vector<std::string>& args) {
   // refuses ranks of another launch that happens to use the same port. Launchers of several nodes
   // cannot agree on a name without talking, so there the user may set TRAINER_RUN_ID. A restart keeps
   // the name: the ranks of the failed attempt are all gone when it starts.
-  if (a.nnodes == 1 && !base.count("TRAINER_RUN_ID"))
-    base["TRAINER_RUN_ID"] = "launch-" + std::to_string(::getpid()) + "-" +
-                             std::to_string(std::chrono::system_clock::now().time_since_epoch().count());
+  const std::string own_run_id = "launch-" + std::to_string(::getpid()) + "-" +
+                                 std::to_string(std::chrono::system_clock::now().time_since_epoch().count());
+  if (a.nnodes == 1 && !base.count("TRAINER_RUN_ID")) base["TRAINER_RUN_ID"] = own_run_id;
+  // Several nodes that may restart agree on each attempt through node 0's launcher
+  // (app/launch_rendezvous.h), which also names the job for all of them.
+  std::unique_ptr<LauncherRendezvous> rendezvous;
+  if (a.nnodes > 1 && a.max_restarts > 0)
+    rendezvous = std::make_unique<LauncherRendezvous>(a, std::chrono::minutes(5));
 
   LauncherSignals signals;
   std::fflush(stdout);
@@ -246,6 +247,20 @@ int launch_command(const std::vector<std::string>& args) {
   spec.stop_grace = stop_grace();
   std::string run_dir;  // announced by a rank of an earlier attempt; kept until a later one announces
   for (int restart = 0;; ++restart) {
+    if (rendezvous) {
+      const auto agreed = rendezvous->begin(
+          restart, base.count("TRAINER_RUN_ID") ? base["TRAINER_RUN_ID"] : own_run_id, run_dir);
+      base["TRAINER_RUN_ID"] = agreed.run_id;
+      if (restart > 0 && a.node_rank != 0)
+        write_fully(STDERR_FILENO, "trainer launch: attempt " + std::to_string(restart) +
+                                       " agreed with node 0:" + restart_how(a.command, agreed.run_dir) +
+                                       "\n");
+      run_dir = agreed.run_dir;  // only node 0's rank 0 announces it
+      spec.report_failure = [&, restart](const std::string& why) {
+        rendezvous->report_failure(restart, "node " + std::to_string(a.node_rank) + ": " + why);
+      };
+      spec.remote_failure = [&, restart] { return rendezvous->failure(restart); };
+    }
     spec.command = restart == 0 ? a.command : restart_command(a.command, run_dir);
     spec.ranks.clear();
     for (int i = 0; i < a.nproc_per_node; ++i)
@@ -260,14 +275,20 @@ int launch_command(const std::vector<std::string>& args) {
     const AttemptOutcome o = run_attempt(spec);
     if (!o.run_dir.empty()) run_dir = o.run_dir;
 
-    if (o.failed_rank >= 0) {
+    if (o.failed_rank >= 0 || !o.remote_failure.empty()) {
       // A failure while the launcher was being stopped is not restarted: the user asked for the end.
       const bool restart_now = o.stop_signal == 0 && restart < a.max_restarts;
-      std::string summary = failure_line(o);
+      std::string summary =
+          o.failed_rank >= 0
+              ? failure_line(o)
+              : "trainer launch: the attempt failed on another node: " + o.remote_failure + "\n";
       if (restart_now) {
         summary += "trainer launch: restart " + std::to_string(restart + 1) + " of " +
                    std::to_string(a.max_restarts) + ": starting all " + std::to_string(a.nproc_per_node) +
-                   " local ranks again" + restart_how(a.command, run_dir) + "\n";
+                   " local ranks again" +
+                   (rendezvous && a.node_rank != 0 ? std::string(" in the run directory node 0 announces")
+                                                   : restart_how(a.command, run_dir)) +
+                   "\n";
       } else if (o.stop_signal != 0 && restart < a.max_restarts) {
         summary += "trainer launch: not restarting: the launcher was stopped by signal " +
                    std::to_string(o.stop_signal) + "\n";
@@ -289,6 +310,7 @@ int launch_command(const std::vector<std::string>& args) {
       write_fully(STDERR_FILENO, line + "\n");
       return 128 + o.stop_signal;
     }
+    if (rendezvous) rendezvous->finish(restart);
     return 0;
   }
 }

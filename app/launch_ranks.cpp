@@ -257,7 +257,7 @@ AttemptOutcome run_attempt(const AttemptSpec& spec) {
   AttemptOutcome outcome;
   int first_failed = -1;  // index into children
   bool stopping_after_failure = false, killed = false;
-  Clock::time_point kill_at{}, drain_until{};
+  Clock::time_point kill_at{}, drain_until{}, next_remote_check{};
   for (;;) {
     bool any_running = false, any_open = false;
     for (const auto& c : children) {
@@ -291,6 +291,8 @@ AttemptOutcome run_attempt(const AttemptSpec& spec) {
       first_failed = static_cast<int>(&c - children.data());
       stopping_after_failure = true;
       kill_at = Clock::now() + spec.stop_grace;
+      if (spec.report_failure)
+        spec.report_failure("rank " + std::to_string(c.rank) + " failed (" + describe_exit(c.status) + ")");
       bool others = false;
       for (const auto& o : children) others |= o.running;
       if (!others) return;
@@ -319,6 +321,19 @@ AttemptOutcome run_attempt(const AttemptSpec& spec) {
     // SIGCHLDs that arrive together merge into one: the sweep catches those.
     for (auto& c : children)
       if (c.running) reap(c);
+    if (spec.remote_failure && !stopping_after_failure && outcome.stop_signal == 0 && any_running &&
+        Clock::now() >= next_remote_check) {
+      next_remote_check = Clock::now() + std::chrono::milliseconds(500);
+      if (std::string why = spec.remote_failure(); !why.empty()) {
+        outcome.remote_failure = why;
+        stopping_after_failure = true;
+        kill_at = Clock::now() + spec.stop_grace;
+        write_fully(STDERR_FILENO, "trainer launch: another node: " + why +
+                                       "; stopping this node's ranks, waiting up to " +
+                                       seconds_text(spec.stop_grace) + " for them to exit before SIGKILL\n");
+        signal_running(children, SIGTERM);
+      }
+    }
     if (stopping_after_failure && !killed && Clock::now() >= kill_at) {
       for (const auto& c : children)
         if (c.running) outcome.killed.push_back(c.rank);

@@ -4,6 +4,7 @@
 // stops the others (SIGTERM, then SIGKILL after a grace) and says so at once. The caller decides
 // whether to start another attempt (--max-restarts).
 #include <chrono>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -60,15 +61,20 @@ struct AttemptSpec {
   std::vector<RankSpec> ranks;       // this node's ranks, in local rank order
   std::chrono::milliseconds stop_grace{30000};
   std::string start_line;  // the line to print before the ranks' pids (without "trainer launch: ")
+  // Several nodes (app/launch_rendezvous.h): told of this node's first failed rank, and asked about
+  // twice a second whether another node's failed ("" while none did), which stops this node's ranks.
+  std::function<void(const std::string&)> report_failure;
+  std::function<std::string()> remote_failure;
 };
 
 struct AttemptOutcome {
-  int stop_signal = 0;       // the first SIGINT/SIGTERM/SIGHUP the launcher received; 0: none
-  int failed_rank = -1;      // the first rank that failed on its own (not stopped by us); -1: none
-  int failed_status = 0;     // its waitpid status
-  std::string failed_error;  // its last error line on stderr ("" if it printed nothing)
-  std::vector<int> killed;   // ranks SIGKILLed because they outlived the grace after a failure
-  std::string run_dir;       // the run directory a rank announced on stdout (LinePrefixer::run_dir)
+  int stop_signal = 0;         // the first SIGINT/SIGTERM/SIGHUP the launcher received; 0: none
+  int failed_rank = -1;        // the first rank that failed on its own (not stopped by us); -1: none
+  int failed_status = 0;       // its waitpid status
+  std::string failed_error;    // its last error line on stderr ("" if it printed nothing)
+  std::vector<int> killed;     // ranks SIGKILLed because they outlived the grace after a failure
+  std::string run_dir;         // the run directory a rank announced on stdout (LinePrefixer::run_dir)
+  std::string remote_failure;  // another node's failure that stopped this node's ranks ("" if none)
   std::vector<std::pair<int, int>> statuses;  // (rank, waitpid status) of every rank
 };
 

@@ -55,12 +55,11 @@ void expect_usage_error(const std::vector<std::string>& args, const std::string&
   }
 }
 
-TEST(LaunchArgs, RefusesMaxRestartsOnSeveralNodesAndBelowZero) {
+TEST(LaunchArgs, RefusesMaxRestartsBelowZeroAndTakesItOnSeveralNodes) {
   expect_usage_error({"--nproc-per-node", "2", "--max-restarts", "-1", "--", "version"},
                      "--max-restarts must be 0 or more, got -1");
-  expect_usage_error({"--nproc-per-node", "2", "--nnodes", "2", "--master-addr", "h0", "--max-restarts", "1",
-                      "--", "version"},
-                     "--max-restarts 1 with --nnodes 2 is not supported");
+  EXPECT_NO_THROW(parse_launch_args({"--nproc-per-node", "2", "--nnodes", "2", "--master-addr", "h0",
+                                     "--max-restarts", "1", "--", "version"}));
   EXPECT_NO_THROW(parse_launch_args({"--nproc-per-node", "2", "--nnodes", "2", "--master-addr", "h0",
                                      "--max-restarts", "0", "--", "version"}));
   // The message names the flag as the user spelled it.
@@ -269,6 +268,50 @@ TEST_F(LaunchRestartTraining, ARankKilledMidRunIsRestartedAndEndsBitExact) {
   EXPECT_FALSE(weights.empty());
   EXPECT_EQ(weights, read_file(dir_ / "cut/checkpoints/final.safetensors"));
   trainer::testing::expect_gone(cut.rank_pids());
+}
+
+// Two launchers as two nodes of one rank each: rank 1 (node 1) is SIGKILLed after step 11; node 1's
+// launcher reports it, node 0's stops its rank at once, and both restart together from node 0's
+// run directory: the final weights equal the uninterrupted run's bit for bit.
+TEST_F(LaunchRestartTraining, TwoNodesRestartTogetherAndEndBitExact) {
+  Launcher full(train("full", {}));
+  ASSERT_EQ(full.wait_exit(300), 0) << full.output();
+  const std::string port = std::to_string(free_ephemeral_port());
+  // Every rank must have the same config, run directory included.
+  auto node = [&](int rank) {
+    return std::vector<std::string>{"--nnodes",
+                                    "2",
+                                    "--node-rank",
+                                    std::to_string(rank),
+                                    "--nproc-per-node",
+                                    "1",
+                                    "--master-addr",
+                                    "127.0.0.1",
+                                    "--master-port",
+                                    port,
+                                    "--max-restarts",
+                                    "1",
+                                    "--",
+                                    "train",
+                                    write_config(),
+                                    "--set",
+                                    "train.run_dir=" + (dir_ / "cut").string()};
+  };
+  Launcher node0(node(0), kill_rank_1_after(11));
+  Launcher node1(node(1), kill_rank_1_after(11));
+  ASSERT_EQ(node1.wait_exit(300), 0) << node1.output() << "\n--- node 0:\n" << node0.output();
+  ASSERT_EQ(node0.wait_exit(300), 0) << node0.output();
+  const std::string out0 = node0.output(), out1 = node1.output();
+  EXPECT_TRUE(contains(out1, "trainer launch: rank 1 failed (killed by signal 9 (Killed))")) << out1;
+  EXPECT_TRUE(contains(out0, "restart 1 of 1: ")) << out0;
+  EXPECT_TRUE(
+      contains(out1, "attempt 1 agreed with node 0: with --resume auto in " + (dir_ / "cut").string() + "\n"))
+      << out1;
+  EXPECT_TRUE(contains(out0, "[rank 0] resumed from ")) << out0;
+  const std::string weights = read_file(dir_ / "full/checkpoints/final.safetensors");
+  EXPECT_FALSE(weights.empty());
+  EXPECT_EQ(weights, read_file(dir_ / "cut/checkpoints/final.safetensors"));
+  EXPECT_EQ(read_file(dir_ / "full/train_steps.csv"), read_file(dir_ / "cut/train_steps.csv"));
 }
 
 TEST_F(LaunchRestartTraining, WithoutMaxRestartsAKilledRankEndsTheJobNamingIt) {
