@@ -253,13 +253,18 @@ void log_run_description(Log& log, const Config& config, const Experiment& e, co
 }
 
 ExporterOptions exporter_options(const Config& config, const ProcessEnv& env, int rank,
-                                 const TrainerBuild& build) {
+                                 const TrainerBuild& build, const std::string& run_dir) {
   ExporterOptions xo;
   xo.port = config.metrics.port;
   xo.local_rank = env.local_rank;
   xo.rank = rank;
+  xo.world_size = env.world_size;
   xo.host = config.metrics.host_label;
-  xo.build = {build.version, build.cuda_version, build.cudnn_version, build.nccl_version};
+  xo.bind_address = config.metrics.bind;
+  std::filesystem::path dir = std::filesystem::path(run_dir).lexically_normal();
+  if (dir.filename().empty()) dir = dir.parent_path();  // "runs/a/"
+  xo.run = config.metrics.run.empty() ? dir.filename().string() : config.metrics.run;
+  xo.build = {build.version, build.revision, build.cuda_version, build.cudnn_version, build.nccl_version};
   return xo;
 }
 

@@ -257,6 +257,7 @@ void save_checkpoint(TrainLoop& loop, bool final) {
   }
   if (Heartbeat* h = pg.heartbeat()) h->set_phase("barrier after the checkpoint");
   pg.comm().barrier();
+  loop.exporter.add_checkpoint();
 }
 
 // checkpoint.every_steps: a checkpoint inside the epoch (none after the last step: the final one
@@ -325,8 +326,8 @@ void report_step(TrainLoop& loop, int64_t step, int epoch, double loss, double l
   StepLog& steps = loop.steps;
   Exporter& exporter = loop.exporter;
   Log& log = loop.log;
+  exporter.observe_loss(loss);  // before the check: a scrape may still see a NaN
   check_loss_is_finite(loss, step, epoch, lr);
-  exporter.set_loss(loss);
   steps.csv.write(std::to_string(step) + ',' + std::to_string(epoch + 1) + ',' + fmt("%.9g", loss) + ',' +
                   fmt("%.9g", lr) + '\n');
   steps.window_loss += loss;
@@ -439,7 +440,7 @@ std::string evaluate_at_epoch_end(TrainLoop& loop, int epoch) {
     summary.final_test_skipped = skipped;
     st.accuracy = m.top1();
     st.best_accuracy = std::max(st.best_accuracy, m.top1());
-    loop.exporter.set_eval_accuracy(m.top1());
+    loop.exporter.set_eval(m.top1(), m.top5(), m.mean_loss());
     summary.best_test_accuracy = st.best_accuracy;
     eval_part =
         fmt(" | test loss %.4f top1 %.2f%% top5 %.2f%%", m.mean_loss(), 100 * m.top1(), 100 * m.top5());
@@ -542,6 +543,7 @@ EpochEnd run_epoch(TrainLoop& loop) {
                     loop.summary.final_train_loss, epoch_seconds,
                     (st.samples_seen - progress.samples_before) / std::max(epoch_seconds, 1e-9)) +
                 eval_part);
+  loop.exporter.add_epoch_end();
   // The next epoch starts at its first batch with fresh loss sums.
   const bool epoch_complete = !loop.done || input.next() == std::nullopt;
   if (epoch_complete) {
@@ -658,7 +660,7 @@ int run_training(const Config& config, const TrainOptions& options) {
   if (!lr_note.empty()) log.line(lr_note);
 
   // ---- observability: per-phase step times, exported per rank for Prometheus
-  Exporter exporter(exporter_options(config, env, rank, build));
+  Exporter exporter(exporter_options(config, env, rank, build, run_dir));
   if (exporter.enabled()) log.line("metrics: " + exporter.url());
   // NVML's utilisation of this rank's GPU, read once a second on a thread of its own.
   const GpuUtilization gpu_utilization(exporter.enabled() ? gpu_pci_bus_id(device) : "");

@@ -64,7 +64,8 @@ TEST_F(Promtool, CheckMetricsPassesOnTheExportersOutput) {
   o.local_rank = 0;
   o.host = "test-host";
   o.bind_address = "127.0.0.1";
-  o.build = {"0.1.0", "13.0", "9.10", ""};
+  o.build = {"0.1.0", "abc123def456", "13.0", "9.10", ""};
+  o.run = "run-a";
   Exporter exporter(o);
   // Every metric holds a value, so every family (histogram buckets included) is in the scrape.
   StepTimes t;
@@ -73,18 +74,21 @@ TEST_F(Promtool, CheckMetricsPassesOnTheExportersOutput) {
   exporter.add_step(32);
   exporter.add_skipped_steps();
   exporter.add_bad_samples(2);
-  exporter.set_loss(1.5);
+  exporter.observe_loss(1.5);
+  exporter.add_epoch_end();
+  exporter.add_checkpoint();
   exporter.set_learning_rate(0.1);
   exporter.set_loss_scale(65536);
   exporter.set_samples_per_second(1000);
   exporter.set_device_memory({1 << 20, 2 << 20, 3 << 20});
   exporter.set_epoch(1);
-  exporter.set_eval_accuracy(0.5);
+  exporter.set_eval(0.5, 0.75, 1.25);
   exporter.set_gpu_utilization(0.5);
 
   const testing::HttpResponse r = testing::http_get(exporter.port(), "/metrics");
   ASSERT_EQ(r.status, 200);
-  ASSERT_NE(r.body.find("trainer_step_phase_seconds_bucket"), std::string::npos) << r.body;
+  ASSERT_NE(r.body.find("trainer_step_seconds_bucket"), std::string::npos) << r.body;
+  ASSERT_NE(r.body.find("process_cpu_seconds_total"), std::string::npos) << r.body;
   const std::string path = write("metrics.txt", r.body);
   const CommandResult c = run_command(promtool_ + " check metrics < " + path);
   EXPECT_EQ(c.exit_code, 0) << c.output << "\n--- scraped:\n" << r.body;
@@ -93,7 +97,10 @@ TEST_F(Promtool, CheckMetricsPassesOnTheExportersOutput) {
 
 TEST_F(Promtool, CheckRulesPassesOnEveryDashboardQuery) {
   std::vector<std::pair<std::string, std::string>> exprs;
-  for (const auto& q : testing::dashboard_queries(testing::load_dashboard()))
+  const auto d = testing::load_dashboard();
+  for (const auto& q : testing::dashboard_queries(d))
+    exprs.push_back({q.panel + " / " + q.ref, testing::substitute_variables(q.expr)});
+  for (const auto& q : testing::annotation_queries(d))
     exprs.push_back({q.panel + " / " + q.ref, testing::substitute_variables(q.expr)});
   ASSERT_GE(exprs.size(), 20u);
   const std::string path = rules_file(exprs);
