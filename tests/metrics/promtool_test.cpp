@@ -110,6 +110,20 @@ TEST_F(Promtool, CheckRulesPassesOnEveryDashboardQuery) {
       << c.output;
 }
 
+// The alerting rules we ship parse, and behave as their unit tests say (a rank stalled while the others
+// advance, data_wait over 20%, a non-finite loss; configs/prometheus/trainer_rules_test.yml).
+TEST_F(Promtool, AlertingRulesPassCheckAndTheirUnitTests) {
+  const std::string dir = std::string(TRAINER_SOURCE_DIR) + "/configs/prometheus/";
+  const CommandResult check = run_command(promtool_ + " check rules " + dir + "trainer_rules.yml");
+  EXPECT_EQ(check.exit_code, 0) << check.output;
+  EXPECT_NE(check.output.find("SUCCESS: 3 rules found"), std::string::npos) << check.output;
+  const CommandResult unit =
+      run_command("cd " + dir + " && " + promtool_ + " test rules trainer_rules_test.yml");
+  EXPECT_EQ(unit.exit_code, 0) << unit.output;
+  const CommandResult config = run_command(promtool_ + " check config " + dir + "prometheus.yml");
+  EXPECT_EQ(config.exit_code, 0) << config.output;
+}
+
 // The check above is only worth something if promtool rejects a broken expression in the same file
 // layout.
 TEST_F(Promtool, CheckRulesRejectsABrokenExpression) {
