@@ -21,6 +21,7 @@
 #include "dist/consistency.h"
 #include "dist/error.h"
 #include "dist/zero_optimizer.h"
+#include "metrics/run_csv.h"
 
 namespace trainer {
 namespace {
@@ -313,7 +314,7 @@ TrainingState start_or_resume(const Config& config, const std::string& resume_pa
 // the ranks agree on the start, so a rank that is the odd one out destroys no history.
 void begin_step_csv(const std::string& csv_path, const std::string& start, const TrainingState& st,
                     const FullDiskHook& full_disk) {
-  const std::string header = "step,epoch,loss,lr";
+  const std::string header = train_steps_header();
   if (start != kFreshStart)
     truncate_step_csv(csv_path, st.step, header, full_disk);
   else
