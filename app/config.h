@@ -119,6 +119,10 @@ struct CheckpointConfig {
 struct MetricsConfig {
   int port = 0;            // 0 = off; rank r serves on port + LOCAL_RANK
   std::string host_label;  // empty = hostname
+  // The address the exporter listens on: loopback, since a training host's metrics need not be public;
+  // "0.0.0.0" for a Prometheus server on another host.
+  std::string bind = "127.0.0.1";
+  std::string run;  // the run label on every series; empty = the run directory's name
   bool operator==(const MetricsConfig&) const = default;
 };
 

@@ -152,6 +152,8 @@ void visit_fields(C& c, Visit&& visit) {
 
   visit("metrics", "port", c.metrics.port, closed(0, 65535));
   visit("metrics", "host_label", c.metrics.host_label, any());
+  visit("metrics", "bind", c.metrics.bind, any());
+  visit("metrics", "run", c.metrics.run, any());
 }
 
 }  // namespace trainer::config_schema

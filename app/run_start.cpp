@@ -21,6 +21,7 @@
 #include "dist/consistency.h"
 #include "dist/error.h"
 #include "dist/zero_optimizer.h"
+#include "metrics/run_csv.h"
 
 namespace trainer {
 namespace {
@@ -253,13 +254,18 @@ void log_run_description(Log& log, const Config& config, const Experiment& e, co
 }
 
 ExporterOptions exporter_options(const Config& config, const ProcessEnv& env, int rank,
-                                 const TrainerBuild& build) {
+                                 const TrainerBuild& build, const std::string& run_dir) {
   ExporterOptions xo;
   xo.port = config.metrics.port;
   xo.local_rank = env.local_rank;
   xo.rank = rank;
+  xo.world_size = env.world_size;
   xo.host = config.metrics.host_label;
-  xo.build = {build.version, build.cuda_version, build.cudnn_version, build.nccl_version};
+  xo.bind_address = config.metrics.bind;
+  std::filesystem::path dir = std::filesystem::path(run_dir).lexically_normal();
+  if (dir.filename().empty()) dir = dir.parent_path();  // "runs/a/"
+  xo.run = config.metrics.run.empty() ? dir.filename().string() : config.metrics.run;
+  xo.build = {build.version, build.revision, build.cuda_version, build.cudnn_version, build.nccl_version};
   return xo;
 }
 
@@ -308,7 +314,7 @@ TrainingState start_or_resume(const Config& config, const std::string& resume_pa
 // the ranks agree on the start, so a rank that is the odd one out destroys no history.
 void begin_step_csv(const std::string& csv_path, const std::string& start, const TrainingState& st,
                     const FullDiskHook& full_disk) {
-  const std::string header = "step,epoch,loss,lr";
+  const std::string header = train_steps_header();
   if (start != kFreshStart)
     truncate_step_csv(csv_path, st.step, header, full_disk);
   else

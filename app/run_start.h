@@ -70,9 +70,10 @@ ZeroOptimizer* wrap_in_zero_optimizer(const Config& config, Experiment& e, Proce
 void log_run_description(Log& log, const Config& config, const Experiment& e, const Device& device,
                          const std::string& run_dir, const TrainerBuild& build);
 
-// The exporter's options (metrics.port + LOCAL_RANK, the labels, the build).
+// The exporter's options (metrics.bind, metrics.port + LOCAL_RANK, the labels, the build). The run label
+// is metrics.run, else the run directory's name, so that two runs on one host stay apart.
 ExporterOptions exporter_options(const Config& config, const ProcessEnv& env, int rank,
-                                 const TrainerBuild& build);
+                                 const TrainerBuild& build, const std::string& run_dir);
 
 // What --resume means for this rank: "" (a fresh start) or a checkpoint directory. "auto" is resolved
 // by rank 0 alone (the newest complete checkpoint in ckpt_dir), and with a store the others take its

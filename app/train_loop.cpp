@@ -41,6 +41,7 @@
 #include "metrics/gpu_utilization.h"
 #include "metrics/log.h"
 #include "metrics/output_file.h"
+#include "metrics/run_csv.h"
 #include "metrics/step_timer.h"
 #include "nn/amp/loss_scaler.h"
 #include "nn/safetensors.h"
@@ -148,6 +149,7 @@ struct TrainLoop {
   TrainingState st;
   StepLog steps;  // rank 0's losses only (each rank's loss is of its own shard; the weights are the same)
   StepTimesCsv step_times;
+  EpochMetricsCsv epoch_csv;  // rank 0's metrics.csv
   RunSummary summary;
   bool done = false;                     // the run has reached total_steps or the target accuracy
   int stop_signal = 0;                   // the signal all ranks agreed to stop on; 0 = none
@@ -257,6 +259,7 @@ void save_checkpoint(TrainLoop& loop, bool final) {
   }
   if (Heartbeat* h = pg.heartbeat()) h->set_phase("barrier after the checkpoint");
   pg.comm().barrier();
+  loop.exporter.add_checkpoint();
 }
 
 // checkpoint.every_steps: a checkpoint inside the epoch (none after the last step: the final one
@@ -325,10 +328,9 @@ void report_step(TrainLoop& loop, int64_t step, int epoch, double loss, double l
   StepLog& steps = loop.steps;
   Exporter& exporter = loop.exporter;
   Log& log = loop.log;
+  exporter.observe_loss(loss);  // before the check: a scrape may still see a NaN
   check_loss_is_finite(loss, step, epoch, lr);
-  exporter.set_loss(loss);
-  steps.csv.write(std::to_string(step) + ',' + std::to_string(epoch + 1) + ',' + fmt("%.9g", loss) + ',' +
-                  fmt("%.9g", lr) + '\n');
+  steps.csv.write(train_steps_row(step, epoch + 1, loss, lr, unix_seconds_now()) + '\n');
   steps.window_loss += loss;
   ++steps.window_steps;
   st.epoch_loss_sum += loss;
@@ -439,7 +441,8 @@ std::string evaluate_at_epoch_end(TrainLoop& loop, int epoch) {
     summary.final_test_skipped = skipped;
     st.accuracy = m.top1();
     st.best_accuracy = std::max(st.best_accuracy, m.top1());
-    loop.exporter.set_eval_accuracy(m.top1());
+    loop.exporter.set_eval(m.top1(), m.top5(), m.mean_loss());
+    loop.epoch_csv.set_eval({m.mean_loss(), m.top1(), m.top5(), m.auc()});
     summary.best_test_accuracy = st.best_accuracy;
     eval_part =
         fmt(" | test loss %.4f top1 %.2f%% top5 %.2f%%", m.mean_loss(), 100 * m.top1(), 100 * m.top5());
@@ -542,6 +545,10 @@ EpochEnd run_epoch(TrainLoop& loop) {
                     loop.summary.final_train_loss, epoch_seconds,
                     (st.samples_seen - progress.samples_before) / std::max(epoch_seconds, 1e-9)) +
                 eval_part);
+  loop.exporter.add_epoch_end();
+  loop.epoch_csv.write_epoch(epoch + 1, st.step, loop.summary.final_train_loss, e.optimizer->lr(),
+                             (st.samples_seen - progress.samples_before) / std::max(epoch_seconds, 1e-9),
+                             loop.scaler.scale());
   // The next epoch starts at its first batch with fresh loss sums.
   const bool epoch_complete = !loop.done || input.next() == std::nullopt;
   if (epoch_complete) {
@@ -572,6 +579,7 @@ int finish_run(TrainLoop& loop) {
             late_signal, static_cast<long long>(st.step), 128 + late_signal));
   loop.steps.csv.close();
   loop.step_times.file.close();
+  loop.epoch_csv.close();
   summary.steps = st.step;
   summary.train_seconds = st.train_seconds;
   summary.samples_per_second = st.samples_seen / std::max(st.train_seconds, 1e-9);
@@ -658,7 +666,7 @@ int run_training(const Config& config, const TrainOptions& options) {
   if (!lr_note.empty()) log.line(lr_note);
 
   // ---- observability: per-phase step times, exported per rank for Prometheus
-  Exporter exporter(exporter_options(config, env, rank, build));
+  Exporter exporter(exporter_options(config, env, rank, build, run_dir));
   if (exporter.enabled()) log.line("metrics: " + exporter.url());
   // NVML's utilisation of this rank's GPU, read once a second on a thread of its own.
   const GpuUtilization gpu_utilization(exporter.enabled() ? gpu_pci_bus_id(device) : "");
@@ -693,6 +701,8 @@ int run_training(const Config& config, const TrainOptions& options) {
   StepLog steps;
   if (writer) steps.csv.open(csv_path, OutputFile::Mode::append, full_disk);
   StepTimesCsv step_times = open_step_times_csv(run_dir, st.step, writer, log, full_disk);
+  EpochMetricsCsv epoch_csv;
+  if (writer) epoch_csv.open(run_dir, st.step, full_disk);
 
   // fp16 needs dynamic loss scaling; every other precision runs with the scaler disabled (scale 1).
   LossScalerOptions so;
@@ -806,6 +816,7 @@ int run_training(const Config& config, const TrainOptions& options) {
       .st = std::move(st),
       .steps = std::move(steps),
       .step_times = std::move(step_times),
+      .epoch_csv = std::move(epoch_csv),
       .summary = std::move(summary),
       .done = done,
       .stop_signal = 0,

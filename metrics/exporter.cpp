@@ -8,6 +8,7 @@
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
+#include <prometheus/summary.h>
 #include <prometheus/text_serializer.h>
 #include <pthread.h>
 #include <sys/socket.h>
@@ -23,6 +24,8 @@
 #include <mutex>
 #include <set>
 #include <stdexcept>
+
+#include "metrics/process_metrics.h"
 
 // civetweb (the HTTP server inside prometheus-cpp's Exposer; Debian's 1.15 build) starts its worker
 // threads with 100 KB stacks. glibc carves every thread's static TLS out of that stack, and OpenBLAS
@@ -47,12 +50,16 @@ namespace prom = prometheus;
 // Every metric of the exporter, registered in one place: the exporter and exported_series_names()
 // both go through here, so the list the dashboard tests check against cannot drift from what is served.
 struct Metrics {
-  std::array<prom::Histogram*, kNumPhases> phase{};
+  prom::Histogram* step = nullptr;
+  std::array<prom::Counter*, kNumPhases> phase_seconds{};  // the exclusive phases and other; else null
+  prom::Counter* allreduce_seconds = nullptr;
+  prom::Summary* train_loss = nullptr;
   prom::Counter* samples = nullptr;
   prom::Counter* steps = nullptr;
   prom::Counter* skipped_steps = nullptr;
   prom::Counter* bad_samples = nullptr;
-  prom::Gauge* loss = nullptr;
+  prom::Counter* epochs_completed = nullptr;
+  prom::Counter* checkpoints = nullptr;
   prom::Gauge* learning_rate = nullptr;
   prom::Gauge* loss_scale = nullptr;
   prom::Gauge* samples_per_second = nullptr;
@@ -60,67 +67,107 @@ struct Metrics {
   prom::Gauge* memory_reserved = nullptr;
   prom::Gauge* memory_peak = nullptr;
   prom::Gauge* epoch = nullptr;
-  prom::Gauge* eval_accuracy = nullptr;
+  prom::Gauge* eval_top1 = nullptr;
+  prom::Gauge* eval_top5 = nullptr;
+  prom::Gauge* eval_loss = nullptr;
   prom::Gauge* gpu_utilization = nullptr;
   prom::Counter* restarts = nullptr;
 };
 
+// The phases that partition a step (trainer_step_phase_seconds_total sums to trainer_step_seconds_sum):
+// the exclusive ones and `other`. Not `step` (the whole) nor `allreduce_total` (it overlaps backward).
+bool partitions_the_step(Phase p) { return p != Phase::step && p != Phase::allreduce_total; }
+
 // The labels on every series. Never job or instance: Prometheus sets those when it scrapes.
-prom::Labels common_labels(int rank, int local_rank, const std::string& host) {
-  return {{"rank", std::to_string(rank)}, {"local_rank", std::to_string(local_rank)}, {"host", host}};
+prom::Labels common_labels(const std::string& run, int rank, int local_rank, const std::string& host) {
+  return {{"run", run},
+          {"rank", std::to_string(rank)},
+          {"local_rank", std::to_string(local_rank)},
+          {"host", host}};
 }
 
 std::string or_none(const std::string& s) { return s.empty() ? "none" : s; }
 
-Metrics register_metrics(prom::Registry& registry, const prom::Labels& common, const BuildInfo& build) {
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+Metrics register_metrics(prom::Registry& registry, const prom::Labels& common, const BuildInfo& build,
+                         int world_size) {
   Metrics m;
+  auto counter_family = [&](const char* name, const char* help) -> prom::Family<prom::Counter>& {
+    return prom::BuildCounter().Name(name).Help(help).Labels(common).Register(registry);
+  };
   auto counter = [&](const char* name, const char* help) -> prom::Counter& {
-    return prom::BuildCounter().Name(name).Help(help).Labels(common).Register(registry).Add({});
+    return counter_family(name, help).Add({});
   };
   auto gauge_family = [&](const char* name, const char* help) -> prom::Family<prom::Gauge>& {
     return prom::BuildGauge().Name(name).Help(help).Labels(common).Register(registry);
   };
-  auto& phases = prom::BuildHistogram()
-                     .Name("trainer_step_phase_seconds")
-                     .Help(
-                         "Seconds per training step spent in each phase (step = the whole step; "
-                         "allreduce_total overlaps backward; other = step minus the exclusive phases)")
-                     .Labels(common)
-                     .Register(registry);
-  const prom::Histogram::BucketBoundaries buckets = Exporter::step_phase_buckets();
+  auto gauge = [&](const char* name, const char* help, double initial) -> prom::Gauge& {
+    prom::Gauge& g = gauge_family(name, help).Add({});
+    g.Set(initial);
+    return g;
+  };
+  m.step = &prom::BuildHistogram()
+                .Name("trainer_step_seconds")
+                .Help("Seconds per training step, from the loader's batch to the optimizer's update")
+                .Labels(common)
+                .Register(registry)
+                .Add({}, Exporter::step_buckets());
+  auto& phases = counter_family("trainer_step_phase_seconds_total",
+                                "Seconds of training steps spent in each phase; the phases partition the "
+                                "step (other = the step minus the timed phases), so their sum is "
+                                "trainer_step_seconds_sum");
   for (Phase p : kAllPhases)
-    m.phase[static_cast<std::size_t>(p)] = &phases.Add({{"phase", std::string(phase_name(p))}}, buckets);
+    if (partitions_the_step(p))
+      m.phase_seconds[static_cast<std::size_t>(p)] = &phases.Add({{"phase", std::string(phase_name(p))}});
+  m.allreduce_seconds = &counter("trainer_allreduce_seconds_total",
+                                 "Seconds from the first gradient all-reduce's launch to the last one's "
+                                 "completion; overlaps backward (its exposed part is phase "
+                                 "allreduce_exposed)");
+  m.train_loss = &prom::BuildSummary()
+                      .Name("trainer_train_loss")
+                      .Help(
+                          "Training loss of this rank's steps (sum and count: rate(sum) / rate(count) "
+                          "is the mean loss over a window)")
+                      .Labels(common)
+                      .Register(registry)
+                      .Add({}, prom::Summary::Quantiles{});
   m.samples = &counter("trainer_samples_total", "Training samples processed by this rank");
   m.steps = &counter("trainer_steps_total", "Optimizer steps taken, skipped ones included");
   m.skipped_steps =
       &counter("trainer_skipped_steps_total", "Steps skipped by the fp16 loss scaler (inf/nan)");
   m.bad_samples = &counter("trainer_bad_samples_total", "Samples dropped as unreadable or corrupt");
-  m.loss = &gauge_family("trainer_loss", "Training loss of the last step").Add({});
-  m.learning_rate = &gauge_family("trainer_learning_rate", "Learning rate of the last step").Add({});
-  m.loss_scale =
-      &gauge_family("trainer_loss_scale", "Loss scale of the fp16 gradient scaler (1 otherwise)").Add({});
-  m.loss_scale->Set(1.0);
+  m.epochs_completed = &counter("trainer_epochs_completed_total", "Epochs this process has completed");
+  m.checkpoints = &counter("trainer_checkpoints_total", "Checkpoints this process has taken part in");
+  m.learning_rate = &gauge("trainer_learning_rate", "Learning rate of the last step", kNaN);
+  m.loss_scale = &gauge("trainer_loss_scale", "Loss scale of the fp16 gradient scaler (1 otherwise)", 1.0);
   m.samples_per_second =
-      &gauge_family("trainer_samples_per_second", "Training samples per second on this rank").Add({});
+      &gauge("trainer_samples_per_second", "Training samples per second on this rank (this epoch)", kNaN);
   auto& memory =
       gauge_family("trainer_device_memory_bytes", "Device memory of this rank's caching allocator");
   m.memory_allocated = &memory.Add({{"kind", "allocated"}});
   m.memory_reserved = &memory.Add({{"kind", "reserved"}});
   m.memory_peak = &memory.Add({{"kind", "peak"}});
-  m.epoch = &gauge_family("trainer_epoch", "Epoch being trained (1-based)").Add({});
-  m.eval_accuracy =
-      &gauge_family("trainer_eval_accuracy", "Top-1 accuracy of the last evaluation (ratio)").Add({});
+  m.epoch = &gauge("trainer_epoch", "Epoch being trained (1-based)", kNaN);
+  // NaN until the first evaluation: 0 would read as a model that scores nothing.
+  m.eval_top1 =
+      &gauge("trainer_eval_accuracy_ratio", "Top-1 accuracy of the last evaluation (NaN: none yet)", kNaN);
+  m.eval_top5 =
+      &gauge("trainer_eval_top5_ratio", "Top-5 accuracy of the last evaluation (NaN: none yet)", kNaN);
+  m.eval_loss = &gauge("trainer_eval_loss", "Mean test loss of the last evaluation (NaN: none yet)", kNaN);
   // NaN until a reading arrives: a rank on the CPU, or without NVML, shows no data rather than 0.
-  m.gpu_utilization = &gauge_family("trainer_gpu_utilization_ratio",
-                                    "Fraction of NVML's last sample period in which a kernel ran on this "
-                                    "rank's GPU (NaN: no reading)")
-                           .Add({});
-  m.gpu_utilization->Set(std::numeric_limits<double>::quiet_NaN());
+  m.gpu_utilization = &gauge("trainer_gpu_utilization_ratio",
+                             "Fraction of NVML's last sample period in which a kernel ran on this "
+                             "rank's GPU (NaN: no reading)",
+                             kNaN);
   m.restarts = &counter("trainer_restarts_total",
                         "Restarts of this job by its launcher before this process started "
                         "(TRAINER_RESTART_COUNT, or torchrun's TORCHELASTIC_RESTART_COUNT)");
+  gauge("trainer_world_size", "Ranks in the job (WORLD_SIZE); count the ranks up against it",
+        static_cast<double>(world_size));
   gauge_family("trainer_build_info", "Build of the trainer binary; the value is always 1")
       .Add({{"version", or_none(build.version)},
+            {"revision", or_none(build.revision)},
             {"cuda", or_none(build.cuda)},
             {"cudnn", or_none(build.cudnn)},
             {"nccl", or_none(build.nccl)}})
@@ -154,7 +201,7 @@ void check_port_free(const std::string& address, int port, const ExporterOptions
   const std::string change =
       "set metrics.port to another base port (each rank uses metrics.port + LOCAL_RANK, so keep the next "
       "LOCAL_WORLD_SIZE ports free), e.g. --set metrics.port=" +
-      std::to_string(o.port + 100 <= 65000 ? o.port + 100 : 9400) +
+      std::to_string(o.port + 100 <= 65000 ? o.port + 100 : 9464) +
       ", or metrics.port=0 to turn the exporter off";
   if (err == EADDRINUSE)
     throw std::runtime_error("metrics exporter: port " + std::to_string(port) +
@@ -170,6 +217,7 @@ void check_port_free(const std::string& address, int port, const ExporterOptions
 
 struct Exporter::State {
   std::shared_ptr<prom::Registry> registry = std::make_shared<prom::Registry>();
+  std::shared_ptr<prom::Collectable> process;  // process_* from /proc, read at each scrape
   Metrics m;
   std::unique_ptr<prom::Exposer> exposer;
   std::mutex mutex;               // for bad_samples_total (loader threads may report)
@@ -184,12 +232,14 @@ Exporter::Exporter(const ExporterOptions& o) {
         " is not a valid TCP port. HINT: set metrics.port in 1..65535 minus the number of "
         "local ranks, or 0 to turn the exporter off");
   const int port = o.port + o.local_rank;
-  const std::string bind = o.bind_address.empty() ? "0.0.0.0" : o.bind_address;
+  const std::string bind = o.bind_address.empty() ? "127.0.0.1" : o.bind_address;
   check_port_free(bind, port, o);
 
   auto state = std::make_shared<State>();
-  state->m = register_metrics(
-      *state->registry, common_labels(o.rank, o.local_rank, o.host.empty() ? hostname() : o.host), o.build);
+  const prom::Labels labels = common_labels(o.run.empty() ? "none" : o.run, o.rank, o.local_rank,
+                                            o.host.empty() ? hostname() : o.host);
+  state->m = register_metrics(*state->registry, labels, o.build, o.world_size);
+  state->process = make_process_collector(labels);
   try {
     state->exposer = std::make_unique<prom::Exposer>(bind + ":" + std::to_string(port), 2);
   } catch (const std::exception& e) {
@@ -201,6 +251,7 @@ Exporter::Exporter(const ExporterOptions& o) {
   }
   state->m.restarts->Increment(launcher_restart_count());
   state->exposer->RegisterCollectable(state->registry);
+  state->exposer->RegisterCollectable(state->process);
   state_ = std::move(state);
   port_ = port;
   bind_address_ = bind;
@@ -217,7 +268,23 @@ std::string Exporter::url() const {
 
 void Exporter::observe_step(const StepTimes& t) {
   if (!state_) return;
-  for (Phase p : kAllPhases) state_->m.phase[static_cast<std::size_t>(p)]->Observe(t[p]);
+  state_->m.step->Observe(t[Phase::step]);
+  for (Phase p : kAllPhases)
+    if (prom::Counter* c = state_->m.phase_seconds[static_cast<std::size_t>(p)]; c && t[p] > 0)
+      c->Increment(t[p]);
+  if (t[Phase::allreduce_total] > 0) state_->m.allreduce_seconds->Increment(t[Phase::allreduce_total]);
+}
+
+void Exporter::observe_loss(double loss) {
+  if (state_) state_->m.train_loss->Observe(loss);
+}
+
+void Exporter::add_epoch_end() {
+  if (state_) state_->m.epochs_completed->Increment();
+}
+
+void Exporter::add_checkpoint() {
+  if (state_) state_->m.checkpoints->Increment();
 }
 
 void Exporter::add_step(int64_t samples) {
@@ -246,9 +313,6 @@ void Exporter::set_bad_samples_total(int64_t total) {
   }
 }
 
-void Exporter::set_loss(double v) {
-  if (state_) state_->m.loss->Set(v);
-}
 void Exporter::set_learning_rate(double v) {
   if (state_) state_->m.learning_rate->Set(v);
 }
@@ -267,8 +331,11 @@ void Exporter::set_device_memory(const DeviceMemory& mem) {
 void Exporter::set_epoch(int64_t epoch) {
   if (state_) state_->m.epoch->Set(static_cast<double>(epoch));
 }
-void Exporter::set_eval_accuracy(double top1) {
-  if (state_) state_->m.eval_accuracy->Set(top1);
+void Exporter::set_eval(double top1, double top5, double loss) {
+  if (!state_) return;
+  state_->m.eval_top1->Set(top1);
+  state_->m.eval_top5->Set(top5);
+  state_->m.eval_loss->Set(loss);
 }
 void Exporter::set_gpu_utilization(double ratio) {
   if (state_) state_->m.gpu_utilization->Set(ratio);
@@ -276,26 +343,25 @@ void Exporter::set_gpu_utilization(double ratio) {
 
 std::string Exporter::render() const {
   if (!state_) return "";
-  return prom::TextSerializer().Serialize(state_->registry->Collect());
+  std::vector<prom::MetricFamily> families = state_->registry->Collect();
+  for (prom::MetricFamily& f : state_->process->Collect()) families.push_back(std::move(f));
+  return prom::TextSerializer().Serialize(families);
 }
 
-std::vector<double> Exporter::step_phase_buckets() {
-  // 10^(k/4) * 100 us for k = 0..20, rounded to 3 significant digits: 1e-4, 1.78e-4, 3.16e-4, 5.62e-4,
-  // 1e-3, ..., 10.
-  std::vector<double> b;
-  for (int k = 0; k <= 20; ++k) {
-    const double v = 1e-4 * std::pow(10.0, k / 4.0);
-    const double scale = std::pow(10.0, 2 - static_cast<int>(std::floor(std::log10(v))));
-    b.push_back(std::round(v * scale) / scale);
-  }
-  return b;
+std::vector<double> Exporter::step_buckets() {
+  // From decimal literals, not computed: 2.5e-3 computed as 2.5 * 1e-3 can land one ulp off and print
+  // with 16 digits.
+  return {1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
 }
 
 namespace {
 std::vector<prom::MetricFamily> collect_all() {
   prom::Registry registry;
-  register_metrics(registry, common_labels(0, 0, "host"), BuildInfo{});
-  return registry.Collect();
+  const prom::Labels labels = common_labels("run", 0, 0, "host");
+  register_metrics(registry, labels, BuildInfo{}, 1);
+  std::vector<prom::MetricFamily> families = registry.Collect();
+  for (prom::MetricFamily& f : make_process_collector(labels)->Collect()) families.push_back(std::move(f));
+  return families;
 }
 }  // namespace
 
@@ -305,7 +371,8 @@ std::vector<std::string> Exporter::exported_series_names() {
     if (f.type == prom::MetricType::Histogram) {
       for (const char* suffix : {"_bucket", "_sum", "_count"}) names.insert(f.name + suffix);
     } else if (f.type == prom::MetricType::Summary) {
-      names.insert(f.name);
+      // A summary without quantiles (trainer_train_loss) has no series of its bare name.
+      if (!f.metric.empty() && !f.metric[0].summary.quantile.empty()) names.insert(f.name);
       for (const char* suffix : {"_sum", "_count"}) names.insert(f.name + suffix);
     } else {
       names.insert(f.name);
@@ -316,7 +383,7 @@ std::vector<std::string> Exporter::exported_series_names() {
 
 std::vector<std::string> Exporter::common_label_names() {
   std::vector<std::string> names;
-  for (const auto& [name, value] : common_labels(0, 0, "host")) names.push_back(name);
+  for (const auto& [name, value] : common_labels("run", 0, 0, "host")) names.push_back(name);
   return names;
 }
 

@@ -2,10 +2,32 @@
 
 #include <unistd.h>
 
+#include <chrono>
+#include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <iostream>
 
 namespace trainer {
+
+std::string iso8601_utc(int64_t unix_ms) {
+  const std::time_t seconds = static_cast<std::time_t>(unix_ms / 1000);
+  std::tm utc{};
+  ::gmtime_r(&seconds, &utc);
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", utc.tm_year + 1900, utc.tm_mon + 1,
+                utc.tm_mday, utc.tm_hour, utc.tm_min, utc.tm_sec, static_cast<int>(unix_ms % 1000));
+  return buf;
+}
+
+std::string stamp_lines(const std::string& text, const std::string& stamp) {
+  std::string out = stamp + ' ';
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    out += text[i];
+    if (text[i] == '\n' && i + 1 < text.size()) out += stamp + ' ';
+  }
+  return out;
+}
 
 Log& Log::instance() {
   static Log log;
@@ -43,7 +65,9 @@ std::string Log::file_failure() const {
 void Log::to_file(const std::string& text) {
   if (!file_.is_open()) return;
   try {
-    file_.write(text);
+    using namespace std::chrono;
+    const int64_t now_ms = duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
+    file_.write(stamp_lines(text, iso8601_utc(now_ms)));
     file_.write("\n");
     file_.flush();  // a line per write: a crash loses no line, and a failure is seen at once
   } catch (const OutputFileError& e) {

@@ -1,17 +1,25 @@
 #pragma once
 // The run's log: every line goes to stdout and, once a run directory exists, to <run_dir>/train.log.
-// Progress-bar redraws go to the terminal only, so the file stays one line per event.
+// Progress-bar redraws go to the terminal only, so the file stays one line per event. In the file every
+// line starts with its UTC time in ISO 8601 ("2026-12-03T15:04:05.123Z "), so that a log can be lined up
+// with metrics, other ranks' logs and the system's; the console keeps the bare lines.
 //
 // A failed write of the file (a full disk) does not stop training: the console still has every line,
 // and stopping would lose the steps since the last checkpoint. The first failure is reported once on
 // stderr, the file is closed, and file_failure() says why, so that the run ends with a non-zero exit
 // status (its train.log is incomplete).
+#include <cstdint>
 #include <mutex>
 #include <string>
 
 #include "metrics/output_file.h"
 
 namespace trainer {
+
+// "2026-12-03T15:04:05.123Z": `unix_ms` (milliseconds since the epoch) in UTC.
+std::string iso8601_utc(int64_t unix_ms);
+// `text` with "<stamp> " before each of its lines (a multi-line message, a table).
+std::string stamp_lines(const std::string& text, const std::string& stamp);
 
 class Log {
  public:

@@ -21,6 +21,7 @@
 #include "app/trainer_process.h"
 #include "dist/multi_process.h"
 #include "metrics/child_process.h"
+#include "metrics/run_csv_util.h"
 #include "nn/safetensors.h"
 
 namespace trainer {
@@ -60,9 +61,9 @@ class DistributedTrain : public ::testing::Test {
   void expect_two_rank_resume_after_sigterm_is_bit_exact(const std::string& overrides);
 
   // The rows of run directory `name`'s train_steps.csv (rank 0's), split into their fields
-  // (step, epoch, loss, lr), without the header.
+  // (step, epoch, loss, lr), without the header and the wall_time column.
   std::vector<std::vector<std::string>> train_steps(const std::string& name) {
-    std::istringstream csv(read_file(dir_ / name / "train_steps.csv"));
+    std::istringstream csv(trainer::testing::without_wall_time(read_file(dir_ / name / "train_steps.csv")));
     std::vector<std::vector<std::string>> rows;
     std::string line;
     std::getline(csv, line);  // header
@@ -167,7 +168,8 @@ void DistributedTrain::expect_two_rank_resume_after_sigterm_is_bit_exact(const s
   ASSERT_EQ(c[0].exit_code, 0) << c[0].output;
   ASSERT_EQ(c[1].exit_code, 0) << c[1].output;
   EXPECT_NE(c[0].output.find("resumed from"), std::string::npos) << c[0].output;
-  EXPECT_EQ(read_file(dir_ / "full/train_steps.csv"), read_file(dir_ / "cut/train_steps.csv"));
+  EXPECT_EQ(trainer::testing::without_wall_time(read_file(dir_ / "full/train_steps.csv")),
+            trainer::testing::without_wall_time(read_file(dir_ / "cut/train_steps.csv")));
   EXPECT_EQ(read_file(dir_ / "full/checkpoints/final.safetensors"),
             read_file(dir_ / "cut/checkpoints/final.safetensors"));
 }
@@ -199,7 +201,8 @@ TEST_F(DistributedTrain, TwoRanksKilledWhileWritingACheckpointResumeBitExact) {
   ASSERT_EQ(c[1].exit_code, 0) << c[1].output;
   EXPECT_NE(c[0].output.find("step-00000009: step 9, epoch 2, batch 1 of the epoch"), std::string::npos)
       << c[0].output;
-  EXPECT_EQ(read_file(dir_ / "full/train_steps.csv"), read_file(dir_ / "cut/train_steps.csv"));
+  EXPECT_EQ(trainer::testing::without_wall_time(read_file(dir_ / "full/train_steps.csv")),
+            trainer::testing::without_wall_time(read_file(dir_ / "cut/train_steps.csv")));
   EXPECT_EQ(read_file(dir_ / "full/checkpoints/final.safetensors"),
             read_file(dir_ / "cut/checkpoints/final.safetensors"));
 }
@@ -494,7 +497,7 @@ TEST_F(DistributedTrain, RanksResumingFromDifferentPointsStopAtStart) {
   const std::string run = " --set train.run_dir=" + (dir_ / "run").string();
   auto a = run_ranks({"train " + cfg + run, "train " + cfg + run});
   ASSERT_EQ(a[0].exit_code, 0) << a[0].output;
-  const std::string history = read_file(dir_ / "run/train_steps.csv");
+  const std::string history = trainer::testing::without_wall_time(read_file(dir_ / "run/train_steps.csv"));
   const fs::path ckpts = dir_ / "run/checkpoints";
   ASSERT_TRUE(fs::exists(ckpts / "step-00000012")) << a[0].output;
   ASSERT_TRUE(fs::exists(ckpts / "step-00000015")) << a[0].output;
@@ -515,7 +518,7 @@ TEST_F(DistributedTrain, RanksResumingFromDifferentPointsStopAtStart) {
           << r[rank].output;
     }
     // Nothing was written before the ranks agreed: rank 0's step log still holds all 16 steps.
-    EXPECT_EQ(read_file(dir_ / "run/train_steps.csv"), history);
+    EXPECT_EQ(trainer::testing::without_wall_time(read_file(dir_ / "run/train_steps.csv")), history);
   }
   // A rank that cannot load its checkpoint (a path its node does not have) stops every rank at once,
   // the others naming why, instead of leaving them to wait out dist.timeout_seconds.

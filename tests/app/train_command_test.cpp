@@ -12,6 +12,7 @@
 #include <sstream>
 #include <string>
 
+#include "metrics/run_csv_util.h"
 #include "nn/safetensors.h"
 #include "trainer_process.h"
 
@@ -51,9 +52,18 @@ TEST_F(TrainCommand, TrainsAndWritesRunDirectoryAndSummary) {
   RunResult r = run_trainer("train " + write_config() + " --set train.run_dir=" + run_dir("a") +
                             " --summary " + summary);
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  for (const char* f :
-       {"config.toml", "train.log", "train_steps.csv", "summary.json", "checkpoints/final.safetensors"})
+  for (const char* f : {"config.toml", "train.log", "train_steps.csv", "metrics.csv", "summary.json",
+                        "checkpoints/final.safetensors"})
     EXPECT_TRUE(fs::exists(dir_ / "a" / f)) << f;
+  // metrics.csv: the header and one row per epoch, the last one evaluated.
+  const std::string epochs = read_file(dir_ / "a/metrics.csv");
+  EXPECT_EQ(std::count(epochs.begin(), epochs.end(), '\n'), 3) << epochs;
+  EXPECT_EQ(epochs.rfind("wall_time,epoch,step,train_loss,eval_loss,eval_top1,", 0), 0u) << epochs;
+  EXPECT_NE(epochs.find(",2,16,"), std::string::npos) << epochs;
+  // train.log: every line starts with its UTC time, "2026-12-03T15:04:05.123Z ".
+  const std::string log = read_file(dir_ / "a/train.log");
+  ASSERT_GT(log.size(), 25u);
+  EXPECT_EQ(log.substr(10, 1) + log.substr(23, 2), "TZ ") << log.substr(0, 80);
   const std::string json = read_file(summary);
   for (const char* key :
        {"\"epochs\": 2", "\"steps\": 16", "\"world_size\": 1", "\"train_seconds\"", "\"samples_per_second\"",
@@ -97,22 +107,22 @@ TEST_F(TrainCommand, SameSeedGivesBitIdenticalLossesWhateverTheWorkerCount) {
                         " --set data.workers=3")
                 .exit_code,
             0);
-  const std::string a = read_file(dir_ / "w0/train_steps.csv");
+  const std::string a = trainer::testing::without_wall_time(read_file(dir_ / "w0/train_steps.csv"));
   EXPECT_GT(std::count(a.begin(), a.end(), '\n'), 16);
-  EXPECT_EQ(a, read_file(dir_ / "w0b/train_steps.csv"));
-  EXPECT_EQ(a, read_file(dir_ / "w3/train_steps.csv"));
+  EXPECT_EQ(a, trainer::testing::without_wall_time(read_file(dir_ / "w0b/train_steps.csv")));
+  EXPECT_EQ(a, trainer::testing::without_wall_time(read_file(dir_ / "w3/train_steps.csv")));
   ASSERT_EQ(
       run_trainer("train " + write_config() + " --set train.run_dir=" + run_dir("s1") + " --set train.seed=1")
           .exit_code,
       0);
-  EXPECT_NE(a, read_file(dir_ / "s1/train_steps.csv"));
+  EXPECT_NE(a, trainer::testing::without_wall_time(read_file(dir_ / "s1/train_steps.csv")));
 }
 
 TEST_F(TrainCommand, MaxStepsBoundsTheRun) {
   RunResult r = run_trainer("train " + write_config() + " --set train.run_dir=" + run_dir("m") +
                             " --set train.max_steps=3");
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  const std::string csv = read_file(dir_ / "m/train_steps.csv");
+  const std::string csv = trainer::testing::without_wall_time(read_file(dir_ / "m/train_steps.csv"));
   EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 4);  // header + 3 steps
 }
 
@@ -190,7 +200,11 @@ TEST_F(TrainCommand, ResumeAfterSigtermIsBitExact) {
       run_trainer("train " + cfg + " --set train.run_dir=" + run_dir("cut") + " --resume auto");
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("resumed from"), std::string::npos) << resumed.output;
-  EXPECT_EQ(read_file(dir_ / "full/train_steps.csv"), read_file(dir_ / "cut/train_steps.csv"));
+  EXPECT_EQ(trainer::testing::without_wall_time(read_file(dir_ / "full/train_steps.csv")),
+            trainer::testing::without_wall_time(read_file(dir_ / "cut/train_steps.csv")));
+  // metrics.csv is resumed like train_steps.csv: the epoch rows up to the checkpoint, then the rest.
+  EXPECT_EQ(trainer::testing::without_timing_columns(read_file(dir_ / "full/metrics.csv")),
+            trainer::testing::without_timing_columns(read_file(dir_ / "cut/metrics.csv")));
   EXPECT_EQ(read_file(dir_ / "full/checkpoints/final.safetensors"),
             read_file(dir_ / "cut/checkpoints/final.safetensors"));
 }

@@ -50,6 +50,17 @@ inline std::vector<DashboardQuery> dashboard_queries(const nlohmann::json& d) {
   return out;
 }
 
+// The dashboard's annotation queries (epoch ends, checkpoints), as DashboardQuery with the annotation's
+// name as panel.
+inline std::vector<DashboardQuery> annotation_queries(const nlohmann::json& d) {
+  std::vector<DashboardQuery> out;
+  if (d.contains("annotations"))
+    for (const auto& a : d["annotations"].value("list", nlohmann::json::array()))
+      if (a.contains("expr"))
+        out.push_back({a.value("name", ""), "annotation", a["expr"].get<std::string>()});
+  return out;
+}
+
 // The queries of the dashboard's "query" variables (Grafana's label_values(...) syntax).
 inline std::vector<std::string> variable_queries(const nlohmann::json& d) {
   std::vector<std::string> out;
@@ -175,14 +186,21 @@ inline PromqlRefs variable_refs(const std::string& q) {
 }
 
 // What Grafana would send for "All" selected: multi-value variables become the regex .*, and the rate
-// interval a window long enough for several 1 s scrapes. `rank` selects ranks as the rank variable would.
+// interval a window long enough for several 1 s scrapes. `rank` and `run` select as the rank and run
+// variables would.
 inline std::string substitute_variables(std::string e, const std::string& rate_interval = "10s",
-                                        const std::string& rank = ".*") {
+                                        const std::string& rank = ".*", const std::string& run = ".*") {
   const std::pair<std::string, std::string> subs[] = {{"$__rate_interval", rate_interval},
                                                       {"$__interval", rate_interval},
                                                       {"$__range", "1m"},
+                                                      {"${job}", ".*"},
+                                                      {"${instance}", ".*"},
+                                                      {"${run}", run},
                                                       {"${host}", ".*"},
                                                       {"${rank}", rank},
+                                                      {"$job", ".*"},
+                                                      {"$instance", ".*"},
+                                                      {"$run", run},
                                                       {"$host", ".*"},
                                                       {"$rank", rank}};
   for (const auto& [from, to] : subs)

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include <cmath>
+#include <ctime>
 #include <map>
 #include <set>
 #include <sstream>
@@ -65,10 +66,8 @@ double value_of(const std::vector<Sample>& samples, const std::string& name,
     if (s.name != name) continue;
     bool ok = true;
     for (const auto& [k, v] : match) {
-      // le values are floats: prometheus-cpp prints 0.562 as 0.5620000000000001.
-      ok = ok && s.labels.count(k) &&
-           (k == "le" && v != "+Inf" && s.labels.at(k) != "+Inf" ? std::stod(s.labels.at(k)) == std::stod(v)
-                                                                 : s.labels.at(k) == v);
+      // le values too are matched as printed: the bounds print exactly (BucketBoundsPrintExactly).
+      ok = ok && s.labels.count(k) && s.labels.at(k) == v;
     }
     if (!ok) continue;
     if (found) throw std::runtime_error("several samples match " + name);
@@ -85,7 +84,9 @@ ExporterOptions test_options(int port, int local_rank = 0) {
   o.rank = 5;
   o.host = "node-a";
   o.bind_address = "127.0.0.1";
-  o.build = {"0.1.0", "13.0", "9.10.2", ""};
+  o.run = "run-a";
+  o.world_size = 8;
+  o.build = {"0.1.0", "abc123def456", "13.0", "9.10.2", ""};
   return o;
 }
 
@@ -111,6 +112,47 @@ int count_sockets() {
   }
   return n;
 }
+
+// Until the first evaluation the eval metrics are NaN (no data in Grafana), not 0 (a model that scores
+// nothing).
+TEST(Exporter, EvalMetricsAreNaNUntilTheFirstEvaluation) {
+  Exporter exporter(test_options(testing::free_port(), 0));
+  for (const char* name : {"trainer_eval_accuracy_ratio", "trainer_eval_top5_ratio", "trainer_eval_loss"})
+    EXPECT_TRUE(std::isnan(value_of(parse_exposition(exporter.render()), name))) << name;
+  exporter.set_eval(0.9, 0.99, 0.3);
+  const std::vector<Sample> s = parse_exposition(exporter.render());
+  EXPECT_EQ(value_of(s, "trainer_eval_accuracy_ratio"), 0.9);
+  EXPECT_EQ(value_of(s, "trainer_eval_top5_ratio"), 0.99);
+  EXPECT_EQ(value_of(s, "trainer_eval_loss"), 0.3);
+}
+
+// Every series carries run, rank, local_rank and host, so two runs on one host stay apart; the process
+// metrics too.
+TEST(Exporter, EverySeriesCarriesTheRunLabel) {
+  Exporter exporter(test_options(testing::free_port(), 0));
+  int process_series = 0;
+  for (const Sample& x : parse_exposition(exporter.render())) {
+    EXPECT_EQ(x.labels.count("run") ? x.labels.at("run") : "", "run-a") << x.name;
+    EXPECT_EQ(x.labels.count("rank") ? x.labels.at("rank") : "", "5") << x.name;
+    process_series += x.name.rfind("process_", 0) == 0;
+  }
+  EXPECT_EQ(process_series, 4);
+}
+
+// The process metrics read /proc: this process has some CPU time, resident memory and open files.
+TEST(Exporter, ProcessMetricsComeFromProc) {
+  Exporter exporter(test_options(testing::free_port(), 0));
+  const std::vector<Sample> s = parse_exposition(exporter.render());
+  EXPECT_GT(value_of(s, "process_resident_memory_bytes"), 1 << 20);
+  // CPU time as this process's own clock counts it (user + system, clock ticks of 10 ms).
+  EXPECT_NEAR(value_of(s, "process_cpu_seconds_total"), static_cast<double>(std::clock()) / CLOCKS_PER_SEC,
+              0.05);
+  EXPECT_GE(value_of(s, "process_open_fds"), 3);  // stdin, stdout, stderr, the listening socket
+  EXPECT_GT(value_of(s, "process_max_fds"), value_of(s, "process_open_fds"));
+}
+
+// The exporter listens on loopback unless metrics.bind says otherwise.
+TEST(Exporter, BindsToLoopbackByDefault) { EXPECT_EQ(ExporterOptions{}.bind_address, "127.0.0.1"); }
 
 // Until a reading arrives (a rank on the CPU, or without NVML) the GPU utilisation is NaN, which
 // Grafana shows as no data, not as an idle GPU.
@@ -145,21 +187,29 @@ TEST(Exporter, ServesMetricsWithNamesLabelsAndValues) {
   exporter.add_bad_samples(1);
   exporter.set_bad_samples_total(3);  // a running total: adds 2
   exporter.set_bad_samples_total(2);  // never goes back
-  exporter.set_loss(0.25);
+  exporter.observe_loss(0.25);
+  exporter.observe_loss(0.75);
+  exporter.add_epoch_end();
+  exporter.add_checkpoint();
+  exporter.add_checkpoint();
   exporter.set_learning_rate(0.1);
   exporter.set_loss_scale(65536);
   exporter.set_samples_per_second(1234.5);
   exporter.set_device_memory({1 << 20, 2 << 20, 3 << 20});
   exporter.set_epoch(2);
-  exporter.set_eval_accuracy(0.9125);
+  exporter.set_eval(0.9125, 0.99, 0.5);
   exporter.set_gpu_utilization(0.75);
 
   const testing::HttpResponse r = http_get(exporter.port(), "/metrics");
   ASSERT_EQ(r.status, 200) << r.body;
-  EXPECT_NE(r.body.find(exporter.render()), std::string::npos) << "the scrape holds what render() shows";
-  EXPECT_NE(r.body.find("# TYPE trainer_step_phase_seconds histogram"), std::string::npos);
+  // The scrape holds what render() shows (but the process metrics, which move between the two reads).
+  std::istringstream rendered(exporter.render());
+  for (std::string line; std::getline(rendered, line);)
+    if (line.find("process_") == std::string::npos) EXPECT_NE(r.body.find(line), std::string::npos) << line;
+  EXPECT_NE(r.body.find("# TYPE trainer_step_seconds histogram"), std::string::npos);
+  EXPECT_NE(r.body.find("# TYPE trainer_step_phase_seconds_total counter"), std::string::npos);
   EXPECT_NE(r.body.find("# TYPE trainer_samples_total counter"), std::string::npos);
-  EXPECT_NE(r.body.find("# TYPE trainer_loss gauge"), std::string::npos);
+  EXPECT_NE(r.body.find("# TYPE trainer_train_loss summary"), std::string::npos);
   const std::vector<Sample> s = parse_exposition(r.body);
 
   // prometheus-cpp's Exposer adds its own self-metrics (scrapes, bytes, latencies) without our labels;
@@ -170,7 +220,7 @@ TEST(Exporter, ServesMetricsWithNamesLabelsAndValues) {
   std::vector<Sample> ours;
   for (const Sample& x : s) {
     if (library.count(x.name)) continue;
-    EXPECT_EQ(x.name.rfind("trainer_", 0), 0u) << x.name;
+    EXPECT_TRUE(x.name.rfind("trainer_", 0) == 0 || x.name.rfind("process_", 0) == 0) << x.name;
     ours.push_back(x);
   }
   // Every series carries rank, local_rank and host, and never job or instance.
@@ -193,26 +243,31 @@ TEST(Exporter, ServesMetricsWithNamesLabelsAndValues) {
   const std::vector<std::string> declared_labels = Exporter::exported_label_names();
   EXPECT_EQ(std::vector<std::string>(labels.begin(), labels.end()), declared_labels);
 
-  // Histogram: one series per phase; forward saw 0.004 s and 0.5 s.
-  for (Phase p : kAllPhases)
-    EXPECT_EQ(value_of(s, "trainer_step_phase_seconds_count", {{"phase", std::string(phase_name(p))}}), 2)
-        << phase_name(p);
-  EXPECT_DOUBLE_EQ(value_of(s, "trainer_step_phase_seconds_sum", {{"phase", "forward"}}), 0.504);
-  EXPECT_EQ(value_of(s, "trainer_step_phase_seconds_bucket", {{"phase", "forward"}, {"le", "0.00316"}}), 0);
-  EXPECT_EQ(value_of(s, "trainer_step_phase_seconds_bucket", {{"phase", "forward"}, {"le", "0.00562"}}), 1);
-  EXPECT_EQ(value_of(s, "trainer_step_phase_seconds_bucket", {{"phase", "forward"}, {"le", "0.562"}}), 2);
-  EXPECT_EQ(value_of(s, "trainer_step_phase_seconds_bucket", {{"phase", "forward"}, {"le", "+Inf"}}), 2);
-  EXPECT_EQ(value_of(s, "trainer_step_phase_seconds_bucket", {{"phase", "data_wait"}, {"le", "0.0001"}}), 0);
-  EXPECT_EQ(value_of(s, "trainer_step_phase_seconds_bucket", {{"phase", "data_wait"}, {"le", "0.000562"}}),
-            2);
-  EXPECT_EQ(value_of(s, "trainer_step_phase_seconds_bucket", {{"phase", "step"}, {"le", "10"}}), 2);
-  EXPECT_DOUBLE_EQ(value_of(s, "trainer_step_phase_seconds_sum", {{"phase", "allreduce_total"}}), 0.0);
+  // The whole step as a histogram (two steps of 0.02 s); the parts as counters of seconds that add up
+  // to it (forward saw 0.004 s and 0.5 s); the overlapping all-reduce apart.
+  EXPECT_EQ(value_of(s, "trainer_step_seconds_count"), 2);
+  EXPECT_DOUBLE_EQ(value_of(s, "trainer_step_seconds_sum"), 0.04);
+  EXPECT_EQ(value_of(s, "trainer_step_seconds_bucket", {{"le", "0.01"}}), 0);
+  EXPECT_EQ(value_of(s, "trainer_step_seconds_bucket", {{"le", "0.025"}}), 2);
+  EXPECT_EQ(value_of(s, "trainer_step_seconds_bucket", {{"le", "+Inf"}}), 2);
+  EXPECT_DOUBLE_EQ(value_of(s, "trainer_step_phase_seconds_total", {{"phase", "forward"}}), 0.504);
+  EXPECT_DOUBLE_EQ(value_of(s, "trainer_step_phase_seconds_total", {{"phase", "data_wait"}}), 0.001);
+  EXPECT_DOUBLE_EQ(value_of(s, "trainer_step_phase_seconds_total", {{"phase", "other"}}), 0.015);
+  for (const char* not_a_part : {"step", "allreduce_total"})
+    EXPECT_THROW(value_of(s, "trainer_step_phase_seconds_total", {{"phase", not_a_part}}), std::runtime_error)
+        << not_a_part;
+  EXPECT_DOUBLE_EQ(value_of(s, "trainer_allreduce_seconds_total"), 0.0);
+  // Loss as sum and count: the mean over any window is exact.
+  EXPECT_EQ(value_of(s, "trainer_train_loss_sum"), 1.0);
+  EXPECT_EQ(value_of(s, "trainer_train_loss_count"), 2);
+  EXPECT_EQ(value_of(s, "trainer_epochs_completed_total"), 1);
+  EXPECT_EQ(value_of(s, "trainer_checkpoints_total"), 2);
+  EXPECT_EQ(value_of(s, "trainer_world_size"), 8);
 
   EXPECT_EQ(value_of(s, "trainer_samples_total"), 64);
   EXPECT_EQ(value_of(s, "trainer_steps_total"), 2);
   EXPECT_EQ(value_of(s, "trainer_skipped_steps_total"), 1);
   EXPECT_EQ(value_of(s, "trainer_bad_samples_total"), 3);
-  EXPECT_EQ(value_of(s, "trainer_loss"), 0.25);
   EXPECT_EQ(value_of(s, "trainer_learning_rate"), 0.1);
   EXPECT_EQ(value_of(s, "trainer_loss_scale"), 65536);
   EXPECT_EQ(value_of(s, "trainer_samples_per_second"), 1234.5);
@@ -220,10 +275,14 @@ TEST(Exporter, ServesMetricsWithNamesLabelsAndValues) {
   EXPECT_EQ(value_of(s, "trainer_device_memory_bytes", {{"kind", "reserved"}}), 2 << 20);
   EXPECT_EQ(value_of(s, "trainer_device_memory_bytes", {{"kind", "peak"}}), 3 << 20);
   EXPECT_EQ(value_of(s, "trainer_epoch"), 2);
-  EXPECT_EQ(value_of(s, "trainer_eval_accuracy"), 0.9125);
+  EXPECT_EQ(value_of(s, "trainer_eval_accuracy_ratio"), 0.9125);
   EXPECT_EQ(value_of(s, "trainer_gpu_utilization_ratio"), 0.75);
   EXPECT_EQ(value_of(s, "trainer_build_info",
-                     {{"version", "0.1.0"}, {"cuda", "13.0"}, {"cudnn", "9.10.2"}, {"nccl", "none"}}),
+                     {{"version", "0.1.0"},
+                      {"revision", "abc123def456"},
+                      {"cuda", "13.0"},
+                      {"cudnn", "9.10.2"},
+                      {"nccl", "none"}}),
             1);
 
   // Wrong URLs and malformed requests get an error answer and leave the process alive (civetweb's error
@@ -247,13 +306,27 @@ TEST(Exporter, LibraryThreadsGetAtLeast1MiBOfStack) {
   pthread_attr_destroy(&attr);
 }
 
-TEST(Exporter, BucketsAreExponentialFrom100usTo10s) {
-  const std::vector<double> b = Exporter::step_phase_buckets();
-  ASSERT_EQ(b.size(), 21u);
-  EXPECT_DOUBLE_EQ(b.front(), 1e-4);
-  EXPECT_DOUBLE_EQ(b.back(), 10.0);
-  EXPECT_DOUBLE_EQ(b[4], 1e-3);
-  for (std::size_t i = 1; i < b.size(); ++i) EXPECT_NEAR(b[i] / b[i - 1], 1.778, 0.01) << i;
+TEST(Exporter, BucketsAre1_2p5_5PerDecadeFrom100usTo10s) {
+  const std::vector<double> b = Exporter::step_buckets();
+  ASSERT_EQ(b.size(), 16u);
+  EXPECT_EQ(b.front(), 1e-4);
+  EXPECT_EQ(b.back(), 10.0);
+  for (std::size_t i = 1; i < b.size(); ++i) EXPECT_GT(b[i], b[i - 1]) << i;
+}
+
+// Every le label reads as the bound it stands for, the shortest way: no "0.5620000000000001".
+TEST(Exporter, BucketBoundsPrintExactly) {
+  Exporter exporter(test_options(testing::free_port(), 0));
+  std::set<std::string> printed;
+  for (const Sample& x : parse_exposition(exporter.render()))
+    if (x.name == "trainer_step_seconds_bucket") printed.insert(x.labels.at("le"));
+  std::set<std::string> expected = {"+Inf"};
+  for (double bound : Exporter::step_buckets()) {
+    std::ostringstream shortest;
+    shortest << bound;  // 6 significant digits: more than any bound has
+    expected.insert(shortest.str());
+  }
+  EXPECT_EQ(printed, expected);
 }
 
 TEST(Exporter, ReleasesThePortWhenDestroyed) {
@@ -297,7 +370,7 @@ TEST(Exporter, PortZeroDisablesIt) {
   t[Phase::step] = 0.1;
   exporter.observe_step(t);  // every update is a no-op
   exporter.add_step(8);
-  exporter.set_loss(1.0);
+  exporter.observe_loss(1.0);
   exporter.set_device_memory({1, 2, 3});
   EXPECT_EQ(exporter.render(), "");
   EXPECT_EQ(count_entries("/proc/self/task"), threads_before) << "no thread";

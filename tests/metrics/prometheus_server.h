@@ -25,9 +25,11 @@ inline std::string find_executable(const std::string& name) {
 
 class PrometheusServer {
  public:
-  // scrape_interval: a Prometheus duration ("1s", "250ms"); the scrape timeout is the same.
+  // scrape_interval: a Prometheus duration ("1s", "250ms"); the scrape timeout and the rules' evaluation
+  // interval are the same. rule_files: absolute paths of rule files to load.
   PrometheusServer(const std::string& binary, const std::vector<int>& target_ports,
-                   const std::string& scrape_interval = "1s") {
+                   const std::string& scrape_interval = "1s",
+                   const std::vector<std::string>& rule_files = {}) {
     namespace fs = std::filesystem;
     dir_ = fs::temp_directory_path() / ("trainer_prom_" + std::to_string(::getpid()) + "_" +
                                         std::to_string(reinterpret_cast<std::uintptr_t>(this)));
@@ -37,8 +39,12 @@ class PrometheusServer {
     {
       std::ofstream cfg(dir_ / "prometheus.yml");
       cfg << "global:\n  scrape_interval: " << scrape_interval << "\n  scrape_timeout: " << scrape_interval
-          << "\n  evaluation_interval: " << scrape_interval
-          << "\nscrape_configs:\n  - job_name: trainer\n    static_configs:\n      - targets: [";
+          << "\n  evaluation_interval: " << scrape_interval << "\n";
+      if (!rule_files.empty()) {
+        cfg << "rule_files:\n";
+        for (const std::string& f : rule_files) cfg << "  - '" << f << "'\n";
+      }
+      cfg << "scrape_configs:\n  - job_name: trainer\n    static_configs:\n      - targets: [";
       for (std::size_t i = 0; i < target_ports.size(); ++i)
         cfg << (i ? ", " : "") << "'127.0.0.1:" << target_ports[i] << "'";
       cfg << "]\n";
@@ -73,6 +79,10 @@ class PrometheusServer {
   nlohmann::json query(const std::string& expr, const std::string& time = "") const {
     std::string path = "/api/v1/query?query=" + url_encode(expr);
     if (!time.empty()) path += "&time=" + time;
+    return get(path);
+  }
+  // GET an API path ("/api/v1/rules"); the parsed JSON, or null when there was no HTTP answer.
+  nlohmann::json get(const std::string& path) const {
     const auto r = http_get(port_, path);
     if (r.status == 0) return nullptr;
     try {

@@ -48,13 +48,15 @@ class FakeTraining {
       e.add_step(64);
       if (step % 10 == 0) e.add_skipped_steps();
       if (step % 7 == 0) e.add_bad_samples(1);
-      e.set_loss(2.0 / static_cast<double>(step));
+      e.observe_loss(2.0 / static_cast<double>(step));
+      if (step % 5 == 0) e.add_epoch_end();
+      if (step % 5 == 0) e.add_checkpoint();
       e.set_learning_rate(0.1);
       e.set_loss_scale(32768);
       e.set_samples_per_second(1600);
       e.set_device_memory({100 << 20, 128 << 20, 110 << 20});
       e.set_epoch(1 + step / 50);
-      e.set_eval_accuracy(0.9);
+      e.set_eval(0.9, 0.99, 0.3);
       e.set_gpu_utilization(0.8);
       std::this_thread::sleep_for(std::chrono::milliseconds(40));
     }
@@ -79,7 +81,9 @@ TEST(PrometheusServer, RunsEveryDashboardQuery) {
   o.local_rank = 0;
   o.host = "test-host";
   o.bind_address = "127.0.0.1";
-  o.build = {"0.1.0", "", "", ""};
+  o.run = "run-a";
+  o.world_size = 4;
+  o.build = {"0.1.0", "abc123", "", "", ""};
   Exporter exporter(o);
   FakeTraining training(exporter);
   testing::PrometheusServer prom(binary, {exporter.port()});
@@ -137,7 +141,7 @@ TEST(PrometheusServer, RunsEveryDashboardQuery) {
 
   // Spot checks of values through the dashboard's own expressions.
   const json share = prom.query(testing::substitute_variables(
-      R"(sum by (rank) (rate(trainer_step_phase_seconds_sum{host=~"$host", rank=~"$rank", phase="data_wait"}[$__rate_interval])) / sum by (rank) (rate(trainer_step_phase_seconds_sum{host=~"$host", rank=~"$rank", phase="step"}[$__rate_interval])))"));
+      R"(sum by (rank) (rate(trainer_step_phase_seconds_total{host=~"$host", rank=~"$rank", phase="data_wait"}[$__rate_interval])) / sum by (rank) (rate(trainer_step_seconds_sum{host=~"$host", rank=~"$rank"}[$__rate_interval])))"));
   EXPECT_NEAR(first_value(share), 0.001 / 0.040, 1e-6) << share.dump();
   const json rate = prom.query(R"(sum(rate(trainer_samples_total[10s])))");
   EXPECT_GT(first_value(rate), 100.0) << rate.dump();

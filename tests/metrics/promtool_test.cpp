@@ -64,7 +64,8 @@ TEST_F(Promtool, CheckMetricsPassesOnTheExportersOutput) {
   o.local_rank = 0;
   o.host = "test-host";
   o.bind_address = "127.0.0.1";
-  o.build = {"0.1.0", "13.0", "9.10", ""};
+  o.build = {"0.1.0", "abc123def456", "13.0", "9.10", ""};
+  o.run = "run-a";
   Exporter exporter(o);
   // Every metric holds a value, so every family (histogram buckets included) is in the scrape.
   StepTimes t;
@@ -73,18 +74,21 @@ TEST_F(Promtool, CheckMetricsPassesOnTheExportersOutput) {
   exporter.add_step(32);
   exporter.add_skipped_steps();
   exporter.add_bad_samples(2);
-  exporter.set_loss(1.5);
+  exporter.observe_loss(1.5);
+  exporter.add_epoch_end();
+  exporter.add_checkpoint();
   exporter.set_learning_rate(0.1);
   exporter.set_loss_scale(65536);
   exporter.set_samples_per_second(1000);
   exporter.set_device_memory({1 << 20, 2 << 20, 3 << 20});
   exporter.set_epoch(1);
-  exporter.set_eval_accuracy(0.5);
+  exporter.set_eval(0.5, 0.75, 1.25);
   exporter.set_gpu_utilization(0.5);
 
   const testing::HttpResponse r = testing::http_get(exporter.port(), "/metrics");
   ASSERT_EQ(r.status, 200);
-  ASSERT_NE(r.body.find("trainer_step_phase_seconds_bucket"), std::string::npos) << r.body;
+  ASSERT_NE(r.body.find("trainer_step_seconds_bucket"), std::string::npos) << r.body;
+  ASSERT_NE(r.body.find("process_cpu_seconds_total"), std::string::npos) << r.body;
   const std::string path = write("metrics.txt", r.body);
   const CommandResult c = run_command(promtool_ + " check metrics < " + path);
   EXPECT_EQ(c.exit_code, 0) << c.output << "\n--- scraped:\n" << r.body;
@@ -93,7 +97,10 @@ TEST_F(Promtool, CheckMetricsPassesOnTheExportersOutput) {
 
 TEST_F(Promtool, CheckRulesPassesOnEveryDashboardQuery) {
   std::vector<std::pair<std::string, std::string>> exprs;
-  for (const auto& q : testing::dashboard_queries(testing::load_dashboard()))
+  const auto d = testing::load_dashboard();
+  for (const auto& q : testing::dashboard_queries(d))
+    exprs.push_back({q.panel + " / " + q.ref, testing::substitute_variables(q.expr)});
+  for (const auto& q : testing::annotation_queries(d))
     exprs.push_back({q.panel + " / " + q.ref, testing::substitute_variables(q.expr)});
   ASSERT_GE(exprs.size(), 20u);
   const std::string path = rules_file(exprs);
@@ -101,6 +108,20 @@ TEST_F(Promtool, CheckRulesPassesOnEveryDashboardQuery) {
   EXPECT_EQ(c.exit_code, 0) << c.output << "\n--- " << path << ":\n" << testing::read_text(path);
   EXPECT_NE(c.output.find("SUCCESS: " + std::to_string(exprs.size()) + " rules found"), std::string::npos)
       << c.output;
+}
+
+// The alerting rules we ship parse, and behave as their unit tests say (a rank stalled while the others
+// advance, data_wait over 20%, a non-finite loss; configs/prometheus/trainer_rules_test.yml).
+TEST_F(Promtool, AlertingRulesPassCheckAndTheirUnitTests) {
+  const std::string dir = std::string(TRAINER_SOURCE_DIR) + "/configs/prometheus/";
+  const CommandResult check = run_command(promtool_ + " check rules " + dir + "trainer_rules.yml");
+  EXPECT_EQ(check.exit_code, 0) << check.output;
+  EXPECT_NE(check.output.find("SUCCESS: 3 rules found"), std::string::npos) << check.output;
+  const CommandResult unit =
+      run_command("cd " + dir + " && " + promtool_ + " test rules trainer_rules_test.yml");
+  EXPECT_EQ(unit.exit_code, 0) << unit.output;
+  const CommandResult config = run_command(promtool_ + " check config " + dir + "prometheus.yml");
+  EXPECT_EQ(config.exit_code, 0) << config.output;
 }
 
 // The check above is only worth something if promtool rejects a broken expression in the same file
