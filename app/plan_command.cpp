@@ -269,10 +269,10 @@ int plan_command(const std::vector<std::string>& args) {
   std::string note;
   const Config dry = dry_run_config(config, &note);
   const DryRun r = dry_run(dry);
-  const std::string& precision = config.train.precision;
+  const std::string precision(precision_name(config.train.precision));
   const BytesPerParam b = bytes_per_param(precision, config.optim.name, config.optim.momentum);
   int64_t activations = r.activation_bytes;
-  const bool half = precision == "bf16" || precision == "fp16";
+  const bool half = precision_policy_for(config.train.precision).half();
   std::printf("plan: %s, model %s, %d rank%s, batch %d/rank, precision %s, optimizer %s\n",
               a.config_path.c_str(), config.model.name.c_str(), a.procs, a.procs == 1 ? "" : "s",
               config.data.batch_size, precision.c_str(), config.optim.name.c_str());
