@@ -58,5 +58,39 @@ TEST(CudnnBatchnormState, OnOnlyForHalfPrecisionOnAGpuWithoutDeterminismOrSyncBn
             std::string::npos);
 }
 
+// The run's one precision policy: fp16's scaler decides on the device unless clipping or ZeRO need the
+// host (the reason step_graph_blocker gives too); the fused cuDNN paths follow their off reasons.
+TEST(PrecisionPolicyForARun, LossScalerPlacementAndFusedPathsComeFromTheConfigAndDevice) {
+  Config c;
+  c.train.precision = Precision::fp16;
+  c.model.name = "resnet18";
+  c.train.cudnn_fusion = true;
+  const PrecisionPolicy gpu = precision_policy(c, Device::cuda(0));
+  EXPECT_TRUE(gpu.loss_scaling);
+  EXPECT_TRUE(gpu.loss_scale_on_device);
+  EXPECT_EQ(gpu.loss_scale_host_reason, "");
+  EXPECT_TRUE(gpu.conv_stats_fusion);
+  EXPECT_TRUE(gpu.cudnn_batch_norm);
+  EXPECT_EQ(gpu.input_format, MemoryFormat::channels_last);
+
+  Config clip = c;
+  clip.optim.clip_grad_norm = 1;
+  const PrecisionPolicy host = precision_policy(clip, Device::cuda(0));
+  EXPECT_FALSE(host.loss_scale_on_device);
+  EXPECT_EQ(host.loss_scale_host_reason, "optim.clip_grad_norm");
+
+  const PrecisionPolicy cpu = precision_policy(c, Device::cpu());
+  EXPECT_FALSE(cpu.loss_scale_on_device);
+  EXPECT_FALSE(cpu.conv_stats_fusion);
+  EXPECT_FALSE(cpu.cudnn_batch_norm);
+
+  Config tf32;
+  tf32.train.precision = Precision::tf32;
+  const PrecisionPolicy t = precision_policy(tf32, Device::cuda(0));
+  EXPECT_TRUE(t.allow_tf32);
+  EXPECT_FALSE(t.loss_scaling);
+  EXPECT_FALSE(t.conv_stats_fusion);
+}
+
 }  // namespace
 }  // namespace trainer
