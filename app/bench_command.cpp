@@ -172,7 +172,8 @@ int bench_command(const std::vector<std::string>& args) {
   }
   const Config config = load_config(a.config_path, a.overrides);
   const std::vector<std::string> precisions =
-      a.precisions.empty() ? std::vector<std::string>{config.train.precision} : a.precisions;
+      a.precisions.empty() ? std::vector<std::string>{std::string(precision_name(config.train.precision))}
+                           : a.precisions;
   const std::vector<int> batches = a.batches.empty() ? std::vector<int>{config.data.batch_size} : a.batches;
   for (const std::string& p : precisions) load_config(a.config_path, {"train.precision=" + p});  // validates
   const fs::path out = a.out.empty()

@@ -40,12 +40,11 @@ void fsync_path(const std::string& path, bool directory) {
   if (rc != 0) throw CheckpointError(path + ": fsync failed (disk full or I/O error?)");
 }
 
-// Test hook, read only here: TRAINER_TEST_CRASH_BEFORE_RENAME=<step> kills this process (SIGKILL, no
-// unwinding, no cleanup) once the checkpoint of that step is complete in its temp directory but not
-// yet renamed, the moment where a node failure would hurt most.
-void crash_here_if_asked(int64_t step) {
-  const char* at = std::getenv("TRAINER_TEST_CRASH_BEFORE_RENAME");
-  if (at && std::atoll(at) == step) ::kill(::getpid(), SIGKILL);
+// Test hook TRAINER_TEST_CRASH_BEFORE_RENAME=<step> (read at start-up, app/fault_injection.h): kills
+// this process (SIGKILL, no unwinding, no cleanup) once the checkpoint of that step is complete in its
+// temp directory but not yet renamed, the moment where a node failure would hurt most.
+void crash_here_if_asked(int64_t crash_step, int64_t step) {
+  if (crash_step >= 0 && crash_step == step) ::kill(::getpid(), SIGKILL);
 }
 
 uint32_t tensor_crc(const Tensor& t) {
@@ -143,8 +142,9 @@ TrainingState state_from_toml(const toml::table& t, const std::string& where) {
 
 }  // namespace
 
-CheckpointManager::CheckpointManager(std::string dir, const CheckpointConfig& config)
-    : dir_(std::move(dir)), config_(config) {}
+CheckpointManager::CheckpointManager(std::string dir, const CheckpointConfig& config,
+                                     int64_t crash_before_rename_step)
+    : dir_(std::move(dir)), config_(config), crash_before_rename_step_(crash_before_rename_step) {}
 
 std::string CheckpointManager::save(Module& model, const Optimizer& optimizer, const TrainingState& state,
                                     const std::string& config_toml) {
@@ -187,7 +187,7 @@ std::string CheckpointManager::save(Module& model, const Optimizer& optimizer, c
     }
     fsync_path((tmp / "checkpoint.toml").string(), false);
     fsync_path(tmp.string(), true);
-    crash_here_if_asked(state.step);
+    crash_here_if_asked(crash_before_rename_step_, state.step);
     if (fs::exists(final_path)) fs::remove_all(final_path);  // same step saved again (e.g. final)
     fs::rename(tmp, final_path);
     fsync_path(dir_, true);

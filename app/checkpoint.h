@@ -60,7 +60,9 @@ struct CheckpointInfo {
 
 class CheckpointManager {
  public:
-  CheckpointManager(std::string dir, const CheckpointConfig& config);
+  // crash_before_rename_step: the test hook TRAINER_TEST_CRASH_BEFORE_RENAME (app/fault_injection.h);
+  // -1: none.
+  CheckpointManager(std::string dir, const CheckpointConfig& config, int64_t crash_before_rename_step = -1);
 
   // Writes step-<state.step> and prunes old ones (keep_last newest plus keep_best best). Throws
   // CheckpointError (after removing its temp directory) when anything fails, e.g. a full disk.
@@ -75,6 +77,7 @@ class CheckpointManager {
   void prune();
   std::string dir_;
   CheckpointConfig config_;
+  int64_t crash_before_rename_step_ = -1;
 };
 
 // Checks a checkpoint directory: the manifest matches its CRC-32C and parses, its step is the one in

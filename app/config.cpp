@@ -37,7 +37,7 @@ std::string expected_type() {
     return "an integer";
   else if constexpr (std::is_floating_point_v<T>)
     return "a float";
-  else if constexpr (std::is_same_v<T, std::string>)
+  else if constexpr (std::is_same_v<T, std::string> || std::is_same_v<T, Precision>)
     return "a string";
   else if constexpr (std::is_same_v<T, std::vector<double>>)
     return "an array of floats";
@@ -121,6 +121,16 @@ std::string read_value(const toml::node& node, const schema::Rule& rule, std::st
   return "";
 }
 
+// train.precision: its names are checked by the rule (one_of), then parsed once into the enum.
+std::string read_value(const toml::node& node, const schema::Rule& rule, Precision& out) {
+  std::string name;
+  if (std::string problem = read_value(node, rule, name); !problem.empty()) return problem;
+  const std::optional<Precision> precision = parse_precision(name);
+  if (!precision) return "unknown precision " + schema::toml_quote(name);  // the rule lists them all
+  out = *precision;
+  return "";
+}
+
 std::string trim(const std::string& text) {
   const auto begin = text.find_first_not_of(" \t");
   if (begin == std::string::npos) return "";
@@ -139,12 +149,13 @@ bool is_section(const std::string& name) {
 std::vector<std::string> string_keys() {
   std::vector<std::string> keys;
   Config defaults;
-  schema::visit_fields(defaults,
-                       [&](const char* section, const char* key, auto& member, const schema::Rule&) {
-                         if constexpr (std::is_same_v<std::decay_t<decltype(member)>, std::string>) {
-                           keys.push_back(std::string(section) + "." + key);
-                         }
-                       });
+  schema::visit_fields(
+      defaults, [&](const char* section, const char* key, auto& member, const schema::Rule&) {
+        using Member = std::decay_t<decltype(member)>;
+        if constexpr (std::is_same_v<Member, std::string> || std::is_same_v<Member, Precision>) {
+          keys.push_back(std::string(section) + "." + key);
+        }
+      });
   return keys;
 }
 

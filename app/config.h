@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "nn/amp/precision_policy.h"
+
 namespace trainer {
 
 struct ModelConfig {
@@ -48,13 +50,13 @@ struct DataConfig {
 
 struct TrainConfig {
   int epochs = 4;
-  int max_steps = 0;               // 0 = no limit
-  std::string device = "auto";     // auto | cpu | cuda
-  std::string precision = "fp32";  // fp32 | tf32 | bf16 | fp16
-  bool deterministic = false;      // bitwise reproducible GPU runs (cuda_set_deterministic)
-  bool cuda_graph = true;          // replay each full-size step as a CUDA graph where the run allows it
-  bool cudnn_fusion = false;       // BatchNorm statistics in the convolutions' epilogues where faster
-  bool cudnn_batchnorm = true;     // BatchNorm's backward through cuDNN's NHWC batch-norm kernels
+  int max_steps = 0;                      // 0 = no limit
+  std::string device = "auto";            // auto | cpu | cuda
+  Precision precision = Precision::fp32;  // TOML: fp32 | tf32 | bf16 | fp16
+  bool deterministic = false;             // bitwise reproducible GPU runs (cuda_set_deterministic)
+  bool cuda_graph = true;       // replay each full-size step as a CUDA graph where the run allows it
+  bool cudnn_fusion = false;    // BatchNorm statistics in the convolutions' epilogues where faster
+  bool cudnn_batchnorm = true;  // BatchNorm's backward through cuDNN's NHWC batch-norm kernels
   std::int64_t seed = 0;
   int grad_accum_steps = 1;
   double label_smoothing = 0.0;

@@ -2,6 +2,8 @@
 
 #include <cstdio>
 
+#include "app/step_graph.h"
+
 #ifdef TRAINER_WITH_CUDA
 #include "nn/cuda/conv_stats_fusion.h"
 #include "nn/cuda/cuda_backend.h"
@@ -22,12 +24,13 @@ Device setup_device(const Config& config, int local_rank) {
         "'cuda' but no GPU is visible. HINT: check nvidia-smi and CUDA_VISIBLE_DEVICES, or set "
         "train.device = \"cpu\"");
   init_cuda_backend(local_rank);  // throws with a hint when local_rank >= count
-  cuda_set_allow_tf32(config.train.precision == "tf32");
+  // The backend's kernel choices follow the run's one precision policy.
+  const PrecisionPolicy policy = precision_policy(config, Device::cuda(local_rank));
+  cuda_set_allow_tf32(policy.allow_tf32);
   cuda_set_deterministic(config.train.deterministic);
-  cuda::set_conv_stats_fusion(cudnn_fusion_off_reason(config, Device::cuda(local_rank)).empty()
-                                  ? cuda::ConvStatsFusion::where_faster
-                                  : cuda::ConvStatsFusion::off);
-  cuda::set_cudnn_batch_norm(cudnn_batchnorm_off_reason(config, Device::cuda(local_rank)).empty());
+  cuda::set_conv_stats_fusion(policy.conv_stats_fusion ? cuda::ConvStatsFusion::where_faster
+                                                       : cuda::ConvStatsFusion::off);
+  cuda::set_cudnn_batch_norm(policy.cudnn_batch_norm);
   return Device::cuda(local_rank);
 #else
   if (wanted == "cuda")
@@ -74,18 +77,27 @@ std::string gpu_pci_bus_id(Device device) {
 }
 
 void check_precision(const Config& config, Device device) {
-  if (device.is_cpu() && config.train.precision != "fp32")
+  if (device.is_cpu() && config.train.precision != Precision::fp32)
     throw config_error_at(
         config, "train.precision",
-        "'" + config.train.precision +
+        "'" + std::string(precision_name(config.train.precision)) +
             "' is a GPU precision; the CPU backend trains in fp32 only (it has no fast half "
             "or tf32 arithmetic). HINT: set train.precision = \"fp32\" or train on a GPU");
 }
 
 std::optional<DType> autocast_dtype_for(const Config& config) {
-  if (config.train.precision == "bf16") return DType::bf16;
-  if (config.train.precision == "fp16") return DType::f16;
-  return std::nullopt;
+  return precision_policy_for(config.train.precision).autocast;
+}
+
+PrecisionPolicy precision_policy(const Config& config, Device device) {
+  PrecisionPolicy policy = precision_policy_for(config.train.precision);
+  if (policy.loss_scaling && device.is_cuda()) {
+    policy.loss_scale_host_reason = loss_scaler_host_reason(config);
+    policy.loss_scale_on_device = policy.loss_scale_host_reason.empty();
+  }
+  policy.conv_stats_fusion = cudnn_fusion_off_reason(config, device).empty();
+  policy.cudnn_batch_norm = cudnn_batchnorm_off_reason(config, device).empty();
+  return policy;
 }
 
 std::string cudnn_fusion_off_reason(const Config& config, Device device) {
@@ -127,7 +139,7 @@ std::string cudnn_batchnorm_state(const Config& config, Device device) {
 }
 
 MemoryFormat input_memory_format(const Config& config) {
-  return autocast_dtype_for(config) ? MemoryFormat::channels_last : MemoryFormat::contiguous;
+  return precision_policy_for(config.train.precision).input_format;
 }
 
 }  // namespace trainer

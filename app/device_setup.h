@@ -24,6 +24,11 @@ std::string gpu_pci_bus_id(Device device);
 // Whether the precision is supported on the device (the CPU trains in fp32 only).
 void check_precision(const Config& config, Device device);
 
+// The run's precision decisions (nn/amp/precision_policy.h), made once from the config for the device:
+// the precision's own (autocast, TF32, loss scaling, input layout), where fp16's loss scaler decides
+// (loss_scaler_host_reason), and whether cuDNN's fused paths apply (the off reasons below).
+PrecisionPolicy precision_policy(const Config& config, Device device);
+
 // The half dtype the forward pass autocasts to (train.precision "bf16" or "fp16"); none for fp32/tf32.
 std::optional<DType> autocast_dtype_for(const Config& config);
 

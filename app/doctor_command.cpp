@@ -205,7 +205,7 @@ void check_config(Report& r, const std::string& path, const std::vector<std::str
   try {
     const Device device = setup_device(config, env.local_rank);
     check_precision(config, device);
-    r.pass("device", device.str() + ", precision " + config.train.precision);
+    r.pass("device", device.str() + ", precision " + std::string(precision_name(config.train.precision)));
   } catch (const std::exception& e) {
     r.fail("device", e.what(), "set train.device / train.precision to what this machine has");
   }

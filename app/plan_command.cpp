@@ -259,6 +259,34 @@ std::vector<StrategyMemory> strategy_memory(int64_t params, const BytesPerParam&
   return out;
 }
 
+namespace {
+
+// The gradient all-reduce's time per step at the given (or measured) bus bandwidth; nothing without one.
+void print_all_reduce_estimate(const PlanArgs& a, int64_t params, const BytesPerParam& b) {
+  double bus_gbps = a.bus_gbps;
+  std::string bus_source = "given";
+  if (a.measure_bus) {
+    const CollectiveSmoke s =
+        local_all_reduce_smoke(static_cast<int>(system_info().gpus.size()), std::chrono::seconds(60));
+    if (!s.correct)
+      throw std::runtime_error("--bus-bandwidth measure: the all-reduce smoke test failed: " + s.error +
+                               "\nHINT: `trainer doctor` runs the same test; or pass --bus-bandwidth GB/s");
+    bus_gbps = s.timings.back().bus_gb_per_s;
+    bus_source = "measured: " + s.backend + " all-reduce of " + std::to_string(s.timings.back().bytes >> 20) +
+                 " MiB across " + std::to_string(s.ranks) + " local ranks";
+  }
+  if (bus_gbps > 0) {
+    const double grad_bytes = static_cast<double>(params) * b.gradients;
+    const double seconds = 2.0 * (a.procs - 1) / a.procs * grad_bytes / (bus_gbps * 1e9);
+    std::printf(
+        "\nall-reduce of %s of gradients per step at %.3g GB/s bus bandwidth (%s; ring, 2(N-1)/N x bytes / "
+        "bandwidth): %.2f ms\n",
+        mib(grad_bytes).c_str(), bus_gbps, bus_source.c_str(), seconds * 1e3);
+  }
+}
+
+}  // namespace
+
 int plan_command(const std::vector<std::string>& args) {
   const PlanArgs a = parse_plan_args(args);
   if (a.help) {
@@ -269,10 +297,10 @@ int plan_command(const std::vector<std::string>& args) {
   std::string note;
   const Config dry = dry_run_config(config, &note);
   const DryRun r = dry_run(dry);
-  const std::string& precision = config.train.precision;
+  const std::string precision(precision_name(config.train.precision));
   const BytesPerParam b = bytes_per_param(precision, config.optim.name, config.optim.momentum);
   int64_t activations = r.activation_bytes;
-  const bool half = precision == "bf16" || precision == "fp16";
+  const bool half = precision_policy_for(config.train.precision).half();
   std::printf("plan: %s, model %s, %d rank%s, batch %d/rank, precision %s, optimizer %s\n",
               a.config_path.c_str(), config.model.name.c_str(), a.procs, a.procs == 1 ? "" : "s",
               config.data.batch_size, precision.c_str(), config.optim.name.c_str());
@@ -309,26 +337,7 @@ int plan_command(const std::vector<std::string>& args) {
               rows[stage].name.c_str(), with_commas(std::llround(rows[stage].optimizer)).c_str(),
               with_commas(std::llround(rows[0].optimizer)).c_str());
 
-  double bus_gbps = a.bus_gbps;
-  std::string bus_source = "given";
-  if (a.measure_bus) {
-    const CollectiveSmoke s =
-        local_all_reduce_smoke(static_cast<int>(system_info().gpus.size()), std::chrono::seconds(60));
-    if (!s.correct)
-      throw std::runtime_error("--bus-bandwidth measure: the all-reduce smoke test failed: " + s.error +
-                               "\nHINT: `trainer doctor` runs the same test; or pass --bus-bandwidth GB/s");
-    bus_gbps = s.timings.back().bus_gb_per_s;
-    bus_source = "measured: " + s.backend + " all-reduce of " + std::to_string(s.timings.back().bytes >> 20) +
-                 " MiB across " + std::to_string(s.ranks) + " local ranks";
-  }
-  if (bus_gbps > 0) {
-    const double grad_bytes = static_cast<double>(r.params) * b.gradients;
-    const double seconds = 2.0 * (a.procs - 1) / a.procs * grad_bytes / (bus_gbps * 1e9);
-    std::printf(
-        "\nall-reduce of %s of gradients per step at %.3g GB/s bus bandwidth (%s; ring, 2(N-1)/N x bytes / "
-        "bandwidth): %.2f ms\n",
-        mib(grad_bytes).c_str(), bus_gbps, bus_source.c_str(), seconds * 1e3);
-  }
+  print_all_reduce_estimate(a, r.params, b);
 
   double memory = a.device_memory_gib * 1024.0 * 1024.0 * 1024.0;
   std::string memory_source = "--device-memory";

@@ -19,7 +19,7 @@ std::string step_graph_blocker(const Config& config, int world_size) {
         world_size);
   if (world_size > 1 && config.dist.backend == "gloo")
     return "dist.backend = \"gloo\": collectives through the host cannot be captured";
-  if (config.train.precision == "fp16" && !loss_scaler_host_reason(config).empty())
+  if (config.train.precision == Precision::fp16 && !loss_scaler_host_reason(config).empty())
     return "train.precision = \"fp16\" with " + loss_scaler_host_reason(config) +
            ": the loss scaler decides on the host whether a step is skipped";
   if (config.train.grad_accum_steps > 1) return "train.grad_accum_steps > 1: micro-batches are not captured";

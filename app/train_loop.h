@@ -1,6 +1,7 @@
 #pragma once
-// `trainer train`: the training loop, from setup through the epochs to the summary. One optimizer
-// step (data, forward, backward, all-reduce, optimizer) is train_step() in app/train_step.h.
+// `trainer train`: the training loop, from setup through the epochs to the summary. The run's parts are
+// one TrainingRun, built by start_run() (app/training_run.h); one optimizer step (data, forward,
+// backward, all-reduce, optimizer) is train_step() in app/train_step.h.
 #include <string>
 
 #include "app/config.h"

@@ -5,7 +5,6 @@
 #include <atomic>
 #include <csignal>
 #include <cstdint>
-#include <cstdlib>
 
 namespace trainer {
 namespace {
@@ -53,22 +52,5 @@ void install_stop_handlers() {
 }
 
 int stop_requested() { return g_stop_signal.load(); }
-
-SignalHook signal_hook_from_env() {
-  SignalHook hook;
-  if (const char* at = std::getenv("TRAINER_TEST_SIGTERM_AT_STEP")) hook.step = std::atoll(at);
-  if (const char* signal = std::getenv("TRAINER_TEST_SIGNAL"); signal && std::atoi(signal) > 0)
-    hook.signal = std::atoi(signal);
-  hook.twice = std::getenv("TRAINER_TEST_SIGNAL_TWICE") != nullptr;
-  hook.in_final_eval = std::getenv("TRAINER_TEST_SIGTERM_IN_FINAL_EVAL") != nullptr;
-  // A launcher's restart must not meet the same hook again, or it would fail the same way forever.
-  if (const char* restart = std::getenv("TRAINER_RESTART_COUNT"); restart && std::atoi(restart) > 0)
-    hook.step = -1, hook.in_final_eval = false;
-  if (const char* rank = std::getenv("TRAINER_TEST_SIGNAL_RANK")) {
-    const char* mine = std::getenv("RANK");
-    if (!mine || std::atoi(mine) != std::atoi(rank)) hook.step = -1, hook.in_final_eval = false;
-  }
-  return hook;
-}
 
 }  // namespace trainer

@@ -11,18 +11,4 @@ void install_stop_handlers();
 // 0 while no stop was requested, else the signal number.
 int stop_requested();
 
-// Test hooks, to exercise the signal path exactly: TRAINER_TEST_SIGTERM_AT_STEP=STEP delivers SIGTERM
-// (or TRAINER_TEST_SIGNAL=N) to this process after that step; TRAINER_TEST_SIGNAL_TWICE delivers it
-// twice (one request delivered twice); TRAINER_TEST_SIGNAL_RANK=R only on the rank whose RANK is R.
-// TRAINER_TEST_SIGTERM_IN_FINAL_EVAL delivers it as the final evaluation starts (after the last step).
-// None of them fires after a restart by `trainer launch --max-restarts` (TRAINER_RESTART_COUNT > 0).
-// step -1: none.
-struct SignalHook {
-  long long step = -1;
-  int signal = SIGTERM;
-  bool twice = false;
-  bool in_final_eval = false;
-};
-SignalHook signal_hook_from_env();
-
 }  // namespace trainer

@@ -2,8 +2,6 @@
 
 #include <chrono>
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -13,8 +11,7 @@
 #include "app/format.h"
 #include "app/host_readback.h"
 #include "app/step_graph.h"
-#include "nn/amp/autocast.h"
-#include "nn/functional.h"
+#include "app/training_run.h"
 
 namespace trainer {
 
@@ -27,80 +24,34 @@ void check_loss_is_finite(double loss, int64_t step, int epoch, double lr) {
           std::isnan(loss) ? "NaN" : "infinite", static_cast<long long>(step), epoch + 1, lr));
 }
 
-StallHook stall_hook_from_env() {
-  StallHook hook;
-  if (const char* stall = std::getenv("TRAINER_TEST_STALL"))
-    std::sscanf(stall, "%d:%lld:%lf", &hook.rank, &hook.step, &hook.seconds);
-  return hook;
-}
-
-InfGradHook inf_grad_hook_from_env() {
-  InfGradHook hook;
-  if (const char* at = std::getenv("TRAINER_TEST_INF_GRAD"))
-    std::sscanf(at, "%d:%lld", &hook.rank, &hook.step);
-  return hook;
-}
-
 namespace {
 
 // data_wait and h2d: the next micro-batch on the device, in the model's input layout. False when the
 // loader has run out.
-bool fetch_micro_batch(StepContext& ctx, DevicePrefetcher& input, const TrainingState& st, MicroBatch& mb) {
-  StepTimer& timer = ctx.timer;
+bool fetch_micro_batch(TrainingRun& run, DevicePrefetcher& input, MicroBatch& mb) {
+  StepTimer& timer = *run.timer;
+  const StallHook& stall = run.faults.stall;
   if (!timer.in_step()) timer.begin_step();
   timer.begin(Phase::data_wait);
-  if (ctx.rank == ctx.stall.rank && st.step == ctx.stall.step)
-    std::this_thread::sleep_for(std::chrono::duration<double>(ctx.stall.seconds));
+  if (run.rank == stall.rank && run.st.step == stall.step)
+    std::this_thread::sleep_for(std::chrono::duration<double>(stall.seconds));
   mb.batch = input.next();
   timer.end(Phase::data_wait);
   if (!mb.batch) return false;
   timer.begin(Phase::h2d);
   mb.on_device = input.to_device(*mb.batch);
-  mb.images = mb.on_device.images.to(ctx.device).contiguous(ctx.input_format);  // no-ops on the GPU pipeline
-  mb.labels = mb.on_device.labels.to(ctx.device);
+  // no-ops on the GPU pipeline
+  mb.images = mb.on_device.images.to(run.device).contiguous(run.precision.input_format);
+  mb.labels = mb.on_device.labels.to(run.device);
   timer.end(Phase::h2d);
   return true;
 }
 
-// The model's loss on one micro-batch (autocast for bf16/fp16: convolutions and matmuls in half, the
-// loss in fp32).
-Variable forward_loss(StepContext& ctx, const Tensor& images, const Tensor& labels) {
-  AutocastScope autocast(ctx.half_dtype);
-  return F::cross_entropy((*ctx.e.model)(Variable(images)), labels, ctx.config.train.label_smoothing);
-}
-
-// forward and backward of a fetched micro-batch, the `micro`-th of the step's ctx.accum. On the CPU
-// the loss is checked before backward; on a GPU it is read back while the next step runs (a read
-// here would leave the device idle while the host queues backward), so a non-finite loss stops the
-// run one step later, when the step is reported.
-void run_micro_batch(StepContext& ctx, MicroBatch& mb, int micro, TrainingState& st, int epoch,
-                     StepResult& result, std::vector<std::function<double()>>& pending) {
-  StepTimer& timer = ctx.timer;
-  const int accum = ctx.accum;
-  timer.begin(Phase::forward);
-  mb.loss = forward_loss(ctx, mb.images, mb.labels);
-  if (ctx.device.is_cuda()) {
-    pending.push_back(ctx.readback.read_later(mb.loss.data()));
-    timer.end(Phase::forward);
-  } else {
-    const double loss_value = mb.loss.item();
-    timer.end(Phase::forward);
-    check_loss_is_finite(loss_value, st.step + 1, epoch, ctx.e.optimizer->lr());
-    result.loss += loss_value / accum;
-  }
-  // ---- backward (the loss of each micro-batch counts 1/k, so k micro-batches equal one big one)
-  timer.begin(Phase::backward);
-  const bool last_micro = micro + 1 == accum;
-  ctx.reducer.set_sync(last_micro);  // accumulation micro-batches communicate nothing
-  ctx.scaler.scale_loss(accum > 1 ? F::mul(mb.loss, 1.0 / accum) : mb.loss).backward();
-  timer.end(Phase::backward);
-}
-
 // What a step's micro-batches add to the counters.
-void count_micro_batch(StepContext& ctx, const MicroBatch& mb, TrainingState& st, StepResult& result) {
-  st.samples_seen += mb.batch->labels.numel() * ctx.e.world_size;
+void count_micro_batch(TrainingRun& run, const MicroBatch& mb, StepResult& result) {
+  run.st.samples_seen += mb.batch->labels.numel() * run.e.world_size;
   result.samples += mb.batch->labels.numel();
-  ++st.batch_in_epoch;
+  ++run.st.batch_in_epoch;
 }
 
 // The schedule's learning rate for the step after st.step.
@@ -108,146 +59,153 @@ double step_lr(const Experiment& e, const TrainingState& st) {
   return e.base_lr * e.schedule->factor(st.step);
 }
 
-// The learning rate of the coming update, where the optimizer's kernels read it.
-void set_step_lr(Optimizer& optimizer, double lr) {
-  optimizer.set_lr(lr);
-  if (optimizer.uses_device_scalars()) optimizer.stage_device_scalars();
+// The device loss scaler's outcome of the step just queued, read back while the next one runs.
+void read_scaler_later(TrainingRun& run, StepResult& result) {
+  result.pending_skipped_steps = run.readback->read_later(run.scaler->device_skipped());
+  result.pending_loss_scale = run.readback->read_later(run.scaler->device_scale());
 }
 
-// A loss scaler kept on the device: unscale, agree on the found-inf flag, step (the kernels skip on the
-// flag), update the scale. Nothing waits for the device. Capturable (no read-back is queued here: a
-// captured copy would keep writing into a slot the host reuses).
-void step_with_device_scaler(StepContext& ctx) {
-  LossScaler& scaler = ctx.scaler;
-  scaler.unscale_on_device(ctx.params, ctx.agree_found_inf);
-  ctx.e.optimizer->step();
-  scaler.update_on_device();
-}
+// An eager step: batches from the loader, every phase timed. On the CPU each loss is read and checked
+// before backward; on a GPU it is read back while the next step runs (a read here would leave the
+// device idle while the host queues backward), so a non-finite loss stops the run one step later, when
+// the step is reported.
+class EagerStep : public StepDriver {
+ public:
+  EagerStep(TrainingRun& run, DevicePrefetcher& input, int epoch, MicroBatch first)
+      : run_(run), input_(input), epoch_(epoch), current_(std::move(first)) {}
 
-// The device scaler's outcome of the step just queued, read back while the next one runs.
-void read_scaler_later(StepContext& ctx, StepResult& result) {
-  result.pending_skipped_steps = ctx.readback.read_later(ctx.scaler.device_skipped());
-  result.pending_loss_scale = ctx.readback.read_later(ctx.scaler.device_scale());
-}
-
-// Without a scaler, or with one deciding on the host: unscale and check (one host read), then clip and
-// step, or skip and say so.
-void step_with_host_scaler(StepContext& ctx, const TrainingState& st, double lr) {
-  LossScaler& scaler = ctx.scaler;
-  const bool finite =
-      !scaler.enabled() ||
-      (ctx.zero ? scaler.unscale_and_check(ctx.zero->gradients_to_unscale(), ctx.all_ranks_finite)
-                : scaler.unscale_and_check(ctx.params, ctx.all_ranks_finite));
-  if (finite) {
-    if (ctx.config.optim.clip_grad_norm > 0 && !ctx.zero)
-      clip_grad_norm(ctx.params, ctx.config.optim.clip_grad_norm);
-    set_step_lr(*ctx.e.optimizer, lr);
-    ctx.e.optimizer->step();
-  } else {
-    ctx.exporter.add_skipped_steps(1);
-    ctx.log.line(fmt("step %lld: inf/NaN gradients at loss scale %g, step skipped",
-                     static_cast<long long>(st.step + 1), scaler.scale()));
+  std::optional<StepInput> next(int micro) override {
+    if (micro > 0 && !fetch_micro_batch(run_, input_, current_)) return std::nullopt;
+    return StepInput{current_.images, current_.labels};
   }
-  scaler.update(!finite);
-  ctx.exporter.set_loss_scale(scaler.scale());
-}
+  void begin(Phase phase) override { run_.timer->begin(phase); }
+  void end(Phase phase) override { run_.timer->end(phase); }
+  void forward_done(const Variable& loss, int) override {
+    if (run_.device.is_cuda()) {
+      pending_.push_back(run_.readback->read_later(loss.data()));
+      end(Phase::forward);
+      return;
+    }
+    const double loss_value = loss.item();
+    end(Phase::forward);
+    check_loss_is_finite(loss_value, run_.st.step + 1, epoch_, run_.e.optimizer->lr());
+    result_.loss += loss_value / run_.parts->accum;
+  }
+  void micro_batch_done(Variable loss, int micro) override {
+    current_.loss = std::move(loss);
+    count_micro_batch(run_, current_, result_);
+    if (micro + 1 == run_.parts->accum)
+      result_.last = std::move(current_);
+    else
+      current_ = MicroBatch{};  // its tensors go before the next micro-batch's are made
+  }
+  void reduced() override {
+    if (run_.allreduce.open) run_.timer->end(Phase::allreduce_total);
+    run_.allreduce.open = false;
+    const InfGradHook& inf_grad = run_.faults.inf_grad;
+    if (run_.rank == inf_grad.rank && run_.st.step + 1 == inf_grad.step && !run_.params.empty()) {
+      Variable first = run_.params.front();  // a handle: its gradient is the parameter's
+      if (first.grad().defined()) first.grad().fill_(std::numeric_limits<double>::infinity());
+    }
+  }
+  std::optional<double> learning_rate() override {
+    result_.lr = step_lr(run_.e, run_.st);
+    return result_.lr;
+  }
+  void skipped() override {
+    run_.exporter->add_skipped_steps(1);
+    run_.log.line(fmt("step %lld: inf/NaN gradients at loss scale %g, step skipped",
+                      static_cast<long long>(run_.st.step + 1), run_.scaler->scale()));
+  }
+  void scaler_updated() override {
+    if (run_.scaler->on_device())
+      read_scaler_later(run_, result_);
+    else
+      run_.exporter->set_loss_scale(run_.scaler->scale());
+  }
 
-// The step's end: wait for the all-reduce, then unscale and check (after the all-reduce, so every rank
-// skips the same steps), clip, step, zero the gradients. Returns the step's learning rate.
-double finish_step(StepContext& ctx, const TrainingState& st, StepResult& result) {
-  StepTimer& timer = ctx.timer;
-  timer.begin(Phase::allreduce_exposed);
-  ctx.reducer.finish();
-  timer.end(Phase::allreduce_exposed);
-  if (ctx.allreduce_open) timer.end(Phase::allreduce_total);
-  ctx.allreduce_open = false;
-  if (ctx.rank == ctx.inf_grad.rank && st.step + 1 == ctx.inf_grad.step && !ctx.params.empty()) {
-    Variable first = ctx.params.front();  // a handle: its gradient is the parameter's
-    if (first.grad().defined()) first.grad().fill_(std::numeric_limits<double>::infinity());
+  // The step's result, once run_step() has returned true.
+  StepResult result() && {
+    if (!pending_.empty())
+      result_.pending_loss = [pending = std::move(pending_), accum = run_.parts->accum] {
+        double mean = 0.0;
+        for (const auto& loss : pending) mean += loss() / accum;
+        return mean;
+      };
+    return std::move(result_);
   }
-  timer.begin(Phase::optimizer);
-  const double lr = step_lr(ctx.e, st);
-  if (ctx.scaler.on_device()) {
-    set_step_lr(*ctx.e.optimizer, lr);
-    step_with_device_scaler(ctx);
-    read_scaler_later(ctx, result);
-  } else {
-    step_with_host_scaler(ctx, st, lr);
-  }
-  ctx.e.optimizer->zero_grad();
-  timer.end(Phase::optimizer);
-  return lr;
-}
+
+ private:
+  TrainingRun& run_;
+  DevicePrefetcher& input_;
+  int epoch_;
+  MicroBatch current_;
+  StepResult result_;
+  std::vector<std::function<double()>> pending_;  // the micro-batches' losses on their way to the host
+};
+
+// The step being captured as a CUDA graph: the graph's own input tensors, nothing timed (a CUDA event
+// recorded in a capture cannot be timed), the learning rate already on the device.
+class CapturedStep : public StepDriver {
+ public:
+  explicit CapturedStep(const StepGraph& graph) : graph_(graph) {}
+  std::optional<StepInput> next(int) override { return StepInput{graph_.images(), graph_.labels()}; }
+  void micro_batch_done(Variable loss, int) override { loss_ = std::move(loss); }
+  const Variable& loss() const { return loss_; }
+
+ private:
+  const StepGraph& graph_;
+  Variable loss_;
+};
 
 // One step of one fetched batch as a CUDA graph: copy it into the graph's inputs, stage the
 // optimizer's scalars, replay (capturing first, the first time). The loss comes back to the host while
 // the next step runs: the result's pending_loss waits for it.
-StepResult graphed_step(StepContext& ctx, MicroBatch mb, TrainingState& st) {
-  Experiment& e = ctx.e;
-  StepGraph& graph = *ctx.graph;
+StepResult graphed_step(TrainingRun& run, MicroBatch mb) {
+  Experiment& e = run.e;
+  StepGraph& graph = *run.step_graph;
   StepResult result;
-  ctx.timer.begin(Phase::graph);
+  run.timer->begin(Phase::graph);
   graph.load(mb.images, mb.labels);
-  const double lr = step_lr(e, st);
+  const double lr = step_lr(e, run.st);
   set_step_lr(*e.optimizer, lr);  // the graph reads it from the device (use_device_scalars)
   if (graph.captured()) {
     graph.replay();
     e.optimizer->count_replayed_step();
   } else {
-    // Inside a replay the all-reduce is not timed apart from the step (and a CUDA event recorded in a
-    // capture cannot be timed): the observer that opens allreduce_total sits the capture out.
-    PauseFirstLaunchObserver untimed(ctx.reducer);
+    // Inside a replay the all-reduce is not timed apart from the step: the observer that opens
+    // allreduce_total sits the capture out.
+    PauseFirstLaunchObserver untimed(*run.reducer);
     graph.capture_and_run([&] {
-      Variable loss = forward_loss(ctx, graph.images(), graph.labels());
-      ctx.reducer.set_sync(true);
-      ctx.scaler.scale_loss(loss).backward();  // the loss itself unless fp16
-      ctx.reducer.finish();  // several ranks: the buckets' all-reduces and copies back, captured
-      if (ctx.scaler.on_device()) {
-        step_with_device_scaler(ctx);
-      } else {
-        e.optimizer->step();
-      }
-      e.optimizer->zero_grad();
-      return loss.data();
+      CapturedStep captured(graph);
+      run_step(*run.parts, captured);  // several ranks: the buckets' all-reduces and copies back too
+      return captured.loss().data();
     });
-    ctx.log.line(fmt("CUDA graph: step %lld captured (%zu nodes%s); full-size batches replay it",
-                     static_cast<long long>(st.step + 1), graph.nodes(),
-                     ctx.reducer.active() ? ", with the gradient all-reduce" : ""));
+    run.log.line(fmt("CUDA graph: step %lld captured (%zu nodes%s); full-size batches replay it",
+                     static_cast<long long>(run.st.step + 1), graph.nodes(),
+                     run.reducer->active() ? ", with the gradient all-reduce" : ""));
   }
-  result.pending_loss = ctx.readback.read_later(graph.loss());
-  if (ctx.scaler.on_device()) read_scaler_later(ctx, result);
-  ctx.timer.end(Phase::graph);
+  result.pending_loss = run.readback->read_later(graph.loss());
+  if (run.scaler->on_device()) read_scaler_later(run, result);
+  run.timer->end(Phase::graph);
   result.lr = lr;
-  count_micro_batch(ctx, mb, st, result);
+  count_micro_batch(run, mb, result);
   result.last = std::move(mb);
   return result;
 }
 
 }  // namespace
 
-std::optional<StepResult> train_step(StepContext& ctx, DevicePrefetcher& input, TrainingState& st,
-                                     int epoch) {
-  StepResult result;
-  std::vector<std::function<double()>> pending;  // the micro-batches' losses on their way to the host
-  for (int micro = 0; micro < ctx.accum; ++micro) {
-    MicroBatch mb;
-    if (!fetch_micro_batch(ctx, input, st, mb)) return std::nullopt;
-    if (ctx.graph) {  // accum is 1 (step_graph_blocker)
-      if (ctx.graph->accepts(mb.images, mb.labels)) return graphed_step(ctx, std::move(mb), st);
-      ctx.graph->note_eager_step(mb.images, mb.labels);
-    }
-    run_micro_batch(ctx, mb, micro, st, epoch, result, pending);
-    count_micro_batch(ctx, mb, st, result);
-    if (micro + 1 == ctx.accum) result.last = std::move(mb);
+std::optional<StepResult> train_step(TrainingRun& run, DevicePrefetcher& input, int epoch) {
+  MicroBatch first;
+  if (!fetch_micro_batch(run, input, first)) return std::nullopt;
+  if (StepGraph* graph = run.step_graph.get()) {  // accum is 1 (step_graph_blocker)
+    if (graph->accepts(first.images, first.labels)) return graphed_step(run, std::move(first));
+    graph->note_eager_step(first.images, first.labels);
   }
-  result.lr = finish_step(ctx, st, result);
-  if (!pending.empty())
-    result.pending_loss = [pending = std::move(pending), accum = ctx.accum] {
-      double mean = 0.0;
-      for (const auto& loss : pending) mean += loss() / accum;
-      return mean;
-    };
-  return result;
+  EagerStep step(run, input, epoch, std::move(first));
+  if (!run_step(*run.parts, step)) return std::nullopt;
+  return std::move(step).result();
 }
 
 }  // namespace trainer

@@ -19,8 +19,10 @@
 #include <vector>
 
 #include "app/blas_kernels.h"
+#include "app/step_function.h"
 #include "nn/amp/autocast.h"
 #include "nn/amp/loss_scaler.h"
+#include "nn/amp/precision_policy.h"
 #include "nn/functional.h"
 #include "nn/models/registry.h"
 #include "nn/optim/sgd.h"
@@ -191,7 +193,7 @@ struct Point {
   int64_t batch, image, channels;
   int iters;
   std::string device = "cpu";
-  std::string math = "fp32";  // fp32 | tf32 | bf16 | fp16 (autocast; fp16 with the loss scaler)
+  Precision math = Precision::fp32;  // autocast for bf16/fp16; fp16 with the loss scaler
   bool channels_last = false;
   std::string stem = "cifar";  // cifar | imagenet (torchvision's 7x7 stride-2 stem and max-pool)
   int trace_steps = 0;         // CUDA only: steps traced with CUPTI after the timed ones
@@ -202,8 +204,19 @@ struct Point {
 
 // Whether cuDNN's batch norm runs in this point's backward (the backend takes it for half inputs only).
 bool uses_cudnn_batch_norm(const Point& p) {
-  return p.cudnn_bn && p.device == "cuda" && (p.math == "bf16" || p.math == "fp16");
+  return p.cudnn_bn && p.device == "cuda" && precision_policy_for(p.math).half();
 }
+
+// The benchmark's one fixed batch, fed to every step; the last loss kept to wait for the device.
+struct BenchStep : StepDriver {
+  BenchStep(const Tensor& images, const Tensor& labels) : images(images), labels(labels) {}
+  std::optional<StepInput> next(int) override { return StepInput{images, labels}; }
+  // The previous step's loss goes as the new one is made, as it did when the bench had its own step.
+  void forward_done(const Variable& l, int) override { loss = l; }
+  const Tensor& images;
+  const Tensor& labels;
+  Variable loss;
+};
 
 struct Result {
   double images_per_second;
@@ -211,18 +224,24 @@ struct Result {
   bool graph = false;  // the timed steps were replays of a CUDA graph
 };
 
-Result run(const Point& p) {
+// The point's device, its backend set up as the point asks.
+Device bench_device(const Point& p) {
   Device device = Device::cpu();
 #ifdef TRAINER_WITH_CUDA
   if (p.device == "cuda") {
     init_cuda_backend(0);
-    cuda_set_allow_tf32(p.math == "tf32");
+    cuda_set_allow_tf32(precision_policy_for(p.math).allow_tf32);
     cuda::set_conv_stats_fusion(p.fusion ? cuda::ConvStatsFusion::where_faster : cuda::ConvStatsFusion::off);
     cuda::set_cudnn_batch_norm(p.cudnn_bn);
     device = Device::cuda(0);
   }
 #endif
   if (p.device != "cpu" && device.is_cpu()) throw std::runtime_error("this build has no CUDA backend");
+  return device;
+}
+
+Result run(const Point& p) {
+  const Device device = bench_device(p);
   ModelOptions m;
   m.name = p.model;
   m.stem = p.stem;
@@ -244,12 +263,9 @@ Result run(const Point& p) {
   std::vector<int64_t> labels(p.batch);
   for (auto& l : labels) l = static_cast<int64_t>(gen.below(10));
   Tensor y = Tensor::from_vector(labels, {p.batch}).to(device);
-  Variable last_loss;
-  std::optional<DType> half;
-  if (p.math == "bf16") half = DType::bf16;
-  if (p.math == "fp16") half = DType::f16;
+  const PrecisionPolicy precision = precision_policy_for(p.math);
   LossScalerOptions scaler_options;
-  scaler_options.enabled = p.math == "fp16";
+  scaler_options.enabled = precision.loss_scaling;
   LossScaler scaler(scaler_options);
   const std::vector<Variable> params = model->parameters();
   // On a GPU the scaler decides on the device, as in the trainer (and capturable); PyTorch's GradScaler
@@ -258,24 +274,18 @@ Result run(const Point& p) {
     scaler.keep_on_device(device);
     opt.skip_if(scaler.found_inf_flag());
   }
-  // As bench/torch_reference.py: autocast forward, scaled backward, unscale + check, step.
-  auto step = [&] {
-    {
-      AutocastScope autocast(half);
-      last_loss = F::cross_entropy((*model)(Variable(x)), y);
-    }
-    scaler.scale_loss(last_loss).backward();
-    if (scaler.on_device()) {
-      scaler.unscale_on_device(params);
-      opt.step();
-      scaler.update_on_device();
-    } else {
-      const bool finite = !scaler.enabled() || scaler.unscale_and_check(params);
-      if (finite) opt.step();
-      scaler.update(!finite);
-    }
-    opt.zero_grad();
-  };
+  // The trainer's step function (app/step_function.h), as bench/torch_reference.py: autocast forward,
+  // scaled backward, unscale + check, step. One process: nothing to reduce.
+  const StepParts parts{.model = *model,
+                        .optimizer = opt,
+                        .scaler = scaler,
+                        .params = params,
+                        .autocast = precision.autocast,
+                        .all_ranks_finite = {},
+                        .agree_found_inf = {}};
+  BenchStep driver(x, y);
+  auto step = [&] { run_step(parts, driver); };
+  Variable& last_loss = driver.loss;
   for (int i = 0; i < 3; ++i) step();  // warm-up: allocator, algorithm search, BLAS threads
   (void)last_loss.item();              // waits for the device
   std::function<void()> timed = step;
@@ -346,9 +356,14 @@ int main(int argc, char** argv) {
       custom.iters = std::atoi(v);
     else if (k == "--device")
       custom.device = v;
-    else if (k == "--math")
-      custom.math = v;
-    else if (k == "--layout")
+    else if (k == "--math") {
+      const std::optional<Precision> math = parse_precision(v);
+      if (!math) {
+        std::fprintf(stderr, "--math: expected fp32, tf32, bf16 or fp16, got %s\n", v);
+        return 2;
+      }
+      custom.math = *math;
+    } else if (k == "--layout")
       custom.channels_last = std::string(v) == "cl";
     else if (k == "--stem")
       custom.stem = v;
@@ -380,7 +395,8 @@ int main(int argc, char** argv) {
                   (p.device + (r.graph ? "+graph" : "") + (p.fusion ? "+fusion" : "") +
                    (uses_cudnn_batch_norm(p) ? "+cudnn-bn" : ""))
                       .c_str(),
-                  p.math.c_str(), p.channels_last ? "cl" : "nchw", r.images_per_second, r.peak_mib);
+                  std::string(precision_name(p.math)).c_str(), p.channels_last ? "cl" : "nchw",
+                  r.images_per_second, r.peak_mib);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "nn_bench: %s\n", e.what());
       return 1;

@@ -55,11 +55,12 @@ class CheckpointTest : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
 
-  std::string save(int64_t step, double accuracy = -1, int keep_last = 3, int keep_best = 0) {
+  std::string save(int64_t step, double accuracy = -1, int keep_last = 3, int keep_best = 0,
+                   int64_t crash_before_rename_step = -1) {
     CheckpointConfig c;
     c.keep_last = keep_last;
     c.keep_best = keep_best;
-    CheckpointManager m(dir_.string(), c);
+    CheckpointManager m(dir_.string(), c, crash_before_rename_step);
     TrainingState s;
     s.step = step;
     s.epoch = 1;
@@ -233,8 +234,8 @@ TEST_F(CheckpointTest, CrashBeforeRenameLeavesTheLastGoodCheckpoint) {
   for (auto& p : model_->parameters()) p.data().fill_(3.0);  // what the lost checkpoint would hold
   EXPECT_EXIT(
       {
-        ::setenv("TRAINER_TEST_CRASH_BEFORE_RENAME", "2", 1);
-        save(2);
+        // TRAINER_TEST_CRASH_BEFORE_RENAME=2, as the trainer reads it at start-up (app/fault_injection.h)
+        save(2, -1, 3, 0, /*crash_before_rename_step=*/2);
         std::_Exit(0);  // not reached
       },
       ::testing::KilledBySignal(SIGKILL), "");

@@ -57,7 +57,7 @@ TEST_F(ConfigTest, EmptyFileGivesDefaults) {
   EXPECT_EQ(config.data.batch_size, 128);
   EXPECT_EQ(config.data.workers, -1);
   EXPECT_EQ(config.train.epochs, 4);
-  EXPECT_EQ(config.train.precision, "fp32");
+  EXPECT_EQ(config.train.precision, Precision::fp32);
   EXPECT_DOUBLE_EQ(config.optim.lr, 0.1);
   EXPECT_DOUBLE_EQ(config.optim.weight_decay, 5e-4);
   EXPECT_EQ(config.optim.betas, (std::vector<double>{0.9, 0.999}));

@@ -9,7 +9,7 @@
 namespace trainer {
 namespace {
 
-Config fusion_config(const std::string& precision) {
+Config fusion_config(Precision precision) {
   Config c;
   c.train.cudnn_fusion = true;
   c.train.precision = precision;
@@ -19,19 +19,20 @@ Config fusion_config(const std::string& precision) {
 
 TEST(CudnnFusionState, OnOnlyForHalfPrecisionOnAGpuWithoutDeterminismOrSyncBn) {
   EXPECT_EQ(cudnn_fusion_state(Config{}, Device::cuda(0)), "off: train.cudnn_fusion = false");
-  EXPECT_EQ(cudnn_fusion_state(fusion_config("bf16"), Device::cuda(0)).rfind("on: ", 0), 0u);
-  EXPECT_EQ(cudnn_fusion_state(fusion_config("fp16"), Device::cuda(0)).rfind("on: ", 0), 0u);
-  EXPECT_NE(cudnn_fusion_state(fusion_config("fp32"), Device::cuda(0)).find("needs train.precision"),
+  EXPECT_EQ(cudnn_fusion_state(fusion_config(Precision::bf16), Device::cuda(0)).rfind("on: ", 0), 0u);
+  EXPECT_EQ(cudnn_fusion_state(fusion_config(Precision::fp16), Device::cuda(0)).rfind("on: ", 0), 0u);
+  EXPECT_NE(cudnn_fusion_state(fusion_config(Precision::fp32), Device::cuda(0)).find("needs train.precision"),
             std::string::npos);
-  EXPECT_NE(cudnn_fusion_state(fusion_config("bf16"), Device::cpu()).find("on a GPU"), std::string::npos);
-  Config deterministic = fusion_config("bf16");
+  EXPECT_NE(cudnn_fusion_state(fusion_config(Precision::bf16), Device::cpu()).find("on a GPU"),
+            std::string::npos);
+  Config deterministic = fusion_config(Precision::bf16);
   deterministic.train.deterministic = true;
   EXPECT_NE(cudnn_fusion_state(deterministic, Device::cuda(0)).find("off: train.deterministic"),
             std::string::npos);
-  Config sync_bn = fusion_config("bf16");
+  Config sync_bn = fusion_config(Precision::bf16);
   sync_bn.model.sync_bn = true;
   EXPECT_NE(cudnn_fusion_state(sync_bn, Device::cuda(0)).find("off: model.sync_bn"), std::string::npos);
-  Config cnn = fusion_config("bf16");
+  Config cnn = fusion_config(Precision::bf16);
   cnn.model.name = "cnn";
   EXPECT_NE(cudnn_fusion_state(cnn, Device::cuda(0)).find("not used: model.name = \"cnn\""),
             std::string::npos);
@@ -39,7 +40,7 @@ TEST(CudnnFusionState, OnOnlyForHalfPrecisionOnAGpuWithoutDeterminismOrSyncBn) {
 
 TEST(CudnnBatchnormState, OnOnlyForHalfPrecisionOnAGpuWithoutDeterminismOrSyncBn) {
   Config c;  // on by default
-  c.train.precision = "bf16";
+  c.train.precision = Precision::bf16;
   EXPECT_EQ(cudnn_batchnorm_state(c, Device::cuda(0)).rfind("on: ", 0), 0u);
   Config off = c;
   off.train.cudnn_batchnorm = false;
@@ -55,6 +56,40 @@ TEST(CudnnBatchnormState, OnOnlyForHalfPrecisionOnAGpuWithoutDeterminismOrSyncBn
   sync_bn.model.sync_bn = true;
   EXPECT_NE(cudnn_batchnorm_state(sync_bn, Device::cuda(0)).find("not used: model.sync_bn"),
             std::string::npos);
+}
+
+// The run's one precision policy: fp16's scaler decides on the device unless clipping or ZeRO need the
+// host (the reason step_graph_blocker gives too); the fused cuDNN paths follow their off reasons.
+TEST(PrecisionPolicyForARun, LossScalerPlacementAndFusedPathsComeFromTheConfigAndDevice) {
+  Config c;
+  c.train.precision = Precision::fp16;
+  c.model.name = "resnet18";
+  c.train.cudnn_fusion = true;
+  const PrecisionPolicy gpu = precision_policy(c, Device::cuda(0));
+  EXPECT_TRUE(gpu.loss_scaling);
+  EXPECT_TRUE(gpu.loss_scale_on_device);
+  EXPECT_EQ(gpu.loss_scale_host_reason, "");
+  EXPECT_TRUE(gpu.conv_stats_fusion);
+  EXPECT_TRUE(gpu.cudnn_batch_norm);
+  EXPECT_EQ(gpu.input_format, MemoryFormat::channels_last);
+
+  Config clip = c;
+  clip.optim.clip_grad_norm = 1;
+  const PrecisionPolicy host = precision_policy(clip, Device::cuda(0));
+  EXPECT_FALSE(host.loss_scale_on_device);
+  EXPECT_EQ(host.loss_scale_host_reason, "optim.clip_grad_norm");
+
+  const PrecisionPolicy cpu = precision_policy(c, Device::cpu());
+  EXPECT_FALSE(cpu.loss_scale_on_device);
+  EXPECT_FALSE(cpu.conv_stats_fusion);
+  EXPECT_FALSE(cpu.cudnn_batch_norm);
+
+  Config tf32;
+  tf32.train.precision = Precision::tf32;
+  const PrecisionPolicy t = precision_policy(tf32, Device::cuda(0));
+  EXPECT_TRUE(t.allow_tf32);
+  EXPECT_FALSE(t.loss_scaling);
+  EXPECT_FALSE(t.conv_stats_fusion);
 }
 
 }  // namespace

@@ -16,10 +16,10 @@ std::string blocker_with(void (*change)(Config&), int world_size = 1) {
 
 TEST(StepGraphBlocker, TheDefaultSingleRankRunIsCaptured) {
   EXPECT_EQ(step_graph_blocker(Config{}, 1), "");
-  EXPECT_EQ(blocker_with([](Config& c) { c.train.precision = "bf16"; }), "");
+  EXPECT_EQ(blocker_with([](Config& c) { c.train.precision = Precision::bf16; }), "");
   EXPECT_EQ(blocker_with([](Config& c) { c.optim.name = "adamw"; }), "");
   // fp16 with SGD: the loss scaler decides on the device, inside the captured step.
-  EXPECT_EQ(blocker_with([](Config& c) { c.train.precision = "fp16"; }), "");
+  EXPECT_EQ(blocker_with([](Config& c) { c.train.precision = Precision::fp16; }), "");
 }
 
 // Several ranks: captured (with the all-reduce) only when asked for, since the per-phase times go.
@@ -30,7 +30,7 @@ TEST(StepGraphBlocker, SeveralRanksAreCapturedOnlyWithDistCudaGraph) {
   EXPECT_EQ(blocker_with(
                 [](Config& c) {
                   c.dist.cuda_graph = true;
-                  c.train.precision = "fp16";
+                  c.train.precision = Precision::fp16;
                 },
                 4),
             "");
@@ -56,17 +56,17 @@ TEST(StepGraphBlocker, SeveralRanksAreCapturedOnlyWithDistCudaGraph) {
 TEST(StepGraphBlocker, EachFeatureThatNeedsTheHostInAStepNamesItsKey) {
   EXPECT_EQ(blocker_with([](Config& c) { c.train.cuda_graph = false; }), "train.cuda_graph = false");
   EXPECT_NE(blocker_with([](Config& c) {
-              c.train.precision = "fp16";
+              c.train.precision = Precision::fp16;
               c.optim.clip_grad_norm = 1.0;
             }).find("train.precision = \"fp16\" with optim.clip_grad_norm"),
             std::string::npos);
   // fp16 with AdamW or SGD is captured: both skip on the device scaler's flag exactly.
   EXPECT_EQ(blocker_with([](Config& c) {
-              c.train.precision = "fp16";
+              c.train.precision = Precision::fp16;
               c.optim.name = "adamw";
             }),
             "");
-  EXPECT_EQ(blocker_with([](Config& c) { c.train.precision = "fp16"; }), "");
+  EXPECT_EQ(blocker_with([](Config& c) { c.train.precision = Precision::fp16; }), "");
   EXPECT_NE(blocker_with([](Config& c) { c.train.grad_accum_steps = 2; }).find("train.grad_accum_steps"),
             std::string::npos);
   EXPECT_NE(blocker_with([](Config& c) { c.optim.clip_grad_norm = 1.0; }).find("optim.clip_grad_norm"),
