@@ -14,7 +14,9 @@
 
 #include "app/cli.h"
 #include "app/launch_rendezvous.h"
+#include "dist/error.h"
 #include "dist/process_env.h"
+#include "dist/store.h"
 
 namespace trainer {
 namespace {
@@ -219,7 +221,9 @@ std::chrono::milliseconds stop_grace() {
 
 }  // namespace
 
-int launch_command(const std::vector<std::string>& args) {
+namespace {
+
+int run_launch(const std::vector<std::string>& args) {
   const LaunchArgs a = parse_launch_args(args);
   if (a.help) {
     std::cout << kLaunchUsage;
@@ -236,10 +240,13 @@ int launch_command(const std::vector<std::string>& args) {
   // Several nodes that may restart agree on each attempt through node 0's launcher
   // (app/launch_rendezvous.h), which also names the job for all of them.
   std::unique_ptr<LauncherRendezvous> rendezvous;
-  if (a.nnodes > 1 && a.max_restarts > 0)
-    rendezvous = std::make_unique<LauncherRendezvous>(a, std::chrono::minutes(5));
 
   LauncherSignals signals;
+  if (a.nnodes > 1 && a.max_restarts > 0) {
+    // Its waits for the other nodes (up to 5 minutes) end at once on Ctrl-C or SIGTERM.
+    set_store_wait_interrupt([] { return launcher_stop_signal(); });
+    rendezvous = std::make_unique<LauncherRendezvous>(a, std::chrono::minutes(5));
+  }
   std::fflush(stdout);
   std::fflush(stderr);
   AttemptSpec spec;
@@ -310,8 +317,26 @@ int launch_command(const std::vector<std::string>& args) {
       write_fully(STDERR_FILENO, line + "\n");
       return 128 + o.stop_signal;
     }
-    if (rendezvous) rendezvous->finish(restart);
+    if (rendezvous) {
+      if (const std::string why = rendezvous->finish(restart); !why.empty()) {
+        write_fully(STDERR_FILENO,
+                    "trainer launch: this node's ranks succeeded, but the job did not: " + why + "\n");
+        return 1;
+      }
+    }
     return 0;
+  }
+}
+
+}  // namespace
+
+int launch_command(const std::vector<std::string>& args) {
+  try {
+    return run_launch(args);
+  } catch (const WaitInterrupted& e) {
+    // Between attempts, waiting for the other nodes' launchers: no rank of this node runs.
+    write_fully(STDERR_FILENO, std::string("trainer launch: ") + e.what() + "\n");
+    return 128 + e.signal();
   }
 }
 

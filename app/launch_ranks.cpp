@@ -18,6 +18,8 @@ namespace {
 // SIGCHLD goes through it too, so ranks that fail milliseconds apart are seen in the order they died.
 
 int g_signal_pipe[2] = {-1, -1};
+// The first stop signal (SIGINT/SIGTERM/SIGHUP) received, for waits outside an attempt's poll loop.
+volatile sig_atomic_t g_first_stop = 0;
 // SIGHUP was ignored when the launcher started (nohup): it stays ignored here and in the ranks.
 bool g_hup_ignored = false;
 struct sigaction g_old_int {
@@ -26,6 +28,7 @@ struct sigaction g_old_int {
 extern "C" void on_launcher_signal(int sig, siginfo_t* info, void*) {
   const int saved = errno;
   const int msg[3] = {sig, info ? info->si_code : SI_USER, info ? static_cast<int>(info->si_pid) : 0};
+  if (sig != SIGCHLD && g_first_stop == 0) g_first_stop = sig;
   [[maybe_unused]] ssize_t n = ::write(g_signal_pipe[1], msg, sizeof msg);
   errno = saved;
 }
@@ -285,7 +288,8 @@ AttemptOutcome run_attempt(const AttemptSpec& spec) {
       const pid_t r = ::waitpid(c.pid, &status, WNOHANG);
       if (r == 0 || (r < 0 && errno == EINTR)) return;
       c.running = false;
-      c.status = r == c.pid ? status : 0;
+      // A status waitpid could not give (ECHILD) is lost: counted as a failure, never as a success.
+      c.status = r == c.pid ? status : (127 << 8);
       if (!failed(c.status) || first_failed >= 0 || outcome.stop_signal != 0 || stopping_after_failure)
         return;
       first_failed = static_cast<int>(&c - children.data());
@@ -362,5 +366,7 @@ AttemptOutcome run_attempt(const AttemptSpec& spec) {
   }
   return outcome;
 }
+
+int launcher_stop_signal() { return g_first_stop; }
 
 }  // namespace trainer

@@ -87,6 +87,9 @@ AttemptOutcome run_attempt(const AttemptSpec& spec);
 // (a closed terminal must not stop the launcher from supervising its ranks).
 void write_fully(int fd, const std::string& s);
 
+// The first SIGINT/SIGTERM/SIGHUP the launcher received (0: none); needs a live LauncherSignals.
+int launcher_stop_signal();
+
 // "exit status 3", "killed by signal 9 (Killed)".
 std::string describe_exit(int status);
 

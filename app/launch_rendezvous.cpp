@@ -1,6 +1,7 @@
 #include "app/launch_rendezvous.h"
 
 #include <thread>
+#include <vector>
 
 #include "dist/error.h"
 #include "dist/store.h"
@@ -17,6 +18,9 @@ LauncherRendezvous::LauncherRendezvous(const LaunchArgs& a, std::chrono::millise
   o.world_size = a.nnodes;
   o.job_id = "trainer-launch";
   o.connect_timeout = timeout;
+  // The supervision loop asks about failures twice a second: a stalled node 0 must not hold it (and
+  // the relaying of the ranks' output) for the default minute.
+  o.reply_timeout = std::chrono::seconds(5);
   store_ = std::make_unique<TcpStore>(o);
 }
 
@@ -47,8 +51,12 @@ LauncherRendezvous::AttemptStart LauncherRendezvous::begin(int attempt, const st
 }
 
 void LauncherRendezvous::report_failure(int attempt, const std::string& why) {
-  // add() tells the first reporter from later ones, so the reason kept is the first failure's.
-  if (store_->add(key(attempt, "failures"), 1) == 1) store_->set(key(attempt, "failed"), why);
+  try {
+    // add() tells the first reporter from later ones, so the reason kept is the first failure's.
+    if (store_->add(key(attempt, "failures"), 1) == 1) store_->set(key(attempt, "failed"), why);
+  } catch (const DistError&) {
+    // Node 0's launcher is gone or stalled: its ranks, and so every other node's, fail on their own.
+  }
 }
 
 std::string LauncherRendezvous::failure(int attempt) {
@@ -60,14 +68,25 @@ std::string LauncherRendezvous::failure(int attempt) {
   }
 }
 
-void LauncherRendezvous::finish(int attempt) {
+std::string LauncherRendezvous::finish(int attempt) {
   try {
     store_->set(key(attempt, "ended/" + std::to_string(node_rank_)), "ok");
-    if (node_rank_ == 0)
-      store_->wait_for_ranks(key(attempt, "ended/"), nnodes_, timeout_,
-                             "the other nodes' end of attempt " + std::to_string(attempt));
-  } catch (const DistError&) {
-    // This node's ranks succeeded; a node that never ends its attempt is its own launcher's to report.
+    if (node_rank_ != 0) return failure(attempt);
+    // A node whose rank fails after this node's ranks ended (a full disk for its log, say) must not
+    // wait for an end that never comes while node 0 reports success.
+    std::vector<std::string> ended;
+    for (int n = 0; n < nnodes_; ++n) ended.push_back(key(attempt, "ended/" + std::to_string(n)));
+    const auto deadline = std::chrono::steady_clock::now() + timeout_;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (std::string why = failure(attempt); !why.empty()) return why;
+      if (store_->wait_for(ended, std::chrono::seconds(1)).empty()) return failure(attempt);
+    }
+    return "node(s) did not end attempt " + std::to_string(attempt) + " within " +
+           std::to_string(std::chrono::duration_cast<std::chrono::seconds>(timeout_).count()) + " s";
+  } catch (const WaitInterrupted&) {
+    throw;  // a stop signal: the caller exits with it
+  } catch (const DistError& e) {
+    return std::string("the launchers' restart agreement failed at the end: ") + e.what();
   }
 }
 

@@ -33,14 +33,16 @@ class LauncherRendezvous {
   // first, the others receive them. Throws DistError naming the missing nodes after the timeout, or
   // when the nodes' --max-restarts differ.
   AttemptStart begin(int attempt, const std::string& run_id, const std::string& run_dir);
-  // This node's rank failed in `attempt` (the first report wins; later ones are kept apart).
+  // This node's rank failed in `attempt` (the first report wins; later ones are kept apart). Never
+  // throws: a store that is gone leaves the other nodes to notice the dead ranks themselves.
   void report_failure(int attempt, const std::string& why);
   // "" while no node reported a failure in `attempt`; what the first one said otherwise. A store that
   // is gone (node 0's launcher died) is a failure too.
   std::string failure(int attempt);
   // This node's ranks all succeeded in `attempt`. On node 0, waits (up to the timeout) until every
   // node has ended the attempt, so that none loses the store while it still looks for failures.
-  void finish(int attempt);
+  // Returns another node's failure in `attempt` ("" if none): the job did not succeed.
+  std::string finish(int attempt);
 
  private:
   std::string key(int attempt, const std::string& what) const;

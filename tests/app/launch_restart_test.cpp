@@ -5,15 +5,19 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "app/cli.h"
 #include "app/launch_command.h"
 #include "app/launcher_process.h"
 #include "app/trainer_process.h"
+#include "dist/multi_process.h"
 #include "metrics/exporter.h"
 #include "metrics/run_csv_util.h"
 
@@ -279,7 +283,8 @@ TEST_F(LaunchRestartTraining, ARankKilledMidRunIsRestartedAndEndsBitExact) {
 TEST_F(LaunchRestartTraining, TwoNodesRestartTogetherAndEndBitExact) {
   Launcher full(train("full", {}));
   ASSERT_EQ(full.wait_exit(300), 0) << full.output();
-  const std::string port = std::to_string(free_ephemeral_port());
+  // MASTER_PORT for the ranks' store, MASTER_PORT + 1 for the launchers' agreement.
+  const std::string port = std::to_string(trainer::testing::free_port(2));
   // Every rank must have the same config, run directory included.
   auto node = [&](int rank) {
     return std::vector<std::string>{"--nnodes",
@@ -314,7 +319,21 @@ TEST_F(LaunchRestartTraining, TwoNodesRestartTogetherAndEndBitExact) {
   const std::string weights = read_file(dir_ / "full/checkpoints/final.safetensors");
   EXPECT_FALSE(weights.empty());
   EXPECT_EQ(weights, read_file(dir_ / "cut/checkpoints/final.safetensors"));
-  EXPECT_EQ(read_file(dir_ / "full/train_steps.csv"), read_file(dir_ / "cut/train_steps.csv"));
+  EXPECT_EQ(trainer::testing::without_wall_time(read_file(dir_ / "full/train_steps.csv")),
+            trainer::testing::without_wall_time(read_file(dir_ / "cut/train_steps.csv")));
+}
+
+// A node whose peers' launchers never come waits for them (up to 5 minutes) but stops at once on
+// SIGTERM, with 128 + 15, before starting any rank.
+TEST_F(LaunchRestartTraining, AStopSignalEndsTheWaitForTheOtherNodesLaunchers) {
+  const std::string port = std::to_string(trainer::testing::free_port(2));
+  Launcher node1({"--nnodes", "2", "--node-rank", "1", "--nproc-per-node", "1", "--master-addr", "127.0.0.1",
+                  "--master-port", port, "--max-restarts", "1", "--", "train", write_config()});
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  ASSERT_EQ(::kill(node1.pid(), SIGTERM), 0);
+  EXPECT_EQ(node1.wait_exit(30), 128 + SIGTERM) << node1.output();
+  EXPECT_TRUE(contains(node1.output(), "stopped by signal 15")) << node1.output();
+  EXPECT_FALSE(contains(node1.output(), "[rank 1]")) << node1.output();
 }
 
 TEST_F(LaunchRestartTraining, WithoutMaxRestartsAKilledRankEndsTheJobNamingIt) {
