@@ -214,6 +214,8 @@ std::string line_chart_svg(const SvgChart& c) {
   }
   for (const SvgFlag& f : c.flags) xr.add(f.x);
   if (!c.flags.empty() && yr.empty()) yr = {0, 1};
+  // Whole-number x (epochs, processes): room after the last one, so its marker and bar clear the frame.
+  if (c.integer_x && !xr.empty()) xr.hi += 0.04 * std::max(xr.hi - std::min(xr.lo, 0.0), 1.0);
   const Axis xa = make_axis(xr, c.integer_x && xr.lo >= 0 && xr.lo <= 1, c.integer_x);
   // Headroom above the highest point, so that a marker and its value label clear the frame.
   if (!yr.empty()) yr.hi += 0.06 * std::max(yr.hi - std::min(yr.lo, c.y_from_zero ? 0.0 : yr.lo), 1e-12);
