@@ -91,6 +91,27 @@ std::string loss_chart(const std::vector<ReportRun>& runs) {
   return line_chart_svg(c);
 }
 
+// Only when some run's train_steps.csv has wall_time: runs at different speeds (1 rank vs 2) compare
+// by how soon they get somewhere, not by step.
+std::string wall_time_loss_chart(const std::vector<ReportRun>& runs) {
+  SvgChart c{.title = "Loss over wall-clock time",
+             .x_label = "seconds since the run's first step",
+             .y_label = "cross-entropy loss (nats)"};
+  for (size_t k = 0; k < runs.size(); ++k) {
+    const ReportRun& r = runs[k];
+    if (r.wall_time.empty()) continue;
+    std::vector<double> seconds;
+    for (double t : r.wall_time) seconds.push_back(t - r.wall_time.front());
+    const Curve train = bucket_means(seconds, r.loss);
+    SvgSeries s;
+    s.x = train.x;
+    s.y = train.y;
+    add_if_drawn(
+        c, named(s, r.name + " train (per step)", run_id(k, "loss_wall"), series_colour(k), false, false));
+  }
+  return c.series.empty() ? "" : line_chart_svg(c);
+}
+
 std::string accuracy_chart(const std::vector<ReportRun>& runs) {
   SvgChart c{.title = "Test accuracy", .x_label = "epoch", .y_label = "accuracy (%)", .integer_x = true};
   for (size_t k = 0; k < runs.size(); ++k) {
@@ -194,6 +215,17 @@ std::string summary_table(const std::vector<ReportRun>& runs) {
         if (k == key) return v;
       return std::string("-");
     });
+  std::vector<std::string> config_keys;
+  for (const ReportRun& r : runs)
+    for (const auto& [key, value] : r.config)
+      if (std::find(config_keys.begin(), config_keys.end(), key) == config_keys.end())
+        config_keys.push_back(key);
+  for (const std::string& key : config_keys)
+    row("config " + key, [&](const ReportRun& r) {
+      for (const auto& [k, v] : r.config)
+        if (k == key) return v;
+      return std::string("-");
+    });
   row("per-epoch figures from",
       [](const ReportRun& r) { return r.epochs_source.empty() ? "-" : r.epochs_source; });
   row("images per step", [](const ReportRun& r) {
@@ -270,7 +302,7 @@ std::string report_html(const std::vector<ReportRun>& runs) {
     body += (k ? ", " : "") + std::string("<code>") + xml_escape(runs[k].dir.string()) + "</code>";
   body += ". Per-step curves with more than 800 points are averaged in buckets.</p>";
   body += "<h2>Curves</h2><div class=\"charts\">" + loss_chart(runs) + accuracy_chart(runs) + lr_chart(runs) +
-          throughput_chart(runs) + "</div>";
+          throughput_chart(runs) + wall_time_loss_chart(runs) + "</div>";
   body +=
       "<h2>Where a step's time goes</h2><p class=\"notes\">Shares of rank 0's step time per window of "
       "steps (step_times.csv); allreduce (exposed) is the wait for the gradient all-reduce after "

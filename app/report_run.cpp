@@ -54,6 +54,29 @@ std::string json_text(const nlohmann::ordered_json& v) {
 
 // The global batch: data.batch_size x train.grad_accum_steps from config.toml, times the world size
 // (summary.json, else one rank plus a train.rank<N>.log per other rank).
+// The config keys that tell runs apart in the summary table, as TOML writes their values.
+std::vector<std::pair<std::string, std::string>> config_keys(const fs::path& path) {
+  std::vector<std::pair<std::string, std::string>> out;
+  toml::table config;
+  try {
+    config = toml::parse_file(path.string());
+  } catch (const toml::parse_error&) {
+    return out;
+  }
+  for (const char* key : {"model.name", "data.dataset", "data.batch_size", "train.epochs", "train.precision",
+                          "optim.name", "optim.lr", "schedule.name"}) {
+    const toml::node_view<toml::node> node = config.at_path(key);
+    if (!node) continue;
+    std::stringstream text;
+    if (const auto* s = node.as_string())
+      text << s->get();
+    else
+      text << node;
+    out.emplace_back(key, text.str());
+  }
+  return out;
+}
+
 int64_t images_per_step(const fs::path& dir, const ReportRun& run) {
   if (!fs::exists(dir / "config.toml")) return 0;
   int64_t batch = 0, accum = 1;
@@ -182,6 +205,7 @@ ReportRun read_report_run(const fs::path& dir) {
     run.epoch_of_step = steps["epoch"];
     run.loss = steps["loss"];
     run.lr = steps["lr"];
+    if (steps.count("wall_time")) run.wall_time = steps["wall_time"];
   } else {
     run.notes.push_back("no train_steps.csv: no per-step loss or learning rate");
   }
@@ -207,6 +231,7 @@ ReportRun read_report_run(const fs::path& dir) {
   else
     run.notes.push_back("no step_times.csv: no step-phase breakdown or per-step throughput");
   run.images_per_step = images_per_step(dir, run);
+  if (fs::exists(dir / "config.toml")) run.config = config_keys(dir / "config.toml");
   return run;
 }
 

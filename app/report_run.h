@@ -25,6 +25,7 @@ struct ReportRun {
   std::filesystem::path dir;
   // train_steps.csv: one entry per optimizer step.
   std::vector<double> step, epoch_of_step, loss, lr;
+  std::vector<double> wall_time;  // train_steps.csv's wall_time column when the trainer writes one
   // metrics.csv when present, else train.log's "epoch N/M: ..." lines.
   std::vector<ReportEpoch> epochs;
   std::string epochs_source;
@@ -32,6 +33,7 @@ struct ReportRun {
   std::map<std::string, std::vector<double>> step_times;
   int64_t images_per_step = 0;  // global batch (batch x grad_accum x world size); 0 when unknown
   std::vector<std::pair<std::string, std::string>> summary;  // summary.json, in file order, as text
+  std::vector<std::pair<std::string, std::string>> config;   // the config.toml keys runs differ in most
   std::vector<std::string> notes;                            // files missing, fallbacks taken
 };
 

@@ -29,8 +29,11 @@ void write_run(const fs::path& dir, bool with_metrics) {
   fs::create_directories(dir);
   std::ofstream(dir / "config.toml") << "[data]\nbatch_size = 16\n[train]\ngrad_accum_steps = 1\n";
   std::ofstream steps(dir / "train_steps.csv");
-  steps << "step,epoch,loss,lr\n";
-  for (int s = 1; s <= 8; ++s) steps << s << ',' << (s <= 4 ? 1 : 2) << ',' << 2.3 - 0.1 * s << ",0.1\n";
+  // The metrics.csv trainer also adds a wall_time column to train_steps.csv.
+  steps << (with_metrics ? "wall_time,step,epoch,loss,lr\n" : "step,epoch,loss,lr\n");
+  for (int s = 1; s <= 8; ++s)
+    steps << (with_metrics ? std::to_string(1000 + s) + "," : "") << s << ',' << (s <= 4 ? 1 : 2) << ','
+          << 2.3 - 0.1 * s << ",0.1\n";
   steps << "9,3,1.";  // a line still being written: left out
   std::ofstream times(dir / "step_times.csv");
   times
@@ -88,6 +91,8 @@ TEST_F(ReportTest, PrefersMetricsCsvForEpochs) {
   ASSERT_EQ(r.epochs.size(), 2u);
   EXPECT_DOUBLE_EQ(r.epochs[0].top1, 0.61);
   EXPECT_DOUBLE_EQ(r.epochs[1].wall_time, 20.5);
+  ASSERT_EQ(r.wall_time.size(), 8u);
+  EXPECT_DOUBLE_EQ(r.loss[7], 1.5);
 }
 
 TEST_F(ReportTest, PhaseSharesSumToOnePerWindow) {
@@ -112,6 +117,10 @@ TEST_F(ReportTest, DrawsEverySeriesOfEveryRun) {
     for (const char* curve : {"loss", "eval_loss", "top1", "top5", "lr", "throughput", "throughput_epoch",
                               "phases:forward", "phases:data_wait", "phases:allreduce (exposed)"})
       EXPECT_EQ(count_of(html, std::string("data-series=\"") + run + ":" + curve + "\""), 1u) << run << curve;
+  // Loss over wall-clock time: only the run whose train_steps.csv has wall_time.
+  EXPECT_EQ(count_of(html, "data-series=\"r0:loss_wall\""), 0u);
+  EXPECT_EQ(count_of(html, "data-series=\"r1:loss_wall\""), 1u);
+  EXPECT_NE(html.find("<th>config data.batch_size</th><td>16</td>"), std::string::npos);
   for (const char* fetch : {"src=", "href=", "<link", "url(", "@import", "https://"})
     EXPECT_EQ(count_of(html, fetch), 0u) << fetch;  // self-contained: nothing is fetched
   EXPECT_NE(html.find("data-expected-series=\"" + std::to_string(count_of(html, "data-series=\"")) + "\""),
