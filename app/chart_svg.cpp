@@ -219,6 +219,7 @@ std::string line_chart_svg(const SvgChart& c) {
   const Axis xa = make_axis(xr, c.integer_x && xr.lo >= 0 && xr.lo <= 1, c.integer_x);
   // Headroom above the highest point, so that a marker and its value label clear the frame.
   if (!yr.empty()) yr.hi += 0.06 * std::max(yr.hi - std::min(yr.lo, c.y_from_zero ? 0.0 : yr.lo), 1e-12);
+  if (!yr.empty() && std::isfinite(c.y_cap) && yr.hi > c.y_cap) yr.hi = std::max(c.y_cap, yr.lo);
   const Axis ya = make_axis(yr, c.y_from_zero, false);
   const int plot_w = c.width - kLeft - kRight;
   auto px = [&](double x) { return kLeft + (x - xa.lo) / (xa.hi - xa.lo) * plot_w; };

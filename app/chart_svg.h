@@ -3,6 +3,7 @@
 // title, axes with labels and ticks at round numbers, a grid, a legend and text of at least 12px. Each
 // series' line or marker carries data-series="<id>" so a test (or a reader's browser tools) can count
 // what was drawn. No script, no external font: the files open offline.
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -34,7 +35,8 @@ struct SvgChart {
   std::vector<SvgFlag> flags{};
   bool y_from_zero = false;  // start the y axis at 0 (throughput, speedup) rather than at the data
   bool integer_x = false;    // x ticks at whole numbers only (epochs, process counts)
-  int width = 660, plot_height = 280;
+  double y_cap = NAN;        // the y axis never passes this (100 for accuracies in %)
+  int width = 660, plot_height = 250;
 };
 
 // Stacked shares (0..1) of a whole over x: the step-phase breakdown. Layers stack in the order given.
@@ -48,7 +50,7 @@ struct SvgStackedChart {
   std::vector<double> x{};                          // the start of each window; the last extends to x_end
   double x_end = 0;
   std::vector<SvgStackLayer> layers{};
-  int width = 660, plot_height = 240;
+  int width = 660, plot_height = 210;
 };
 
 std::string line_chart_svg(const SvgChart& chart);

@@ -113,7 +113,11 @@ std::string wall_time_loss_chart(const std::vector<ReportRun>& runs) {
 }
 
 std::string accuracy_chart(const std::vector<ReportRun>& runs) {
-  SvgChart c{.title = "Test accuracy", .x_label = "epoch", .y_label = "accuracy (%)", .integer_x = true};
+  SvgChart c{.title = "Test accuracy",
+             .x_label = "epoch",
+             .y_label = "accuracy (%)",
+             .integer_x = true,
+             .y_cap = 100};
   for (size_t k = 0; k < runs.size(); ++k) {
     const ReportRun& r = runs[k];
     add_if_drawn(c, named(epoch_series(r, &ReportEpoch::top1, false, 100), r.name + " top-1",

@@ -70,6 +70,8 @@ std::vector<std::pair<std::string, std::string>> config_keys(const fs::path& pat
     std::stringstream text;
     if (const auto* s = node.as_string())
       text << s->get();
+    else if (const auto* f = node.as_floating_point())
+      text << fmt("%.6g", f->get());  // 0.1, not 0.10000000000000001
     else
       text << node;
     out.emplace_back(key, text.str());
