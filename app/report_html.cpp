@@ -72,8 +72,8 @@ void add_if_drawn(SvgChart& chart, SvgSeries s) {
   if (!s.x.empty()) chart.series.push_back(std::move(s));
 }
 
-std::string loss_chart(const std::vector<ReportRun>& runs) {
-  SvgChart c{.title = "Loss", .x_label = "optimizer step", .y_label = "cross-entropy loss (nats)"};
+std::string loss_chart(const std::vector<ReportRun>& runs, const std::string& x_label) {
+  SvgChart c{.title = "Loss", .x_label = x_label, .y_label = "cross-entropy loss (nats)"};
   for (size_t k = 0; k < runs.size(); ++k) {
     const ReportRun& r = runs[k];
     const Curve train = bucket_means(r.step, r.loss);
@@ -128,9 +128,8 @@ std::string accuracy_chart(const std::vector<ReportRun>& runs) {
   return line_chart_svg(c);
 }
 
-std::string lr_chart(const std::vector<ReportRun>& runs) {
-  SvgChart c{
-      .title = "Learning rate", .x_label = "optimizer step", .y_label = "learning rate", .y_from_zero = true};
+std::string lr_chart(const std::vector<ReportRun>& runs, const std::string& x_label) {
+  SvgChart c{.title = "Learning rate", .x_label = x_label, .y_label = "learning rate", .y_from_zero = true};
   for (size_t k = 0; k < runs.size(); ++k) {
     const Curve lr = bucket_means(runs[k].step, runs[k].lr);
     SvgSeries s;
@@ -143,8 +142,8 @@ std::string lr_chart(const std::vector<ReportRun>& runs) {
 
 // img/s per window of steps from step_times.csv (global batch / step time: training alone), and per epoch
 // from the epoch lines (data loading and the epoch's ends included).
-std::string throughput_chart(const std::vector<ReportRun>& runs) {
-  SvgChart c{.title = "Throughput", .x_label = "optimizer step", .y_label = "images/s", .y_from_zero = true};
+std::string throughput_chart(const std::vector<ReportRun>& runs, const std::string& x_label) {
+  SvgChart c{.title = "Throughput", .x_label = x_label, .y_label = "images/s", .y_from_zero = true};
   for (size_t k = 0; k < runs.size(); ++k) {
     const ReportRun& r = runs[k];
     const std::vector<double>* steps = column(r, "step");
@@ -169,6 +168,27 @@ std::string throughput_chart(const std::vector<ReportRun>& runs) {
                           run_id(k, "throughput_epoch"), series_colour(k), true, true));
   }
   return line_chart_svg(c);
+}
+
+// Runs of different global batches (1 rank and 2) compare by images seen, not by optimizer step: the
+// runs with their steps (train_steps.csv, step_times.csv, epoch ends) in images. Empty when the runs share
+// one global batch, or one does not know its own.
+std::vector<ReportRun> steps_as_images(const std::vector<ReportRun>& runs) {
+  bool differ = false;
+  for (const ReportRun& r : runs) {
+    if (r.images_per_step <= 0) return {};
+    differ = differ || r.images_per_step != runs.front().images_per_step;
+  }
+  if (!differ) return {};
+  std::vector<ReportRun> out = runs;
+  for (ReportRun& r : out) {
+    const double g = static_cast<double>(r.images_per_step);
+    for (double& x : r.step) x *= g;
+    for (ReportEpoch& e : r.epochs) e.step *= g;
+    if (const auto it = r.step_times.find("step"); it != r.step_times.end())
+      for (double& x : it->second) x *= g;
+  }
+  return out;
 }
 
 struct PhaseStyle {
@@ -305,8 +325,16 @@ std::string report_html(const std::vector<ReportRun>& runs) {
   for (size_t k = 0; k < runs.size(); ++k)
     body += (k ? ", " : "") + std::string("<code>") + xml_escape(runs[k].dir.string()) + "</code>";
   body += ". Per-step curves with more than 800 points are averaged in buckets.</p>";
-  body += "<h2>Curves</h2><div class=\"charts\">" + loss_chart(runs) + accuracy_chart(runs) + lr_chart(runs) +
-          throughput_chart(runs) + wall_time_loss_chart(runs) + "</div>";
+  const std::vector<ReportRun> by_images = steps_as_images(runs);
+  const std::vector<ReportRun>& curves = by_images.empty() ? runs : by_images;
+  const std::string x_label =
+      by_images.empty() ? "optimizer step" : "training images seen (steps x global batch)";
+  if (!by_images.empty())
+    body +=
+        "<p class=\"notes\">The runs' global batches differ: step axes count training images instead.</p>";
+  body += "<h2>Curves</h2><div class=\"charts\">" + loss_chart(curves, x_label) + accuracy_chart(runs) +
+          lr_chart(curves, x_label) + throughput_chart(curves, x_label) + wall_time_loss_chart(runs) +
+          "</div>";
   body +=
       "<h2>Where a step's time goes</h2><p class=\"notes\">Shares of rank 0's step time per window of "
       "steps (step_times.csv); allreduce (exposed) is the wait for the gradient all-reduce after "

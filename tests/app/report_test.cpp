@@ -127,6 +127,16 @@ TEST_F(ReportTest, DrawsEverySeriesOfEveryRun) {
             std::string::npos);
 }
 
+TEST_F(ReportTest, RunsOfDifferentGlobalBatchesShareAnImagesAxis) {
+  write_run(dir_ / "a", false);
+  write_run(dir_ / "b", false);
+  std::ofstream(dir_ / "b" / "config.toml") << "[data]\nbatch_size = 64\n";
+  const std::string same = report_html({read_report_run(dir_ / "a"), read_report_run(dir_ / "a")});
+  EXPECT_EQ(same.find("training images seen"), std::string::npos);
+  const std::string mixed = report_html({read_report_run(dir_ / "a"), read_report_run(dir_ / "b")});
+  EXPECT_EQ(count_of(mixed, ">training images seen (steps x global batch)</text>"), 3u);  // loss, lr, img/s
+}
+
 TEST_F(ReportTest, CommandWritesBesideOneRunAndNamesWhatIsMissing) {
   write_run(dir_ / "a", false);
   const auto one = testing::run_trainer("report " + (dir_ / "a").string());
