@@ -1,5 +1,6 @@
 #include "app/report_command.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -49,6 +50,15 @@ int report_command(const std::vector<std::string>& args) {
   if (dirs.empty()) throw UsageError("missing RUN_DIR (a run directory written by `trainer train`)");
   std::vector<ReportRun> runs;
   for (const std::string& d : dirs) runs.push_back(read_report_run(d));
+  // Legends name runs by directory; two runs/.../x directories are told apart by their parents too.
+  std::vector<std::string> names;
+  for (const ReportRun& r : runs) names.push_back(r.name);
+  for (ReportRun& r : runs)
+    if (std::count(names.begin(), names.end(), r.name) > 1) {
+      fs::path p = fs::absolute(r.dir).lexically_normal();
+      if (!p.has_filename()) p = p.parent_path();  // "runs/x/"
+      r.name = p.parent_path().filename().string() + "/" + r.name;
+    }
   const fs::path path = !out.empty()       ? fs::path(out)
                         : dirs.size() == 1 ? fs::path(dirs[0]) / "report.html"
                                            : fs::path("report.html");

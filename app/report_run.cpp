@@ -145,7 +145,7 @@ std::map<std::string, std::vector<double>> read_numeric_csv(const fs::path& path
   while (std::getline(in, line)) {
     const bool complete = !in.eof();  // a last line without its newline may still be being written
     const std::vector<std::string> fields = split_fields(line);
-    if (fields.size() != names.size() || (!complete && line.empty())) continue;
+    if (fields.size() != names.size() || !complete) continue;
     for (size_t i = 0; i < names.size(); ++i) columns[names[i]].push_back(parse_number(fields[i]));
   }
   return columns;

@@ -42,7 +42,8 @@ struct ReportRun {
 ReportRun read_report_run(const std::filesystem::path& dir);
 
 // A CSV with a header line and numeric fields: column -> values (empty or unparsable fields read as
-// NaN). A last line cut short by a run still writing is left out. Empty when the file cannot be read.
+// NaN). A last line without its newline (a run still writing it) is left out. Empty when the file
+// cannot be read.
 std::map<std::string, std::vector<double>> read_numeric_csv(const std::filesystem::path& path);
 
 // train.log's epoch lines, "epoch 2/4: train loss 0.5123, 31.0s, 1934 img/s | test loss 0.41 top1

@@ -153,6 +153,18 @@ TEST_F(ReportTest, CommandWritesBesideOneRunAndNamesWhatIsMissing) {
   EXPECT_EQ(none.exit_code, 2) << none.output;
 }
 
+TEST_F(ReportTest, RunsOfTheSameNameAreToldApartByTheirParents) {
+  write_run(dir_ / "x" / "run", false);
+  write_run(dir_ / "y" / "run", false);
+  const fs::path html = dir_ / "both.html";
+  const auto r = testing::run_trainer("report " + (dir_ / "x" / "run").string() + " " +
+                                      (dir_ / "y" / "run").string() + "/ --out " + html.string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string page = testing::read_file(html);
+  EXPECT_NE(page.find(">x/run train (per step)<"), std::string::npos);
+  EXPECT_NE(page.find(">y/run train (per step)<"), std::string::npos);
+}
+
 TEST(ChartSvg, TicksAtRoundNumbers) {
   EXPECT_EQ(round_ticks(0, 0.93, 5, false), (std::vector<double>{0, 0.2, 0.4, 0.6, 0.8, 1.0}));
   EXPECT_EQ(round_ticks(3, 936, 5, true), (std::vector<double>{0, 200, 400, 600, 800, 1000}));
