@@ -122,6 +122,13 @@ std::string svg_open(int width, int height, const std::string& title) {
          "\" font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\">";
 }
 
+// In place of ticks and lines while a run has not written a figure yet (or never will: no evaluation).
+std::string no_data_svg(int width, int plot_height) {
+  return fmt("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"14\" fill=\"#666\">",
+             kLeft + (width - kLeft - kRight) / 2.0, kTop + plot_height / 2.0) +
+         "no data yet</text>";
+}
+
 std::string value_text(double v) {
   if (std::abs(v) >= 1000) return fmt("%.0f", v);
   return fmt("%.3g", v);
@@ -235,11 +242,10 @@ std::string line_chart_svg(const SvgChart& c) {
   const int height = legend_y + (rows - 1) * kLegendRow + 12;
 
   std::string out = svg_open(c.width, height, c.title);
-  out += frame_svg(c.title, c.x_label, c.y_label, c.width, c.plot_height, xa, ya, false);
-  if (c.series.empty() && c.flags.empty())
-    out += fmt("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"14\" fill=\"#666\">",
-               kLeft + plot_w / 2.0, kTop + c.plot_height / 2.0) +
-           "no data</text>";
+  const bool empty = c.series.empty() && c.flags.empty();
+  out += frame_svg(c.title, c.x_label, c.y_label, c.width, c.plot_height, empty ? Axis{} : xa,
+                   empty ? Axis{} : ya, false);
+  if (empty) out += no_data_svg(c.width, c.plot_height);
   for (const SvgSeries& s : c.series) {
     out += "<g class=\"series\" data-series=\"" + xml_escape(s.id) + "\">";
     std::vector<std::pair<double, double>> pts;
@@ -308,7 +314,9 @@ std::string stacked_chart_svg(const SvgStackedChart& c) {
   const int height = legend_y + (rows - 1) * kLegendRow + 12;
 
   std::string out = svg_open(c.width, height, c.title);
-  out += frame_svg(c.title, c.x_label, c.y_label, c.width, c.plot_height, xa, ya, true);
+  out +=
+      frame_svg(c.title, c.x_label, c.y_label, c.width, c.plot_height, c.x.empty() ? Axis{} : xa, ya, true);
+  if (c.x.empty()) out += no_data_svg(c.width, c.plot_height);
   std::vector<double> base(c.x.size(), 0.0);
   for (const SvgStackLayer& l : c.layers) {
     // A step-shaped band: along the layer's top left to right, back along its bottom.

@@ -165,6 +165,16 @@ TEST_F(ReportTest, RunsOfTheSameNameAreToldApartByTheirParents) {
   EXPECT_NE(page.find(">y/run train (per step)<"), std::string::npos);
 }
 
+TEST_F(ReportTest, ARunThatHasJustStartedGetsEmptyChartsNotFakeTicks) {
+  fs::create_directories(dir_ / "new");
+  std::ofstream(dir_ / "new" / "train.log") << "device: cpu\n";
+  const ReportRun r = read_report_run(dir_ / "new");
+  const std::string html = report_html({r});
+  EXPECT_EQ(count_of(html, ">no data yet</text>"), 5u);  // loss, accuracy, lr, throughput, phases
+  EXPECT_NE(html.find("no summary.json: the run is still training or was stopped"), std::string::npos);
+  EXPECT_EQ(count_of(html, "data-series=\""), 0u);
+}
+
 TEST(ChartSvg, TicksAtRoundNumbers) {
   EXPECT_EQ(round_ticks(0, 0.93, 5, false), (std::vector<double>{0, 0.2, 0.4, 0.6, 0.8, 1.0}));
   EXPECT_EQ(round_ticks(3, 936, 5, true), (std::vector<double>{0, 200, 400, 600, 800, 1000}));
