@@ -53,9 +53,12 @@ std::string num(double v) { return fmt("%.1f", v); }
 
 // Lays legend entries out left to right, wrapping at the chart's width. Returns the rows' SVG and sets
 // rows to how many it took.
+// What stands before a legend entry's text: the series' line, a filled square (stacked layers) or the
+// cross that marks points without a value.
+enum class Swatch { line, dashed, block, cross };
 struct LegendEntry {
   std::string name, colour;
-  bool dashed = false, block = false;  // block: a filled square (stacked layers) instead of a line
+  Swatch swatch = Swatch::line;
 };
 std::string legend_svg(const std::vector<LegendEntry>& entries, int width, int y0, int& rows) {
   std::string out = "<g class=\"legend\" font-size=\"13\">";
@@ -68,12 +71,16 @@ std::string legend_svg(const std::vector<LegendEntry>& entries, int width, int y
       ++rows;
     }
     const double y = y0 + (rows - 1) * kLegendRow;
-    if (e.block)
+    if (e.swatch == Swatch::block)
       out += fmt("<rect x=\"%.1f\" y=\"%.1f\" width=\"24\" height=\"12\" fill=\"%s\"/>", x, y - 10,
+                 e.colour.c_str());
+    else if (e.swatch == Swatch::cross)
+      out += fmt("<path d=\"M%.1f %.1fl10 10m0 -10l-10 10\" stroke=\"%s\" stroke-width=\"3\"/>", x + 7, y - 9,
                  e.colour.c_str());
     else
       out += fmt("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" stroke-width=\"3\"%s/>",
-                 x, y - 4, x + 24, y - 4, e.colour.c_str(), e.dashed ? " stroke-dasharray=\"6 4\"" : "");
+                 x, y - 4, x + 24, y - 4, e.colour.c_str(),
+                 e.swatch == Swatch::dashed ? " stroke-dasharray=\"6 4\"" : "");
     out += fmt("<text x=\"%.1f\" y=\"%.1f\">", x + 30, y) + xml_escape(e.name) + "</text>";
     x += w;
   }
@@ -233,9 +240,9 @@ std::string line_chart_svg(const SvgChart& c) {
   auto py = [&](double y) { return kTop + c.plot_height - (y - ya.lo) / (ya.hi - ya.lo) * c.plot_height; };
 
   std::vector<LegendEntry> legend;
-  for (const SvgSeries& s : c.series) legend.push_back({s.name, s.colour, s.dashed, false});
-  if (!c.flags.empty())
-    legend.push_back({"\u00d7 on the axis: no value (the reason beside it)", "#fff", false, false});
+  for (const SvgSeries& s : c.series)
+    legend.push_back({s.name, s.colour, s.dashed ? Swatch::dashed : Swatch::line});
+  if (!c.flags.empty()) legend.push_back({"no value (the reason beside it)", "#555", Swatch::cross});
   int rows = 0;
   const int legend_y = kTop + c.plot_height + kBottom + 16;
   const std::string legend_part = legend_svg(legend, c.width, legend_y, rows);
@@ -307,7 +314,7 @@ std::string stacked_chart_svg(const SvgStackedChart& c) {
   auto py = [&](double y) { return kTop + c.plot_height - y * c.plot_height; };
 
   std::vector<LegendEntry> legend;
-  for (const SvgStackLayer& l : c.layers) legend.push_back({l.name, l.colour, false, true});
+  for (const SvgStackLayer& l : c.layers) legend.push_back({l.name, l.colour, Swatch::block});
   int rows = 0;
   const int legend_y = kTop + c.plot_height + kBottom + 16;
   const std::string legend_part = legend_svg(legend, c.width, legend_y, rows);
