@@ -11,6 +11,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "app/bench_charts.h"
 #include "app/bench_runs.h"
 #include "app/bench_to_accuracy.h"
 #include "app/build_info.h"
@@ -294,7 +295,7 @@ int bench_command(const std::vector<std::string>& args) {
   std::ofstream(out / "bench.json") << js.str();
 
   // ---- chart: one line per (precision, batch)
-  write_chart_and_report(out, a.procs.back(), precisions, batches, points);
+  write_bench_charts(out, a.procs.back(), points);
   return 0;
 }
 

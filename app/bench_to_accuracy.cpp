@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "app/bench_charts.h"
 #include "app/bench_command.h"
 #include "app/divergence.h"
 #include "app/format.h"
@@ -227,7 +228,7 @@ int bench_to_accuracy(const BenchArgs& a, const Config& config, const std::vecto
   std::ofstream(out / "bench.json") << js.str();
 
   // ---- chart: points that reached the target
-  write_chart_and_report(out, a.procs.back(), precisions, batches, points);
+  write_bench_charts(out, a.procs.back(), points);
   for (const AccuracyPoint& p : points)
     if (std::isnan(p.speedup))
       std::printf("note: speedup.png leaves out %d process%s, batch %d/rank, %s: %s\n", p.procs,

@@ -14,6 +14,7 @@
 #include "app/doctor_command.h"
 #include "app/launch_command.h"
 #include "app/plan_command.h"
+#include "app/report_command.h"
 #include "dist/error.h"
 #include "dist/heartbeat.h"
 #include "dist/store.h"
@@ -36,6 +37,7 @@ const char* kUsage =
     "  bench-data [--out DIR] [...]                     measure the data loader alone: JPEG and CIFAR\n"
     "  plan CONFIG --procs N [--device-memory GiB]      memory per rank under DP and ZeRO-1/2/3\n"
     "  doctor [CONFIG]                                  pre-flight checks of this machine (and CONFIG)\n"
+    "  report RUN_DIR [RUN_DIR ...] [--out FILE.html]   charts of runs as one HTML page\n"
     "  version                                          print the build\n\n"
     "`trainer <command> --help` describes a command. configs/reference.toml lists every config key.\n";
 
@@ -60,6 +62,7 @@ int main(int argc, char** argv) {
     if (command == "bench-data") return bench_data_command(args);
     if (command == "plan") return plan_command(args);
     if (command == "doctor") return doctor_command(args);
+    if (command == "report") return report_command(args);
     if (command == "version" || command == "--version") {
       const TrainerBuild b = trainer_build();
       std::printf("%s\n", b.str().c_str());
