@@ -34,14 +34,6 @@ void on_message(j_common_ptr cinfo, int level) {
   on_error(cinfo);
 }
 
-// The smallest of libjpeg-turbo's scales N/8 (N = 1..16, only up to 8 used) that is at least
-// min_scale: the same choice as decode_image's TurboJPEG path.
-int scale_eighths(double min_scale) {
-  for (int n = 1; n < 8; ++n)
-    if (static_cast<double>(n) / 8.0 >= min_scale) return n;
-  return 8;
-}
-
 // Row and column spans of the scaled image that a full-size crop covers, rounded as ImageFolder's
 // scale_box rounds them.
 struct Span {
@@ -83,7 +75,7 @@ std::string decode(const uint8_t* data, size_t size, int64_t channels, const Cro
   }
   const int64_t full_height = cinfo.image_height, full_width = cinfo.image_width;
   cinfo.out_color_space = channels == 1 ? JCS_GRAYSCALE : JCS_RGB;
-  cinfo.scale_num = static_cast<unsigned>(scale_eighths(min_scale));
+  cinfo.scale_num = static_cast<unsigned>(jpeg_scale_eighths(min_scale));  // as decode_image
   cinfo.scale_denom = 8;
   jpeg_start_decompress(&cinfo);
   const int64_t height = cinfo.output_height, width = cinfo.output_width;
