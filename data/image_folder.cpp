@@ -311,8 +311,21 @@ std::string ImageFolder::decode_and_transform(const CachedFile& file, uint8_t* h
     resized_shorter_side(info.height, info.width, eval_resize_size(size), resized_height, resized_width);
     const double min_scale = std::max(static_cast<double>(resized_height) / static_cast<double>(info.height),
                                       static_cast<double>(resized_width) / static_cast<double>(info.width));
-    decode_image(file.data, file.size, channels, decoded, min_scale);
     const CropBox center = center_crop_box(resized_height, resized_width, size);
+    if (info.format == ImageFormat::jpeg) {
+      // Only the centre crop's columns are decoded, then resized straight to the output: the same
+      // pixels as resizing the whole image and cropping, up to where the resampling grid falls (the
+      // box is rounded to whole pixels of the full-size image). The rows below are still read, so that
+      // damage anywhere is an error as before.
+      const CropBox box = scale_box(center, resized_height, resized_width, info.height, info.width);
+      thread_local JpegRegion region;
+      if (decode_jpeg_region(file.data, file.size, channels, box, min_scale, region, true)) {
+        resize_region(region.image.pixels.data(), region.image.height, region.image.width, channels,
+                      region.crop, hwc_out, size, size);
+        return "";
+      }
+    }
+    decode_image(file.data, file.size, channels, decoded, min_scale);
     if (resized_height * resized_width > kMaxEvalIntermediate * size * size) {
       const CropBox region = scale_box(center, resized_height, resized_width, decoded.height, decoded.width);
       resize_region(decoded.pixels.data(), decoded.height, decoded.width, channels, region, hwc_out, size,

@@ -27,7 +27,9 @@ struct JpegRegion {
 // 3) channels, at scale jpeg_scale_eighths(min_scale). Returns false, decoding nothing, for the
 // images this path does not handle (CMYK and YCCK): the caller decodes those whole. Throws
 // ImageDecodeError for a corrupt or truncated JPEG.
+// read_to_end: decode the rows below the crop too (its columns only) and check the end of the data,
+// so that damage anywhere in the scan is an error as in a whole decode (evaluation's guarantee).
 bool decode_jpeg_region(const uint8_t* data, size_t size, int64_t channels, const CropBox& crop,
-                        double min_scale, JpegRegion& out);
+                        double min_scale, JpegRegion& out, bool read_to_end = false);
 
 }  // namespace trainer
