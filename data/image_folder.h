@@ -7,8 +7,10 @@
 //
 // Images come in any size; every sample leaves read_augmented() at image_size x image_size x
 // channels, so batches stack (see data/resized_crop.h): a RandomResizedCrop in training mode, a
-// Resize + CenterCrop in evaluation mode. JPEGs are decoded at a reduced DCT scale when the result is
-// shrunk anyway. Decoding happens on the loader's worker threads; only the file list is in memory.
+// Resize + CenterCrop in evaluation mode. Of a JPEG only the crop's rows and columns are decoded
+// (data/jpeg_region.h), at a reduced DCT scale when the result is shrunk anyway. Decoding happens on
+// the loader's worker threads; only the file list is in memory, and with options.cache the bytes of
+// the files read so far (data/file_cache.h).
 //
 // Files whose image cannot be decoded are handled by the BadSamplePolicy (data/bad_samples.h). The
 // fingerprint hashes the class list, every file's relative path and size, and the contents of 256 files
