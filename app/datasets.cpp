@@ -1,5 +1,9 @@
 #include "app/datasets.h"
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
 #include <filesystem>
 
 #include "data/cifar.h"
@@ -8,6 +12,7 @@
 #include "data/image_folder.h"
 #include "data/path_check.h"
 #include "data/synthetic.h"
+#include "dist/process_env.h"
 #include "metrics/log.h"
 
 namespace trainer {
@@ -62,6 +67,28 @@ Datasets open_cifar(const Config& config, CifarVariant variant) {
   }
 }
 
+// data.cache and data.cache_bytes for this rank: one cache per node in shared memory, named by the job,
+// when the node runs several ranks.
+FileCacheOptions file_cache_options(const Config& config) {
+  FileCacheOptions cache;
+  if (config.data.cache == "none") return cache;
+  cache.budget_bytes = config.data.cache_bytes >= 0
+                           ? config.data.cache_bytes
+                           : default_cache_bytes(this_host_limits().available_memory);
+  const ProcessEnv env = process_env();
+  if (env.local_world_size > 1) {
+    std::string job = env.job_id.empty() ? std::to_string(env.master_port) + "-" +
+                                               std::to_string(::getppid())  // the launcher's
+                                         : env.job_id;
+    for (char& c : job)
+      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '.') c = '_';
+    cache.shared_name = "/trainer-cache-" + job;
+    cache.create = env.local_rank == 0;
+    cache.sharers = env.local_world_size;
+  }
+  return cache;
+}
+
 // <root>/train/<class>/ for training and <root>/val/<class>/ (or test/) for evaluation. A flat
 // <root>/<class>/ tree is refused rather than evaluated on its own training images.
 Datasets open_image_folder(const Config& config) {
@@ -94,13 +121,22 @@ Datasets open_image_folder(const Config& config) {
   options.channels = in_channels > 0 ? in_channels : 3;
   options.warn = [](const std::string& message) { Log::instance().error(message); };
   options.bad_samples = parse_bad_sample_policy(config.data.bad_samples);
+  options.cache = file_cache_options(config);
+  const int64_t cache_budget = options.cache.budget_bytes;
   try {
     options.train = true;
     auto train = std::make_shared<ImageFolder>(train_dir.string(), options);
     options.train = false;
     options.drop_bad_samples = true;         // evaluate every readable image once, none in a bad one's place
     options.classes = train->class_names();  // the same labels, even if a class has no evaluation images
+    // The evaluation split gets what the training split leaves of the budget.
+    if (train->cache())
+      options.cache.budget_bytes =
+          std::max<int64_t>(0, cache_budget - static_cast<int64_t>(train->cache()->capacity()));
     auto test = std::make_shared<ImageFolder>(eval_dir.string(), options);
+    for (const FileCache* cache : {train->cache(), test->cache()})
+      if (cache && !cache->fallback_reason().empty())
+        Log::instance().error("warning: data.cache: " + cache->fallback_reason());
     return {train, test};
   } catch (const DataError& e) {
     throw config_error_at(config, "data.root", e.what());
@@ -150,6 +186,23 @@ Datasets open_datasets_unchecked(const Config& config) {
 }
 
 }  // namespace
+
+std::string data_cache_report(const Datasets& data) {
+  std::string report;
+  for (const auto& [split, dataset] :
+       {std::pair{"training", data.train.get()}, std::pair{"evaluation", data.test.get()}}) {
+    const auto* folder = dynamic_cast<const ImageFolder*>(dataset);
+    const FileCache* cache = folder ? folder->cache() : nullptr;
+    if (!cache) continue;
+    report += std::string(report.empty() ? "data.cache = \"encoded\": " : "; ") + split + " " +
+              std::to_string(cache->files()) + " of " + std::to_string(folder->size()) + " files, " +
+              format_bytes(static_cast<double>(cache->bytes())) + " of " +
+              format_bytes(static_cast<double>(cache->capacity())) + " (files " +
+              format_bytes(static_cast<double>(folder->listed_bytes())) + ")" +
+              (cache->shared() ? ", shared by the node's ranks" : ", this rank's own");
+  }
+  return report;
+}
 
 Datasets open_datasets(const Config& config) {
   Datasets data = open_datasets_unchecked(config);

@@ -2,6 +2,7 @@
 // Builds the train and test datasets a config asks for. Data errors about the location are reported
 // against the config key that set it (file:line:column: data.root: ...).
 #include <memory>
+#include <string>
 
 #include "app/config.h"
 #include "data/dataset.h"
@@ -23,6 +24,9 @@ Datasets open_datasets(const Config& config);
 // (data.batch_size, data.eval_batch_size, data.prefetch_batches) within half the available memory, and
 // data.workers within max_loader_workers().
 void check_data_fits_host(const Config& config, const Datasets& data, const HostLimits& host);
+// One log line on data.cache: how much of each split is cached, of what budget, shared or per rank;
+// "" when data.cache = "none" or the dataset is not an image folder.
+std::string data_cache_report(const Datasets& data);
 // The per-channel statistics the config asks for, else the dataset's own.
 Normalization resolved_normalization(const Config& config, const Dataset& dataset);
 

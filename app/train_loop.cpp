@@ -280,7 +280,7 @@ LoaderOptions epoch_loader_options(const Config& config, int epoch, int64_t firs
   lo.transforms.horizontal_flip = config.data.hflip;
   lo.seed = static_cast<uint64_t>(config.train.seed);
   lo.epoch = epoch;
-  lo.num_workers = config.data.workers < 0 ? default_loader_workers() : config.data.workers;
+  lo.num_workers = config.data.workers < 0 ? default_loader_workers(config) : config.data.workers;
   lo.queue_depth = config.data.prefetch_batches;
   lo.first_batch = first_batch;
   return lo;

@@ -93,18 +93,7 @@ JpegHeader read_jpeg_header(tjhandle tj, const uint8_t* data, size_t size) {
   return h;
 }
 
-tjscalingfactor choose_scaling(double min_scale) {
-  tjscalingfactor best{1, 1};
-  if (min_scale >= 1.0) return best;
-  int count = 0;
-  const tjscalingfactor* factors = tjGetScalingFactors(&count);
-  for (int i = 0; factors && i < count; ++i) {
-    const tjscalingfactor f = factors[i];
-    const double scale = static_cast<double>(f.num) / f.denom;
-    if (scale <= 1.0 && scale >= min_scale && scale < static_cast<double>(best.num) / best.denom) best = f;
-  }
-  return best;
-}
+tjscalingfactor choose_scaling(double min_scale) { return {jpeg_scale_eighths(min_scale), 8}; }
 
 uint8_t luma(uint8_t r, uint8_t g, uint8_t b) {
   // PIL's RGB -> L: ITU-R 601-2 weights in 16-bit fixed point, rounded.
@@ -244,6 +233,12 @@ ImageInfo read_image_info(const uint8_t* data, size_t size) {
     return {format, ihdr.width, ihdr.height};
   }
   fail(describe_unknown(data, size));
+}
+
+int jpeg_scale_eighths(double min_scale) {
+  for (const int n : {1, 2, 4})
+    if (static_cast<double>(n) / 8.0 >= min_scale) return n;
+  return 8;
 }
 
 void decode_image(const uint8_t* data, size_t size, int64_t channels, DecodedImage& out, double min_scale) {

@@ -211,6 +211,8 @@ ImageFolder::ImageFolder(const std::string& directory, ImageFolderOptions option
         paths_ += relative;
         path_offsets_.push_back(paths_.size());
         labels_.push_back(label);
+        sizes_.push_back(file.size);
+        listed_bytes_ += file.size;
         content_hash_ = fnv1a64_bytes(relative.data(), relative.size() + 1, content_hash_);  // with the '\0'
         content_hash_ = fnv1a64_bytes(&file.size, sizeof(file.size), content_hash_);
       }
@@ -227,6 +229,15 @@ ImageFolder::ImageFolder(const std::string& directory, ImageFolderOptions option
   const int64_t sampled = std::min(n, kContentSampleFiles);
   for (int64_t k = 0; k < sampled; ++k)
     content_hash_ = hash_file_contents(path(k * n / sampled), content_hash_);
+  if (options_.cache.budget_bytes > 0) {
+    FileCacheOptions cache = options_.cache;
+    if (!cache.shared_name.empty()) {
+      char hex[17];
+      std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(content_hash_));
+      cache.shared_name += std::string("-") + hex;
+    }
+    cache_ = std::make_unique<FileCache>(n, listed_bytes_, cache);
+  }
 }
 
 ImageFolder::~ImageFolder() = default;
@@ -252,13 +263,28 @@ int64_t ImageFolder::label(int64_t index) const {
 std::string ImageFolder::try_load(int64_t index, uint8_t* hwc_out, Generator* gen) const {
   // Per-thread buffers: their capacity is reused from sample to sample.
   thread_local std::vector<uint8_t> file;
+  // The cached bytes when there are, else the file's; a file's bytes are cached once they decode.
+  CachedFile bytes = cache_ ? cache_->find(index) : CachedFile{};
+  const bool from_disk = bytes.data == nullptr;
+  if (from_disk) {
+    std::string problem = read_file(path(index), file);
+    if (!problem.empty()) return problem;
+    bytes = {file.data(), file.size()};
+  }
+  const std::string problem = decode_and_transform(bytes, hwc_out, gen);
+  // A file whose size is not the listed one is changing under the run: read it afresh each time.
+  if (problem.empty() && from_disk && cache_ && bytes.size == sizes_[static_cast<size_t>(index)])
+    cache_->insert(index, bytes.data, bytes.size);
+  return problem;
+}
+
+std::string ImageFolder::decode_and_transform(const CachedFile& file, uint8_t* hwc_out,
+                                              Generator* gen) const {
   thread_local DecodedImage decoded;
   thread_local std::vector<uint8_t> resized;
-  std::string problem = read_file(path(index), file);
-  if (!problem.empty()) return problem;
   const int64_t size = options_.image_size, channels = options_.channels;
   try {
-    const ImageInfo info = read_image_info(file.data(), file.size());
+    const ImageInfo info = read_image_info(file.data, file.size);
     if (gen) {
       // RandomResizedCrop: the region is drawn on the full-size image, as torchvision does; decoding at
       // a smaller scale keeps the region at least size x size pixels.
@@ -268,13 +294,13 @@ std::string ImageFolder::try_load(int64_t index, uint8_t* hwc_out, Generator* ge
       if (info.format == ImageFormat::jpeg) {
         // Only the rows and columns around the region are decoded; the output bytes are the same.
         thread_local JpegRegion region;
-        if (decode_jpeg_region(file.data(), file.size(), channels, box, min_scale, region)) {
+        if (decode_jpeg_region(file.data, file.size, channels, box, min_scale, region)) {
           resize_region(region.image.pixels.data(), region.image.height, region.image.width, channels,
                         region.crop, hwc_out, size, size);
           return "";
         }
       }
-      decode_image(file.data(), file.size(), channels, decoded, min_scale);
+      decode_image(file.data, file.size, channels, decoded, min_scale);
       const CropBox scaled = scale_box(box, info.height, info.width, decoded.height, decoded.width);
       resize_region(decoded.pixels.data(), decoded.height, decoded.width, channels, scaled, hwc_out, size,
                     size);
@@ -285,8 +311,21 @@ std::string ImageFolder::try_load(int64_t index, uint8_t* hwc_out, Generator* ge
     resized_shorter_side(info.height, info.width, eval_resize_size(size), resized_height, resized_width);
     const double min_scale = std::max(static_cast<double>(resized_height) / static_cast<double>(info.height),
                                       static_cast<double>(resized_width) / static_cast<double>(info.width));
-    decode_image(file.data(), file.size(), channels, decoded, min_scale);
     const CropBox center = center_crop_box(resized_height, resized_width, size);
+    if (info.format == ImageFormat::jpeg) {
+      // Only the centre crop's columns are decoded, then resized straight to the output: the same
+      // pixels as resizing the whole image and cropping, up to where the resampling grid falls (the
+      // box is rounded to whole pixels of the full-size image). The rows below are still read, so that
+      // damage anywhere is an error as before.
+      const CropBox box = scale_box(center, resized_height, resized_width, info.height, info.width);
+      thread_local JpegRegion region;
+      if (decode_jpeg_region(file.data, file.size, channels, box, min_scale, region, true)) {
+        resize_region(region.image.pixels.data(), region.image.height, region.image.width, channels,
+                      region.crop, hwc_out, size, size);
+        return "";
+      }
+    }
+    decode_image(file.data, file.size, channels, decoded, min_scale);
     if (resized_height * resized_width > kMaxEvalIntermediate * size * size) {
       const CropBox region = scale_box(center, resized_height, resized_width, decoded.height, decoded.width);
       resize_region(decoded.pixels.data(), decoded.height, decoded.width, channels, region, hwc_out, size,

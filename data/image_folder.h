@@ -7,8 +7,10 @@
 //
 // Images come in any size; every sample leaves read_augmented() at image_size x image_size x
 // channels, so batches stack (see data/resized_crop.h): a RandomResizedCrop in training mode, a
-// Resize + CenterCrop in evaluation mode. JPEGs are decoded at a reduced DCT scale when the result is
-// shrunk anyway. Decoding happens on the loader's worker threads; only the file list is in memory.
+// Resize + CenterCrop in evaluation mode. Of a JPEG only the crop's rows and columns are decoded
+// (data/jpeg_region.h), at a reduced DCT scale when the result is shrunk anyway. Decoding happens on
+// the loader's worker threads; only the file list is in memory, and with options.cache the bytes of
+// the files read so far (data/file_cache.h).
 //
 // Files whose image cannot be decoded are handled by the BadSamplePolicy (data/bad_samples.h). The
 // fingerprint hashes the class list, every file's relative path and size, and the contents of 256 files
@@ -22,6 +24,7 @@
 
 #include "data/bad_samples.h"
 #include "data/dataset.h"
+#include "data/file_cache.h"
 #include "data/resized_crop.h"
 
 namespace trainer {
@@ -41,6 +44,10 @@ struct ImageFolderOptions {
   // list to the evaluation split so that labels agree even when a class has no evaluation images; a
   // sub-directory not in the list is then an error.
   std::vector<std::string> classes;
+  // data.cache = "encoded": files' bytes kept in memory after their first good read (data/file_cache.h).
+  // budget_bytes 0 = no cache. A shared_name is completed with this dataset's fingerprint, so that the
+  // training and evaluation splits, and different datasets, never share a cache.
+  FileCacheOptions cache;
 };
 
 class ImageFolder : public Dataset {
@@ -74,11 +81,15 @@ class ImageFolder : public Dataset {
   std::string path(int64_t index) const;           // directory/relative_path
   const ImageFolderOptions& options() const { return options_; }
   int64_t bad_files() const { return bad_->bad_files(); }  // distinct files found bad so far (skip mode)
+  const FileCache* cache() const { return cache_.get(); }  // null without data.cache
+  uint64_t listed_bytes() const { return listed_bytes_; }  // the files' sizes at start, added up
 
  private:
   // Reads, decodes and transforms the file of `index` into hwc_out, drawing from gen when it is not
   // null (training mode). Returns an empty string on success, else what is wrong with the file.
   std::string try_load(int64_t index, uint8_t* hwc_out, Generator* gen) const;
+  // try_load's work once the bytes are in memory.
+  std::string decode_and_transform(const CachedFile& file, uint8_t* hwc_out, Generator* gen) const;
 
   std::string directory_;
   std::string name_;
@@ -87,7 +98,10 @@ class ImageFolder : public Dataset {
   std::string paths_;                   // relative paths, back to back
   std::vector<uint64_t> path_offsets_;  // sample i's path is paths_[offsets[i], offsets[i + 1])
   std::vector<int32_t> labels_;
+  std::vector<uint64_t> sizes_;  // each file's size when listed: a cached copy must have it
+  uint64_t listed_bytes_ = 0;
   uint64_t content_hash_ = 0;
+  std::unique_ptr<FileCache> cache_;
   std::unique_ptr<BadSampleTracker> bad_;
 };
 

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <vector>
 
 namespace trainer {
 namespace {
@@ -34,14 +35,6 @@ void on_message(j_common_ptr cinfo, int level) {
   on_error(cinfo);
 }
 
-// The smallest of libjpeg-turbo's scales N/8 (N = 1..16, only up to 8 used) that is at least
-// min_scale: the same choice as decode_image's TurboJPEG path.
-int scale_eighths(double min_scale) {
-  for (int n = 1; n < 8; ++n)
-    if (static_cast<double>(n) / 8.0 >= min_scale) return n;
-  return 8;
-}
-
 // Row and column spans of the scaled image that a full-size crop covers, rounded as ImageFolder's
 // scale_box rounds them.
 struct Span {
@@ -59,7 +52,7 @@ Span scaled_span(int64_t begin, int64_t length, int64_t full, int64_t scaled) {
 // destructors, so the longjmp of an error skips nothing that needs destroying. Returns "" or the
 // problem; *unsupported is set (and nothing decoded) for CMYK / YCCK images.
 std::string decode(const uint8_t* data, size_t size, int64_t channels, const CropBox& crop, double min_scale,
-                   JpegRegion& out, bool* unsupported) {
+                   JpegRegion& out, bool read_to_end, bool* unsupported) {
   jpeg_decompress_struct cinfo;
   ErrorManager errors;
   cinfo.err = jpeg_std_error(&errors.base);
@@ -83,7 +76,7 @@ std::string decode(const uint8_t* data, size_t size, int64_t channels, const Cro
   }
   const int64_t full_height = cinfo.image_height, full_width = cinfo.image_width;
   cinfo.out_color_space = channels == 1 ? JCS_GRAYSCALE : JCS_RGB;
-  cinfo.scale_num = static_cast<unsigned>(scale_eighths(min_scale));
+  cinfo.scale_num = static_cast<unsigned>(jpeg_scale_eighths(min_scale));  // as decode_image
   cinfo.scale_denom = 8;
   jpeg_start_decompress(&cinfo);
   const int64_t height = cinfo.output_height, width = cinfo.output_width;
@@ -109,8 +102,17 @@ std::string decode(const uint8_t* data, size_t size, int64_t channels, const Cro
     r += jpeg_read_scanlines(&cinfo, &row, 1);
   }
   out.crop = {0, cols.begin - static_cast<int64_t>(x_offset), row_count, cols.end - cols.begin};
-  // The rows below the crop are not needed: stop without reading them.
-  jpeg_abort_decompress(&cinfo);
+  if (read_to_end) {
+    // jpeg_skip_scanlines to the end would not read the data at all: decode the rows, then the end.
+    thread_local std::vector<uint8_t> scratch;
+    scratch.resize(stride);
+    JSAMPROW row = scratch.data();
+    while (cinfo.output_scanline < cinfo.output_height) jpeg_read_scanlines(&cinfo, &row, 1);
+    jpeg_finish_decompress(&cinfo);
+  } else {
+    // The rows below the crop are not needed: stop without reading them.
+    jpeg_abort_decompress(&cinfo);
+  }
   jpeg_destroy_decompress(&cinfo);
   return "";
 }
@@ -118,12 +120,12 @@ std::string decode(const uint8_t* data, size_t size, int64_t channels, const Cro
 }  // namespace
 
 bool decode_jpeg_region(const uint8_t* data, size_t size, int64_t channels, const CropBox& crop,
-                        double min_scale, JpegRegion& out) {
+                        double min_scale, JpegRegion& out, bool read_to_end) {
   if (channels != 1 && channels != 3)
     throw std::invalid_argument("decode_jpeg_region: channels must be 1 or 3, got " +
                                 std::to_string(channels));
   bool unsupported = false;
-  const std::string problem = decode(data, size, channels, crop, min_scale, out, &unsupported);
+  const std::string problem = decode(data, size, channels, crop, min_scale, out, read_to_end, &unsupported);
   if (!problem.empty()) throw ImageDecodeError(problem);
   return !unsupported;
 }

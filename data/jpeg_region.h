@@ -1,5 +1,5 @@
 #pragma once
-// Decodes only the part of a JPEG that a crop keeps, at the smallest DCT scale that still leaves the
+// Decodes only the part of a JPEG that a crop keeps, at the DCT scale decode_image picks, which leaves the
 // crop at least as large as the output (libjpeg-turbo's libjpeg API: jpeg_crop_scanline for the
 // columns, jpeg_skip_scanlines for the rows above, and the rows below are never read).
 //
@@ -24,10 +24,12 @@ struct JpegRegion {
 };
 
 // Decodes the part of the JPEG `data` that covers `crop` (in full-size pixels) to `channels` (1 or
-// 3) channels, at the smallest scale N/8 >= min_scale. Returns false, decoding nothing, for the
+// 3) channels, at scale jpeg_scale_eighths(min_scale). Returns false, decoding nothing, for the
 // images this path does not handle (CMYK and YCCK): the caller decodes those whole. Throws
 // ImageDecodeError for a corrupt or truncated JPEG.
+// read_to_end: decode the rows below the crop too (its columns only) and check the end of the data,
+// so that damage anywhere in the scan is an error as in a whole decode (evaluation's guarantee).
 bool decode_jpeg_region(const uint8_t* data, size_t size, int64_t channels, const CropBox& crop,
-                        double min_scale, JpegRegion& out);
+                        double min_scale, JpegRegion& out, bool read_to_end = false);
 
 }  // namespace trainer

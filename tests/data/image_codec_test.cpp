@@ -122,13 +122,15 @@ TEST(ImageCodec, JpegRoundTripsCloselyInRgbAndGrey) {
   }
 }
 
-TEST(ImageCodec, JpegDecodesAtTheSmallestDctScaleAboveTheMinimum) {
+// Only the scales with libjpeg-turbo's fast inverse DCTs: 1/8, 2/8, 4/8, 8/8 (jpeg_scale_eighths).
+TEST(ImageCodec, JpegDecodesAtTheSmallestFastDctScaleAboveTheMinimum) {
   const std::vector<uint8_t> rgb = gradient(64, 48, 3);
   const std::vector<uint8_t> jpeg = encode_jpeg(rgb.data(), 64, 48, 3);
   DecodedImage out;
   for (const auto& [min_scale, width, height] :
-       {std::tuple{1.0, 64, 48}, std::tuple{0.9, 64, 48}, std::tuple{0.5, 32, 24}, std::tuple{0.3, 24, 18},
-        std::tuple{0.125, 8, 6}, std::tuple{0.01, 8, 6}}) {
+       {std::tuple{1.0, 64, 48}, std::tuple{0.9, 64, 48}, std::tuple{0.6, 64, 48}, std::tuple{0.5, 32, 24},
+        std::tuple{0.3, 32, 24}, std::tuple{0.25, 16, 12}, std::tuple{0.2, 16, 12}, std::tuple{0.125, 8, 6},
+        std::tuple{0.01, 8, 6}}) {
     decode_image(jpeg.data(), jpeg.size(), 3, out, min_scale);
     EXPECT_EQ(out.width, width) << min_scale;
     EXPECT_EQ(out.height, height) << min_scale;

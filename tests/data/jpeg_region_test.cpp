@@ -4,8 +4,11 @@
 #include <gtest/gtest.h>
 #include <turbojpeg.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
+#include <opencv2/imgproc.hpp>
 #include <vector>
 
 #include "data/image_codec.h"
@@ -113,6 +116,42 @@ TEST(JpegRegion, ResizedCropEqualsTheWholeDecodesResizedCrop) {
     EXPECT_EQ(got, expected) << "crop " << crop.top << "," << crop.left << " " << crop.height << "x"
                              << crop.width;
   }
+}
+
+// The fast path (a DCT scale of 1/8, 2/8, 4/8 or 8/8, then bilinear up to 2x) against the slow ideal:
+// the crop of the full-size decode averaged down by area. The crop boxes are the same; the pixels
+// differ only by the resampling, within these bounds.
+TEST(JpegRegion, TheFastPathStaysCloseToAFullSizeDecodeAveragedDown) {
+  const int width = 500, height = 375;
+  const std::vector<uint8_t> jpeg = encode_420(picture(width, height), width, height);
+  DecodedImage full;
+  decode_image(jpeg.data(), jpeg.size(), 3, full);
+  Generator gen(13);
+  double total = 0, count = 0;
+  int largest = 0;
+  for (int trial = 0; trial < 60; ++trial) {
+    const CropBox crop = random_resized_crop_box(height, width, RandomResizedCropConfig{}, gen);
+    const double min_scale = std::max(224.0 / crop.width, 224.0 / crop.height);
+    std::vector<uint8_t> ideal(224 * 224 * 3), fast(224 * 224 * 3);
+    const cv::Mat image(height, width, CV_8UC3, full.pixels.data());
+    cv::Mat out(224, 224, CV_8UC3, ideal.data());
+    const cv::Rect box(static_cast<int>(crop.left), static_cast<int>(crop.top), static_cast<int>(crop.width),
+                       static_cast<int>(crop.height));
+    cv::resize(image(box), out, out.size(), 0, 0, min_scale < 1 ? cv::INTER_AREA : cv::INTER_LINEAR);
+    JpegRegion region;
+    ASSERT_TRUE(decode_jpeg_region(jpeg.data(), jpeg.size(), 3, crop, min_scale, region));
+    resize_region(region.image.pixels.data(), region.image.height, region.image.width, 3, region.crop,
+                  fast.data(), 224, 224);
+    for (size_t i = 0; i < fast.size(); ++i) {
+      const int d = std::abs(static_cast<int>(fast[i]) - static_cast<int>(ideal[i]));
+      largest = std::max(largest, d);
+      total += d;
+      ++count;
+    }
+  }
+  std::printf("fast path against full-size area averaging: mean %.3f, max %d\n", total / count, largest);
+  EXPECT_LE(total / count, 1.0);  // measured 0.39
+  EXPECT_LE(largest, 16);         // measured 9
 }
 
 TEST(JpegRegion, CorruptAndTruncatedDataAreErrors) {
