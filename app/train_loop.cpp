@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "app/checkpoint.h"
+#include "app/datasets.h"
 #include "app/divergence.h"
 #include "app/evaluate.h"
 #include "app/experiment.h"
@@ -425,6 +426,7 @@ void summarize_epoch(TrainingRun& run, int epoch, const EpochProgress& progress)
                    (run.st.samples_seen - progress.samples_before) / std::max(epoch_seconds, 1e-9)) +
                eval_part);
   run.exporter->add_epoch_end();
+  if (const std::string cached = data_cache_report(run.e.data); !cached.empty()) run.log.line(cached);
   run.epoch_csv.write_epoch(epoch + 1, run.st.step, run.summary.final_train_loss, run.e.optimizer->lr(),
                             (run.st.samples_seen - progress.samples_before) / std::max(epoch_seconds, 1e-9),
                             run.scaler->scale());

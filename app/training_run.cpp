@@ -70,6 +70,7 @@ void build_model(TrainingRun& run) {
                           e.model->named_parameters());
   run.reducer = run.zero && run.zero->gradient_reducer() ? run.zero->gradient_reducer() : &*run.ddp_reducer;
   log_run_description(run.log, config, e, run.device, run.paths.run_dir, run.build);
+  run.log.line(loader_workers_reason(config));
   const std::string workers_warning = loader_workers_warning(config.data.workers, run.env.local_world_size,
                                                              std::thread::hardware_concurrency());
   if (!workers_warning.empty()) run.log.error(workers_warning);
