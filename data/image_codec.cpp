@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 
+#include "data/jpeg_region.h"
 #include "data/png_integrity.h"
 
 namespace trainer {
@@ -103,6 +104,18 @@ uint8_t luma(uint8_t r, uint8_t g, uint8_t b) {
 void decode_jpeg(const uint8_t* data, size_t size, int64_t channels, DecodedImage& out, double min_scale) {
   tjhandle tj = thread_decompressor();
   const JpegHeader header = read_jpeg_header(tj, data, size);
+  // Through libjpeg's own API (data/jpeg_region.cpp), which tells warnings about damaged pixels from
+  // harmless ones by their code, where TurboJPEG only stops at the first of either. The same
+  // decoder, scale and IDCT: the pixels are TurboJPEG's. TurboJPEG below for CMYK and YCCK only.
+  thread_local JpegRegion whole;
+  if (decode_jpeg_region(data, size, channels, CropBox{0, 0, header.height, header.width}, min_scale, whole,
+                         /*read_to_end=*/true)) {
+    out.width = whole.image.width;
+    out.height = whole.image.height;
+    out.channels = channels;
+    out.pixels.swap(whole.image.pixels);
+    return;
+  }
   const tjscalingfactor factor = choose_scaling(min_scale);
   const int width = TJSCALED(header.width, factor);
   const int height = TJSCALED(header.height, factor);

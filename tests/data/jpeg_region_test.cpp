@@ -154,6 +154,24 @@ TEST(JpegRegion, TheFastPathStaysCloseToAFullSizeDecodeAveragedDown) {
   EXPECT_LE(largest, 16);         // measured 9
 }
 
+TEST(JpegRegion, ExtraneousBytesBeforeTheEndMarkerAreNotDamage) {
+  // "Corrupt JPEG data: N extraneous bytes before marker 0xd9": garbage after the scan, pixels whole
+  // (some ImageNet training files are like this). PIL decodes them; so must every decode here.
+  const int width = 320, height = 240;
+  const std::vector<uint8_t> clean = encode_420(picture(width, height), width, height);
+  std::vector<uint8_t> padded = clean;
+  ASSERT_EQ(padded[padded.size() - 2], 0xFF);
+  ASSERT_EQ(padded[padded.size() - 1], 0xD9);
+  padded.insert(padded.end() - 2, {0x12, 0x34, 0x56, 0x00, 0x00});
+  DecodedImage a, b;
+  decode_image(clean.data(), clean.size(), 3, a, 1.0);
+  ASSERT_NO_THROW(decode_image(padded.data(), padded.size(), 3, b, 1.0));
+  EXPECT_EQ(a.pixels, b.pixels);
+  JpegRegion region;
+  const CropBox all{0, 0, height, width};
+  EXPECT_NO_THROW(decode_jpeg_region(padded.data(), padded.size(), 3, all, 1.0, region, true));
+}
+
 TEST(JpegRegion, CorruptAndTruncatedDataAreErrors) {
   const int width = 320, height = 240;
   const std::vector<uint8_t> pixels = picture(width, height);
