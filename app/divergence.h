@@ -14,8 +14,10 @@ inline constexpr const char* kDivergedMarker = "training diverged";
 // In the warning of a run that ended at chance accuracy (at_chance_warning).
 inline constexpr const char* kAtChanceMarker = "is at chance";
 
-// Top-1 no better than guessing among `classes`: below 1.5 / classes (10 classes: < 15%).
-bool accuracy_at_chance(double top1, int64_t classes);
+// Top-1 no better than guessing among `classes` on `images` test images: within three standard
+// deviations of a guesser's accuracy p = 1 / classes (sqrt(p (1 - p) / images)), and at least 2
+// points above it (10 classes, 10,000 images: < 12%; 2 classes: < 52%).
+bool accuracy_at_chance(double top1, int64_t classes, int64_t images);
 
 // "LR too high for the global batch (linear scaling gave 0.4); lengthen the warm-up
 // (schedule.warmup_epochs) or lower optim.lr". Without linear scaling it names the LR as given.

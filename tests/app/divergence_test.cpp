@@ -18,11 +18,14 @@ using testing::read_file;
 using testing::run_trainer;
 using testing::RunResult;
 
-TEST(Divergence, ChanceIsBelowOneAndAHalfTimesGuessing) {
-  EXPECT_TRUE(accuracy_at_chance(0.10, 10));
-  EXPECT_TRUE(accuracy_at_chance(0.149, 10));
-  EXPECT_FALSE(accuracy_at_chance(0.15, 10));
-  EXPECT_FALSE(accuracy_at_chance(0.0, 1));  // one class: nothing to guess
+TEST(Divergence, ChanceIsAGuessersAccuracyWithinItsSamplingNoise) {
+  EXPECT_TRUE(accuracy_at_chance(0.10, 10, 10000));
+  EXPECT_TRUE(accuracy_at_chance(0.115, 10, 10000));
+  EXPECT_FALSE(accuracy_at_chance(0.13, 10, 10000));
+  EXPECT_TRUE(accuracy_at_chance(0.17, 10, 100));  // 100 images: a guesser reaches 19% by luck
+  EXPECT_TRUE(accuracy_at_chance(0.51, 2, 10000));
+  EXPECT_FALSE(accuracy_at_chance(0.70, 2, 10000));  // a two-class model that learned (was "diverged")
+  EXPECT_FALSE(accuracy_at_chance(0.0, 1, 100));     // one class: nothing to guess
 }
 
 TEST(Divergence, HintNamesTheLinearlyScaledLr) {
