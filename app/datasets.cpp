@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
 #include <filesystem>
 
+#include "app/loader_workers.h"
 #include "data/cifar.h"
 #include "data/data_error.h"
 #include "data/fashion_mnist.h"
@@ -233,9 +235,16 @@ void check_data_fits_host(const Config& config, const Datasets& data, const Host
             "): with data.drop_last = false every step would take the whole set as one batch. HINT: set "
             "data.batch_size to at most " +
             std::to_string(train_size));
-  if (host.available_memory <= 0) return;                                  // unknown: nothing to compare with
-  const double budget = 0.5 * static_cast<double>(host.available_memory);  // the rest: model, activations
-  const std::string available = format_bytes(static_cast<double>(host.available_memory));
+  if (host.available_memory <= 0) return;  // unknown: nothing to compare with
+  // Half of the host's memory (the rest: model, activations), shared by the node's ranks, which all
+  // run this check against the same MemAvailable.
+  const char* local_world = std::getenv("LOCAL_WORLD_SIZE");
+  const int64_t local_ranks = std::max<int64_t>(1, local_world ? std::atoll(local_world) : 1);
+  const double budget = 0.5 * static_cast<double>(host.available_memory) / static_cast<double>(local_ranks);
+  const std::string available =
+      format_bytes(static_cast<double>(host.available_memory)) +
+      (local_ranks > 1 ? " (shared by this node's " + std::to_string(local_ranks) + " ranks)"
+                       : std::string());
 
   // The sampler's epoch order and this rank's share of it, and the evaluation shard: 8 bytes an index.
   const double index_bytes = 8.0 * (2.0 * static_cast<double>(train_size) + static_cast<double>(test_size));
@@ -253,7 +262,7 @@ void check_data_fits_host(const Config& config, const Datasets& data, const Host
 
   // Batches in flight: the loader's queue (data.prefetch_batches, at least one per worker) and the one in
   // use as uint8, plus the float32 copy the step normalises it into (4 bytes a value).
-  const int64_t workers = std::max(d.workers, 1);
+  const int64_t workers = d.workers < 0 ? default_loader_workers(config) : std::max(d.workers, 1);
   const int64_t queued =
       std::max<int64_t>(d.prefetch_batches > 0 ? d.prefetch_batches : 2 * workers, workers);
   const auto check_batches = [&](const char* key, int64_t batch_size, const Dataset& dataset) {

@@ -289,14 +289,29 @@ TEST(DataFitsHost, SampleIndicesMustFitInHalfTheAvailableMemory) {
       << error;
 }
 
+// LOCAL_WORLD_SIZE for one scope (as a launcher sets it for its ranks).
+struct ScopedLocalWorld {
+  explicit ScopedLocalWorld(const char* value) { ::setenv("LOCAL_WORLD_SIZE", value, 1); }
+  ~ScopedLocalWorld() { ::unsetenv("LOCAL_WORLD_SIZE"); }
+};
+
 TEST(DataFitsHost, BatchesInFlightMustFitInHalfTheAvailableMemory) {
   const HostLimits host = small_host();
   // 32x32x3 = 3072 bytes a sample; prefetch 4 + 1 batches as uint8 and one as float32: 9 x 3072 bytes a
   // sample, so 512 MiB hold 19418 samples a batch.
-  const std::vector<std::string> big = {"data.dataset=synthetic", "data.synthetic_samples=100000"};
+  // One loader thread: data.workers = -1 would count this machine's cores.
+  const std::vector<std::string> big = {"data.dataset=synthetic", "data.synthetic_samples=100000",
+                                        "data.workers=1"};
   std::vector<std::string> overrides = big;
   overrides.push_back("data.batch_size=19000");
   EXPECT_EQ(fit_error(overrides, host), "");
+  {
+    // The node's ranks share the memory: at 2 local ranks each gets half of the budget.
+    ScopedLocalWorld two("2");
+    const std::string shared = fit_error(overrides, host);
+    EXPECT_NE(shared.find("more than half of the 1.0 GiB (shared by this node's 2 ranks)"), std::string::npos)
+        << shared;
+  }
   overrides.back() = "data.batch_size=20000";
   std::string error = fit_error(overrides, host);
   EXPECT_NE(error.find("data.batch_size: 5 batches of 20000 images of 32x32x3 in flight "
