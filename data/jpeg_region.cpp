@@ -58,13 +58,20 @@ Span scaled_span(int64_t begin, int64_t length, int64_t full, int64_t scaled) {
   return {b, e};
 }
 
-// Everything libjpeg touches lives in this function's frame or the caller's, with trivial
-// destructors, so the longjmp of an error skips nothing that needs destroying. Returns "" or the
+// Everything libjpeg touches lives in the caller's frame or has a trivial destructor, so the longjmp
+// of an error skips nothing that needs destroying. Returns "" or the
 // problem; *unsupported is set (and nothing decoded) for CMYK / YCCK images.
-std::string decode(const uint8_t* data, size_t size, int64_t channels, const CropBox& crop, double min_scale,
-                   JpegRegion& out, bool read_to_end, bool* unsupported) {
+// libjpeg's state, kept in the caller's frame: objects local to the function that calls setjmp and
+// changed before the longjmp have indeterminate values after it (C's setjmp rules).
+struct Decompressor {
   jpeg_decompress_struct cinfo;
   ErrorManager errors;
+};
+
+std::string decode(Decompressor& d, const uint8_t* data, size_t size, int64_t channels, const CropBox& crop,
+                   double min_scale, JpegRegion& out, bool read_to_end, bool* unsupported) {
+  jpeg_decompress_struct& cinfo = d.cinfo;
+  ErrorManager& errors = d.errors;
   cinfo.err = jpeg_std_error(&errors.base);
   errors.base.error_exit = on_error;
   errors.base.emit_message = on_message;
@@ -135,7 +142,9 @@ bool decode_jpeg_region(const uint8_t* data, size_t size, int64_t channels, cons
     throw std::invalid_argument("decode_jpeg_region: channels must be 1 or 3, got " +
                                 std::to_string(channels));
   bool unsupported = false;
-  const std::string problem = decode(data, size, channels, crop, min_scale, out, read_to_end, &unsupported);
+  Decompressor decompressor;
+  const std::string problem =
+      decode(decompressor, data, size, channels, crop, min_scale, out, read_to_end, &unsupported);
   if (!problem.empty()) throw ImageDecodeError(problem);
   return !unsupported;
 }

@@ -132,6 +132,14 @@ void write_whole_file(const std::string& path, std::string_view text, const Full
     ::unlink(tmp.c_str());
     throw OutputFileError("cannot replace " + path + ": " + std::strerror(error));
   }
+  if (hooked) return;
+  // The rename is durable once the directory is: a power loss must not bring the old file back.
+  std::string dir = std::filesystem::path(path).parent_path().string();
+  if (dir.empty()) dir = ".";
+  if (const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
 }
 
 }  // namespace trainer
