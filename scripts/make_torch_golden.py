@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes tests/nn/golden/resnet18_w4_sgd_step.safetensors: one SGD step of a narrow resnet18 (CIFAR
+"""Writes tests/nn/golden/resnet18_w4_sgd_step.safetensors: two SGD steps of a narrow resnet18 (CIFAR
 stem, width 4, 16x16 inputs, batch 4) computed by PyTorch in float64, for the CPU golden test
 (tests/nn/torch_golden_test.cpp) to compare our float32 step against under every OpenBLAS kernel set.
 
@@ -14,8 +14,9 @@ script therefore draws inputs until every pre-activation is at least MARGIN from
 correct float32 step must agree with the float64 reference to float32 accuracy, whatever the BLAS.
 
 The model is written here, not taken from torchvision, so the reference shares no code with ours;
-its names are torchvision's. The file holds init.* (the state before the step), images, labels,
-loss, logits, grad.* (every parameter's gradient) and after.* (the state after the step).
+its names are torchvision's. The file holds init.* (the state before the steps), images and labels
+([2, ...]: one batch per step), step<i>.loss, step<i>.logits and step<i>.grad.* (every parameter's
+gradient in step i), and after.* (the state after both steps: the second uses the momentum buffer).
 """
 import json
 import struct
@@ -100,29 +101,37 @@ def save_safetensors(path, tensors, metadata):
 
 def main():
     out = sys.argv[1]
-    for seed in range(1000):
+    # Two steps on two batches, so that the second exercises SGD's momentum buffer (the first step only
+    # sets it to the gradient); every pre-activation of both forward passes keeps the margin.
+    for seed in range(5000):
         gen = torch.Generator().manual_seed(seed)
         model = NarrowResNet18(WIDTH)
         init_weights(model, gen)
-        images = torch.randn(BATCH, 3, IMAGE, IMAGE, generator=gen)
-        labels = torch.randint(0, CLASSES, (BATCH,), generator=gen)
+        images = torch.randn(2, BATCH, 3, IMAGE, IMAGE, generator=gen)
+        labels = torch.randint(0, CLASSES, (2, BATCH), generator=gen)
         init = {k: v.clone() for k, v in model.state_dict().items()}
         model = model.double().train()
-        pre = []
-        logits = model(images.double(), pre)
-        margin = min(p.abs().min().item() for p in pre)
+        opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM, weight_decay=WEIGHT_DECAY)
+        margin, steps = float("inf"), []
+        for i in range(2):
+            pre = []
+            logits = model(images[i].double(), pre)
+            margin = min(margin, min(p.abs().min().item() for p in pre))
+            loss = nn.functional.cross_entropy(logits, labels[i])
+            opt.zero_grad()
+            loss.backward()
+            steps.append((loss.detach(), logits.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}))
+            opt.step()
         if margin >= MARGIN:
             break
     else:
-        sys.exit("no seed below 1000 gives every pre-activation a margin of %g" % MARGIN)
-    loss = nn.functional.cross_entropy(logits, labels)
-    loss.backward()
-    grads = {f"grad.{n}": p.grad.float() for n, p in model.named_parameters()}
-    torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM, weight_decay=WEIGHT_DECAY).step()
+        sys.exit("no seed below 5000 gives every pre-activation a margin of %g" % MARGIN)
     tensors = {f"init.{k}": v for k, v in init.items()}
-    tensors.update({"images": images, "labels": labels, "loss": loss.detach().float().reshape(1),
-                    "logits": logits.detach().float()})
-    tensors.update(grads)
+    tensors.update({"images": images, "labels": labels})
+    for i, (loss, logits, grads) in enumerate(steps):
+        tensors[f"step{i}.loss"] = loss.float().reshape(1)
+        tensors[f"step{i}.logits"] = logits.float()
+        tensors.update({f"step{i}.grad.{n}": g.float() for n, g in grads.items()})
     tensors.update({f"after.{k}": v.float() if v.is_floating_point() else v for k, v in model.state_dict().items()})
     metadata = {"seed": str(seed), "margin": "%.3e" % margin, "torch": torch.__version__,
                 "step": f"SGD lr {LR} momentum {MOMENTUM} weight_decay {WEIGHT_DECAY}, float64"}
