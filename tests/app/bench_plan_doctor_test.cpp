@@ -309,7 +309,7 @@ TEST_F(Plan, AllReduceTimeFromGivenOrMeasuredBusBandwidth) {
   EXPECT_TRUE(std::regex_search(
       measured.output,
       std::regex(
-          R"(at [0-9.e+-]+ GB/s bus bandwidth \(measured: cpu all-reduce of 16 MiB across 2 local ranks; .*: [0-9.]+ ms)")))
+          R"(at [0-9.e+-]+ GB/s bus bandwidth \(measured: tcp all-reduce of 16 MiB across 2 local ranks; .*: [0-9.]+ ms)")))
       << measured.output;
 }
 
@@ -328,7 +328,7 @@ TEST_F(Doctor, PassesWithValidConfigAndFailsWithMissingDataRoot) {
         ok.output, std::regex(std::string("SKIP  ") + check + R"( (CPU-only build|[01] GPU\(s\) visible))")))
         << check << "\n"
         << ok.output;
-  for (const char* line : {"PASS  allreduce      cpu communicator, 2 ranks",
+  for (const char* line : {"PASS  allreduce      tcp communicator, 2 ranks",
                            "sum and average correct on every rank", "size        time/op     bus bandwidth"})
     EXPECT_NE(ok.output.find(line), std::string::npos) << line << "\n" << ok.output;
   for (const char* size : {"64 KiB", "1 MiB", "16 MiB"})
