@@ -14,11 +14,9 @@
 #include "app/bench_charts.h"
 #include "app/bench_runs.h"
 #include "app/bench_to_accuracy.h"
-#include "app/build_info.h"
 #include "app/cli.h"
 #include "app/config.h"
 #include "app/format.h"
-#include "app/system_info.h"
 
 namespace trainer {
 namespace {
@@ -272,27 +270,22 @@ int bench_command(const std::vector<std::string>& args) {
   std::ofstream(out / "bench.csv") << csv.str();
 
   // ---- JSON
-  const TrainerBuild build = trainer_build();
-  const SystemInfo sys = system_info();
-  std::ostringstream js;
-  js << "{\n  \"config\": " << json_quote(a.config_path) << ",\n  \"data\": " << json_quote(a.data)
-     << ",\n  \"steps\": " << a.steps << ",\n  \"warmup\": " << a.warmup << ",\n  \"repeats\": " << a.repeats
-     << ",\n  \"overrides\": " << json_string_list(a.overrides)
-     << ",\n  \"environment\": " << environment_json(sys, build) << ",\n  \"points\": [\n";
-  for (size_t i = 0; i < points.size(); ++i) {
-    const Point& p = points[i];
-    js << "    {" << grid_point_json(p) << ", \"img_per_s\": " << fmt("%.3f", p.ips)
-       << ", \"img_per_s_ci95\": " << fmt("%.3f", p.ips_half_width) << ", \"repeat_img_per_s\": [";
-    for (size_t r = 0; r < p.repeat_ips.size(); ++r) js << (r ? ", " : "") << fmt("%.3f", p.repeat_ips[r]);
-    js << "], \"speedup\": " << fmt("%.4f", p.speedup) << ", \"efficiency\": " << fmt("%.4f", p.efficiency)
-       << ", \"mean_step_seconds\": " << fmt("%.6g", mean_of(p.step_seconds))
-       << ", \"allreduce_exposed_fraction\": " << fmt("%.4f", p.allreduce_exposed / p.step_total)
-       << ", \"data_wait_fraction\": " << fmt("%.4f", p.data_wait / p.step_total)
-       << ", \"run_dirs\": " << json_string_list(p.run_dirs) << "}" << (i + 1 < points.size() ? "," : "")
-       << "\n";
+  nlohmann::ordered_json json_points = nlohmann::ordered_json::array();
+  for (const Point& p : points) {
+    nlohmann::ordered_json j = grid_point_json(p);
+    j["img_per_s"] = rounded(p.ips, 3);
+    j["img_per_s_ci95"] = rounded(p.ips_half_width, 3);
+    j["repeat_img_per_s"] = nlohmann::ordered_json::array();
+    for (double ips : p.repeat_ips) j["repeat_img_per_s"].push_back(rounded(ips, 3));
+    j["speedup"] = rounded(p.speedup, 4);
+    j["efficiency"] = rounded(p.efficiency, 4);
+    j["mean_step_seconds"] = significant(mean_of(p.step_seconds), 6);
+    j["allreduce_exposed_fraction"] = rounded(p.allreduce_exposed / p.step_total, 4);
+    j["data_wait_fraction"] = rounded(p.data_wait / p.step_total, 4);
+    j["run_dirs"] = p.run_dirs;
+    json_points.push_back(std::move(j));
   }
-  js << "  ]\n}\n";
-  std::ofstream(out / "bench.json") << js.str();
+  write_bench_json(out, a, {{"steps", a.steps}, {"warmup", a.warmup}}, json_points);
 
   // ---- chart: one line per (precision, batch)
   write_bench_charts(out, a.procs.back(), points);

@@ -13,7 +13,8 @@
 
 #include "app/build_info.h"
 #include "app/cli.h"
-#include "app/system_info.h"
+#include "app/format.h"
+#include "app/json_text.h"
 #include "data/cifar.h"
 #include "data/image_folder.h"
 #include "data/loader_bench.h"
@@ -131,41 +132,43 @@ std::string default_out_dir() {
   return std::string("runs/bench-data-") + stamp;
 }
 
-std::string fixed(double v, int decimals) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
-  return buf;
-}
-
 void write_csv(const fs::path& path, const std::vector<LoaderBenchPoint>& points) {
   std::ofstream out(path);
   out << "benchmark,batch_size,workers,cores_used,images,batches,seconds,images_per_s,images_per_s_per_core,"
          "batches_per_s\n";
   for (const auto& p : points)
     out << p.benchmark << ',' << p.batch_size << ',' << p.workers << ',' << p.cores_used << ',' << p.images
-        << ',' << p.batches << ',' << fixed(p.seconds, 4) << ',' << fixed(p.images_per_second(), 1) << ','
-        << fixed(p.images_per_second_per_core(), 1) << ',' << fixed(p.batches_per_second(), 2) << '\n';
+        << ',' << p.batches << ',' << fmt("%.4f", p.seconds) << ',' << fmt("%.1f", p.images_per_second())
+        << ',' << fmt("%.1f", p.images_per_second_per_core()) << ',' << fmt("%.2f", p.batches_per_second())
+        << '\n';
   if (!out) throw std::runtime_error("cannot write " + path.string());
 }
 
 void write_json(const fs::path& path, const std::vector<LoaderBenchPoint>& points, const BenchDataArgs& a,
                 unsigned cores, const std::string& jpeg_source) {
-  std::ofstream out(path);
-  out << "{\n  \"build\": " << json_quote(trainer_build().str()) << ",\n  \"cpu_cores\": " << cores
-      << ",\n  \"jpeg_source\": " << json_quote(jpeg_source) << ",\n  \"jpeg_size\": " << a.jpeg_size
-      << ",\n  \"crop\": " << a.crop << ",\n  \"results\": [\n";
-  for (size_t i = 0; i < points.size(); ++i) {
-    const auto& p = points[i];
-    out << "    {\"benchmark\": " << json_quote(p.benchmark) << ", \"batch_size\": " << p.batch_size
-        << ", \"workers\": " << p.workers << ", \"cores_used\": " << p.cores_used
-        << ", \"images\": " << p.images << ", \"batches\": " << p.batches
-        << ", \"seconds\": " << fixed(p.seconds, 4)
-        << ", \"images_per_s\": " << fixed(p.images_per_second(), 1)
-        << ", \"images_per_s_per_core\": " << fixed(p.images_per_second_per_core(), 1)
-        << ", \"batches_per_s\": " << fixed(p.batches_per_second(), 2) << "}"
-        << (i + 1 < points.size() ? "," : "") << "\n";
+  nlohmann::ordered_json js;
+  js["build"] = trainer_build().str();
+  js["cpu_cores"] = cores;
+  js["jpeg_source"] = jpeg_source;
+  js["jpeg_size"] = a.jpeg_size;
+  js["crop"] = a.crop;
+  js["results"] = nlohmann::ordered_json::array();
+  for (const auto& p : points) {
+    nlohmann::ordered_json j;
+    j["benchmark"] = p.benchmark;
+    j["batch_size"] = p.batch_size;
+    j["workers"] = p.workers;
+    j["cores_used"] = p.cores_used;
+    j["images"] = p.images;
+    j["batches"] = p.batches;
+    j["seconds"] = rounded(p.seconds, 4);
+    j["images_per_s"] = rounded(p.images_per_second(), 1);
+    j["images_per_s_per_core"] = rounded(p.images_per_second_per_core(), 1);
+    j["batches_per_s"] = rounded(p.batches_per_second(), 2);
+    js["results"].push_back(std::move(j));
   }
-  out << "  ]\n}\n";
+  std::ofstream out(path);
+  out << json_text(js);
   if (!out) throw std::runtime_error("cannot write " + path.string());
 }
 

@@ -117,26 +117,39 @@ double mean_of(const std::vector<double>& v) {
 
 double sum_of(const std::vector<double>& v) { return mean_of(v) * static_cast<double>(v.size()); }
 
-std::string environment_json(const SystemInfo& s, const TrainerBuild& b) {
-  std::ostringstream o;
-  o << "{\n    \"build\": " << json_quote(b.str()) << ",\n    \"version\": " << json_quote(b.version)
-    << ",\n    \"cuda_version\": " << json_quote(b.cuda_version)
-    << ",\n    \"cudnn_version\": " << json_quote(b.cudnn_version)
-    << ",\n    \"nccl_version\": " << json_quote(b.nccl_version)
-    << ",\n    \"hostname\": " << json_quote(s.hostname)
-    << ",\n    \"cpu_model\": " << json_quote(s.cpu_model) << ",\n    \"cpu_cores\": " << s.cpu_cores
-    << ",\n    \"blas_core\": " << json_quote(s.blas_core)
-    << ",\n    \"nccl_runtime_version\": " << json_quote(s.nccl_runtime_version)
-    << ",\n    \"cuda_driver_version\": " << json_quote(s.cuda_driver_version)
-    << ",\n    \"cuda_visible_devices\": " << json_quote(s.cuda_visible_devices) << ",\n    \"gpus\": [";
-  for (size_t i = 0; i < s.gpus.size(); ++i)
-    o << (i ? ", " : "") << "{\"index\": " << s.gpus[i].index << ", \"name\": " << json_quote(s.gpus[i].name)
-      << ", \"memory_bytes\": " << s.gpus[i].total_memory_bytes << "}";
-  o << "],\n    \"nccl_env\": {";
-  for (size_t i = 0; i < s.nccl_env.size(); ++i)
-    o << (i ? ", " : "") << json_quote(s.nccl_env[i].first) << ": " << json_quote(s.nccl_env[i].second);
-  o << "}\n  }";
-  return o.str();
+nlohmann::ordered_json environment_json(const SystemInfo& s, const TrainerBuild& b) {
+  nlohmann::ordered_json j;
+  j["build"] = b.str();
+  j["version"] = b.version;
+  j["cuda_version"] = b.cuda_version;
+  j["cudnn_version"] = b.cudnn_version;
+  j["nccl_version"] = b.nccl_version;
+  j["hostname"] = s.hostname;
+  j["cpu_model"] = s.cpu_model;
+  j["cpu_cores"] = s.cpu_cores;
+  j["blas_core"] = s.blas_core;
+  j["nccl_runtime_version"] = s.nccl_runtime_version;
+  j["cuda_driver_version"] = s.cuda_driver_version;
+  j["cuda_visible_devices"] = s.cuda_visible_devices;
+  j["gpus"] = nlohmann::ordered_json::array();
+  for (const GpuInfo& gpu : s.gpus)
+    j["gpus"].push_back({{"index", gpu.index}, {"name", gpu.name}, {"memory_bytes", gpu.total_memory_bytes}});
+  j["nccl_env"] = nlohmann::ordered_json::object();
+  for (const auto& [name, value] : s.nccl_env) j["nccl_env"][name] = value;
+  return j;
+}
+
+void write_bench_json(const fs::path& out, const BenchArgs& a, const nlohmann::ordered_json& settings,
+                      const nlohmann::ordered_json& points) {
+  nlohmann::ordered_json j;
+  j["config"] = a.config_path;
+  j["data"] = a.data;
+  j["repeats"] = a.repeats;
+  j["overrides"] = a.overrides;
+  for (const auto& [key, value] : settings.items()) j[key] = value;
+  j["environment"] = environment_json(system_info(), trainer_build());
+  j["points"] = points;
+  std::ofstream(out / "bench.json") << json_text(j);
 }
 
 std::vector<std::string> synthetic_overrides(const Config& c, int64_t samples) {
@@ -254,16 +267,14 @@ std::vector<GridPoint> measurement_grid(const Config& config, const BenchArgs& a
   return grid;
 }
 
-std::string grid_point_json(const GridPoint& p) {
-  return "\"procs\": " + std::to_string(p.procs) + ", \"batch_per_rank\": " + std::to_string(p.batch) +
-         ", \"global_batch\": " + std::to_string(p.global_batch) +
-         ", \"precision\": " + json_quote(p.precision) + ", \"lr\": " + fmt("%.6g", p.lr);
-}
-
-std::string json_string_list(const std::vector<std::string>& items) {
-  std::string out = "[";
-  for (size_t i = 0; i < items.size(); ++i) out += (i ? ", " : "") + json_quote(items[i]);
-  return out + "]";
+nlohmann::ordered_json grid_point_json(const GridPoint& p) {
+  nlohmann::ordered_json j;
+  j["procs"] = p.procs;
+  j["batch_per_rank"] = p.batch;
+  j["global_batch"] = p.global_batch;
+  j["precision"] = p.precision;
+  j["lr"] = significant(p.lr, 6);
+  return j;
 }
 
 void print_run_start(size_t index, size_t count, const GridPoint& p, int repeat, int repeats) {

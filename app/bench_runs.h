@@ -14,6 +14,7 @@
 #include "app/build_info.h"
 #include "app/config.h"
 #include "app/format.h"
+#include "app/json_text.h"
 #include "app/system_info.h"
 
 namespace trainer::bench {
@@ -57,7 +58,12 @@ std::map<std::string, std::vector<double>> read_step_times(const std::filesystem
 double summary_number(const std::filesystem::path& path, const std::string& key);
 
 // The "environment" object of bench.json: build, host, CPU, GPUs, driver, CUDA/cuDNN/NCCL, NCCL_*.
-std::string environment_json(const SystemInfo& s, const TrainerBuild& b);
+nlohmann::ordered_json environment_json(const SystemInfo& s, const TrainerBuild& b);
+
+// Writes out/bench.json: the bench's arguments (config, data, repeats, overrides), then `settings` (the
+// mode's own: steps and warm-up, or the target accuracy), the environment and the `points` array.
+void write_bench_json(const std::filesystem::path& out, const BenchArgs& a,
+                      const nlohmann::ordered_json& settings, const nlohmann::ordered_json& points);
 
 // One cell of the measurement grid: a precision, a batch per rank and a process count, with the global
 // batch (x grad_accum_steps) and the linearly scaled LR (optim.lr x global / optim.base_batch_size).
@@ -76,11 +82,9 @@ std::vector<GridPoint> measurement_grid(const Config& config, const BenchArgs& a
 // The emptied directory of repeat `repeat` of grid point p under out: pP-bB-PRECISION-rR.
 std::filesystem::path fresh_run_dir(const std::filesystem::path& out, const GridPoint& p, int repeat);
 
-// The grid fields of a point in bench.json: "procs": 2, "batch_per_rank": ..., "global_batch": ...,
-// "precision": ..., "lr": ... (no braces).
-std::string grid_point_json(const GridPoint& p);
-// ["a", "b"]
-std::string json_string_list(const std::vector<std::string>& items);
+// A point of bench.json with its grid fields: procs, batch_per_rank, global_batch, precision, lr; each
+// mode adds its measurements.
+nlohmann::ordered_json grid_point_json(const GridPoint& p);
 
 // "bench: [3/8] 2 processes, batch 128/rank, bf16, repeat 1/2 ... " (no newline; flushed).
 void print_run_start(size_t index, size_t count, const GridPoint& p, int repeat, int repeats);

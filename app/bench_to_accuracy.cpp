@@ -10,7 +10,6 @@
 #include "app/bench_command.h"
 #include "app/divergence.h"
 #include "app/format.h"
-#include "app/system_info.h"
 
 namespace trainer {
 namespace {
@@ -34,13 +33,12 @@ struct AccuracyPoint : GridPoint {
   }
 };
 
-std::string json_number(double v, const char* f) { return std::isnan(v) ? "null" : fmt(f, v); }
 std::string csv_number(double v, const char* f) { return std::isnan(v) ? "" : fmt(f, v); }
 
-std::string joined(const std::vector<double>& v, const char* f) {
-  std::string s;
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + fmt(f, v[i]);
-  return s;
+std::vector<double> rounded_all(const std::vector<double>& v, int decimals) {
+  std::vector<double> out;
+  for (double x : v) out.push_back(rounded(x, decimals));
+  return out;
 }
 
 // The first line of a run's output that holds `marker`, without the "trainer: error: " in front; "" when
@@ -197,35 +195,31 @@ int bench_to_accuracy(const BenchArgs& a, const Config& config, const std::vecto
   std::ofstream(out / "bench.csv") << csv.str();
 
   // ---- JSON
-  std::ostringstream js;
-  js << "{\n  \"mode\": \"time_to_accuracy\",\n  \"config\": " << json_quote(a.config_path)
-     << ",\n  \"data\": " << json_quote(a.data) << ",\n  \"target_accuracy\": " << fmt("%.6g", a.to_accuracy)
-     << ",\n  \"max_epochs\": " << config.train.epochs << ",\n  \"repeats\": " << a.repeats
-     << ",\n  \"overrides\": " << json_string_list(a.overrides)
-     << ",\n  \"environment\": " << environment_json(system_info(), trainer_build())
-     << ",\n  \"points\": [\n";
-  for (size_t i = 0; i < points.size(); ++i) {
-    const AccuracyPoint& p = points[i];
-    js << "    {" << grid_point_json(p) << ", \"reached\": " << (p.reached() ? "true" : "false")
-       << ", \"diverged\": " << (p.diverged() ? "true" : "false")
-       << ", \"divergence\": " << json_string_list(p.divergence) << ", \"epochs\": [";
-    for (size_t r = 0; r < p.epochs.size(); ++r) js << (r ? ", " : "") << p.epochs[r];
-    js << "], \"time_to_accuracy_seconds\": "
-       << (p.reached() ? fmt("%.4f", p.time_to_accuracy.mean) : std::string("null"))
-       << ", \"time_to_accuracy_ci95\": "
-       << (p.reached() && p.train_seconds.size() >= 2 ? fmt("%.4f", p.time_to_accuracy.half_width)
-                                                      : std::string("null"))
-       << ", \"repeat_train_seconds\": [" << joined(p.train_seconds, "%.4f") << "], \"wall_seconds\": ["
-       << joined(p.wall_seconds, "%.3f") << "], \"best_test_accuracy\": [" << joined(p.best_accuracy, "%.6f")
-       << "], \"speedup\": " << json_number(p.speedup, "%.4f")
-       << ", \"efficiency\": " << json_number(p.efficiency, "%.4f")
-       << ", \"allreduce_exposed_fraction\": " << fmt("%.4f", fraction(p.allreduce_exposed, p.step_total))
-       << ", \"data_wait_fraction\": " << fmt("%.4f", fraction(p.data_wait, p.step_total))
-       << ", \"run_dirs\": " << json_string_list(p.run_dirs) << "}" << (i + 1 < points.size() ? "," : "")
-       << "\n";
+  nlohmann::ordered_json json_points = nlohmann::ordered_json::array();
+  for (const AccuracyPoint& p : points) {
+    nlohmann::ordered_json j = grid_point_json(p);
+    j["reached"] = p.reached();
+    j["diverged"] = p.diverged();
+    j["divergence"] = p.divergence;
+    j["epochs"] = p.epochs;
+    // null (NaN) where the target was not reached, or with one repeat for the interval.
+    j["time_to_accuracy_seconds"] = p.reached() ? rounded(p.time_to_accuracy.mean, 4) : NAN;
+    j["time_to_accuracy_ci95"] =
+        p.reached() && p.train_seconds.size() >= 2 ? rounded(p.time_to_accuracy.half_width, 4) : NAN;
+    j["repeat_train_seconds"] = rounded_all(p.train_seconds, 4);
+    j["wall_seconds"] = rounded_all(p.wall_seconds, 3);
+    j["best_test_accuracy"] = rounded_all(p.best_accuracy, 6);
+    j["speedup"] = rounded(p.speedup, 4);
+    j["efficiency"] = rounded(p.efficiency, 4);
+    j["allreduce_exposed_fraction"] = rounded(fraction(p.allreduce_exposed, p.step_total), 4);
+    j["data_wait_fraction"] = rounded(fraction(p.data_wait, p.step_total), 4);
+    j["run_dirs"] = p.run_dirs;
+    json_points.push_back(std::move(j));
   }
-  js << "  ]\n}\n";
-  std::ofstream(out / "bench.json") << js.str();
+  const nlohmann::ordered_json settings = {{"mode", "time_to_accuracy"},
+                                           {"target_accuracy", significant(a.to_accuracy, 6)},
+                                           {"max_epochs", config.train.epochs}};
+  write_bench_json(out, a, settings, json_points);
 
   // ---- chart: points that reached the target
   write_bench_charts(out, a.procs.back(), points);

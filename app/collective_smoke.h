@@ -27,7 +27,7 @@ struct CollectiveTiming {
 };
 
 struct CollectiveSmoke {
-  std::string backend;  // "cpu" or "nccl"
+  std::string backend;  // "tcp" or "nccl"
   int ranks = 0;
   bool correct = false;  // every rank's sum and average matched the expected values
   std::string error;     // set-up failure, timeout, or the first wrong element (rank, index, value)

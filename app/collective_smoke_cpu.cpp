@@ -88,7 +88,7 @@ bool smoke_matches(float value, size_t i, int ranks, float tolerance) {
 CollectiveSmoke cpu_all_reduce_smoke(int ranks, const std::vector<size_t>& sizes, int iterations,
                                      std::chrono::milliseconds timeout) {
   CollectiveSmoke result;
-  result.backend = "cpu";
+  result.backend = "tcp";
   result.ranks = ranks;
   std::unique_ptr<TcpStore> server;
   try {

@@ -192,6 +192,8 @@ class Loader {
       read_array(dotted, *node, member, rule);
     } else if (std::string problem = read_value(*node, rule, member); !problem.empty()) {
       report_value(dotted, *node, problem);
+    } else if constexpr (std::is_same_v<T, std::string>) {
+      replace_alias(dotted, rule, member);
     }
   }
 
@@ -199,6 +201,16 @@ class Loader {
   template <typename E>
   void read_array(const std::string& dotted, const toml::node& node, std::vector<E>& member,
                   const schema::Rule& rule);
+
+  // An old value (schema::Alias) becomes its new one, with one warning saying where it was written.
+  void replace_alias(const std::string& dotted, const schema::Rule& rule, std::string& member) {
+    const schema::Alias* alias = schema::find_alias(rule, member);
+    if (!alias) return;
+    config_.warnings.push_back(config_.origin[dotted] + ": " + dotted + " = " + schema::toml_quote(member) +
+                               " is an old name: " + alias->why + "; write " +
+                               schema::toml_quote(alias->value));
+    member = alias->value;
+  }
 
   std::string position(const toml::source_region& source) const {
     return path_ + ":" + std::to_string(source.begin.line) + ":" + std::to_string(source.begin.column);

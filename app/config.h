@@ -98,7 +98,7 @@ struct ScheduleConfig {
 };
 
 struct DistConfig {
-  std::string backend = "auto";  // auto | nccl | gloo
+  std::string backend = "auto";  // auto | nccl | tcp (our CpuComm; "gloo" is read as "tcp")
   int timeout_seconds = 300;
   int zero_stage = 0;         // 0..2
   std::string nccl_debug;     // NCCL_DEBUG for this run ("" = leave the environment alone)
@@ -145,6 +145,9 @@ struct Config {
   // dotted key -> where its value came from: "configs/x.toml:7:10", "--set train.epochs=3" or
   // "(default)". Every schema key has an entry after load_config.
   std::map<std::string, std::string> origin;
+  // What load_config accepted but the user should change (an old value's name), each with where it was
+  // written. config_table() ends with them, so the run log shows each once.
+  std::vector<std::string> warnings;
 
   // Equal settings, wherever they came from.
   bool operator==(const Config& other) const;

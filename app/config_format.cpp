@@ -101,6 +101,7 @@ std::string config_table(const Config& config) {
     out += row.key + std::string(key_width - row.key.size() + 2, ' ') + row.value +
            std::string(value_width - row.value.size() + 2, ' ') + "[" + row.source + "]\n";
   }
+  for (const std::string& warning : config.warnings) out += "warning: " + warning + "\n";
   return out;
 }
 

@@ -95,8 +95,20 @@ std::string check_number(const Rule& rule, double value) {
   return allowed + ", got " + format_number(value);
 }
 
+Rule with_alias(Rule rule, Alias alias) {
+  rule.aliases.push_back(std::move(alias));
+  return rule;
+}
+
+const Alias* find_alias(const Rule& rule, const std::string& value) {
+  for (const Alias& alias : rule.aliases)
+    if (alias.old_value == value) return &alias;
+  return nullptr;
+}
+
 std::string check_string(const Rule& rule, const std::string& value) {
-  if (rule.one_of.empty() || std::find(rule.one_of.begin(), rule.one_of.end(), value) != rule.one_of.end()) {
+  if (rule.one_of.empty() || std::find(rule.one_of.begin(), rule.one_of.end(), value) != rule.one_of.end() ||
+      find_alias(rule, value)) {
     return "";
   }
   std::string message = "must be one of ";

@@ -12,6 +12,14 @@
 
 namespace trainer::config_schema {
 
+// An old value a string key still accepts: read as `value`, with a warning that says `why` and asks
+// for the new name (e.g. dist.backend "gloo" -> "tcp").
+struct Alias {
+  std::string old_value;
+  std::string value;
+  std::string why;
+};
+
 // What a key allows beyond its type. Numbers are checked as doubles (exact for every bound we use);
 // array rules apply to every element.
 struct Rule {
@@ -23,6 +31,7 @@ struct Rule {
   std::string special_meaning;       // what the special value means, for the message
   std::size_t exact_size = 0;        // arrays: required length; 0 = any
   bool strictly_increasing = false;  // arrays
+  std::vector<Alias> aliases;        // strings: old values still accepted; not listed in messages
 };
 
 inline Rule any() { return {}; }
@@ -36,6 +45,10 @@ Rule open_closed(double min, double max);  // (min, max]
 Rule or_special(Rule rule, double value, std::string meaning);
 Rule exactly(std::size_t size, Rule element);
 Rule increasing(Rule element);
+// `rule`, plus the old value of `alias` accepted as its new one.
+Rule with_alias(Rule rule, Alias alias);
+// The alias of `rule` whose old value is `value`, or nullptr.
+const Alias* find_alias(const Rule& rule, const std::string& value);
 
 // What is wrong with a value, or "" when the rule allows it: "must be >= 1, got 0".
 std::string check_number(const Rule& rule, double value);
@@ -134,7 +147,9 @@ void visit_fields(C& c, Visit&& visit) {
   visit("schedule", "gamma", s.gamma, greater_than(0));
   visit("schedule", "min_lr_factor", s.min_lr_factor, closed(0, 1));
 
-  visit("dist", "backend", c.dist.backend, one_of({"auto", "nccl", "gloo"}));
+  visit("dist", "backend", c.dist.backend,
+        with_alias(one_of({"auto", "nccl", "tcp"}),
+                   {"gloo", "tcp", "the CPU communicator is our own TCP code, not Gloo (dist/README.md)"}));
   visit("dist", "timeout_seconds", c.dist.timeout_seconds, at_least(1));
   visit("dist", "zero_stage", c.dist.zero_stage, closed(0, 2));
   visit("dist", "nccl_debug", c.dist.nccl_debug, one_of({"", "VERSION", "WARN", "INFO", "TRACE"}));

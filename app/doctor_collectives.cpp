@@ -98,11 +98,11 @@ void check_collectives(DoctorReport& r, const SystemInfo& s, std::chrono::millis
   }
 #ifdef TRAINER_WITH_CUDA
   r.skip("nccl allreduce",
-         std::to_string(gpus) + " GPU(s) visible, needs 2 or more; testing the CPU communicator instead");
+         std::to_string(gpus) + " GPU(s) visible, needs 2 or more; testing the tcp communicator instead");
 #else
-  r.skip("nccl allreduce", "CPU-only build; testing the CPU communicator instead");
+  r.skip("nccl allreduce", "CPU-only build; testing the tcp communicator instead");
 #endif
-  report_smoke(r, smoke, "cpu communicator, 2 ranks (threads of this process, TCP on 127.0.0.1)",
+  report_smoke(r, smoke, "tcp communicator, 2 ranks (threads of this process, on 127.0.0.1)",
                "CPU data parallelism uses this communicator: check that loopback TCP works (firewall, "
                "ulimit -n) and that the machine is not overloaded");
 }

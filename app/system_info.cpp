@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cstdlib>
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "dist/process_env.h"
@@ -63,11 +62,6 @@ SystemInfo system_info() {
   for (const auto& [k, val] : current_environment())
     if (k.rfind("NCCL_", 0) == 0) s.nccl_env.emplace_back(k, val);
   return s;
-}
-
-std::string json_quote(const std::string& s) {
-  // A record must still be written when a host name or path is not UTF-8: such bytes become U+FFFD.
-  return nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 }  // namespace trainer

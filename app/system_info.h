@@ -33,7 +33,4 @@ struct SystemInfo {
 
 SystemInfo system_info();
 
-// A JSON string literal (quotes and escapes), through nlohmann-json.
-std::string json_quote(const std::string& s);
-
 }  // namespace trainer

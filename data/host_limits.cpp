@@ -46,16 +46,4 @@ int64_t max_loader_workers(const HostLimits& limits) {
   return std::max<int64_t>(most, 1);
 }
 
-std::string format_bytes(double bytes) {
-  const char* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-  int unit = 0;
-  while (bytes >= 1024 && unit < 6) {
-    bytes /= 1024;
-    ++unit;
-  }
-  char text[32];
-  std::snprintf(text, sizeof text, unit == 0 ? "%.0f %s" : "%.1f %s", bytes, units[unit]);
-  return text;
-}
-
 }  // namespace trainer

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <string>
 
+#include "nn/format_bytes.h"  // format_bytes, for messages about these limits
+
 namespace trainer {
 
 struct HostLimits {
@@ -19,8 +21,5 @@ HostLimits this_host_limits();
 // The most loader threads (data.workers) a rank may start: 8 per core, at least 64, and below
 // RLIMIT_NPROC. More only time-slice the same cores and cost a stack each.
 int64_t max_loader_workers(const HostLimits& limits);
-
-// 1536 -> "1.5 KiB", for messages.
-std::string format_bytes(double bytes);
 
 }  // namespace trainer

@@ -51,7 +51,7 @@ class Comm {
 
   virtual int rank() const = 0;
   virtual int world_size() const = 0;
-  virtual std::string backend_name() const = 0;  // "cpu", "nccl", "single"
+  virtual std::string backend_name() const = 0;  // "tcp", "nccl", "single"
 
   // In place on every rank: sum, mean (sum / world_size) or max. f32, f64; i64 for sum and max.
   virtual std::shared_ptr<Work> all_reduce_async(Tensor tensor, ReduceOp op) = 0;

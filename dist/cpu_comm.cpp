@@ -13,6 +13,7 @@
 
 #include "dist/error.h"
 #include "dist/store.h"
+#include "nn/format_bytes.h"
 
 namespace trainer {
 namespace {
@@ -77,16 +78,6 @@ uint64_t fnv1a(const std::string& s) {
   uint64_t h = 14695981039346656037ull;
   for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
   return h;
-}
-
-std::string format_bytes(uint64_t n) {
-  char buf[32];
-  if (n < 1024) return std::to_string(n) + " B";
-  if (n < (1u << 20))
-    std::snprintf(buf, sizeof buf, "%.1f KiB", n / 1024.0);
-  else
-    std::snprintf(buf, sizeof buf, "%.2f MiB", n / 1048576.0);
-  return buf;
 }
 
 // A failure with the rank where it began and its original text, so that ABORT messages relayed through

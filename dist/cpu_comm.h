@@ -53,7 +53,7 @@ class CpuComm : public Comm {
 
   int rank() const override { return rank_; }
   int world_size() const override { return world_size_; }
-  std::string backend_name() const override { return "cpu"; }
+  std::string backend_name() const override { return "tcp"; }
   std::shared_ptr<Work> all_reduce_async(Tensor tensor, ReduceOp op) override;
   void reduce_scatter(Tensor& input, Tensor& output, ReduceOp op) override;
   void broadcast(Tensor& tensor, int root) override;

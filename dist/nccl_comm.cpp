@@ -21,6 +21,7 @@
 #include "dist/socket.h"
 #include "dist/store.h"
 #include "nn/cuda/cuda_backend.h"
+#include "nn/format_bytes.h"
 
 namespace trainer {
 namespace {
@@ -61,16 +62,6 @@ bool hex_decode(const std::string& text, void* out, size_t n) {
     p[i] = static_cast<unsigned char>(hi << 4 | lo);
   }
   return true;
-}
-
-std::string format_bytes(uint64_t n) {
-  char buf[32];
-  if (n < 1024) return std::to_string(n) + " B";
-  if (n < (1u << 20))
-    std::snprintf(buf, sizeof buf, "%.1f KiB", n / 1024.0);
-  else
-    std::snprintf(buf, sizeof buf, "%.2f MiB", n / 1048576.0);
-  return buf;
 }
 
 bool nccl_dtype(DType d, ncclDataType_t* out) {

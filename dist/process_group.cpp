@@ -20,25 +20,25 @@ bool is_loopback(const std::string& host) {
 
 std::string resolve_comm_backend(const DistOptions& options) {
   const std::string& b = options.backend;
-  if (b != "auto" && b != "nccl" && b != "cpu")
+  if (b != "auto" && b != "nccl" && b != "tcp")
     throw DistError("unknown distributed backend '" + b +
-                    "'. HINT: use \"auto\" (NCCL on GPUs, CPU otherwise), "
-                    "\"nccl\" or \"cpu\"");
-  if (b == "cpu") return "cpu";
+                    "'. HINT: use \"auto\" (NCCL on GPUs, our TCP collectives otherwise), "
+                    "\"nccl\" or \"tcp\"");
+  if (b == "tcp") return "tcp";
 #ifdef TRAINER_WITH_CUDA
   if (options.device.is_cuda()) return "nccl";
   if (b == "nccl")
     throw DistError("distributed backend \"nccl\" needs the model on a GPU, but the device is " +
                     options.device.str() +
-                    ". HINT: train on a CUDA device, or set the distributed backend to \"auto\" or \"cpu\"");
-  return "cpu";
+                    ". HINT: train on a CUDA device, or set the distributed backend to \"auto\" or \"tcp\"");
+  return "tcp";
 #else
   if (b == "nccl" || options.device.is_cuda())
     throw DistError("distributed backend \"" + b + "\" with device " + options.device.str() +
                     ": this trainer was built without CUDA, so NCCL is not available. HINT: rebuild with "
                     "-DTRAINER_CUDA=ON on a host with the CUDA toolkit, or train on the CPU with the "
-                    "\"cpu\" backend");
-  return "cpu";
+                    "\"tcp\" backend");
+  return "tcp";
 #endif
 }
 

@@ -5,7 +5,7 @@
 // training loop needs no special case.
 //
 // The communicator follows where the tensors live: backend "auto" picks NCCL (dist/nccl_comm.h) when
-// `device` is a CUDA device and the CPU communicator (dist/cpu_comm.h) otherwise; "nccl" and "cpu"
+// `device` is a CUDA device and the TCP communicator (dist/cpu_comm.h) otherwise; "nccl" and "tcp"
 // force one. For NCCL, init_cuda_backend(device.index) must have run first.
 #include <chrono>
 #include <memory>
@@ -27,8 +27,8 @@ struct DistOptions {
   // This binary's version; when set, ranks compare it through the store before they open their
   // peer connections (whose protocol a different build might not share). "" skips the check.
   std::string build;
-  // "auto" (NCCL for a CUDA device, CPU otherwise), "nccl" or "cpu". "nccl" without a CUDA device (or
-  // in a build without CUDA) is a DistError with a HINT.
+  // "auto" (NCCL for a CUDA device, our TCP collectives otherwise), "nccl" or "tcp" (CpuComm). "nccl" without
+  // a CUDA device (or in a build without CUDA) is a DistError with a HINT.
   std::string backend = "auto";
   // NCCL: a peer whose heartbeat (reported every second) has not changed for this long while a
   // collective waits is dead, and the communicator fails naming it (NcclCommOptions::peer_silent_after).
@@ -43,7 +43,7 @@ struct DistOptions {
   std::string gpu_id;
 };
 
-// The communicator backend init() will use for these options: "nccl" or "cpu" (whatever the world
+// The communicator backend init() will use for these options: "nccl" or "tcp" (whatever the world
 // size; at world size 1 the communicator itself is a SingleProcessComm). Throws DistError with a HINT
 // for an unknown backend or "nccl" without CUDA.
 std::string resolve_comm_backend(const DistOptions& options);

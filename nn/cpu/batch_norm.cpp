@@ -10,36 +10,11 @@
 #include <utility>
 #include <vector>
 
+#include "nn/channel_layout.h"
 #include "nn/cpu/cpu_backend.h"
 
 namespace trainer {
 namespace {
-
-struct ChannelLayout {
-  MemoryFormat format = MemoryFormat::contiguous;
-  int64_t outer = 0;     // N, or N*H*W for channels-last
-  int64_t channels = 0;  // C
-  int64_t inner = 1;     // prod(dims after C), or 1 for channels-last
-  int64_t per_channel() const { return outer * inner; }
-};
-
-ChannelLayout channel_layout(const Tensor& x, const char* op) {
-  if (x.dim() < 2)
-    throw std::invalid_argument(std::string(op) + ": input must be [N, C, ...], got shape " +
-                                shape_str(x.shape()));
-  ChannelLayout l;
-  l.channels = x.size(1);
-  if (x.suggest_memory_format() == MemoryFormat::channels_last) {
-    l.format = MemoryFormat::channels_last;
-    l.outer = x.size(0) * x.size(2) * x.size(3);
-    l.inner = 1;
-  } else {
-    l.outer = x.size(0);
-    l.inner = 1;
-    for (int d = 2; d < x.dim(); ++d) l.inner *= x.size(d);
-  }
-  return l;
-}
 
 // out = (x - m[c]) * a[c] + b[c], plus g * s[c] when HasG, for every element in layout `l`. The loops
 // are written per layout with restrict pointers so the compiler vectorises them: along a channel's

@@ -17,6 +17,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "nn/channel_layout.h"
 #include "nn/cuda/conv_stats_fusion.h"
 #include "nn/cuda/kernels.cuh"
 
@@ -25,31 +26,6 @@ namespace cuda {
 namespace {
 
 constexpr int kThreads = 256;
-
-struct ChannelLayout {
-  bool channels_last = false;
-  int64_t outer = 0, channels = 0, inner = 1;
-  int64_t per_channel() const { return outer * inner; }
-  MemoryFormat format() const {
-    return channels_last ? MemoryFormat::channels_last : MemoryFormat::contiguous;
-  }
-};
-
-ChannelLayout channel_layout(const Tensor& x, const char* op) {
-  if (x.dim() < 2)
-    throw std::invalid_argument(std::string(op) + ": input must be [N, C, ...], got shape " +
-                                shape_str(x.shape()));
-  ChannelLayout l;
-  l.channels = x.size(1);
-  if (x.suggest_memory_format() == MemoryFormat::channels_last) {
-    l.channels_last = true;
-    l.outer = x.size(0) * x.size(2) * x.size(3);
-  } else {
-    l.outer = x.size(0);
-    for (int d = 2; d < x.dim(); ++d) l.inner *= x.size(d);
-  }
-  return l;
-}
 
 void check_same(const Tensor& a, const Tensor& x, const char* op, const char* name) {
   check_device(a, op, name);
@@ -616,7 +592,7 @@ std::pair<Tensor, Tensor> CudaBackend::bn_mean_var(const Tensor& x_in) {
   if (l.per_channel() == 0)
     throw std::invalid_argument("bn_mean_var: no values per channel in input of shape " +
                                 shape_str(x_in.shape()));
-  const Tensor x = x_in.contiguous(l.format());
+  const Tensor x = x_in.contiguous(l.format);
   const int64_t C = l.channels;
   const double n = static_cast<double>(l.per_channel());
   // Statistics of half inputs are kept in f32 (accumulate_dtype), as cuDNN and PyTorch keep them.
@@ -651,7 +627,7 @@ std::pair<Tensor, Tensor> CudaBackend::bn_train_stats(const Tensor& x_in, double
   // train.cudnn_fusion: the convolution that made x summed it already (nn/cuda/conv_stats_fusion.h).
   if (std::optional<ChannelSums> sums = take_channel_sums(x_in))
     return bn_train_stats_from_sums(*sums, x_in.dtype(), eps, momentum, running_mean, running_var);
-  const Tensor x = x_in.contiguous(l.format());
+  const Tensor x = x_in.contiguous(l.format);
   const int64_t C = l.channels;
   const double n = static_cast<double>(l.per_channel());
   const BatchStatsOutputs out =
@@ -680,13 +656,13 @@ Tensor CudaBackend::bn_apply(const Tensor& x_in, const Tensor& mean_t, const Ten
                       invstd = channel_values(invstd_t, C, "bn_apply", "invstd", false, k1),
                       gamma = channel_values(gamma_t, C, "bn_apply", "weight", true, k2),
                       beta = channel_values(beta_t, C, "bn_apply", "bias", true, k3);
-  const Tensor x = x_in.contiguous(l.format());
+  const Tensor x = x_in.contiguous(l.format);
   Tensor residual;
   if (epilogue.residual.defined()) {
     check_same(epilogue.residual, x_in, "bn_apply", "residual");
-    residual = epilogue.residual.contiguous(l.format());
+    residual = epilogue.residual.contiguous(l.format);
   }
-  Tensor y = empty(x.shape(), x.dtype(), l.format());
+  Tensor y = empty(x.shape(), x.dtype(), l.format);
   CUDA_DISPATCH_FLOAT(x.dtype(), "bn_apply", [&] {
     channel_affine<scalar_t>(l, x.numel(), static_cast<const scalar_t*>(x.raw_data()),
                              residual.defined() ? static_cast<const scalar_t*>(residual.raw_data()) : nullptr,
@@ -708,11 +684,11 @@ std::pair<Tensor, Tensor> CudaBackend::bn_backward_reduce(const Tensor& grad_y, 
   Tensor k0, k1;
   const ChannelValues mean = channel_values(mean_t, C, "bn_backward_reduce", "mean", false, k0),
                       invstd = channel_values(invstd_t, C, "bn_backward_reduce", "invstd", false, k1);
-  const Tensor x = x_in.contiguous(l.format()), g = grad_y.contiguous(l.format());
+  const Tensor x = x_in.contiguous(l.format), g = grad_y.contiguous(l.format);
   Tensor relu;
   if (relu_out.defined()) {
     check_same(relu_out, x_in, "bn_backward_reduce", "relu_out");
-    relu = relu_out.contiguous(l.format());
+    relu = relu_out.contiguous(l.format);
   }
   const DType stats = accumulate_dtype(x.dtype());  // f32 for half inputs, as in bn_mean_var
   Tensor sum_dy = empty({C}, stats), sum_dy_xhat = empty({C}, stats);
@@ -748,13 +724,13 @@ Tensor CudaBackend::bn_backward_input(const Tensor& grad_y, const Tensor& x_in, 
                       gamma = channel_values(gamma_t, C, op, "weight", true, k2),
                       sum_dy = channel_values(sum_dy_t, C, op, "sum_dy", false, k3),
                       sum_dy_xhat = channel_values(sum_dy_xhat_t, C, op, "sum_dy_xhat", false, k4);
-  const Tensor x = x_in.contiguous(l.format()), g = grad_y.contiguous(l.format());
+  const Tensor x = x_in.contiguous(l.format), g = grad_y.contiguous(l.format);
   Tensor relu;
   if (relu_out.defined()) {
     check_same(relu_out, x_in, op, "relu_out");
-    relu = relu_out.contiguous(l.format());
+    relu = relu_out.contiguous(l.format);
   }
-  Tensor gx = empty(x.shape(), x.dtype(), l.format());
+  Tensor gx = empty(x.shape(), x.dtype(), l.format);
   const double n = static_cast<double>(count);
   CUDA_DISPATCH_FLOAT(x.dtype(), op, [&] {
     // As (x - mean) * a + b + dy * s.

@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "nn/cuda/cuda_common.h"
+#include "nn/dtype_dispatch.h"
 
 namespace trainer::cuda {
 
@@ -74,51 +75,21 @@ __device__ __forceinline__ T store(acc_t<T> v) {
     return from_f<T>(v);
 }
 
-// Binds scalar_t to the element type of a floating dtype; other dtypes throw.
-#define CUDA_DISPATCH_FLOAT(dtype, op_name, ...)                                \
-  [&] {                                                                         \
-    switch (dtype) {                                                            \
-      case ::trainer::DType::f32: {                                             \
-        using scalar_t = float;                                                 \
-        return __VA_ARGS__();                                                   \
-      }                                                                         \
-      case ::trainer::DType::f64: {                                             \
-        using scalar_t = double;                                                \
-        return __VA_ARGS__();                                                   \
-      }                                                                         \
-      case ::trainer::DType::f16: {                                             \
-        using scalar_t = __half;                                                \
-        return __VA_ARGS__();                                                   \
-      }                                                                         \
-      case ::trainer::DType::bf16: {                                            \
-        using scalar_t = __nv_bfloat16;                                         \
-        return __VA_ARGS__();                                                   \
-      }                                                                         \
-      default:                                                                  \
-        throw std::invalid_argument(std::string(op_name) +                      \
-                                    ": the CUDA backend computes in f32, f64, " \
-                                    "f16 or bf16, got " +                       \
-                                    std::string(::trainer::dtype_name(dtype))); \
-    }                                                                           \
+// Binds scalar_t to the element type of a floating dtype; other dtypes throw (nn/dtype_dispatch.h).
+#define CUDA_DISPATCH_FLOAT(dtype, op_name, ...)                                                      \
+  [&] {                                                                                               \
+    switch (dtype) {                                                                                  \
+      TRAINER_DTYPE_CASE(f32, float, __VA_ARGS__)                                                     \
+      TRAINER_DTYPE_CASE(f64, double, __VA_ARGS__)                                                    \
+      TRAINER_DTYPE_CASE(f16, __half, __VA_ARGS__)                                                    \
+      TRAINER_DTYPE_CASE(bf16, __nv_bfloat16, __VA_ARGS__)                                            \
+      TRAINER_DTYPE_UNSUPPORTED(dtype, op_name, "the CUDA backend computes in f32, f64, f16 or bf16") \
+    }                                                                                                 \
   }()
 
 // As above for the optimizer kernels, which keep to f32 and f64 like the CPU backend.
-#define CUDA_DISPATCH_F32_F64(dtype, op_name, ...)                                      \
-  [&] {                                                                                 \
-    switch (dtype) {                                                                    \
-      case ::trainer::DType::f32: {                                                     \
-        using scalar_t = float;                                                         \
-        return __VA_ARGS__();                                                           \
-      }                                                                                 \
-      case ::trainer::DType::f64: {                                                     \
-        using scalar_t = double;                                                        \
-        return __VA_ARGS__();                                                           \
-      }                                                                                 \
-      default:                                                                          \
-        throw std::invalid_argument(std::string(op_name) + ": needs f32 or f64, got " + \
-                                    std::string(::trainer::dtype_name(dtype)));         \
-    }                                                                                   \
-  }()
+#define CUDA_DISPATCH_F32_F64(dtype, op_name, ...) \
+  TRAINER_DISPATCH_F32_F64(dtype, op_name, "needs f32 or f64", __VA_ARGS__)
 
 __device__ __forceinline__ int64_t offset_of(const Indexer& ix, int64_t i) {
   int64_t off = 0;

@@ -8,23 +8,15 @@
 #include <vector>
 
 #include "data/data_error.h"
+#include "data/error_of.h"
 #include "data/temp_dir.h"
 
 namespace trainer {
 namespace {
 
+using testing::error_of;
 using testing::TempDir;
 using testing::write_bytes;
-
-template <class Fn>
-std::string error_of(Fn fn) {
-  try {
-    fn();
-  } catch (const DataError& error) {
-    return error.what();
-  }
-  return "";
-}
 
 // The pixel (channel c, row y, column x) of record r of file f, distinct enough to catch a layout mix-up.
 uint8_t pixel(int f, int r, int c, int y, int x) {

@@ -8,25 +8,17 @@
 #include <string>
 
 #include "data/data_error.h"
+#include "data/error_of.h"
 #include "data/idx.h"
 #include "data/temp_dir.h"
 
 namespace trainer {
 namespace {
 
+using testing::error_of;
 using testing::TempDir;
 
 bool real_dataset_installed() { return std::filesystem::is_directory(kFashionMnistDefaultRoot); }
-
-template <class Fn>
-std::string error_of(Fn fn) {
-  try {
-    fn();
-  } catch (const DataError& error) {
-    return error.what();
-  }
-  return "";
-}
 
 // A small Fashion-MNIST lookalike: `count` 28x28 images whose pixels all equal their label.
 void write_fake_split(const TempDir& dir, const std::string& prefix, int64_t count, bool gzip) {

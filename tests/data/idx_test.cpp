@@ -8,12 +8,14 @@
 #include <vector>
 
 #include "data/data_error.h"
+#include "data/error_of.h"
 #include "data/temp_dir.h"
 #include "nn/random.h"
 
 namespace trainer {
 namespace {
 
+using testing::error_of;
 using testing::read_bytes;
 using testing::TempDir;
 using testing::write_bytes;
@@ -27,17 +29,6 @@ IdxImages make_images(int64_t count, int64_t rows, int64_t cols, uint64_t seed =
   for (int64_t i = 0; i < count * rows * cols; ++i)
     images.pixels.push_back(static_cast<uint8_t>(gen.below(256)));
   return images;
-}
-
-// The DataError message of fn, or "" if it did not throw one.
-template <class Fn>
-std::string error_of(Fn fn) {
-  try {
-    fn();
-  } catch (const DataError& error) {
-    return error.what();
-  }
-  return "";
 }
 
 void write_gzip_members(const std::string& path, const std::vector<std::vector<uint8_t>>& members) {

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "data/error_of.h"
+
 namespace trainer {
 namespace {
 
@@ -30,16 +32,6 @@ std::vector<uint8_t> noise(size_t bytes) {
     p = static_cast<uint8_t>(state >> 56);
   }
   return pixels;
-}
-
-template <class Fn>
-std::string decode_error_of(Fn fn) {
-  try {
-    fn();
-  } catch (const ImageDecodeError& error) {
-    return error.what();
-  }
-  return "";
 }
 
 int max_abs_difference(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
@@ -147,7 +139,7 @@ TEST(ImageCodec, BrokenImagesSayWhatIsWrong) {
   const std::vector<uint8_t> png = encode_png(rgb.data(), 32, 32, 3);
   DecodedImage out;
   const auto decode = [&](std::vector<uint8_t> bytes) {
-    return decode_error_of([&] { decode_image(bytes.data(), bytes.size(), 3, out); });
+    return testing::error_of<ImageDecodeError>([&] { decode_image(bytes.data(), bytes.size(), 3, out); });
   };
   EXPECT_NE(
       decode({jpeg.begin(), jpeg.begin() + static_cast<long>(jpeg.size() * 2 / 3)}).find("truncated JPEG"),
@@ -221,7 +213,8 @@ TEST(ImageCodecDamage, PngWithABadIdatCrcIsCorrupt) {
   const PngChunk idat = find_chunk(png, "IDAT");
   png[idat.crc()] ^= 0x01;
   DecodedImage out;
-  const std::string error = decode_error_of([&] { decode_image(png.data(), png.size(), 3, out); });
+  const std::string error =
+      testing::error_of<ImageDecodeError>([&] { decode_image(png.data(), png.size(), 3, out); });
   EXPECT_NE(error.find("corrupt PNG"), std::string::npos) << error;
 }
 
@@ -234,7 +227,8 @@ TEST(ImageCodecDamage, PngWhoseCompressedDataFailsItsZlibChecksumIsCorrupt) {
   std::vector<uint8_t> bad_adler = png;
   bad_adler[idat.crc() - 1] ^= 0x01;
   fix_crc(bad_adler, idat);
-  std::string error = decode_error_of([&] { decode_image(bad_adler.data(), bad_adler.size(), 3, out); });
+  std::string error =
+      testing::error_of<ImageDecodeError>([&] { decode_image(bad_adler.data(), bad_adler.size(), 3, out); });
   EXPECT_NE(error.find("corrupt PNG"), std::string::npos) << error;
   // One bit flipped in the compressed bytes, the chunk CRC made to match: the image fails to decode or
   // decodes to the original pixels (a flip inflate never reads), never to other pixels. Before the
@@ -244,7 +238,8 @@ TEST(ImageCodecDamage, PngWhoseCompressedDataFailsItsZlibChecksumIsCorrupt) {
     std::vector<uint8_t> damaged = png;
     damaged[at] ^= 0x04;
     fix_crc(damaged, idat);
-    error = decode_error_of([&] { decode_image(damaged.data(), damaged.size(), 3, out); });
+    error =
+        testing::error_of<ImageDecodeError>([&] { decode_image(damaged.data(), damaged.size(), 3, out); });
     if (!error.empty()) {
       EXPECT_NE(error.find("PNG"), std::string::npos) << error;
       ++detected;
@@ -263,8 +258,8 @@ TEST(ImageCodecDamage, JpegWithDamagedScanDataIsCorrupt) {
   for (size_t i = garbled.size() / 2; i < garbled.size() / 2 + 64; ++i) garbled[i] = 0xff;
   DecodedImage out;
   for (const double min_scale : {1.0, 0.25}) {
-    const std::string error =
-        decode_error_of([&] { decode_image(garbled.data(), garbled.size(), 3, out, min_scale); });
+    const std::string error = testing::error_of<ImageDecodeError>(
+        [&] { decode_image(garbled.data(), garbled.size(), 3, out, min_scale); });
     EXPECT_EQ(error.rfind("corrupt JPEG: ", 0), 0u) << error;
   }
   // The decompressor that warned decodes the next, good image.

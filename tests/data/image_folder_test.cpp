@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "data/data_error.h"
+#include "data/error_of.h"
 #include "data/image_codec.h"
 #include "data/loader.h"
 #include "data/temp_dir.h"
@@ -20,6 +21,7 @@ namespace trainer {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::error_of;
 using testing::TempDir;
 using testing::write_bytes;
 
@@ -61,16 +63,6 @@ void write_jpeg(const fs::path& path, int64_t width, int64_t height, const std::
   fs::create_directories(path.parent_path());
   const int64_t channels = static_cast<int64_t>(color.size());
   write_bytes(path.string(), encode_jpeg(solid(width, height, color).data(), width, height, channels, 100));
-}
-
-template <class Fn>
-std::string error_of(Fn fn) {
-  try {
-    fn();
-  } catch (const DataError& error) {
-    return error.what();
-  }
-  return "";
 }
 
 // cat/ and dog/ and ant/, mixed formats, sizes and channel counts, plus files that are not samples.

@@ -84,18 +84,18 @@ TEST(ProcessGroup, DifferentBuildsStopBeforeConnecting) {
 
 // A rank whose model sits on another kind of device (a node where train.device = "auto" found no GPU)
 // would open another kind of communicator; the ranks stop before connecting, naming both. In this
-// CPU-only build the GPU rank is one with dist.backend = "cpu" and its model on a GPU.
+// CPU-only build the GPU rank is one with dist.backend = "tcp" and its model on a GPU.
 TEST(ProcessGroup, RanksOnDifferentDeviceKindsStopBeforeConnecting) {
   const int port = free_port();
   const auto out = run_processes(2, [&](int rank) {
     DistOptions options;
-    options.backend = "cpu";
+    options.backend = "tcp";
     options.device = rank == 0 ? Device::cpu() : Device::cuda(0);
     ProcessGroup::init(process_env_from(torchrun_env(rank, 2, port)), options);
   });
   for (const auto& o : out) {
     EXPECT_NE(
-        o.error.find("communicator: 'cpu, model on CPU' on rank(s) 0; 'cpu, model on GPU' on rank(s) 1"),
+        o.error.find("communicator: 'tcp, model on CPU' on rank(s) 0; 'tcp, model on GPU' on rank(s) 1"),
         std::string::npos)
         << all_errors(out);
     EXPECT_NE(o.error.find("CUDA_VISIBLE_DEVICES"), std::string::npos) << all_errors(out);
@@ -110,7 +110,7 @@ TEST(ProcessGroup, TwoRanksOnOneGpuStopBeforeConnecting) {
     const int port = free_port();
     const auto out = run_processes(2, [&](int rank) {
       DistOptions options;
-      options.backend = "cpu";
+      options.backend = "tcp";
       options.gpu_id = shared || rank == 0 ? "GPU-5f3e" : "GPU-77aa";
       ProcessGroup::init(process_env_from(torchrun_env(rank, 2, port)), options)->shutdown();
     });

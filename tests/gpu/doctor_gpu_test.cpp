@@ -43,7 +43,7 @@ TEST_F(DoctorOnGpu, ListsTheGpusAndChecksTheCollectivesForTheirNumber) {
   } else {
     EXPECT_TRUE(has(R"(SKIP  peer-to-peer +1 GPU\(s\) visible: nothing to connect)")) << r.output;
     EXPECT_TRUE(has(R"(SKIP  nccl allreduce +1 GPU\(s\) visible, needs 2 or more)")) << r.output;
-    EXPECT_TRUE(has("PASS  allreduce +cpu communicator, 2 ranks")) << r.output;
+    EXPECT_TRUE(has("PASS  allreduce +tcp communicator, 2 ranks")) << r.output;
   }
 }
 

@@ -4,7 +4,7 @@
 // one rank sees it after the all-reduce. The test hook TRAINER_TEST_INF_GRAD makes rank 1's gradient
 // inf at step 5, after the all-reduce: without the agreement rank 0 would take that step and the two
 // ranks' weights would part without a word. Two ranks on one GPU through the CPU communicator
-// (dist.backend = "gloo" allows a shared GPU), with the device loss scaler.
+// (dist.backend = "tcp" allows a shared GPU), with the device loss scaler.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -26,7 +26,7 @@ class Fp16TwoRanks : public trainer::testing::TrainerRunTest {
 TEST_F(Fp16TwoRanks, AnOverflowOnOneRankIsSkippedByBoth) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
   const std::string cfg = write_small_config(
-      "[train]\ndevice = \"cuda\"\nprecision = \"fp16\"\nmax_steps = 8\n[dist]\nbackend = \"gloo\"\n"
+      "[train]\ndevice = \"cuda\"\nprecision = \"fp16\"\nmax_steps = 8\n[dist]\nbackend = \"tcp\"\n"
       "timeout_seconds = 60\n");
   const std::string args = "train " + cfg + " --set train.run_dir=" + run_dir("run");
   const std::string env = "TRAINER_TEST_INF_GRAD=1:5 LOCAL_RANK=0 timeout 300";

@@ -167,11 +167,11 @@ TEST_F(Nccl, GradientReducerAtWorldSizeOneLeavesGradientsUnchanged) {
 TEST(NcclProcessGroup, BackendSelection) {
   DistOptions o;
   o.device = Device::cpu();
-  EXPECT_EQ(resolve_comm_backend(o), "cpu");
+  EXPECT_EQ(resolve_comm_backend(o), "tcp");
   o.device = Device::cuda(0);
   EXPECT_EQ(resolve_comm_backend(o), "nccl");
-  o.backend = "cpu";
-  EXPECT_EQ(resolve_comm_backend(o), "cpu");
+  o.backend = "tcp";
+  EXPECT_EQ(resolve_comm_backend(o), "tcp");
   o.backend = "nccl";
   EXPECT_EQ(resolve_comm_backend(o), "nccl");
   o.device = Device::cpu();
