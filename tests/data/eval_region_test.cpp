@@ -16,24 +16,17 @@
 #include "data/jpeg_region.h"
 #include "data/resized_crop.h"
 #include "data/temp_dir.h"
+#include "data/test_pictures.h"
 
 namespace trainer {
 namespace {
 
+using testing::encode_420;
+using testing::picture;
+
 namespace fs = std::filesystem;
 using testing::TempDir;
 using testing::write_bytes;
-
-std::vector<uint8_t> picture(int width, int height) {
-  std::vector<uint8_t> hwc(static_cast<size_t>(width) * height * 3);
-  for (int y = 0; y < height; ++y)
-    for (int x = 0; x < width; ++x)
-      for (int c = 0; c < 3; ++c)
-        hwc[(static_cast<size_t>(y) * width + x) * 3 + c] = static_cast<uint8_t>(
-            127 + 60 * std::sin(0.05 * x * (c + 1) + 0.03 * y) +
-            40 * std::cos(0.11 * y * (3 - c) - 0.07 * x) + ((x * 7 + y * 13 + c * 5) % 17));
-  return hwc;
-}
 
 // What evaluation gave before: the whole image decoded, resized to the shorter side, centre-cropped.
 std::vector<uint8_t> resize_then_crop(const std::vector<uint8_t>& jpeg, int64_t size) {
