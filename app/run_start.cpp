@@ -166,12 +166,12 @@ std::string lr_scaling_note(const Config& config, int world_size) {
 DistOptions dist_options(const Config& config, const Device& device, const TrainerBuild& build) {
   DistOptions dopt;
   dopt.device = device;
-  dopt.backend = config.dist.backend == "gloo" ? "cpu" : config.dist.backend;  // "gloo" names the CPU path
+  dopt.backend = config.dist.backend;  // the config reads "gloo" as "tcp"
   dopt.timeout = std::chrono::seconds(config.dist.timeout_seconds);
   dopt.connect_timeout = dopt.timeout;  // a rank that never starts is reported after dist.timeout_seconds
   dopt.build = build.str();
   // NCCL only: it cannot run two ranks on one GPU anyway (its own error is terse), while ranks that
-  // share a GPU on purpose (MPS, time-slicing) still can with dist.backend = "gloo".
+  // share a GPU on purpose (MPS, time-slicing) still can with dist.backend = "tcp".
   if (resolve_comm_backend(dopt) == "nccl") dopt.gpu_id = gpu_id(device);
   return dopt;
 }
