@@ -20,7 +20,7 @@ struct CommonArgs {
   std::string weights_path;
   std::string resume;
   std::string dump_logits_path;
-  std::string format;  // `trainer config --format`
+  std::string format;          // `trainer config --format`
   bool no_verify_crc = false;  // eval: load --weights without checking their CRC-32C
   bool help = false;
 };
