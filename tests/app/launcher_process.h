@@ -65,8 +65,19 @@ class Launcher {
   }
   ~Launcher() {
     if (!exited_) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
+      // A test that failed early leaves a running launcher: SIGTERM first, which it forwards to its
+      // ranks and waits for, so that they do not outlive the test (holding the output pipe the reader
+      // waits on); SIGKILL after 5 s.
+      ::kill(pid_, SIGTERM);
+      bool reaped = false;
+      for (int i = 0; i < 100 && !reaped; ++i) {
+        reaped = ::waitpid(pid_, nullptr, WNOHANG) == pid_;
+        if (!reaped) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+      if (!reaped) {
+        ::kill(pid_, SIGKILL);
+        ::waitpid(pid_, nullptr, 0);
+      }
       reader_.join();
     }
   }
