@@ -16,6 +16,7 @@ packages=(
   prometheus-cpp-dev                                   # the metrics exporter (pull, with civetweb)
   nlohmann-json3-dev                                   # JSON: safetensors headers, summaries, bench records
   prometheus                                           # tests: a real Prometheus server
+  chromium                                             # tests: trainer report's page in a real browser
 )
 
 missing=()

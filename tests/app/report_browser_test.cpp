@@ -1,4 +1,5 @@
-// report.html in a real browser: Debian's headless Chromium loads the report of two short real runs,
+// report.html in a real browser: Debian's headless Chromium loads the report of two short real runs
+// (one rank, and two ranks under `trainer launch`),
 // runs its inline script and dumps the DOM. The page must raise no script error, and every series the
 // page holds (data-series) must have been laid out with a non-empty box (data-drawn-series, written by
 // the page's script from getBBox). Skipped, saying how to enable it, where /usr/bin/chromium is missing.
@@ -9,6 +10,7 @@
 #include <regex>
 #include <string>
 
+#include "dist/multi_process.h"
 #include "trainer_process.h"
 
 namespace trainer {
@@ -57,11 +59,13 @@ TEST_F(ReportBrowserTest, ChromiumDrawsEverySeriesWithoutScriptErrors) {
                  << " is missing: install Debian's chromium package (apt-get install "
                     "--no-install-recommends chromium) to check report.html in a browser";
   const std::string config = write_small_config("[train]\nepochs = 2\n");
-  for (const char* run : {"a", "b"}) {
-    const auto r = testing::run_trainer("train " + config + " --set train.run_dir=" + run_dir(run) +
-                                        (std::string(run) == "b" ? " --set optim.lr=0.02" : ""));
-    ASSERT_EQ(r.exit_code, 0) << r.output;
-  }
+  // One rank, and two ranks under the launcher (rank 0 writes the run's files).
+  const auto one = testing::run_trainer("train " + config + " --set train.run_dir=" + run_dir("a"));
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  const auto two = testing::run_trainer("launch --nproc-per-node 2 --master-port " +
+                                        std::to_string(testing::free_port(2)) + " -- train " + config +
+                                        " --set train.run_dir=" + run_dir("b"));
+  ASSERT_EQ(two.exit_code, 0) << two.output;
   const fs::path html = dir_ / "report.html";
   const auto rep =
       testing::run_trainer("report " + run_dir("a") + " " + run_dir("b") + " --out " + html.string());
