@@ -59,8 +59,12 @@ TEST_F(ReportBrowserTest, ChromiumDrawsEverySeriesWithoutScriptErrors) {
                  << " is missing: install Debian's chromium package (apt-get install "
                     "--no-install-recommends chromium) to check report.html in a browser";
   const std::string config = write_small_config("[train]\nepochs = 2\n");
-  // One rank, and two ranks under the launcher (rank 0 writes the run's files).
-  const auto one = testing::run_trainer("train " + config + " --set train.run_dir=" + run_dir("a"));
+  // Real Fashion-MNIST (Debian's dataset-fashion-mnist), 40 steps, on one rank; and two ranks under
+  // the launcher (rank 0 writes the run's files).
+  const auto one = testing::run_trainer("train " TRAINER_SOURCE_DIR
+                                        "/configs/fashion_mnist_cnn.toml --set train.max_steps=40 --set "
+                                        "train.run_dir=" +
+                                        run_dir("a"));
   ASSERT_EQ(one.exit_code, 0) << one.output;
   const auto two = testing::run_trainer("launch --nproc-per-node 2 --master-port " +
                                         std::to_string(testing::free_port(2)) + " -- train " + config +
