@@ -12,6 +12,7 @@
 #include "app/checkpoint.h"
 #include "nn/models/registry.h"
 #include "nn/optim/sgd.h"
+#include "tiny_mlp.h"
 
 namespace trainer {
 namespace {
@@ -24,12 +25,7 @@ class CheckpointPosition : public ::testing::Test {
     dir_ = fs::temp_directory_path() / ("trainer_ckpt_position_" + std::to_string(::getpid()) + "_" +
                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
-    ModelOptions m;
-    m.name = "mlp";
-    m.in_channels = 1;
-    m.image_size = 4;
-    m.num_classes = 3;
-    model_ = create_model(m);
+    model_ = testing::tiny_mlp();
     opt_ = std::make_unique<Sgd>(model_->named_parameters(), SgdOptions{});
   }
   void TearDown() override { fs::remove_all(dir_); }

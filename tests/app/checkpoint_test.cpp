@@ -19,6 +19,7 @@
 #include "nn/models/registry.h"
 #include "nn/optim/adamw.h"
 #include "nn/optim/sgd.h"
+#include "tiny_mlp.h"
 
 namespace trainer {
 namespace {
@@ -41,12 +42,7 @@ class CheckpointTest : public ::testing::Test {
     dir_ = fs::temp_directory_path() / ("trainer_ckpt_" + std::to_string(::getpid()) + "_" +
                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
-    ModelOptions m;
-    m.name = "mlp";
-    m.in_channels = 1;
-    m.image_size = 4;
-    m.num_classes = 3;
-    model_ = create_model(m);
+    model_ = testing::tiny_mlp();
     SgdOptions so;
     so.momentum = 0.9;
     opt_ = std::make_unique<Sgd>(model_->named_parameters(), so);

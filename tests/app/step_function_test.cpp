@@ -10,6 +10,7 @@
 #include "nn/models/registry.h"
 #include "nn/optim/sgd.h"
 #include "nn/random.h"
+#include "tiny_mlp.h"
 
 namespace trainer {
 namespace {
@@ -46,12 +47,7 @@ class RecordingDriver : public StepDriver {
 // A small model, its optimizer and a batch: what a step works on.
 struct StepSetup {
   StepSetup() {
-    ModelOptions m;
-    m.name = "mlp";
-    m.in_channels = 1;
-    m.image_size = 4;
-    m.num_classes = 3;
-    model_ = create_model(m);
+    model_ = testing::tiny_mlp();
     SgdOptions so;
     so.lr = 0.5;
     optimizer_ = std::make_unique<Sgd>(model_->named_parameters(), so);
