@@ -18,8 +18,8 @@
 #include <string>
 #include <vector>
 
-#include "app/blas_kernels.h"
-#include "app/step_function.h"
+#include "nn/cpu/blas_kernels.h"
+#include "app/train/step_function.h"
 #include "nn/amp/autocast.h"
 #include "nn/amp/loss_scaler.h"
 #include "nn/amp/precision_policy.h"
@@ -274,7 +274,7 @@ Result run(const Point& p) {
     scaler.keep_on_device(device);
     opt.skip_if(scaler.found_inf_flag());
   }
-  // The trainer's step function (app/step_function.h), as bench/torch_reference.py: autocast forward,
+  // The trainer's step function (app/train/step_function.h), as bench/torch_reference.py: autocast forward,
   // scaled backward, unscale + check, step. One process: nothing to reduce.
   const StepParts parts{.model = *model,
                         .optimizer = opt,

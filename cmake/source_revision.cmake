@@ -1,6 +1,6 @@
 # Writes OUT (a header defining TRAINER_SOURCE_REVISION) from the git checkout at SRC, at every build:
 # the commit (12 hex digits), plus "+dirty.<8 hex>" when the sources differ from it, or "unknown"
-# outside a git checkout. Ranks compare it at start-up (app/build_info.h), so two nodes whose sources
+# outside a git checkout. Ranks compare it at start-up (app/common/build_info.h), so two nodes whose sources
 # differ stop even when their version numbers agree, while two nodes with the same uncommitted change
 # still agree. The dirty part is the git tree id of the working tree's contents (tracked files and
 # untracked ones git does not ignore: CMake globs compile those too), written through a temporary

@@ -39,7 +39,7 @@
 // thread of its own, bounded by abort_limit: a hung abort never turns the error into a hang.
 //
 // CUDA graphs: a collective issued while the compute stream is being captured (a whole training step
-// recorded as a graph, app/step_graph.h) is recorded into the graph: the two events and the NCCL call
+// recorded as a graph, app/train/step_graph.h) is recorded into the graph: the two events and the NCCL call
 // become graph nodes and edges, and the communication stream takes part in the capture. Such a
 // collective is not registered with the watchdog (querying an event recorded in a capture is invalid,
 // and it would never complete); its tensors are kept until the next watch_graph_replay() (the capture

@@ -24,7 +24,7 @@ namespace trainer {
 // What may end a store wait early: `pending_signal` returns the number of a stop signal received (0:
 // none). The waits of the thread that set it (not the watchdog's or heartbeat's threads) check it
 // about once a second and throw WaitInterrupted when it is set; so does a client still trying to reach
-// rank 0's store. The trainer passes its stop handler's flag (app/train_signals.h) for its start-up,
+// rank 0's store. The trainer passes its stop handler's flag (app/train/train_signals.h) for its start-up,
 // so that SIGTERM or Ctrl-C while a rank waits for the others (a peer that never came, a slow node)
 // ends the process at once instead of after dist.timeout_seconds. Unset (null), waits run to their
 // timeouts. The communicators' set-up (CpuComm's peer connections, NCCL's initialisation) checks it

@@ -1,7 +1,7 @@
 // speedup.svg of `trainer bench`: one curve per (precision, batch) on the speedup, efficiency and img/s
 // panels, the img/s 95% interval drawn, single points written with their value, points that never
 // reached the target or diverged marked on the x axis with the reason.
-#include "app/bench_charts.h"
+#include "app/commands/bench/bench_charts.h"
 
 #include <gtest/gtest.h>
 

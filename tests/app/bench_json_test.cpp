@@ -7,8 +7,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "app/bench_runs.h"
-#include "app/json_text.h"
+#include "app/commands/bench/bench_runs.h"
+#include "app/common/json_text.h"
 
 namespace trainer {
 namespace {

@@ -14,8 +14,8 @@
 #include <sstream>
 #include <string>
 
-#include "app/bench_command.h"
-#include "app/plan_command.h"
+#include "app/commands/bench/bench_command.h"
+#include "app/commands/plan/plan_command.h"
 #include "nn/allocator.h"
 #include "nn/models/registry.h"
 #include "nn/tensor.h"

@@ -1,7 +1,7 @@
 // The build line every rank compares at start-up: a CUDA build also names the versions this host
 // loads at run time (driver, CUDA runtime, cuDNN, NCCL), which the seed guides say must match across
 // nodes and which the headers' versions alone cannot show; a CPU-only build says so.
-#include "app/build_info.h"
+#include "app/common/build_info.h"
 
 #include <gtest/gtest.h>
 

@@ -10,7 +10,7 @@
 #include <fstream>
 #include <string>
 
-#include "app/checkpoint.h"
+#include "app/run/checkpoint.h"
 #include "metrics/run_csv_util.h"
 #include "trainer_process.h"
 

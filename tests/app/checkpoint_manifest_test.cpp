@@ -6,7 +6,7 @@
 #include <fstream>
 #include <string>
 
-#include "app/crc32c.h"
+#include "app/common/crc32c.h"
 #include "run_faults.h"
 
 namespace {

@@ -1,5 +1,5 @@
 // The manifest's own CRC-32C (and the older format without it) and the range check of a checkpoint's
-// position against the data it resumes (app/checkpoint.h: verify_checkpoint, check_position_fits).
+// position against the data it resumes (app/run/checkpoint.h: verify_checkpoint, check_position_fits).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -9,7 +9,7 @@
 #include <sstream>
 #include <string>
 
-#include "app/checkpoint.h"
+#include "app/run/checkpoint.h"
 #include "nn/models/registry.h"
 #include "nn/optim/sgd.h"
 #include "tiny_mlp.h"

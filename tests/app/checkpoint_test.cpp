@@ -1,4 +1,4 @@
-#include "app/checkpoint.h"
+#include "app/run/checkpoint.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -11,8 +11,8 @@
 #include <set>
 #include <thread>
 
-#include "app/crc32c.h"
-#include "app/run_start.h"
+#include "app/common/crc32c.h"
+#include "app/train/run_start.h"
 #include "data/distributed_sampler.h"
 #include "dist/multi_process.h"
 #include "dist/store.h"
@@ -230,7 +230,7 @@ TEST_F(CheckpointTest, CrashBeforeRenameLeavesTheLastGoodCheckpoint) {
   for (auto& p : model_->parameters()) p.data().fill_(3.0);  // what the lost checkpoint would hold
   EXPECT_EXIT(
       {
-        // TRAINER_TEST_CRASH_BEFORE_RENAME=2, as the trainer reads it at start-up (app/fault_injection.h)
+        // TRAINER_TEST_CRASH_BEFORE_RENAME=2, as the trainer reads it at start-up (app/train/fault_injection.h)
         save(2, -1, 3, 0, /*crash_before_rename_step=*/2);
         std::_Exit(0);  // not reached
       },

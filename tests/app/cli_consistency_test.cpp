@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <string>
 
-#include "app/cli.h"
+#include "app/common/cli.h"
 #include "trainer_process.h"
 
 namespace trainer {

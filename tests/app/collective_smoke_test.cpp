@@ -1,6 +1,6 @@
 // The collective smoke test behind `trainer doctor`: its checks catch wrong results, and its bus
 // bandwidth follows nccl-tests' definition.
-#include "app/collective_smoke.h"
+#include "dist/collective_smoke.h"
 
 #include <gtest/gtest.h>
 

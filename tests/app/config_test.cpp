@@ -1,6 +1,6 @@
 // Config loading: defaults, overrides, round trips, and above all the error messages, which must
 // always point at file:line:column (or the --set argument) and name the key.
-#include "app/config.h"
+#include "app/config/config.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

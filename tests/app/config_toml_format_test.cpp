@@ -7,7 +7,7 @@
 #include <fstream>
 #include <string>
 
-#include "app/config.h"
+#include "app/config/config.h"
 #include "trainer_process.h"
 
 namespace trainer {

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "app/config.h"
-#include "app/datasets.h"
+#include "app/config/config.h"
+#include "app/run/datasets.h"
 #include "data/image_codec.h"
 #include "data/image_folder.h"
 #include "nn/random.h"

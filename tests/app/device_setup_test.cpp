@@ -1,6 +1,6 @@
 // cudnn_fusion_state and cudnn_batchnorm_state: when train.cudnn_fusion and train.cudnn_batchnorm take
 // effect, and the key the log names when they do not.
-#include "app/device_setup.h"
+#include "app/run/device_setup.h"
 
 #include <gtest/gtest.h>
 

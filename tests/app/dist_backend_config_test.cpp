@@ -8,7 +8,7 @@
 #include <fstream>
 #include <string>
 
-#include "app/config.h"
+#include "app/config/config.h"
 
 namespace trainer {
 namespace {

@@ -1,7 +1,7 @@
 // A diverged run is named as such, with what to change: `trainer train` warns when its final accuracy
 // is at chance after the warm-up, and `trainer bench --to-accuracy` reports a point whose loss became
 // NaN as diverged (not a failed bench, not just "not reached").
-#include "app/divergence.h"
+#include "app/train/divergence.h"
 
 #include <gtest/gtest.h>
 

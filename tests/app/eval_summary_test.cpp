@@ -1,5 +1,5 @@
 // `trainer eval --summary PATH` writes what eval measured, not a training summary full of zeros.
-#include "app/eval_summary.h"
+#include "app/commands/train_eval/eval_summary.h"
 
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 // fault_injection_from_env: every TRAINER_TEST_* hook of the training path, read once; all off by default.
-#include "app/fault_injection.h"
+#include "app/train/fault_injection.h"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 // `trainer launch`: argument parsing, the ranks' environment and line prefixing as functions; then the
 // built binary run as a user would run it (loopback only, a few seconds in all).
-#include "app/launch_command.h"
+#include "app/commands/launch/launch_command.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "app/cli.h"
+#include "app/common/cli.h"
 #include "app/launcher_process.h"
 #include "app/trainer_process.h"
 

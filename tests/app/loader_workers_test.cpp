@@ -2,7 +2,7 @@
 // training thread on a GPU rank, half on a CPU rank), and an
 // explicit count that would start more loader threads than the node has cores is warned about (the
 // seed guides' pitfall: "the total worker count balloons and exhausts the CPU's memory").
-#include "app/loader_workers.h"
+#include "app/run/loader_workers.h"
 
 #include <gtest/gtest.h>
 
@@ -12,7 +12,7 @@
 #include <string>
 #include <thread>
 
-#include "app/run_start.h"
+#include "app/train/run_start.h"
 #include "app/trainer_process.h"
 
 namespace trainer {

@@ -5,8 +5,8 @@
 
 #include <string>
 
-#include "app/config.h"
-#include "app/run_start.h"
+#include "app/config/config.h"
+#include "app/train/run_start.h"
 
 namespace trainer {
 namespace {

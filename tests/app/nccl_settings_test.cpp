@@ -7,8 +7,8 @@
 #include <optional>
 #include <string>
 
-#include "app/config.h"
-#include "app/run_start.h"
+#include "app/config/config.h"
+#include "app/train/run_start.h"
 #include "app/trainer_process.h"
 
 namespace trainer {

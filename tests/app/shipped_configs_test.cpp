@@ -3,7 +3,7 @@
 
 #include <filesystem>
 
-#include "app/config.h"
+#include "app/config/config.h"
 
 namespace trainer {
 namespace {

@@ -5,8 +5,8 @@
 
 #include <string>
 
-#include "app/config.h"
-#include "app/experiment.h"
+#include "app/config/config.h"
+#include "app/run/experiment.h"
 
 namespace trainer {
 namespace {

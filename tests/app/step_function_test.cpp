@@ -1,6 +1,6 @@
 // run_step, the one step function: the phases it reports in order, accumulation over micro-batches, the
 // learning rate the driver gives, the update, and an input that runs out before the step is complete.
-#include "app/step_function.h"
+#include "app/train/step_function.h"
 
 #include <gtest/gtest.h>
 

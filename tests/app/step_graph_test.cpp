@@ -1,5 +1,5 @@
 // step_graph_blocker: which runs train.cuda_graph captures, and the reason the log gives for the others.
-#include "app/step_graph.h"
+#include "app/train/step_graph.h"
 
 #include <gtest/gtest.h>
 

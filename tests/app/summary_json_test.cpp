@@ -11,8 +11,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "app/bench_runs.h"
-#include "app/summary.h"
+#include "app/commands/bench/bench_runs.h"
+#include "app/train/summary.h"
 
 namespace trainer {
 namespace {

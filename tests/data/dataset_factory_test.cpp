@@ -1,4 +1,4 @@
-// The config -> dataset factory (app/datasets.cpp) for the datasets of data/, and the shipped configs
+// The config -> dataset factory (app/run/datasets.cpp) for the datasets of data/, and the shipped configs
 // that use them.
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "app/config.h"
-#include "app/datasets.h"
+#include "app/config/config.h"
+#include "app/run/datasets.h"
 #include "data/cifar.h"
 #include "data/image_codec.h"
 #include "data/image_folder.h"

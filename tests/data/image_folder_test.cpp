@@ -405,7 +405,7 @@ TEST(ImageFolderBadFiles, EvaluationWithSkipLeavesBadSamplesOutInsteadOfReplacin
   options.image_size = 16;
   options.train = false;
   options.bad_samples = BadSamplePolicy::skip;
-  options.drop_bad_samples = true;  // what the evaluation split gets (app/datasets.cpp)
+  options.drop_bad_samples = true;  // what the evaluation split gets (app/run/datasets.cpp)
   options.warn = [&](const std::string& message) {
     std::lock_guard lock(mutex);
     warnings.push_back(message);

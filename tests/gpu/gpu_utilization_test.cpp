@@ -6,7 +6,7 @@
 
 #include <chrono>
 
-#include "app/device_setup.h"
+#include "app/run/device_setup.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace trainer {

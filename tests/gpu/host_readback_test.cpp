@@ -1,7 +1,7 @@
 // HostReadback and StepFence, the two things that let the training loop read losses without stopping
 // the device: a value read back is the one the device wrote after all the work queued before it, even
 // when that work is long; after a fence the step before it has finished.
-#include "app/host_readback.h"
+#include "app/train/host_readback.h"
 
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>

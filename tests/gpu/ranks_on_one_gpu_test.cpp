@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include "app/device_setup.h"
+#include "app/run/device_setup.h"
 #include "app/trainer_process.h"
 #include "dist/multi_process.h"
 #include "nn/cuda/cuda_backend.h"

@@ -2,7 +2,7 @@
 // the step, timed on the host. A loop whose host wait for the device falls between two steps' timed
 // intervals breaks this (the host's steps look shorter than the device's work), and trainer bench,
 // which takes img/s from the host's step times, then overstates throughput: it reported 143,749 img/s
-// for an eager resnet18 b512 step that runs at 72k, before the step fence (app/host_readback.h).
+// for an eager resnet18 b512 step that runs at 72k, before the step fence (app/train/host_readback.h).
 #include <gtest/gtest.h>
 
 #include <filesystem>

@@ -35,7 +35,7 @@ TEST(PrecisionPolicy, EachPrecisionDecidesAutocastTf32LossScalingAndLayout) {
   EXPECT_TRUE(fp16.loss_scaling);
   EXPECT_FALSE(fp16.allow_tf32);
   EXPECT_EQ(fp16.input_format, MemoryFormat::channels_last);
-  // What the device and the rest of the config add is the app's (app/device_setup.h).
+  // What the device and the rest of the config add is the app's (app/run/device_setup.h).
   EXPECT_FALSE(fp16.loss_scale_on_device);
 }
 

@@ -1,0 +1,247 @@
+#include "app/commands/bench/bench_data_command.h"
+
+#include <stdlib.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "app/common/build_info.h"
+#include "app/common/cli.h"
+#include "app/common/format.h"
+#include "app/common/json_text.h"
+#include "data/cifar.h"
+#include "data/image_folder.h"
+#include "data/loader_bench.h"
+
+namespace trainer {
+namespace {
+
+namespace fs = std::filesystem;
+
+const char* kBenchDataUsage =
+    "usage: trainer bench-data [--root DIR] [--images N] [--jpeg-size N] [--crop N] [--jpeg-batch N]\n"
+    "                          [--cifar-samples N] [--batches 128,512] [--workers N] [--out DIR]\n\n"
+    "Measures the input pipeline alone (no model) through the real DataLoader, at 1 worker and at N:\n"
+    "  jpeg_rrc224      JPEG decode + RandomResizedCrop to --crop (ImageFolder, training mode); reported\n"
+    "                   as images/s and images/s per core used (min(workers, cores)).\n"
+    "  cifar_crop_flip  32x32x3 CIFAR-10 binary records, random crop (padding 4) + horizontal flip, per\n"
+    "                   batch size; reported as batches/s and images/s.\n"
+    "Inputs are generated into a temporary directory (removed afterwards) unless --root names an\n"
+    "ImageFolder tree (class-per-folder JPEG/PNG) to decode instead. Each point loads whole epochs until\n"
+    "it has seen at least the dataset once.\n\n"
+    "  --root DIR           an ImageFolder tree for the JPEG benchmark (default: generated JPEGs)\n"
+    "  --images N           generated JPEGs (default 512)\n"
+    "  --jpeg-size N        side of the generated JPEGs (default 256)\n"
+    "  --crop N             RandomResizedCrop output side (default 224)\n"
+    "  --jpeg-batch N       batch size of the JPEG benchmark (default 32)\n"
+    "  --cifar-samples N    generated CIFAR training records (default 20000)\n"
+    "  --batches LIST       CIFAR batch sizes (default 128,512)\n"
+    "  --workers N          the multi-worker point (default: this host's cores)\n"
+    "  --out DIR            output directory (default runs/bench-data-<time>)\n\n"
+    "Writes loader_bench.csv and loader_bench.json (results, cores, build) into the output directory.\n\n"
+    "example: trainer bench-data --out runs/bench-data\n";
+
+struct BenchDataArgs {
+  std::string root, out;
+  int64_t images = 512, jpeg_size = 256, crop = 224, jpeg_batch = 32, cifar_samples = 20000;
+  std::vector<int64_t> batches = {128, 512};
+  int workers = 0;  // 0: the host's cores
+  bool help = false;
+};
+
+int64_t positive(const std::string& flag, const std::string& text) {
+  int64_t v = 0;
+  const char* end = text.data() + text.size();
+  const auto [p, ec] = std::from_chars(text.data(), end, v);
+  if (text.empty() || ec != std::errc() || p != end || v < 1)
+    throw UsageError(flag + " expects a positive whole number, got '" + text + "'");
+  return v;
+}
+
+BenchDataArgs parse(const std::vector<std::string>& args) {
+  BenchDataArgs a;
+  ArgWalker w(args);  // "--flag value" and "--flag=value" alike, as every other command
+  while (w.next()) {
+    const std::string& flag = w.arg();
+    if (flag == "--help" || flag == "-h")
+      a.help = true;
+    else if (flag == "--root")
+      a.root = w.value();
+    else if (flag == "--out")
+      a.out = w.value();
+    else if (flag == "--images")
+      a.images = positive(flag, w.value());
+    else if (flag == "--jpeg-size")
+      a.jpeg_size = positive(flag, w.value());
+    else if (flag == "--crop")
+      a.crop = positive(flag, w.value());
+    else if (flag == "--jpeg-batch")
+      a.jpeg_batch = positive(flag, w.value());
+    else if (flag == "--cifar-samples")
+      a.cifar_samples = positive(flag, w.value());
+    else if (flag == "--workers")
+      a.workers = static_cast<int>(positive(flag, w.value()));
+    else if (flag == "--batches") {
+      a.batches.clear();
+      std::stringstream list(w.value());
+      for (std::string item; std::getline(list, item, ',');) a.batches.push_back(positive(flag, item));
+      if (a.batches.empty()) throw UsageError("--batches needs at least one batch size");
+    } else if (flag.rfind("-", 0) == 0) {
+      throw UsageError("unknown option " + flag);
+    } else {
+      throw UsageError("unexpected argument '" + flag + "' (bench-data takes no CONFIG; see --help)");
+    }
+  }
+  if (a.cifar_samples < 5) throw UsageError("--cifar-samples must be at least 5 (one per batch file)");
+  return a;
+}
+
+// A fresh directory under $TMPDIR, removed with everything in it when the benchmark ends.
+class ScratchDir {
+ public:
+  ScratchDir() {
+    std::string pattern = (fs::temp_directory_path() / "trainer-bench-data-XXXXXX").string();
+    if (mkdtemp(pattern.data()) == nullptr)
+      throw std::runtime_error("cannot create a directory in " + pattern);
+    path_ = pattern;
+  }
+  ~ScratchDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+std::string default_out_dir() {
+  const std::time_t now = std::time(nullptr);
+  std::tm local{};
+  localtime_r(&now, &local);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &local);
+  return std::string("runs/bench-data-") + stamp;
+}
+
+void write_csv(const fs::path& path, const std::vector<LoaderBenchPoint>& points) {
+  std::ofstream out(path);
+  out << "benchmark,batch_size,workers,cores_used,images,batches,seconds,images_per_s,images_per_s_per_core,"
+         "batches_per_s\n";
+  for (const auto& p : points)
+    out << p.benchmark << ',' << p.batch_size << ',' << p.workers << ',' << p.cores_used << ',' << p.images
+        << ',' << p.batches << ',' << fmt("%.4f", p.seconds) << ',' << fmt("%.1f", p.images_per_second())
+        << ',' << fmt("%.1f", p.images_per_second_per_core()) << ',' << fmt("%.2f", p.batches_per_second())
+        << '\n';
+  if (!out) throw std::runtime_error("cannot write " + path.string());
+}
+
+void write_json(const fs::path& path, const std::vector<LoaderBenchPoint>& points, const BenchDataArgs& a,
+                unsigned cores, const std::string& jpeg_source) {
+  nlohmann::ordered_json js;
+  js["build"] = trainer_build().str();
+  js["cpu_cores"] = cores;
+  js["jpeg_source"] = jpeg_source;
+  js["jpeg_size"] = a.jpeg_size;
+  js["crop"] = a.crop;
+  js["results"] = nlohmann::ordered_json::array();
+  for (const auto& p : points) {
+    nlohmann::ordered_json j;
+    j["benchmark"] = p.benchmark;
+    j["batch_size"] = p.batch_size;
+    j["workers"] = p.workers;
+    j["cores_used"] = p.cores_used;
+    j["images"] = p.images;
+    j["batches"] = p.batches;
+    j["seconds"] = rounded(p.seconds, 4);
+    j["images_per_s"] = rounded(p.images_per_second(), 1);
+    j["images_per_s_per_core"] = rounded(p.images_per_second_per_core(), 1);
+    j["batches_per_s"] = rounded(p.batches_per_second(), 2);
+    js["results"].push_back(std::move(j));
+  }
+  std::ofstream out(path);
+  out << json_text(js);
+  if (!out) throw std::runtime_error("cannot write " + path.string());
+}
+
+void print_table(const std::vector<LoaderBenchPoint>& points) {
+  std::printf("%-16s %6s %7s %5s %8s %8s %10s %13s %10s\n", "benchmark", "batch", "workers", "cores",
+              "images", "seconds", "images/s", "images/s/core", "batches/s");
+  for (const auto& p : points)
+    std::printf("%-16s %6lld %7d %5d %8lld %8.2f %10.1f %13.1f %10.2f\n", p.benchmark.c_str(),
+                static_cast<long long>(p.batch_size), p.workers, p.cores_used,
+                static_cast<long long>(p.images), p.seconds, p.images_per_second(),
+                p.images_per_second_per_core(), p.batches_per_second());
+}
+
+}  // namespace
+
+int bench_data_command(const std::vector<std::string>& args) {
+  const BenchDataArgs a = parse(args);
+  if (a.help) {
+    std::fputs(kBenchDataUsage, stdout);
+    return 0;
+  }
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  const int many = a.workers > 0 ? a.workers : static_cast<int>(cores);
+  std::vector<int> worker_counts = {1};
+  if (many != 1) worker_counts.push_back(many);
+  const fs::path out_dir = a.out.empty() ? fs::path(default_out_dir()) : fs::path(a.out);
+  fs::create_directories(out_dir);
+  ScratchDir scratch;
+  std::vector<LoaderBenchPoint> points;
+
+  // (a) JPEG decode + RandomResizedCrop.
+  std::string jpeg_dir = a.root;
+  std::string jpeg_source = a.root.empty() ? "generated" : a.root;
+  if (a.root.empty()) {
+    jpeg_dir = (scratch.path() / "jpeg").string();
+    std::printf("writing %lld %lldx%lld JPEGs to %s\n", static_cast<long long>(a.images),
+                static_cast<long long>(a.jpeg_size), static_cast<long long>(a.jpeg_size), jpeg_dir.c_str());
+    std::fflush(stdout);
+    write_synthetic_jpeg_folder(jpeg_dir, a.images, a.jpeg_size, 1);
+  }
+  ImageFolderOptions folder;
+  folder.image_size = a.crop;
+  folder.train = true;
+  const auto images = std::make_shared<ImageFolder>(jpeg_dir, folder);
+  for (int workers : worker_counts) {
+    LoaderOptions lo;
+    lo.batch_size = a.jpeg_batch;
+    lo.num_workers = workers;
+    lo.seed = 1;
+    points.push_back(time_loader("jpeg_rrc" + std::to_string(a.crop), images, lo, images->size(),
+                                 static_cast<int>(cores)));
+  }
+
+  // (b) CIFAR-shaped batches with crop + flip.
+  const std::string cifar_dir = (scratch.path() / "cifar").string();
+  write_synthetic_cifar10(cifar_dir, a.cifar_samples, 2);
+  const auto cifar = std::make_shared<Cifar>(CifarVariant::cifar10, cifar_dir, "train");
+  for (int64_t batch : a.batches)
+    for (int workers : worker_counts) {
+      LoaderOptions lo;
+      lo.batch_size = batch;
+      lo.transforms = {4, true};
+      lo.num_workers = workers;
+      lo.seed = 1;
+      points.push_back(time_loader("cifar_crop_flip", cifar, lo, cifar->size(), static_cast<int>(cores)));
+    }
+
+  print_table(points);
+  write_csv(out_dir / "loader_bench.csv", points);
+  write_json(out_dir / "loader_bench.json", points, a, cores, jpeg_source);
+  std::printf("wrote %s and %s\n", (out_dir / "loader_bench.csv").c_str(),
+              (out_dir / "loader_bench.json").c_str());
+  return 0;
+}
+
+}  // namespace trainer

@@ -1,0 +1,372 @@
+#include "app/commands/launch/launch_ranks.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
+
+namespace trainer {
+namespace {
+
+// ---- signals: the handler only writes (signal, si_code, si_pid) into a pipe that the poll loop reads.
+// SIGCHLD goes through it too, so ranks that fail milliseconds apart are seen in the order they died.
+
+int g_signal_pipe[2] = {-1, -1};
+// The first stop signal (SIGINT/SIGTERM/SIGHUP) received, for waits outside an attempt's poll loop.
+volatile sig_atomic_t g_first_stop = 0;
+// SIGHUP was ignored when the launcher started (nohup): it stays ignored here and in the ranks.
+bool g_hup_ignored = false;
+struct sigaction g_old_int {
+}, g_old_term{}, g_old_hup{}, g_old_chld{}, g_old_pipe{};
+
+extern "C" void on_launcher_signal(int sig, siginfo_t* info, void*) {
+  const int saved = errno;
+  const int msg[3] = {sig, info ? info->si_code : SI_USER, info ? static_cast<int>(info->si_pid) : 0};
+  if (sig != SIGCHLD && g_first_stop == 0) g_first_stop = sig;
+  [[maybe_unused]] ssize_t n = ::write(g_signal_pipe[1], msg, sizeof msg);
+  errno = saved;
+}
+
+// ---- children ----
+
+struct Child {
+  int rank = 0;
+  pid_t pid = -1;
+  int out_fd = -1;  // read ends of the child's stdout / stderr pipes; -1 once at EOF
+  int err_fd = -1;
+  LinePrefixer out, err;
+  bool running = false;
+  int status = 0;  // waitpid status once it has exited
+
+  explicit Child(int r) : rank(r), out(prefix(r)), err(prefix(r)) {}
+  static std::string prefix(int r) { return "[rank " + std::to_string(r) + "] "; }
+};
+
+bool failed(int status) { return !(WIFEXITED(status) && WEXITSTATUS(status) == 0); }
+
+// Starts one rank with its stdout/stderr on fresh pipes; stdin is /dev/null (N ranks cannot share it).
+void spawn(Child& c, const std::string& exe, const std::vector<std::string>& command, const EnvMap& env) {
+  int out[2], err[2];
+  if (::pipe2(out, O_CLOEXEC) != 0)
+    throw std::runtime_error(std::string("launch: pipe: ") + std::strerror(errno));
+  if (::pipe2(err, O_CLOEXEC) != 0) {
+    ::close(out[0]);
+    ::close(out[1]);
+    throw std::runtime_error(std::string("launch: pipe: ") + std::strerror(errno));
+  }
+  std::vector<std::string> argv_s{exe};
+  argv_s.insert(argv_s.end(), command.begin(), command.end());
+  std::vector<char*> argv;
+  for (auto& s : argv_s) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  std::vector<std::string> env_s;
+  for (const auto& [k, v] : env) env_s.push_back(k + "=" + v);
+  std::vector<char*> envp;
+  for (auto& s : env_s) envp.push_back(s.data());
+  envp.push_back(nullptr);
+
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&fa, out[1], STDOUT_FILENO);
+  posix_spawn_file_actions_adddup2(&fa, err[1], STDERR_FILENO);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t none, all;
+  sigemptyset(&none);
+  sigfillset(&all);
+  posix_spawnattr_setsigmask(&attr, &none);
+  // SIGPIPE is ignored here, not in the ranks; SIGHUP stays ignored in them under nohup.
+  if (g_hup_ignored) sigdelset(&all, SIGHUP);
+  posix_spawnattr_setsigdefault(&attr, &all);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  const int rc = ::posix_spawn(&c.pid, exe.c_str(), &fa, &attr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
+  ::close(out[1]);
+  ::close(err[1]);
+  if (rc != 0) {
+    ::close(out[0]);
+    ::close(err[0]);
+    throw std::runtime_error("launch: cannot start rank " + std::to_string(c.rank) + " (" + exe +
+                             "): " + std::strerror(rc));
+  }
+  ::fcntl(out[0], F_SETFL, O_NONBLOCK);
+  ::fcntl(err[0], F_SETFL, O_NONBLOCK);
+  c.out_fd = out[0];
+  c.err_fd = err[0];
+  c.running = true;
+}
+
+void signal_running(std::vector<Child>& children, int sig) {
+  for (auto& c : children)
+    if (c.running) ::kill(c.pid, sig);
+}
+
+// Reads what is available on *fd; at EOF flushes the partial line and closes it.
+void pump(int* fd, LinePrefixer& lines, int out_fd) {
+  char buf[65536];
+  for (;;) {
+    const ssize_t n = ::read(*fd, buf, sizeof buf);
+    if (n > 0) {
+      write_fully(out_fd, lines.feed(buf, static_cast<size_t>(n)));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    write_fully(out_fd, lines.flush());
+    ::close(*fd);
+    *fd = -1;
+    return;
+  }
+}
+
+void pump_both(Child& c) {
+  if (c.out_fd >= 0) pump(&c.out_fd, c.out, STDOUT_FILENO);
+  if (c.err_fd >= 0) pump(&c.err_fd, c.err, STDERR_FILENO);
+}
+
+std::string seconds_text(std::chrono::milliseconds d) {
+  const long long ms = d.count();
+  return ms % 1000 == 0 ? std::to_string(ms / 1000) + " s" : std::to_string(ms) + " ms";
+}
+
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string s = ranks.size() == 1 ? "rank " : "ranks ";
+  for (size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
+  return s;
+}
+
+}  // namespace
+
+void write_fully(int fd, const std::string& s) {
+  size_t done = 0;
+  while (done < s.size()) {
+    const ssize_t n = ::write(fd, s.data() + done, s.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;  // our own output is gone (EPIPE, ...): keep supervising the ranks anyway
+    done += static_cast<size_t>(n);
+  }
+}
+
+// ---- LinePrefixer ----
+
+void LinePrefixer::take_line(const std::string& line, std::string* out) {
+  out->append(prefix_).append(line).push_back('\n');
+  if (line.find_first_not_of(" \t\r") != std::string::npos) {
+    last_line_ = line;
+    if (!last_line_.empty() && last_line_.back() == '\r') last_line_.pop_back();
+    if (last_line_.find("error:") != std::string::npos) error_line_ = last_line_;
+    if (const size_t at = last_line_.find(kRunDirMarker); run_dir_.empty() && at != std::string::npos)
+      run_dir_ = last_line_.substr(at + std::strlen(kRunDirMarker));
+  }
+}
+
+std::string LinePrefixer::feed(const char* data, size_t n) {
+  constexpr size_t kMaxPartial = 64 * 1024;  // a line longer than this is cut rather than held forever
+  std::string out;
+  pending_.append(data, n);
+  size_t start = 0;
+  for (size_t nl; (nl = pending_.find('\n', start)) != std::string::npos; start = nl + 1)
+    take_line(pending_.substr(start, nl - start), &out);
+  pending_.erase(0, start);
+  if (pending_.size() >= kMaxPartial) {
+    take_line(pending_, &out);
+    pending_.clear();
+  }
+  return out;
+}
+
+std::string LinePrefixer::flush() {
+  std::string out;
+  if (!pending_.empty()) take_line(pending_, &out);
+  pending_.clear();
+  return out;
+}
+
+// ---- LauncherSignals ----
+
+LauncherSignals::LauncherSignals() {
+  if (::pipe2(g_signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0)
+    throw std::runtime_error(std::string("launch: pipe: ") + std::strerror(errno));
+  struct sigaction sa {};
+  sa.sa_sigaction = on_launcher_signal;
+  sa.sa_flags = SA_SIGINFO | SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGINT, &sa, &g_old_int);
+  ::sigaction(SIGTERM, &sa, &g_old_term);
+  // A closed terminal's SIGHUP is forwarded like SIGTERM, so the ranks checkpoint and stop (instead
+  // of the launcher dying and the ranks losing the pipes they log to).
+  ::sigaction(SIGHUP, nullptr, &g_old_hup);
+  g_hup_ignored = g_old_hup.sa_handler == SIG_IGN;
+  if (!g_hup_ignored) ::sigaction(SIGHUP, &sa, nullptr);
+  sa.sa_flags |= SA_NOCLDSTOP;
+  ::sigaction(SIGCHLD, &sa, &g_old_chld);
+  // A closed stdout (`| head`) must not kill the launcher while its ranks run.
+  struct sigaction ign {};
+  ign.sa_handler = SIG_IGN;
+  ::sigaction(SIGPIPE, &ign, &g_old_pipe);
+}
+
+LauncherSignals::~LauncherSignals() {
+  ::sigaction(SIGINT, &g_old_int, nullptr);
+  ::sigaction(SIGTERM, &g_old_term, nullptr);
+  ::sigaction(SIGHUP, &g_old_hup, nullptr);
+  ::sigaction(SIGCHLD, &g_old_chld, nullptr);
+  ::sigaction(SIGPIPE, &g_old_pipe, nullptr);
+  ::close(g_signal_pipe[0]);
+  ::close(g_signal_pipe[1]);
+  g_signal_pipe[0] = g_signal_pipe[1] = -1;
+}
+
+// ---- one attempt ----
+
+std::string describe_exit(int status) {
+  if (WIFEXITED(status)) return "exit status " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status))
+    return "killed by signal " + std::to_string(WTERMSIG(status)) + " (" + strsignal(WTERMSIG(status)) + ")";
+  return "status " + std::to_string(status);
+}
+
+AttemptOutcome run_attempt(const AttemptSpec& spec) {
+  std::vector<Child> children;
+  children.reserve(spec.ranks.size());
+  try {
+    for (const RankSpec& r : spec.ranks) {
+      children.emplace_back(r.rank);
+      spawn(children.back(), spec.program, spec.command, r.env);
+    }
+  } catch (...) {
+    signal_running(children, SIGKILL);
+    for (auto& c : children)
+      if (c.running) ::waitpid(c.pid, nullptr, 0);
+    throw;
+  }
+  {
+    std::string line = "trainer launch: " + spec.start_line;
+    for (const auto& c : children)
+      line += " rank " + std::to_string(c.rank) + " pid " + std::to_string(c.pid) +
+              (&c == &children.back() ? "" : ",");
+    write_fully(STDERR_FILENO, line + "\n");
+  }
+
+  using Clock = std::chrono::steady_clock;
+  AttemptOutcome outcome;
+  int first_failed = -1;  // index into children
+  bool stopping_after_failure = false, killed = false;
+  Clock::time_point kill_at{}, drain_until{}, next_remote_check{};
+  for (;;) {
+    bool any_running = false, any_open = false;
+    for (const auto& c : children) {
+      any_running |= c.running;
+      any_open |= c.out_fd >= 0 || c.err_fd >= 0;
+    }
+    if (!any_running) {
+      // All ranks are gone; what they wrote is still in the pipes. A grandchild holding a pipe open
+      // must not keep the launcher alive, hence the bound.
+      if (!any_open) break;
+      if (drain_until == Clock::time_point{}) drain_until = Clock::now() + std::chrono::seconds(1);
+      if (Clock::now() >= drain_until) break;
+    }
+    std::vector<pollfd> fds{{g_signal_pipe[0], POLLIN, 0}};
+    for (const auto& c : children) {
+      if (c.out_fd >= 0) fds.push_back({c.out_fd, POLLIN, 0});
+      if (c.err_fd >= 0) fds.push_back({c.err_fd, POLLIN, 0});
+    }
+    // SIGCHLD wakes the poll; the timeout bounds how late a merged one, or the SIGKILL deadline, is seen.
+    if (::poll(fds.data(), fds.size(), 50) < 0 && errno != EINTR)
+      throw std::runtime_error(std::string("launch: poll: ") + std::strerror(errno));
+
+    auto reap = [&](Child& c) {
+      int status = 0;
+      const pid_t r = ::waitpid(c.pid, &status, WNOHANG);
+      if (r == 0 || (r < 0 && errno == EINTR)) return;
+      c.running = false;
+      // A status waitpid could not give (ECHILD) is lost: counted as a failure, never as a success.
+      c.status = r == c.pid ? status : (127 << 8);
+      if (!failed(c.status) || first_failed >= 0 || outcome.stop_signal != 0 || stopping_after_failure)
+        return;
+      first_failed = static_cast<int>(&c - children.data());
+      stopping_after_failure = true;
+      kill_at = Clock::now() + spec.stop_grace;
+      if (spec.report_failure)
+        spec.report_failure("rank " + std::to_string(c.rank) + " failed (" + describe_exit(c.status) + ")");
+      bool others = false;
+      for (const auto& o : children) others |= o.running;
+      if (!others) return;
+      // Said now, not after the grace: a survivor frozen in a collective would otherwise leave the
+      // log silent for 30 s.
+      pump_both(c);  // its last lines first, so the cause stands above this line
+      write_fully(STDERR_FILENO, "trainer launch: rank " + std::to_string(c.rank) + " failed (" +
+                                     describe_exit(c.status) + "); stopping the others, waiting up to " +
+                                     seconds_text(spec.stop_grace) + " for them to exit before SIGKILL\n");
+      signal_running(children, SIGTERM);
+    };
+    for (int msg[3]; ::read(g_signal_pipe[0], msg, sizeof msg) == static_cast<ssize_t>(sizeof msg);) {
+      if (msg[0] == SIGCHLD) {
+        for (auto& c : children)
+          if (c.running && c.pid == msg[2]) reap(c);
+        continue;
+      }
+      if (outcome.stop_signal == 0) outcome.stop_signal = msg[0];
+      // A terminal's Ctrl-C (si_code SI_KERNEL) already reached the ranks, which share our process
+      // group. A hang-up the kernel sends to us as the session's leader (`ssh -t host trainer launch`)
+      // may not have: it is forwarded whatever its origin (a rank takes a repeat within a second as
+      // the same request, app/train/train_signals.h).
+      if (msg[1] != SI_KERNEL || msg[0] == SIGHUP) signal_running(children, msg[0]);
+    }
+    for (auto& c : children) pump_both(c);
+    // SIGCHLDs that arrive together merge into one: the sweep catches those.
+    for (auto& c : children)
+      if (c.running) reap(c);
+    if (spec.remote_failure && !stopping_after_failure && outcome.stop_signal == 0 && any_running &&
+        Clock::now() >= next_remote_check) {
+      next_remote_check = Clock::now() + std::chrono::milliseconds(500);
+      if (std::string why = spec.remote_failure(); !why.empty()) {
+        outcome.remote_failure = why;
+        stopping_after_failure = true;
+        kill_at = Clock::now() + spec.stop_grace;
+        write_fully(STDERR_FILENO, "trainer launch: another node: " + why +
+                                       "; stopping this node's ranks, waiting up to " +
+                                       seconds_text(spec.stop_grace) + " for them to exit before SIGKILL\n");
+        signal_running(children, SIGTERM);
+      }
+    }
+    if (stopping_after_failure && !killed && Clock::now() >= kill_at) {
+      for (const auto& c : children)
+        if (c.running) outcome.killed.push_back(c.rank);
+      if (!outcome.killed.empty())
+        write_fully(STDERR_FILENO, "trainer launch: " + rank_list(outcome.killed) + " did not exit within " +
+                                       seconds_text(spec.stop_grace) +
+                                       " of SIGTERM (frozen?); sending SIGKILL\n");
+      signal_running(children, SIGKILL);
+      killed = true;
+    }
+  }
+  // Close what a grandchild kept open.
+  for (auto& c : children) {
+    write_fully(STDOUT_FILENO, c.out.flush());
+    write_fully(STDERR_FILENO, c.err.flush());
+    if (c.out_fd >= 0) ::close(c.out_fd);
+    if (c.err_fd >= 0) ::close(c.err_fd);
+    outcome.statuses.emplace_back(c.rank, c.status);
+    if (outcome.run_dir.empty()) outcome.run_dir = c.out.run_dir();
+  }
+  if (first_failed >= 0) {
+    const Child& c = children[static_cast<size_t>(first_failed)];
+    outcome.failed_rank = c.rank;
+    outcome.failed_status = c.status;
+    outcome.failed_error = c.err.error_line();
+  }
+  return outcome;
+}
+
+int launcher_stop_signal() { return g_first_stop; }
+
+}  // namespace trainer

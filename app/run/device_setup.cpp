@@ -1,0 +1,145 @@
+#include "app/run/device_setup.h"
+
+#include <cstdio>
+
+#include "app/run/capture_rules.h"
+
+#ifdef TRAINER_WITH_CUDA
+#include "nn/cuda/conv_stats_fusion.h"
+#include "nn/cuda/cuda_backend.h"
+#include "nn/cuda/cudnn_batch_norm.h"
+#endif
+
+namespace trainer {
+
+Device setup_device(const Config& config, int local_rank) {
+  const std::string& wanted = config.train.device;
+  if (wanted == "cpu") return Device::cpu();
+#ifdef TRAINER_WITH_CUDA
+  const int count = cuda_device_count();
+  if (wanted == "auto" && count == 0) return Device::cpu();
+  if (count == 0)
+    throw config_error_at(
+        config, "train.device",
+        "'cuda' but no GPU is visible. HINT: check nvidia-smi and CUDA_VISIBLE_DEVICES, or set "
+        "train.device = \"cpu\"");
+  init_cuda_backend(local_rank);  // throws with a hint when local_rank >= count
+  // The backend's kernel choices follow the run's one precision policy.
+  const PrecisionPolicy policy = precision_policy(config, Device::cuda(local_rank));
+  cuda_set_allow_tf32(policy.allow_tf32);
+  cuda_set_deterministic(config.train.deterministic);
+  cuda::set_conv_stats_fusion(policy.conv_stats_fusion ? cuda::ConvStatsFusion::where_faster
+                                                       : cuda::ConvStatsFusion::off);
+  cuda::set_cudnn_batch_norm(policy.cudnn_batch_norm);
+  return Device::cuda(local_rank);
+#else
+  if (wanted == "cuda")
+    throw config_error_at(
+        config, "train.device",
+        "'cuda' but this trainer was built without the CUDA backend. HINT: install the CUDA "
+        "toolkit in /usr/local/cuda and rebuild, or set train.device = \"cpu\"");
+  (void)local_rank;
+  return Device::cpu();
+#endif
+}
+
+std::string gpu_id(Device device) {
+  if (!device.is_cuda()) return "";
+#ifdef TRAINER_WITH_CUDA
+  cudaDeviceProp prop{};
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, device.index));
+  // nvidia-smi's form: GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx.
+  std::string id = "GPU-";
+  for (int i = 0; i < 16; ++i) {
+    char hex[3];
+    std::snprintf(hex, sizeof hex, "%02x", static_cast<unsigned char>(prop.uuid.bytes[i]));
+    id += hex;
+    if (i == 3 || i == 5 || i == 7 || i == 9) id += '-';
+  }
+  return id;
+#else
+  return "";
+#endif
+}
+
+std::string gpu_pci_bus_id(Device device) {
+  if (!device.is_cuda()) return "";
+#ifdef TRAINER_WITH_CUDA
+  char id[32] = {};
+  if (cudaDeviceGetPCIBusId(id, sizeof id, device.index) != cudaSuccess) {
+    cudaGetLastError();
+    return "";
+  }
+  return id;
+#else
+  return "";
+#endif
+}
+
+void check_precision(const Config& config, Device device) {
+  if (device.is_cpu() && config.train.precision != Precision::fp32)
+    throw config_error_at(
+        config, "train.precision",
+        "'" + std::string(precision_name(config.train.precision)) +
+            "' is a GPU precision; the CPU backend trains in fp32 only (it has no fast half "
+            "or tf32 arithmetic). HINT: set train.precision = \"fp32\" or train on a GPU");
+}
+
+std::optional<DType> autocast_dtype_for(const Config& config) {
+  return precision_policy_for(config.train.precision).autocast;
+}
+
+PrecisionPolicy precision_policy(const Config& config, Device device) {
+  PrecisionPolicy policy = precision_policy_for(config.train.precision);
+  if (policy.loss_scaling && device.is_cuda()) {
+    policy.loss_scale_host_reason = loss_scaler_host_reason(config);
+    policy.loss_scale_on_device = policy.loss_scale_host_reason.empty();
+  }
+  policy.conv_stats_fusion = cudnn_fusion_off_reason(config, device).empty();
+  policy.cudnn_batch_norm = cudnn_batchnorm_off_reason(config, device).empty();
+  return policy;
+}
+
+std::string cudnn_fusion_off_reason(const Config& config, Device device) {
+  if (!config.train.cudnn_fusion) return "off: train.cudnn_fusion = false";
+  if (!device.is_cuda() || !autocast_dtype_for(config))
+    return "off: train.cudnn_fusion needs train.precision = \"bf16\" or \"fp16\" on a GPU";
+  if (config.train.deterministic) return "off: train.deterministic (the fused sums' order is not fixed)";
+  // SyncBatchNorm computes its statistics itself (over all ranks): sums from the convolution would go unused.
+  if (config.model.sync_bn)
+    return "off: model.sync_bn (SyncBatchNorm computes its statistics over all ranks)";
+  if (config.model.name.rfind("resnet", 0) != 0)
+    return "not used: model.name = \"" + config.model.name +
+           "\" has no convolution marked as feeding a BatchNorm (the ResNets mark theirs)";
+  return "";
+}
+
+std::string cudnn_fusion_state(const Config& config, Device device) {
+  const std::string off = cudnn_fusion_off_reason(config, device);
+  if (!off.empty()) return off;
+  return "on: BatchNorm statistics in the convolutions' epilogues, for the shapes where that timed at "
+         "least 3% faster at the first step (each shape compiles cuDNN's fused kernels then)";
+}
+
+std::string cudnn_batchnorm_off_reason(const Config& config, Device device) {
+  if (!config.train.cudnn_batchnorm) return "off: train.cudnn_batchnorm = false";
+  if (!device.is_cuda() || !autocast_dtype_for(config))
+    return "not used: it serves train.precision = \"bf16\" or \"fp16\" on a GPU";
+  if (config.train.deterministic)
+    return "off: train.deterministic (cuDNN documents no determinism for its batch-norm kernels)";
+  if (config.model.sync_bn)
+    return "not used: model.sync_bn (SyncBatchNorm all-reduces between its two backward kernels)";
+  return "";
+}
+
+std::string cudnn_batchnorm_state(const Config& config, Device device) {
+  const std::string off = cudnn_batchnorm_off_reason(config, device);
+  if (!off.empty()) return off;
+  return "on: BatchNorm backward through cuDNN's NHWC batch-norm kernels";
+}
+
+MemoryFormat input_memory_format(const Config& config) {
+  return precision_policy_for(config.train.precision).input_format;
+}
+
+}  // namespace trainer

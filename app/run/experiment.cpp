@@ -1,0 +1,143 @@
+#include "app/run/experiment.h"
+
+#include <cmath>
+
+#include "app/run/device_setup.h"
+#include "app/common/format.h"
+#include "data/distributed_sampler.h"
+#include "nn/models/registry.h"
+#include "nn/optim/adamw.h"
+#include "nn/optim/sgd.h"
+
+namespace trainer {
+namespace {
+
+std::unique_ptr<Optimizer> make_optimizer(const Config& c, Module& model, double lr) {
+  const OptimConfig& o = c.optim;
+  if (o.name == "sgd") {
+    SgdOptions s;
+    s.lr = lr;
+    s.momentum = o.momentum;
+    s.nesterov = o.nesterov;
+    s.weight_decay = o.weight_decay;
+    s.no_decay_bn_bias = o.no_decay_bn_bias;
+    return std::make_unique<Sgd>(model.named_parameters(), s);
+  }
+  AdamWOptions a;
+  a.lr = lr;
+  a.beta1 = o.betas.at(0);
+  a.beta2 = o.betas.at(1);
+  a.eps = o.eps;
+  a.weight_decay = o.weight_decay;
+  a.no_decay_bn_bias = o.no_decay_bn_bias;
+  return std::make_unique<AdamW>(model.named_parameters(), a);
+}
+
+// Cuts a warm-up longer than the whole schedule (cut_warmup_to_fit) and says so; says too when
+// train.max_steps stops the run before the schedule ends, since the LR then never reaches its end.
+std::vector<std::string> schedule_notes(const Config& c, const Experiment& e, ScheduleOptions& s) {
+  std::vector<std::string> notes;
+  const int64_t configured_warmup = s.warmup_steps;
+  if (cut_warmup_to_fit(s))
+    notes.push_back(
+        fmt("schedule.warmup_epochs = %g (%lld steps) is not shorter than the whole %lld-step "
+            "schedule (train.epochs %d x %lld steps/epoch): warm-up cut to %lld steps, half "
+            "the schedule",
+            c.schedule.warmup_epochs, static_cast<long long>(configured_warmup),
+            static_cast<long long>(s.total_steps), c.train.epochs, static_cast<long long>(e.steps_per_epoch),
+            static_cast<long long>(s.warmup_steps)));
+  if (e.total_steps < e.schedule_steps)
+    notes.push_back(fmt(
+        "train.max_steps = %d stops the run at step %lld of the %lld-step LR schedule "
+        "(train.epochs %d x %lld steps/epoch): the LR follows the full run's curve and "
+        "does not reach its end. HINT: lower train.epochs to shorten the schedule itself",
+        c.train.max_steps, static_cast<long long>(e.total_steps), static_cast<long long>(e.schedule_steps),
+        c.train.epochs, static_cast<long long>(e.steps_per_epoch)));
+  return notes;
+}
+
+}  // namespace
+
+int64_t global_batch(const Config& config, int world_size) {
+  return static_cast<int64_t>(config.data.batch_size) * config.train.grad_accum_steps * world_size;
+}
+
+Experiment build_experiment(const Config& config, Device device, bool with_optimizer, int world_size,
+                            int rank) {
+  Experiment e;
+  e.config = config;
+  e.device = device;
+  e.world_size = world_size;
+  e.rank = rank;
+  e.data = open_datasets(config);
+  const Dataset& train = *e.data.train;
+  e.normalization = resolved_normalization(config, train);
+  if (!e.normalization.mean.empty() && e.normalization.mean.size() != 1 &&
+      static_cast<int64_t>(e.normalization.mean.size()) != train.channels())
+    throw config_error_at(config, "data.normalize_mean",
+                          "has " + std::to_string(e.normalization.mean.size()) +
+                              " values but the dataset has " + std::to_string(train.channels()) +
+                              " channels");
+
+  ModelOptions m;
+  m.name = config.model.name;
+  m.in_channels = config.model.in_channels > 0 ? config.model.in_channels : train.channels();
+  m.num_classes = config.model.num_classes > 0 ? config.model.num_classes : train.num_classes();
+  m.image_size = train.height();
+  m.stem = config.model.stem == "auto" ? (train.height() <= 64 ? "cifar" : "imagenet") : config.model.stem;
+  m.dropout = config.model.dropout;
+  m.seed = static_cast<uint64_t>(config.train.seed);
+  e.dropout_generator =
+      std::make_shared<Generator>(static_cast<uint64_t>(config.train.seed) ^ 0x9e3779b97f4a7c15ull);
+  m.dropout_generator = e.dropout_generator;
+  if (m.in_channels != train.channels())
+    throw config_error_at(config, "model.in_channels",
+                          "is " + std::to_string(m.in_channels) + " but the dataset has " +
+                              std::to_string(train.channels()) + " channels");
+  try {
+    e.model = create_model(m);
+  } catch (const std::invalid_argument& err) {
+    throw config_error_at(config, "model.name", err.what());
+  }
+  e.model->to(device);
+  // A channels-last network keeps its convolution weights channels-last too (see Module::to).
+  if (input_memory_format(config) == MemoryFormat::channels_last) e.model->to(MemoryFormat::channels_last);
+
+  DistributedSampler sampler(train.size(), e.world_size, e.rank, config.data.shuffle, 0,
+                             config.data.drop_last);
+  const int64_t batches =
+      steps_per_epoch(sampler.num_samples(), config.data.batch_size, config.data.drop_last);
+  e.steps_per_epoch = batches / config.train.grad_accum_steps;
+  if (e.steps_per_epoch < 1)
+    throw config_error_at(config, "data.batch_size",
+                          "leaves no optimizer step in an epoch (" + std::to_string(batches) +
+                              " batches, grad_accum_steps " + std::to_string(config.train.grad_accum_steps) +
+                              ")");
+  e.schedule_steps = e.steps_per_epoch * config.train.epochs;
+  e.total_steps = e.schedule_steps;
+  if (config.train.max_steps > 0) e.total_steps = std::min<int64_t>(e.total_steps, config.train.max_steps);
+
+  e.base_lr = config.optim.lr;
+  if (config.optim.lr_scaling == "linear")
+    e.base_lr *= static_cast<double>(global_batch(config, e.world_size)) / config.optim.base_batch_size;
+
+  if (with_optimizer) {
+    e.optimizer = make_optimizer(config, *e.model, e.base_lr);
+    ScheduleOptions s;
+    s.name = config.schedule.name;
+    s.total_steps = e.schedule_steps;
+    s.steps_per_epoch = e.steps_per_epoch;
+    s.warmup_steps = static_cast<int64_t>(std::llround(config.schedule.warmup_epochs * e.steps_per_epoch));
+    e.schedule_notes = schedule_notes(config, e, s);
+    e.warmup_steps = s.warmup_steps;
+    s.warmup_start_factor = config.schedule.warmup_start_factor;
+    s.step_epochs = config.schedule.step_epochs;
+    s.milestones.assign(config.schedule.milestones.begin(), config.schedule.milestones.end());
+    s.gamma = config.schedule.gamma;
+    s.min_lr_factor = config.schedule.min_lr_factor;
+    e.schedule = make_lr_schedule(s);
+  }
+  return e;
+}
+
+}  // namespace trainer

@@ -1,0 +1,46 @@
+#pragma once
+// Everything a run is made of, built from a resolved Config: datasets, model, optimizer and LR
+// schedule. `trainer train` and `trainer eval` share this so they build identical models.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "app/config/config.h"
+#include "app/run/datasets.h"
+#include "nn/modules/module.h"
+#include "nn/optim/lr_schedule.h"
+#include "nn/optim/optimizer.h"
+#include "nn/random.h"
+
+namespace trainer {
+
+struct Experiment {
+  Config config;
+  Datasets data;
+  Normalization normalization;
+  std::shared_ptr<Generator> dropout_generator;
+  std::shared_ptr<Module> model;
+  std::unique_ptr<Optimizer> optimizer;
+  std::unique_ptr<LrSchedule> schedule;
+  Device device;
+  int world_size = 1;
+  int rank = 0;
+  int64_t steps_per_epoch = 0;  // optimizer steps per epoch on this rank
+  int64_t total_steps = 0;      // optimizer steps of the whole run (max_steps applied)
+  // The LR schedule spans train.epochs whatever train.max_steps says: max_steps only stops the run, so
+  // a short run follows the exact LR curve of the full one (as timm and torchrun users expect).
+  int64_t schedule_steps = 0;
+  int64_t warmup_steps = 0;                 // the schedule's linear warm-up (after cut_warmup_to_fit)
+  std::vector<std::string> schedule_notes;  // for the log: warm-up cut, run stopped before the schedule ends
+  double base_lr = 0.0;                     // after linear scaling
+};
+
+// The samples of one optimizer step over all ranks: data.batch_size x grad_accum_steps x world_size.
+int64_t global_batch(const Config& config, int world_size);
+
+// Builds everything with the model on `device`; with_optimizer=false skips the optimizer and schedule
+// (evaluation).
+Experiment build_experiment(const Config& config, Device device, bool with_optimizer, int world_size = 1,
+                            int rank = 0);
+
+}  // namespace trainer

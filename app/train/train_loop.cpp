@@ -1,0 +1,547 @@
+#include "app/train/train_loop.h"
+
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <optional>
+
+#include "app/run/checkpoint.h"
+#include "app/run/datasets.h"
+#include "app/train/divergence.h"
+#include "app/run/evaluate.h"
+#include "app/run/experiment.h"
+#include "app/common/format.h"
+#include "app/train/host_readback.h"
+#include "app/run/loader_workers.h"
+#include "app/train/step_graph.h"
+#include "app/train/summary.h"
+#include "app/train/train_signals.h"
+#include "app/train/train_step.h"
+#include "app/train/training_run.h"
+#include "data/device_prefetcher.h"
+#include "data/distributed_sampler.h"
+#include "data/loader.h"
+#include "dist/bn_stats.h"
+#include "dist/consistency.h"
+#include "dist/gradient_reducer.h"
+#include "dist/process_group.h"
+#include "metrics/exporter.h"
+#include "metrics/log.h"
+#include "metrics/output_file.h"
+#include "metrics/run_csv.h"
+#include "metrics/step_timer.h"
+#include "nn/amp/loss_scaler.h"
+#include "nn/safetensors.h"
+#ifdef TRAINER_WITH_CUDA
+#include "nn/cuda/caching_allocator.h"
+#endif
+
+namespace trainer {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+std::string format_duration(double s) {
+  char buf[32];
+  const long t = std::lround(s);
+  if (t >= 3600)
+    std::snprintf(buf, sizeof buf, "%ldh%02ldm", t / 3600, (t / 60) % 60);
+  else
+    std::snprintf(buf, sizeof buf, "%ldm%02lds", t / 60, t % 60);
+  return buf;
+}
+
+// The orderly end of a rank's part in the job. A CUDA graph that captured NCCL collectives holds
+// references on the communicator (NCCL 2.26 and later) until it is destroyed, and ncclCommFinalize
+// waits for them: the graph goes first, or shutdown() would wait out the collective timeout.
+void leave_process_group(TrainingRun& run) {
+  run.step_graph.reset();
+  run.pg->shutdown();
+}
+
+// Where the epoch in progress started, for its rate, ETA and train_seconds.
+struct EpochProgress {
+  Clock::time_point start;
+  double seconds_before = 0.0;  // st.train_seconds at the epoch's start
+  int64_t samples_before = 0;   // st.samples_seen at the epoch's start
+  int64_t steps = 0;            // optimizer steps this process ran in the epoch
+};
+
+// A resolved step's phase times: to the exporter, and to rank 0's step_times.csv.
+void observe_step(TrainingRun& run, const StepTimes& t) {
+  run.exporter->observe_step(t);
+  OutputFile& csv = run.step_times.file;
+  if (!csv.is_open()) return;
+  std::string row = std::to_string(run.step_times.first_step + t.step) + ',' + fmt("%.9g", t[Phase::step]);
+  for (Phase p : kAllPhases)
+    if (p != Phase::step) row += ',' + fmt("%.9g", t[p]);
+  csv.write(row + '\n');
+}
+
+// The per-step CSVs on disk up to the step reached (fsynced): a checkpoint is followed by rows of
+// every step it holds, so that a run killed after it (SIGKILL, a node failure) resumes with complete
+// CSVs. A failed write (a full disk) stops the run, naming the file.
+void sync_step_csvs(TrainingRun& run) {
+  for (const StepTimes& t : run.timer->flush()) observe_step(run, t);  // a device clock's lagging steps
+  run.steps.csv.sync();
+  run.step_times.file.sync();
+}
+
+// Every rank must stop at the same step, or the ones still training wait forever: a stop signal
+// seen by any rank is agreed on with one tiny all-reduce (max) per step. On the CPU the host waits
+// for it, timed as all-reduce (total and exposed). On GPUs it runs on the device like the gradients'
+// and its result comes back one step later (run.loop.pending_stop): every rank reads the same value after
+// the same step, so all stop together, one step after the signal, and the host never waits for the
+// device in between.
+int agreed_stop_signal(TrainingRun& run) {
+  if (run.pg->world_size() == 1) return stop_requested();
+  if (run.device.is_cuda()) {
+    const int agreed = run.loop.pending_stop ? static_cast<int>(run.loop.pending_stop()) : 0;
+    if (!run.loop.stop_flag.defined()) run.loop.stop_flag = Tensor::zeros({1}, DType::f32, run.device);
+    run.loop.stop_flag.fill_(static_cast<double>(stop_requested()));
+    run.pg->comm().all_reduce(run.loop.stop_flag, ReduceOp::max);
+    run.loop.pending_stop = run.readback->read_later(run.loop.stop_flag);
+    return agreed;
+  }
+  run.timer->begin(Phase::allreduce_total, Timeline::compute);
+  run.timer->begin(Phase::allreduce_exposed);
+  const int signal = static_cast<int>(max_over_ranks(*run.pg, stop_requested()));
+  run.timer->end(Phase::allreduce_exposed);
+  run.timer->end(Phase::allreduce_total);
+  return signal;
+}
+
+// The agreement launched after an epoch's last step, read at the epoch's end (0 when none is pending).
+int pending_stop_signal(TrainingRun& run) {
+  if (!run.loop.pending_stop) return 0;
+  const int agreed = static_cast<int>(run.loop.pending_stop());
+  run.loop.pending_stop = nullptr;
+  return agreed;
+}
+
+// Only rank 0 writes; the others wait for it, so no rank runs ahead of a checkpoint in progress.
+void save_checkpoint(TrainingRun& run, bool final) {
+  Experiment& e = run.e;
+  ProcessGroup& pg = *run.pg;
+  TrainingState& st = run.st;
+  if (run.average_bn_stats) average_bn_running_stats(*e.model, pg.comm());
+  if (run.zero) run.zero->gather_state();  // the full optimizer state, for rank 0 to write
+  st.loss_scale = run.scaler->scale();
+  st.loss_scale_growth_tracker = run.scaler->growth_tracker();
+  if (run.writer) {
+    const std::string dropout_state = e.dropout_generator->state();
+    st.rng_states.assign(pg.world_size(), dropout_state);
+    try {
+      if (Heartbeat* h = pg.heartbeat()) h->set_phase("checkpoint");
+      const std::string path = run.checkpoints->save(*e.model, *e.optimizer, st, run.paths.config_toml);
+      run.log.line("checkpoint: " + path);
+    } catch (const CheckpointError& err) {
+      // The previous checkpoints are intact; by default a periodic failure (full disk, say) must not
+      // kill hours of training (checkpoint.on_error), but the final one must not fail silently.
+      if (final || run.config.checkpoint.on_error == "stop") throw;
+      run.log.error(std::string("warning: ") + err.what() +
+                    "; earlier checkpoints are intact, training continues");
+    }
+  }
+  if (Heartbeat* h = pg.heartbeat()) h->set_phase("barrier after the checkpoint");
+  pg.comm().barrier();
+  run.exporter->add_checkpoint();
+}
+
+// checkpoint.every_steps: a checkpoint inside the epoch (none after the last step: the final one
+// follows).
+bool checkpoint_due_at_step(const TrainingRun& run) {
+  const int64_t every = run.config.checkpoint.every_steps;
+  return !run.loop.done && every > 0 && run.st.step % every == 0;
+}
+
+void save_checkpoint_at_step(TrainingRun& run) {
+  sync_step_csvs(run);
+  run.st.accuracy = -1;
+  save_checkpoint(run, false);
+}
+
+// checkpoint.every_epochs: a checkpoint after the epoch's evaluation, resuming at the next epoch.
+void maybe_checkpoint_at_epoch_end(TrainingRun& run, int epoch) {
+  const bool periodic =
+      run.config.checkpoint.every_epochs > 0 && (epoch + 1) % run.config.checkpoint.every_epochs == 0;
+  if (!run.loop.done && periodic) {
+    sync_step_csvs(run);
+    ++run.st.epoch;  // the checkpoint resumes at the next epoch
+    save_checkpoint(run, false);
+    --run.st.epoch;
+  }
+}
+
+// A step whose report waits for its loss (on a GPU every step's loss, replayed or eager, is read back
+// while the next step runs, so the host never waits for the device in between).
+struct PendingReport {
+  int64_t step = 0;  // 1-based, as counted
+  int epoch = 0;     // 0-based
+  double lr = 0.0;
+  std::function<double()> loss;  // waits for the value
+  // A loss scaler kept on the device: its skipped-step count and scale after the step (else null).
+  std::function<double()> skipped_steps;
+  std::function<double()> loss_scale;
+};
+
+// The step is done: count it (the loop's decisions -- max_steps, checkpoints -- depend on the count).
+void count_step(TrainingRun& run, const StepResult& result, EpochProgress& progress) {
+  const Experiment& e = run.e;
+  TrainingState& st = run.st;
+  Exporter& exporter = *run.exporter;
+  [[maybe_unused]] const Device& device = run.device;  // read by the CUDA build only
+  ++st.step;
+  ++progress.steps;
+  if (run.heartbeat) run.heartbeat->set_step(st.step);
+  exporter.add_step(result.samples);
+  exporter.set_learning_rate(result.lr);
+  exporter.set_bad_samples_total(e.data.train->skipped_samples());
+#ifdef TRAINER_WITH_CUDA
+  if (device.is_cuda()) {
+    const CudaMemoryStats mem = cuda_memory_stats();
+    exporter.set_device_memory({mem.allocated_bytes, mem.reserved_bytes, mem.peak_allocated_bytes});
+  }
+#endif
+}
+
+// Its loss is known: stop if it is not finite, then report it (exporter, rank 0's train_steps.csv, the
+// epoch's loss sum, the progress display on a terminal or a log line every log_every_steps).
+void report_step(TrainingRun& run, int64_t step, int epoch, double loss, double lr, EpochProgress& progress) {
+  const Config& config = run.config;
+  const Experiment& e = run.e;
+  TrainingState& st = run.st;
+  StepLog& steps = run.steps;
+  Exporter& exporter = *run.exporter;
+  Log& log = run.log;
+  exporter.observe_loss(loss);  // before the check: a scrape may still see a NaN
+  check_loss_is_finite(loss, step, epoch, lr);
+  steps.csv.write(train_steps_row(step, epoch + 1, loss, lr, unix_seconds_now()) + '\n');
+  steps.window_loss += loss;
+  ++steps.window_steps;
+  st.epoch_loss_sum += loss;
+  ++st.epoch_steps;
+  st.train_seconds = progress.seconds_before + seconds_since(progress.start);
+  const double rate =
+      (st.samples_seen - progress.samples_before) / std::max(seconds_since(progress.start), 1e-9);
+  const double eta =
+      (e.total_steps - step) *
+      (e.steps_per_epoch ? seconds_since(progress.start) / std::max<int64_t>(1, progress.steps) : 0.0);
+  const std::string status =
+      fmt("epoch %d/%d step %lld/%lld loss %.4f lr %.4g img/s %.0f eta %s", epoch + 1, config.train.epochs,
+          static_cast<long long>(step), static_cast<long long>(e.total_steps),
+          steps.window_loss / steps.window_steps, lr, rate, format_duration(eta).c_str());
+  exporter.set_samples_per_second(rate / e.world_size);
+  // On a terminal the status line is redrawn at every step; the periodic line with the phase times is
+  // logged whatever the console is (train.log must not depend on where stdout goes).
+  if (log.stdout_is_terminal()) log.transient(status);
+  if (step % config.train.log_every_steps == 0) {
+    log.line(status + " | " + run.timer->summary());
+    // What is written so far reaches the kernel now, so that a full disk is noticed within a log line.
+    steps.csv.flush();
+    run.step_times.file.flush();
+    steps.window_loss = 0.0;
+    steps.window_steps = 0;
+  }
+}
+
+// A device loss scaler's outcome of a step, now on the host: a skipped step is logged and counted as
+// the host scaler does it at once.
+void report_loss_scale(TrainingRun& run, int64_t step, double skipped_steps, double loss_scale) {
+  const int64_t skipped = static_cast<int64_t>(skipped_steps) - run.loop.skipped_steps_reported;
+  if (skipped > 0) {
+    run.exporter->add_skipped_steps(skipped);
+    run.log.line(fmt("step %lld: inf/NaN gradients, step skipped; loss scale now %g",
+                     static_cast<long long>(step), loss_scale));
+    run.loop.skipped_steps_reported += skipped;
+  }
+  run.exporter->set_loss_scale(loss_scale);
+}
+
+// Reports a pending step, if any (before anything that reads the losses: a checkpoint, the epoch's end).
+void report_pending(TrainingRun& run, std::optional<PendingReport>& pending, EpochProgress& progress) {
+  if (!pending) return;
+  const PendingReport p = std::move(*pending);
+  pending.reset();
+  if (p.skipped_steps) report_loss_scale(run, p.step, p.skipped_steps(), p.loss_scale());
+  report_step(run, p.step, p.epoch, p.loss(), p.lr, progress);
+}
+
+// The loader options of one epoch, starting at its micro-batch `first_batch` (a resumed epoch).
+LoaderOptions epoch_loader_options(const Config& config, int epoch, int64_t first_batch) {
+  LoaderOptions lo;
+  lo.batch_size = config.data.batch_size;
+  lo.drop_last = config.data.drop_last;
+  lo.transforms.crop_padding = config.data.random_crop_padding;
+  lo.transforms.horizontal_flip = config.data.hflip;
+  lo.seed = static_cast<uint64_t>(config.train.seed);
+  lo.epoch = epoch;
+  lo.num_workers = config.data.workers < 0 ? default_loader_workers(config) : config.data.workers;
+  lo.queue_depth = config.data.prefetch_batches;
+  lo.first_batch = first_batch;
+  return lo;
+}
+
+// A stop signal ended the epoch: flush, checkpoint if checkpoint.on_signal says so, leave the process
+// group in order. The caller exits with 128 + the signal.
+void stop_on_signal(TrainingRun& run) {
+  sync_step_csvs(run);
+  run.log.error(
+      fmt("received signal %d at step %lld", run.loop.stop_signal, static_cast<long long>(run.st.step)) +
+      (run.config.checkpoint.on_signal ? ": writing a checkpoint before exiting" : ": exiting"));
+  if (run.config.checkpoint.on_signal) save_checkpoint(run, true);
+  leave_process_group(run);
+}
+
+// The epoch's train loss over every rank's batches, not rank 0's alone (one small all-reduce per
+// epoch; every rank gets here, the stop signal being agreed).
+double train_loss_over_ranks(TrainingRun& run) {
+  Tensor loss_sums =
+      Tensor::from_vector<double>({run.st.epoch_loss_sum, static_cast<double>(run.st.epoch_steps)}, {2});
+  if (run.pg->world_size() > 1) run.pg->comm().all_reduce(loss_sums, ReduceOp::sum);
+  const std::vector<double> sums = loss_sums.to_vector<double>();
+  return sums[1] > 0 ? sums[0] / sums[1] : 0.0;
+}
+
+// Evaluates on the test split after the last epoch and every train.eval_every_epochs, updating the
+// summary and stopping the run when train.target_accuracy is reached. Returns the epoch log line's
+// evaluation part ("" without an evaluation).
+std::string evaluate_at_epoch_end(TrainingRun& run, int epoch) {
+  const Config& config = run.config;
+  TrainingState& st = run.st;
+  RunSummary& summary = run.summary;
+  const bool last = run.loop.done || epoch + 1 == config.train.epochs;
+  const int every = config.train.eval_every_epochs;
+  std::string eval_part;
+  st.accuracy = -1;
+  if (last || (every > 0 && (epoch + 1) % every == 0)) {
+    const auto eval_start = Clock::now();
+    if (run.average_bn_stats) average_bn_running_stats(*run.e.model, run.pg->comm());
+    if (run.heartbeat) run.heartbeat->set_phase("evaluation");
+    if (last && run.faults.signal.in_final_eval) std::raise(run.faults.signal.signal);
+    int64_t skipped = 0;
+    EvalMetrics m = evaluate(run.e, *run.e.data.test, &run.pg->comm(), &skipped);
+    summary.final_test_accuracy = m.top1();
+    summary.final_test_top5 = m.top5();
+    summary.final_test_loss = m.mean_loss();
+    summary.final_test_skipped = skipped;
+    st.accuracy = m.top1();
+    st.best_accuracy = std::max(st.best_accuracy, m.top1());
+    run.exporter->set_eval(m.top1(), m.top5(), m.mean_loss());
+    run.epoch_csv.set_eval({m.mean_loss(), m.top1(), m.top5(), m.auc()});
+    summary.best_test_accuracy = st.best_accuracy;
+    eval_part =
+        fmt(" | test loss %.4f top1 %.2f%% top5 %.2f%%", m.mean_loss(), 100 * m.top1(), 100 * m.top5());
+    if (!std::isnan(m.auc())) eval_part += fmt(" auc %.4f", m.auc());
+    const std::string skipped_note =
+        skipped > 0 ? fmt(", %lld unreadable skipped", static_cast<long long>(skipped)) : "";
+    eval_part += fmt(" (%lld images%s, %.1fs)", static_cast<long long>(m.count()), skipped_note.c_str(),
+                     seconds_since(eval_start));
+    // Every rank holds the same merged metrics, so every rank stops after this epoch.
+    const double target = config.train.target_accuracy;
+    if (target > 0 && m.top1() >= target) {
+      run.loop.done = true;
+      eval_part += fmt(" | target %.2f%% reached", 100 * target);
+    }
+  }
+  return eval_part;
+}
+
+enum class EpochEnd {
+  complete,           // the epoch's batches are all used: the next epoch starts at its first batch
+  cut_short,          // the run ended inside the epoch (max_steps, or the target reached mid-epoch)
+  stopped_by_signal,  // a stop signal: the run exits with 128 + run.loop.stop_signal
+};
+
+// The epoch's batches come from the rank's shard, from micro-batch st.batch_in_epoch on (a resumed
+// epoch). data.gpu_input_pipeline: pinned batches; batch k+1 uploads on a copy stream during step k and
+// is normalised on the device. Otherwise the host normalises and the copy in train_step is synchronous.
+Device input_device(const TrainingRun& run) {
+  return run.device.is_cuda() && run.config.data.gpu_input_pipeline ? run.device : Device::cpu();
+}
+
+// The epoch's steps, until the loader runs out, the run is done or a stop signal is agreed on.
+void run_steps(TrainingRun& run, DevicePrefetcher& input, int epoch, EpochProgress& progress) {
+  TrainingState& st = run.st;
+  std::optional<PendingReport> pending;  // the last GPU step, reported once the next one is queued
+  while (!run.loop.done) {
+    std::optional<StepResult> result = train_step(run, input, epoch);
+    if (!result) break;  // the loader ran out (a last step short of grad_accum_steps micro-batches)
+    count_step(run, *result, progress);
+    report_pending(run, pending, progress);  // its loss was read back while this step ran
+    if (result->pending_loss)
+      pending = PendingReport{st.step,
+                              epoch,
+                              result->lr,
+                              std::move(result->pending_loss),
+                              std::move(result->pending_skipped_steps),
+                              std::move(result->pending_loss_scale)};
+    else
+      report_step(run, st.step, epoch, result->loss, result->lr, progress);
+    result.reset();
+    if (st.step >= run.e.total_steps) run.loop.done = true;
+    const SignalHook& hook = run.faults.signal;
+    if (st.step == hook.step) {
+      std::raise(hook.signal);  // handled before raise returns, so a second one is a true repeat
+      if (hook.twice) std::raise(hook.signal);
+    }
+    run.loop.stop_signal = agreed_stop_signal(run);
+    // The step ends once the device has finished the step before it (the host stays at most one step
+    // ahead), after the stop-signal agreement: step times measured on the host then add up to the
+    // device's time (trainer bench's img/s come from them).
+    run.fence->step_queued(run.device);
+    if (auto t = run.timer->end_step()) observe_step(run, *t);
+    if (run.loop.stop_signal != 0) break;
+    if (checkpoint_due_at_step(run)) {
+      report_pending(run, pending, progress);  // the checkpoint holds the epoch's loss sum
+      save_checkpoint_at_step(run);
+    }
+  }
+  report_pending(run, pending, progress);
+}
+
+// After the epoch's last step: the stop agreement still on its way, the epoch's time, the timer's
+// lagging steps. The epoch's collectives follow (train loss, stop, eval).
+void end_epoch_steps(TrainingRun& run, const EpochProgress& progress) {
+  if (!run.loop.stop_signal) run.loop.stop_signal = pending_stop_signal(run);
+  run.st.train_seconds = progress.seconds_before + seconds_since(progress.start);
+  if (run.heartbeat) run.heartbeat->set_phase("epoch end");
+  run.timer->discard_step();
+  for (const auto& t : run.timer->flush()) observe_step(run, t);
+}
+
+// The epoch's train loss over the ranks, its evaluation and its log line.
+void summarize_epoch(TrainingRun& run, int epoch, const EpochProgress& progress) {
+  const double epoch_seconds = seconds_since(progress.start);
+  run.summary.final_train_loss = train_loss_over_ranks(run);
+  run.summary.epochs = epoch + 1;
+  const std::string eval_part = evaluate_at_epoch_end(run, epoch);
+  run.log.line(fmt("epoch %d/%d: train loss %.4f, %.1fs, %.0f img/s", epoch + 1, run.config.train.epochs,
+                   run.summary.final_train_loss, epoch_seconds,
+                   (run.st.samples_seen - progress.samples_before) / std::max(epoch_seconds, 1e-9)) +
+               eval_part);
+  run.exporter->add_epoch_end();
+  if (const std::string cached = data_cache_report(run.e.data); !cached.empty()) run.log.line(cached);
+  run.epoch_csv.write_epoch(epoch + 1, run.st.step, run.summary.final_train_loss, run.e.optimizer->lr(),
+                            (run.st.samples_seen - progress.samples_before) / std::max(epoch_seconds, 1e-9),
+                            run.scaler->scale());
+}
+
+// One epoch, st.epoch: its steps from st.batch_in_epoch on, then the train loss over the ranks, the
+// evaluation, the epoch's log line and a periodic checkpoint.
+EpochEnd run_epoch(TrainingRun& run) {
+  TrainingState& st = run.st;
+  const int epoch = static_cast<int>(st.epoch);
+  run.sampler->set_epoch(epoch);
+  LoaderOptions lo = epoch_loader_options(run.config, epoch, st.batch_in_epoch);
+  lo.allocate_batch = batch_allocator_for(input_device(run));
+  DataLoader loader(run.e.data.train, run.sampler->indices_from(st.epoch_sample_offset), lo);
+  const Normalization& norm = run.e.normalization;
+  DevicePrefetcher input(loader, input_device(run), {norm.mean, norm.std, run.precision.input_format});
+  // Ranks that would run different numbers of steps hang in an all-reduce at the epoch's end: stop
+  // here instead, naming them.
+  if (run.heartbeat) run.heartbeat->set_phase("epoch start (step-count check)");
+  check_epoch_steps(run.pg->comm(), epoch, loader.num_batches() - lo.first_batch);
+
+  run.e.model->train();
+  run.e.optimizer->zero_grad();  // micro-batches left over by the previous epoch must not leak into this one
+  EpochProgress progress{Clock::now(), st.train_seconds, st.samples_seen};
+  run.exporter->set_epoch(epoch + 1);
+  run_steps(run, input, epoch, progress);
+  end_epoch_steps(run, progress);
+  if (run.loop.stop_signal) {
+    stop_on_signal(run);
+    return EpochEnd::stopped_by_signal;
+  }
+  summarize_epoch(run, epoch, progress);
+  // The next epoch starts at its first batch with fresh loss sums.
+  const bool epoch_complete = !run.loop.done || input.next() == std::nullopt;
+  if (epoch_complete) {
+    st.batch_in_epoch = 0;
+    st.epoch_sample_offset = 0;
+    st.epoch_loss_sum = 0.0;
+    st.epoch_steps = 0;
+  }
+  maybe_checkpoint_at_epoch_end(run, epoch);
+  return epoch_complete ? EpochEnd::complete : EpochEnd::cut_short;
+}
+
+// After the last epoch: the final checkpoint and weights, the summary JSON, the closing log line.
+// Returns the exit code: 0; 1 when train.log could not be written in full; 128 + a stop signal received
+// after the last step.
+int finish_run(TrainingRun& run) {
+  TrainingState& st = run.st;
+  RunSummary& summary = run.summary;
+  Log& log = run.log;
+  // A stop signal after the last step's agreement (during the final evaluation, typically) finds the
+  // training complete: the final checkpoint, weights and summary are still written (seconds), and the
+  // exit status 128 + the signal says that the stop was received. (Each rank reads its own signal.)
+  const int late_signal = stop_requested();
+  if (late_signal)
+    log.error(
+        fmt("received signal %d after the last step (final evaluation) at step %lld: the training is "
+            "complete; writing the final checkpoint, weights and summary, then exiting with %d",
+            late_signal, static_cast<long long>(st.step), 128 + late_signal));
+  run.steps.csv.close();
+  run.step_times.file.close();
+  run.epoch_csv.close();
+  summary.steps = st.step;
+  summary.train_seconds = st.train_seconds;
+  summary.samples_per_second = st.samples_seen / std::max(st.train_seconds, 1e-9);
+  if (run.config.checkpoint.save_final) {
+    save_checkpoint(run, true);
+    summary.weights = run.paths.ckpt_dir + "/final.safetensors";
+    if (run.writer) {
+      save_weights(summary.weights, *run.e.model);
+      log.line("weights: " + summary.weights);
+    }
+  }
+  if (run.writer) {
+    write_summary(run.paths.run_dir + "/summary.json", summary, run.faults.full_disk);
+    if (!run.options.summary_path.empty())
+      write_summary(run.options.summary_path, summary, run.faults.full_disk);
+  }
+  leave_process_group(run);
+  const std::string skipped_note =
+      summary.final_test_skipped > 0
+          ? fmt(" (%lld unreadable test images skipped)", static_cast<long long>(summary.final_test_skipped))
+          : "";
+  log.line(fmt("done: %lld steps in %s (%.0f img/s), final test accuracy %.2f%%%s, best %.2f%%",
+               static_cast<long long>(st.step), format_duration(st.train_seconds).c_str(),
+               summary.samples_per_second, 100 * summary.final_test_accuracy, skipped_note.c_str(),
+               100 * summary.best_test_accuracy));
+  if (const std::string chance = at_chance_warning(run.e, st.step, st.accuracy); !chance.empty())
+    log.line("warning: " + chance);  // once: only rank 0 prints its lines
+  log.close_file();
+  // A failed write of train.log did not stop training (metrics/log.h); the exit status reports it.
+  if (const std::string failure = log.file_failure(); !failure.empty()) {
+    log.error("trainer: error: the run finished but its log is incomplete: " + failure);
+    return 1;
+  }
+  return late_signal ? 128 + late_signal : 0;
+}
+
+}  // namespace
+
+int run_training(const Config& config, const TrainOptions& options) {
+  install_stop_handlers();
+  // Until the loop takes over the stop signals (below), they end any wait for the other ranks at once.
+  set_store_wait_interrupt(stop_requested);
+  const std::unique_ptr<TrainingRun> run = start_run(config, options);
+  // From here a stop signal is the loop's to handle (finish the step, checkpoint): the store's waits
+  // (the checkpoint's barriers among them) must run to their end.
+  set_store_wait_interrupt(nullptr);
+  for (; run->st.epoch < config.train.epochs && !run->loop.done; ++run->st.epoch) {
+    const EpochEnd end = run_epoch(*run);
+    if (end == EpochEnd::stopped_by_signal) return 128 + run->loop.stop_signal;
+    if (end == EpochEnd::cut_short) break;  // max_steps ended the run inside this epoch
+  }
+  return finish_run(*run);
+}
+
+}  // namespace trainer

@@ -1,0 +1,271 @@
+#include "app/train/training_run.h"
+
+#include <cctype>
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+#include <thread>
+
+#include "app/run/device_setup.h"
+#include "app/common/format.h"
+#include "app/run/loader_workers.h"
+#include "app/train/phase_clock.h"
+#include "app/train/run_start.h"
+#include "dist/consistency.h"
+#include "dist/sync_batch_norm.h"
+
+namespace trainer {
+namespace {
+
+// ---- processes: who we are (torchrun / SLURM / OpenMPI variables), the device, the others
+void join_processes(TrainingRun& run) {
+  const Config& config = run.config;
+  run.env = process_env();
+  export_nccl_settings(config);
+  // The device first: NCCL needs it, and LOCAL_RANK picks it (never a silent fallback to GPU 0).
+  run.device = setup_device(config, run.env.local_rank);
+  check_precision(config, run.device);
+  run.precision = precision_policy(config, run.device);
+  run.dist_options = dist_options(config, run.device, run.build);
+  run.pg = ProcessGroup::init(run.env, run.dist_options);
+  // A failed collective's message says where every rank was (dist/heartbeat.h).
+  run.describe_ranks_on_failure.emplace(run.pg->heartbeat());
+  run.rank = run.pg->rank();
+  run.world = run.pg->world_size();
+  run.writer = run.rank == 0;
+  run.heartbeat = run.pg->heartbeat();
+}
+
+// ---- the run directory (agreed by all ranks), the checkpoint directory, train.log
+void open_run_directory(TrainingRun& run) {
+  const Config& config = run.config;
+  RunPaths& paths = run.paths;
+  paths.run_dir = choose_run_dir(config, run.options, *run.pg, run.dist_options);
+  paths.ckpt_dir = config.checkpoint.dir.empty() ? paths.run_dir + "/checkpoints" : config.checkpoint.dir;
+  if (run.writer) std::filesystem::create_directories(paths.ckpt_dir);
+  if (run.pg->store())
+    run.pg->store()->barrier("trainer/run_dir_created", run.rank, run.world,
+                             run.dist_options.connect_timeout);
+  paths.config_toml = config_to_toml(config);
+  open_run_log(run.log, config, run.env, paths.run_dir, paths.config_toml, run.rank, run.faults.full_disk);
+}
+
+// ---- model, optimizer and the gradients' path, the same on every rank
+void build_model(TrainingRun& run) {
+  const Config& config = run.config;
+  ProcessGroup& pg = *run.pg;
+  run.e = build_experiment(config, run.device, true, run.world, run.rank);
+  Experiment& e = run.e;
+  // SyncBN: batch statistics over all ranks (in place: the optimizer's parameters stay the same).
+  if (config.model.sync_bn) convert_sync_batchnorm(*e.model, pg.comm_ptr());
+  // Without SyncBN, ranks' running statistics drift apart: average them before eval and checkpoints.
+  run.average_bn_stats = !config.model.sync_bn && config.model.bn_stats_sync == "average";
+  if (run.world > 1)
+    check_ranks_agree(pg, run.build, run.paths.config_toml, e, run.device, run.env, run.dist_options);
+  // Every rank starts from rank 0's weights and buffers; gradients are averaged in buckets while
+  // backward runs (nothing happens at world size 1).
+  broadcast_state(pg.comm(), e.model->state_dict());
+  run.zero = wrap_in_zero_optimizer(config, e, pg, run.log);
+  run.ddp_reducer.emplace(run.zero ? std::make_shared<SingleProcessComm>() : pg.comm_ptr(),
+                          e.model->named_parameters());
+  run.reducer = run.zero && run.zero->gradient_reducer() ? run.zero->gradient_reducer() : &*run.ddp_reducer;
+  log_run_description(run.log, config, e, run.device, run.paths.run_dir, run.build);
+  run.log.line(loader_workers_reason(config));
+  const std::string workers_warning = loader_workers_warning(config.data.workers, run.env.local_world_size,
+                                                             std::thread::hardware_concurrency());
+  if (!workers_warning.empty()) run.log.error(workers_warning);
+  const std::string lr_note = lr_scaling_note(config, run.world);
+  if (!lr_note.empty()) run.log.line(lr_note);
+}
+
+// ---- observability: per-phase step times, exported per rank for Prometheus
+void start_metrics(TrainingRun& run) {
+  run.exporter = std::make_unique<Exporter>(
+      exporter_options(run.config, run.env, run.rank, run.build, run.paths.run_dir));
+  Exporter& exporter = *run.exporter;
+  if (exporter.enabled()) run.log.line("metrics: " + exporter.url());
+  // NVML's utilisation of this rank's GPU, read once a second on a thread of its own.
+  const GpuUtilization& gpu =
+      run.gpu_utilization.emplace(exporter.enabled() ? gpu_pci_bus_id(run.device) : "");
+  if (gpu.available())
+    run.gpu_utilization_reader.emplace([&gpu] { return gpu.read(); },
+                                       [&exporter](double u) { exporter.set_gpu_utilization(u); },
+                                       std::chrono::seconds(1));
+  if (exporter.enabled() && run.device.is_cuda())
+    run.log.line(gpu.available() ? "GPU utilisation: exported from NVML (trainer_gpu_utilization_ratio)"
+                                 : "GPU utilisation: not exported: " + gpu.why_unavailable());
+  StepTimer& timer = run.timer.emplace(phase_clock_for(run.device, run.pg->comm()));  // CUDA events on a GPU
+  // allreduce_total: from the moment the first gradient bucket is launched (its gradients are ready on
+  // the compute stream) to the end of finish() (the compute stream has waited for the last bucket).
+  // Both ends on the compute timeline; on the CPU both are host times.
+  run.reducer->set_first_launch_observer([&timer, &window = run.allreduce] {
+    timer.begin(Phase::allreduce_total, Timeline::compute);
+    window.open = true;
+  });
+}
+
+StepTimesCsv open_step_times_csv(const std::string& run_dir, int64_t first_step, bool writer, Log& log,
+                                 const FullDiskHook& full_disk) {
+  StepTimesCsv csv;
+  csv.first_step = first_step;
+  if (writer) {
+    const std::string path = run_dir + "/step_times.csv";
+    std::string header = "step,step_seconds";
+    for (Phase p : kAllPhases)
+      if (p != Phase::step) header += "," + std::string(phase_name(p)) + "_seconds";
+    bool fresh = first_step == 0 || !std::filesystem::exists(path);
+    if (!fresh) {
+      std::string existing;
+      std::ifstream in(path);
+      std::getline(in, existing);
+      if (existing.empty() || std::isdigit(static_cast<unsigned char>(existing[0]))) {
+        // Its header never reached the disk (a kill, a damaged file): nothing differs. truncate_step_csv
+        // below writes the header and keeps the rows that have its columns.
+        log.line("step_times.csv: its header is missing; writing it again");
+      } else if (existing != header) {
+        // A run resumed by a trainer with other phases (columns) starts the file again: appended rows
+        // would not match its header.
+        log.line("step_times.csv: its columns differ from this trainer's phases; starting it again");
+        fresh = true;
+      }
+    }
+    if (!fresh) truncate_step_csv(path, first_step, header, full_disk);
+    csv.file.open(path, fresh ? OutputFile::Mode::truncate : OutputFile::Mode::append, full_disk);
+    if (fresh) csv.file.write(header + '\n');
+  }
+  return csv;
+}
+
+// ---- where to start: a fresh run, or exactly where a checkpoint left off; the per-step CSVs
+void choose_start(TrainingRun& run) {
+  const RunPaths& paths = run.paths;
+  const FullDiskHook& full_disk = run.faults.full_disk;
+  CheckpointManager& checkpoints =
+      run.checkpoints.emplace(paths.ckpt_dir, run.config.checkpoint, run.faults.crash_before_rename_step);
+  if (run.writer)
+    for (const std::string& tmp : checkpoints.remove_stale_temps())
+      run.log.line("checkpoint: removed " + tmp + ", left by a write that died before its rename");
+  const std::string csv_path = paths.run_dir + "/train_steps.csv";
+  std::string start_point;
+  run.st = agreed_start(run.config, run.options, run.e, paths.run_dir, paths.ckpt_dir, run.log, *run.pg,
+                        run.dist_options, start_point);
+  if (run.writer) begin_step_csv(csv_path, start_point, run.st, full_disk);
+  if (run.writer) run.steps.csv.open(csv_path, OutputFile::Mode::append, full_disk);
+  run.step_times = open_step_times_csv(paths.run_dir, run.st.step, run.writer, run.log, full_disk);
+  if (run.writer) run.epoch_csv.open(paths.run_dir, run.st.step, full_disk);
+}
+
+// ---- fp16's dynamic loss scaling (every other precision runs with the scaler disabled, scale 1). On
+// a GPU the scaler decides on the device where the optimizer can skip there exactly: no step then waits
+// for the host's verdict, and the step can be captured.
+void set_up_loss_scaling(TrainingRun& run) {
+  LossScalerOptions so;
+  so.enabled = run.precision.loss_scaling;
+  so.init_scale = run.config.train.loss_scale_init;
+  LossScaler& scaler = run.scaler.emplace(so);
+  if (run.st.loss_scale > 0) scaler.load_state(run.st.loss_scale, run.st.loss_scale_growth_tracker);
+  if (!so.enabled || !run.device.is_cuda()) return;
+  if (run.precision.loss_scale_on_device) {
+    // The policy allows a device loss scaler (as step_graph_blocker does, from the same
+    // loss_scaler_host_reason); the optimizer has the last word.
+    Optimizer& optimizer = *run.e.optimizer;
+    if (!optimizer.skips_exactly_on_device())
+      throw std::logic_error("loss scaling: the config allows a device loss scaler but optimizer '" +
+                             optimizer.name() + "' cannot skip on a device flag exactly");
+    scaler.keep_on_device(run.device);
+    optimizer.skip_if(scaler.found_inf_flag());
+    run.log.line("loss scaling: on the device (skipped steps are reported one step late)");
+  } else {
+    run.log.line("loss scaling: on the host, one synchronisation per step (" +
+                 run.precision.loss_scale_host_reason + ")");
+  }
+}
+
+// train.cuda_graph: full-size steps replay a CUDA graph, unless the run needs the host inside a step.
+void set_up_step_graph(TrainingRun& run) {
+  if (!run.device.is_cuda()) return;
+  const std::string blocker = step_graph_blocker(run.config, run.world);
+  if (!blocker.empty()) {
+    run.log.line("CUDA graph: off, every step runs eagerly (" + blocker + ")");
+    return;
+  }
+  run.step_graph = std::make_unique<StepGraph>(&run.pg->comm());
+  run.e.optimizer->use_device_scalars();  // a replayed step reads each step's learning rate there
+  run.log.line(std::string("CUDA graph: on: the first full-size step runs eagerly, the next is captured and "
+                           "replayed") +
+               (run.world > 1 ? " with its gradient all-reduce (each replay is one 'graph' phase, watched "
+                                "as one unit by the NCCL watchdog)"
+                              : ""));
+}
+
+// ---- the step: its parts, the losses' way back to the host, the sampler, the loop's state
+void set_up_step(TrainingRun& run) {
+  const Config& config = run.config;
+  // Several GPUs: the loop's device waits can sit behind NCCL kernels that a dead peer leaves spinning;
+  // they poll the communicator's failure instead of blocking in the driver.
+  if (run.device.is_cuda() && run.world > 1)
+    run.comm_failed = [&comm = run.pg->comm()] { comm.throw_if_failed(); };
+  run.readback = std::make_unique<HostReadback>(run.comm_failed);
+  set_up_step_graph(run);
+  if (config.train.cudnn_fusion) run.log.line("cuDNN fusion: " + cudnn_fusion_state(config, run.device));
+  if (config.train.cudnn_batchnorm)
+    run.log.line("cuDNN batch norm: " + cudnn_batchnorm_state(config, run.device));
+  run.params = run.e.model->parameters();
+  ProcessGroup& pg = *run.pg;
+  run.parts.emplace(StepParts{
+      .model = *run.e.model,
+      .optimizer = *run.e.optimizer,
+      .scaler = *run.scaler,
+      .reducer = run.reducer,
+      .zero = run.zero,
+      .params = run.params,
+      .autocast = run.precision.autocast,
+      .label_smoothing = config.train.label_smoothing,
+      .clip_grad_norm = config.optim.clip_grad_norm,
+      .accum = config.train.grad_accum_steps,
+      .all_ranks_finite = [&pg](bool local) { return max_over_ranks(pg, local ? 0 : 1) == 0; },
+      .agree_found_inf = run.world > 1 ? std::function<void(Tensor&)>([&pg](Tensor& flag) {
+        pg.comm().all_reduce(flag, ReduceOp::max);
+      })
+                                       : std::function<void(Tensor&)>(),
+  });
+  run.sampler.emplace(run.e.data.train->size(), run.e.world_size, run.rank, config.data.shuffle,
+                      static_cast<uint64_t>(config.train.seed), config.data.drop_last);
+  run.summary.world_size = run.e.world_size;
+  run.summary.run_dir = run.paths.run_dir;
+  run.summary.best_test_accuracy = run.st.best_accuracy;
+  run.loop.done = run.st.step >= run.e.total_steps;
+  if (Heartbeat* heartbeat = run.heartbeat)
+    run.timer->set_phase_observer([heartbeat](Phase p) { heartbeat->set_phase(phase_name(p)); });
+  run.fence.emplace(run.comm_failed);
+}
+
+}  // namespace
+
+int64_t max_over_ranks(ProcessGroup& pg, int64_t local) {
+  if (pg.world_size() == 1) return local;
+  Tensor value = Tensor::from_vector<int64_t>({local}, {1});
+  pg.comm().all_reduce(value, ReduceOp::max);
+  return static_cast<int64_t>(value.item());
+}
+
+TrainingRun::TrainingRun(const Config& config_, const TrainOptions& options_)
+    : config(config_),
+      options(options_),
+      faults(fault_injection_from_env()),
+      build(trainer_build()),
+      log(Log::instance()) {}
+
+std::unique_ptr<TrainingRun> start_run(const Config& config, const TrainOptions& options) {
+  auto run = std::make_unique<TrainingRun>(config, options);
+  join_processes(*run);
+  open_run_directory(*run);
+  build_model(*run);
+  start_metrics(*run);
+  choose_start(*run);
+  set_up_loss_scaling(*run);
+  set_up_step(*run);
+  return run;
+}
+
+}  // namespace trainer
