@@ -1,17 +1,47 @@
 #!/usr/bin/env python3
 """PyTorch's figure for issue 24: ResNet-50 trained on a JPEG folder with torchvision's ImageFolder and
 DataLoader (all cores as workers, pinned memory, persistent workers), bf16 autocast, channels-last,
-SGD: steady-state img/s and the share of each step spent waiting for data.
+SGD: steady-state img/s and the share of each step spent waiting for data. With --cifar, resnet18-cifar
+on a CIFAR-10 set in the binary version's format (the trainer's `data.dataset = "cifar10"`), read into
+memory as torchvision's CIFAR10 does, with its usual RandomCrop(32, 4) + flip.
 
     python3 bench/torch_imagefolder_bench.py /tmp/jpegs --batch 128 --steps 60 --warmup 10
+    python3 bench/torch_imagefolder_bench.py /tmp/cifar-10-batches-bin --cifar --batch 512
 """
 import argparse
 import os
 import time
 
+import numpy as np
 import torch
 import torchvision
 import torchvision.transforms as T
+from PIL import Image
+
+
+class CifarBinary(torch.utils.data.Dataset):
+    """CIFAR-10's binary version in memory, images as PIL like torchvision.datasets.CIFAR10 gives them."""
+
+    def __init__(self, root, transform):
+        records = np.concatenate([np.fromfile(os.path.join(root, f"data_batch_{i}.bin"), dtype=np.uint8)
+                                  for i in range(1, 6)]).reshape(-1, 3073)
+        self.labels = records[:, 0].astype(np.int64)
+        self.images = records[:, 1:].reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1).copy()
+        self.transform = transform
+        self.classes = list(range(10))
+
+    def __len__(self):
+        return len(self.labels)
+
+    def __getitem__(self, i):
+        return self.transform(Image.fromarray(self.images[i])), int(self.labels[i])
+
+
+def cifar_resnet18():
+    model = torchvision.models.resnet18(num_classes=10)
+    model.conv1 = torch.nn.Conv2d(3, 64, 3, 1, 1, bias=False)
+    model.maxpool = torch.nn.Identity()
+    return model
 
 
 def main():
@@ -21,14 +51,21 @@ def main():
     p.add_argument("--steps", type=int, default=60)
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--workers", type=int, default=os.cpu_count())
+    p.add_argument("--cifar", action="store_true", help="resnet18-cifar on a CIFAR-10 binary set")
     a = p.parse_args()
     torch.backends.cudnn.benchmark = True
-    transform = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.ToTensor(),
-                           T.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])])
-    data = torchvision.datasets.ImageFolder(os.path.join(a.root, "train"), transform)
+    if a.cifar:
+        transform = T.Compose([T.RandomCrop(32, padding=4), T.RandomHorizontalFlip(), T.ToTensor(),
+                               T.Normalize([0.4914, 0.4822, 0.4465], [0.2470, 0.2435, 0.2616])])
+        data = CifarBinary(a.root, transform)
+    else:
+        transform = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.ToTensor(),
+                               T.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])])
+        data = torchvision.datasets.ImageFolder(os.path.join(a.root, "train"), transform)
     loader = torch.utils.data.DataLoader(data, batch_size=a.batch, shuffle=True, drop_last=True,
                                          num_workers=a.workers, pin_memory=True, persistent_workers=True)
-    model = torchvision.models.resnet50(num_classes=len(data.classes)).cuda().to(memory_format=torch.channels_last)
+    model = cifar_resnet18() if a.cifar else torchvision.models.resnet50(num_classes=len(data.classes))
+    model = model.cuda().to(memory_format=torch.channels_last)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
     loss_fn = torch.nn.CrossEntropyLoss()
     step, waited, timed = 0, 0.0, 0.0
@@ -55,7 +92,8 @@ def main():
                 waited += t1 - t0
                 timed += t2 - t0
             step += 1
-    print(f"pytorch imagefolder resnet50 bf16 batch {a.batch} workers {a.workers}: "
+    what = "cifar10 resnet18-cifar" if a.cifar else "imagefolder resnet50"
+    print(f"pytorch {what} bf16 batch {a.batch} workers {a.workers}: "
           f"{a.steps * a.batch / timed:.0f} img/s, data_wait {100 * waited / timed:.1f}%")
 
 
