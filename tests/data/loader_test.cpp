@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <mutex>
+#include <set>
 #include <thread>
 
 #include "data/data_error.h"
@@ -221,6 +223,70 @@ TEST(DataLoader, WorkerExceptionSurfacesInNextAfterTheBatchesBeforeIt) {
       } catch (const DataError& error) {
         EXPECT_STREQ(error.what(), "/data/broken.gz: corrupt gzip stream: invalid block type");
       }
+    }
+  }
+}
+
+// Records which thread read each index; index `slow` takes longer and fails, as does `fast` (after it
+// in the batch, but first in time).
+class ThreadRecordingDataset : public SyntheticDataset {
+ public:
+  ThreadRecordingDataset(int64_t size, int64_t slow_failure, int64_t fast_failure)
+      : SyntheticDataset({size, 1, 4, 4, 10, 0}), slow_(slow_failure), fast_(fast_failure) {}
+  void read_into(int64_t index, uint8_t* hwc_out) const override {
+    {
+      std::lock_guard lock(mutex_);
+      readers_.insert(std::this_thread::get_id());
+    }
+    if (index == slow_) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      throw DataError("/data/first.jpg: broken");
+    }
+    if (index == fast_) throw DataError("/data/second.jpg: broken");
+    std::this_thread::sleep_for(std::chrono::microseconds(500));
+    SyntheticDataset::read_into(index, hwc_out);
+  }
+  size_t readers() const {
+    std::lock_guard lock(mutex_);
+    return readers_.size();
+  }
+
+ private:
+  int64_t slow_, fast_;
+  mutable std::mutex mutex_;
+  mutable std::set<std::thread::id> readers_;
+};
+
+TEST(DataLoader, WorkersShareTheSamplesOfTheNextBatch) {
+  // One batch of 64 samples at 0.5 ms each: with whole batches per worker, one thread would read all
+  // of it; shared, every worker takes part.
+  const auto dataset = std::make_shared<ThreadRecordingDataset>(64, -1, -1);
+  std::vector<int64_t> indices(64);
+  for (int64_t i = 0; i < 64; ++i) indices[static_cast<size_t>(i)] = i;
+  LoaderOptions options;
+  options.batch_size = 64;
+  options.num_workers = 4;
+  DataLoader loader(dataset, indices, options);
+  ASSERT_TRUE(loader.next().has_value());
+  EXPECT_GT(dataset->readers(), 1u);
+  EXPECT_FALSE(loader.next().has_value());
+}
+
+TEST(DataLoader, TheFirstFailingSampleInTheBatchIsReportedWhateverFailsFirst) {
+  // Index 3 fails after 50 ms, index 40 at once: the error is index 3's, as without workers.
+  const auto dataset = std::make_shared<ThreadRecordingDataset>(64, 3, 40);
+  std::vector<int64_t> indices(64);
+  for (int64_t i = 0; i < 64; ++i) indices[static_cast<size_t>(i)] = i;
+  for (const int workers : {0, 4}) {
+    LoaderOptions options;
+    options.batch_size = 64;
+    options.num_workers = workers;
+    DataLoader loader(dataset, indices, options);
+    try {
+      loader.next();
+      ADD_FAILURE() << "expected a DataError, workers " << workers;
+    } catch (const DataError& error) {
+      EXPECT_STREQ(error.what(), "/data/first.jpg: broken") << workers;
     }
   }
 }
