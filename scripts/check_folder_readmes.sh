@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Every tracked file of a top-level folder is listed in that folder's README.md (by its name, or by
-# its stem as `stem.*`), so that a newcomer can find what a file is for without opening it. Run by
+# Every tracked file of a top-level folder is listed in that folder's README.md (by its name, its
+# path below the folder, or its stem as `stem.*`), so that a newcomer can find what a file is for without opening it. Run by
 # ctest (folder_readmes); prints each file a README misses.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,7 +25,8 @@ for folder in "${folders[@]}"; do
     case $path in bench/results/* | tests/nn/golden/* | configs/grafana/*.json) continue ;; esac
     name=$(basename "$path")
     stem=${name%.*}
-    if ! grep -qF -e "\`$name\`" -e "\`$stem.*\`" "$readme"; then
+    relative=${path#"$folder"/}
+    if ! grep -qF -e "\`$name\`" -e "\`$relative\`" -e "\`$stem.*\`" "$readme"; then
       echo "$readme: does not list $path"
       missing=$((missing + 1))
     fi
