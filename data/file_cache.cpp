@@ -51,9 +51,9 @@ std::atomic<uint64_t>* index_of(void* mapping) {
 
 }  // namespace
 
-FileCache::FileCache(int64_t files, uint64_t total_bytes, FileCacheOptions options)
+FileCache::FileCache(int64_t files, uint64_t most_bytes, FileCacheOptions options)
     : files_count_(files), options_(std::move(options)) {
-  const uint64_t needed = total_bytes + static_cast<uint64_t>(files) * (kEntryHeader + 7);
+  const uint64_t needed = most_bytes + static_cast<uint64_t>(files) * (kEntryHeader + 7);
   capacity_ = std::min<uint64_t>(static_cast<uint64_t>(std::max<int64_t>(0, options_.budget_bytes)), needed);
   capacity_ = round_up8(capacity_);
   mapping_size_ = sizeof(Header) + static_cast<size_t>(files) * sizeof(uint64_t) + capacity_;
@@ -102,7 +102,7 @@ std::string FileCache::create_shared() {
   }
   if (fd < 0) return errno_text("cannot create");
   // Writing past what tmpfs can hold would kill the process with SIGBUS: reserve all of it now (the
-  // capacity is capped at the files' total, so this is no more than the cache can use).
+  // capacity is capped at what the entries can need, so this is no more than the cache can use).
   std::string problem;
   struct statvfs fs {};
   if (::ftruncate(fd, static_cast<off_t>(mapping_size_)) != 0) {
@@ -212,6 +212,10 @@ bool FileCache::insert(int64_t index, const uint8_t* data, size_t size) {
   // Another thread or rank may have cached the same file meanwhile: its entry wins, this space stays unused.
   if (slot.compare_exchange_strong(empty, offset + 1, std::memory_order_release)) h->cached.fetch_add(1);
   return true;
+}
+
+bool FileCache::has_room_for(size_t size) const {
+  return header()->used.load(std::memory_order_relaxed) + round_up8(kEntryHeader + size) <= capacity_;
 }
 
 int64_t FileCache::files() const { return static_cast<int64_t>(header()->cached.load()); }

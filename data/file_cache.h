@@ -1,8 +1,10 @@
 #pragma once
-// data.cache = "encoded": the bytes of a dataset's files kept in host memory after their first good
-// read, so that later epochs (and evaluations) read memory instead of the disk or a network file
-// system. Entries are added until the byte budget is spent and never evicted: beyond the budget the
-// rest is read from disk every time, which costs nothing more than no cache.
+// data.cache: an entry per dataset file kept in host memory after its first good read, so that later
+// epochs (and evaluations) read memory instead of the disk or a network file system. What an entry
+// holds is the caller's: the file's bytes (data.cache = "encoded") or its decoded, downscaled pixels
+// (data.cache = "decoded", data/decoded_cache.h). Entries are added until the byte budget is spent and
+// never evicted: beyond the budget the rest is read from disk every time, which costs nothing more
+// than no cache.
 //
 // The ranks of a node can share one cache (POSIX shared memory, shm_open + mmap): local rank 0 creates
 // it, the others attach, and the name is removed as soon as all of them have attached (or when the
@@ -10,9 +12,15 @@
 // memory cannot be had (no /dev/shm, too small a /dev/shm, a rank that never came), each process keeps
 // its own cache and the reason is given (fallback_reason()).
 //
-// The files are assumed not to change during the run: an entry is taken only when the bytes read have
-// the size the dataset listed at start, and the cache lives only as long as the job (its name holds
-// the dataset's fingerprint and a job id), so a new run reads every file again.
+// What the cache assumes of the files, and how ImageFolder keeps it true (data/image_folder.cpp): an
+// entry is what the file held when the dataset was listed at start. It is filled only from a read
+// whose file had, before and after the read, the size and modification time listed at start; and
+// every use of an entry first checks (one stat) that the file still has them. A file rewritten during
+// the run is therefore never trained on stale: from then on it is read from disk every time, and never
+// cached again. The check cannot see a rewrite that keeps both the size and the modification time (a
+// tool that restores mtimes, or a file system with coarse timestamps rewritten within one tick). The
+// cache lives only as long as the job (its name holds the dataset's fingerprint and a job id), so a new
+// run reads every file again.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -20,8 +28,8 @@
 namespace trainer {
 
 struct FileCacheOptions {
-  // File bytes kept at most (the index, 8 bytes a file, comes on top). The cache takes no more than
-  // the listed files' total either.
+  // Entry bytes kept at most (the index, 8 bytes a file, comes on top). The cache takes no more than
+  // its entries can need either (the constructor's most_bytes).
   int64_t budget_bytes = 0;
   // Shared memory name ("/trainer-..."); "" keeps the cache in this process.
   std::string shared_name;
@@ -30,7 +38,7 @@ struct FileCacheOptions {
   double attach_timeout_seconds = 120;  // an attaching rank waits this long for the creator
 };
 
-// A view of cached bytes; data is null when the file is not cached.
+// A view of an entry's bytes; data is null when the file is not cached.
 struct CachedFile {
   const uint8_t* data = nullptr;
   size_t size = 0;
@@ -38,9 +46,10 @@ struct CachedFile {
 
 class FileCache {
  public:
-  // A cache for files 0..files-1 whose listed sizes add up to total_bytes. Never throws for want of
-  // shared memory: it falls back to a cache of this process.
-  FileCache(int64_t files, uint64_t total_bytes, FileCacheOptions options);
+  // A cache for the entries of files 0..files-1, which need most_bytes at most all together (the listed
+  // files' sizes added up for their bytes; an estimate for decoded images, data/decoded_cache.h). Never
+  // throws for want of shared memory: it falls back to a cache of this process.
+  FileCache(int64_t files, uint64_t most_bytes, FileCacheOptions options);
   ~FileCache();
   FileCache(const FileCache&) = delete;
   FileCache& operator=(const FileCache&) = delete;
@@ -49,9 +58,12 @@ class FileCache {
   CachedFile find(int64_t index) const;
   // Keeps a copy of the bytes when the budget allows. Returns whether file `index` is now cached.
   bool insert(int64_t index, const uint8_t* data, size_t size);
+  // Whether an entry of `size` bytes would still fit (another thread or rank may take the room first):
+  // lets a caller skip the work of making an entry that could not be kept.
+  bool has_room_for(size_t size) const;
 
   int64_t files() const;                           // cached so far (by any process sharing it)
-  uint64_t bytes() const;                          // their bytes, with 8 a file of bookkeeping
+  uint64_t bytes() const;                          // their bytes, with 8 an entry of bookkeeping
   uint64_t capacity() const { return capacity_; }  // the budget, capped at what the files need
   bool shared() const { return shared_; }
   const std::string& fallback_reason() const { return fallback_reason_; }  // "" when as asked

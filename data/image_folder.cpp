@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "data/data_error.h"
+#include "data/decoded_cache.h"
 #include "data/hash.h"
 #include "data/image_codec.h"
 #include "data/jpeg_region.h"
@@ -53,9 +54,28 @@ uint64_t hash_file_contents(const std::string& path, uint64_t hash) {
   return hash;
 }
 
+// What the listing records of a file, and what a cached entry must have been read under.
+struct FileStamp {
+  uint64_t size = 0;
+  int64_t mtime_ns = 0;
+  bool operator==(const FileStamp&) const = default;
+};
+
+FileStamp stamp_of(const struct stat& info) {
+  return {static_cast<uint64_t>(info.st_size),
+          static_cast<int64_t>(info.st_mtim.tv_sec) * 1000000000 + info.st_mtim.tv_nsec};
+}
+
+// The file's stamp now; {0, -1} when it cannot be had (never a listed stamp).
+FileStamp stamp_of(const std::string& path) {
+  struct stat info {};
+  if (::stat(path.c_str(), &info) != 0) return {0, -1};
+  return stamp_of(info);
+}
+
 struct ListedFile {
   std::string name;
-  uint64_t size = 0;
+  FileStamp stamp;
 };
 
 // One directory's image files, as one os.walk step gives them.
@@ -89,8 +109,9 @@ void walk(const fs::path& class_dir, const std::string& relative, int depth,
     } else if (is_image_name(name)) {
       // Anything else with an image name is a sample, as in torchvision: one that cannot be read (a
       // dangling link, say) is a bad sample at load time, not a silently different index list.
-      const uintmax_t size = it->file_size(ignored);
-      listed.files.push_back({name, ignored ? 0 : static_cast<uint64_t>(size)});
+      // One stat for the size and the modification time, as file_size() alone would cost.
+      const FileStamp stamp = stamp_of(it->path().string());
+      listed.files.push_back({name, stamp.mtime_ns < 0 ? FileStamp{0, 0} : stamp});
     }
   }
   if (error) fail_listing(dir, error);
@@ -102,8 +123,9 @@ void walk(const fs::path& class_dir, const std::string& relative, int depth,
   }
 }
 
-// Reads the whole file into bytes. Returns what went wrong, or an empty string.
-std::string read_file(const std::string& path, std::vector<uint8_t>& bytes) {
+// Reads the whole file into bytes and sets *stamp to its stamp, or to {0, -1} when the file changed
+// while being read. Returns what went wrong, or an empty string.
+std::string read_file(const std::string& path, std::vector<uint8_t>& bytes, FileStamp* stamp) {
   std::FILE* file = std::fopen(path.c_str(), "rb");
   if (!file) return "cannot open: " + std::error_code(errno, std::generic_category()).message();
   struct stat info {};
@@ -120,24 +142,12 @@ std::string read_file(const std::string& path, std::vector<uint8_t>& bytes) {
                                   : "read " + std::to_string(got) + " of " + std::to_string(bytes.size()) +
                                         " bytes: the file shrank while being read";
     }
+    struct stat after {};
+    const bool steady = ::fstat(::fileno(file), &after) == 0 && stamp_of(after) == stamp_of(info);
+    *stamp = steady ? stamp_of(info) : FileStamp{0, -1};
   }
   std::fclose(file);
   return problem;
-}
-
-// Maps a region of a height x width image onto the same image decoded at width2 x height2.
-CropBox scale_box(const CropBox& box, int64_t height, int64_t width, int64_t height2, int64_t width2) {
-  if (height2 == height && width2 == width) return box;
-  const double sy = static_cast<double>(height2) / static_cast<double>(height);
-  const double sx = static_cast<double>(width2) / static_cast<double>(width);
-  const auto edge = [](double value, int64_t lo, int64_t hi) {
-    return std::clamp<int64_t>(std::llround(value), lo, hi);
-  };
-  const int64_t top = edge(box.top * sy, 0, height2 - 1);
-  const int64_t bottom = edge((box.top + box.height) * sy, top + 1, height2);
-  const int64_t left = edge(box.left * sx, 0, width2 - 1);
-  const int64_t right = edge((box.left + box.width) * sx, left + 1, width2);
-  return {top, left, bottom - top, right - left};
 }
 
 // Above this many times the output's pixels, the evaluation resize is computed on the crop region only
@@ -211,10 +221,12 @@ ImageFolder::ImageFolder(const std::string& directory, ImageFolderOptions option
         paths_ += relative;
         path_offsets_.push_back(paths_.size());
         labels_.push_back(label);
-        sizes_.push_back(file.size);
-        listed_bytes_ += file.size;
+        sizes_.push_back(file.stamp.size);
+        mtimes_.push_back(file.stamp.mtime_ns);
+        listed_bytes_ += file.stamp.size;
+        // Not the modification time: a copy of the dataset keeps its fingerprint.
         content_hash_ = fnv1a64_bytes(relative.data(), relative.size() + 1, content_hash_);  // with the '\0'
-        content_hash_ = fnv1a64_bytes(&file.size, sizeof(file.size), content_hash_);
+        content_hash_ = fnv1a64_bytes(&file.stamp.size, sizeof(file.stamp.size), content_hash_);
       }
     }
     if (labels_.size() == before) {
@@ -231,12 +243,19 @@ ImageFolder::ImageFolder(const std::string& directory, ImageFolderOptions option
     content_hash_ = hash_file_contents(path(k * n / sampled), content_hash_);
   if (options_.cache.budget_bytes > 0) {
     FileCacheOptions cache = options_.cache;
+    if (options_.cache_mode == CacheMode::none)
+      throw DataError(name_ + ": a cache budget with data.cache = \"none\"");
     if (!cache.shared_name.empty()) {
       char hex[17];
       std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(content_hash_));
       cache.shared_name += std::string("-") + hex;
     }
-    cache_ = std::make_unique<FileCache>(n, listed_bytes_, cache);
+    const uint64_t most_bytes =
+        options_.cache_mode == CacheMode::decoded
+            ? decoded_cache_most_bytes(n, decoded_cache_short_side(options_.image_size), options_.channels)
+            : listed_bytes_;
+    cache_ = std::make_unique<FileCache>(n, most_bytes, cache);
+    changed_ = std::make_unique<std::atomic<uint8_t>[]>(static_cast<size_t>(n));
   }
 }
 
@@ -261,21 +280,78 @@ int64_t ImageFolder::label(int64_t index) const {
 }
 
 std::string ImageFolder::try_load(int64_t index, uint8_t* hwc_out, Generator* gen) const {
-  // Per-thread buffers: their capacity is reused from sample to sample.
-  thread_local std::vector<uint8_t> file;
-  // The cached bytes when there are, else the file's; a file's bytes are cached once they decode.
-  CachedFile bytes = cache_ ? cache_->find(index) : CachedFile{};
-  const bool from_disk = bytes.data == nullptr;
-  if (from_disk) {
-    std::string problem = read_file(path(index), file);
-    if (!problem.empty()) return problem;
-    bytes = {file.data(), file.size()};
+  const CachedFile entry = usable_entry(index);
+  if (entry.data && options_.cache_mode == CacheMode::decoded) {
+    transform_entry(entry, hwc_out, gen);
+    return "";
   }
+  if (entry.data) return decode_and_transform(entry, hwc_out, gen);
+  // Per-thread buffer: its capacity is reused from sample to sample.
+  thread_local std::vector<uint8_t> file;
+  FileStamp stamp;
+  if (std::string problem = read_file(path(index), file, &stamp); !problem.empty()) return problem;
+  const CachedFile bytes{file.data(), file.size()};
+  // Only a read of the file as it was listed fills the cache: one that differs is changing under the
+  // run, and is read afresh each time.
+  const size_t i = static_cast<size_t>(index);
+  const bool as_listed = cache_ && stamp == FileStamp{sizes_[i], mtimes_[i]} && !changed_[i].load();
+  if (as_listed && options_.cache_mode == CacheMode::decoded && fill_decoded(index, bytes, hwc_out, gen))
+    return "";
   const std::string problem = decode_and_transform(bytes, hwc_out, gen);
-  // A file whose size is not the listed one is changing under the run: read it afresh each time.
-  if (problem.empty() && from_disk && cache_ && bytes.size == sizes_[static_cast<size_t>(index)])
+  // A file's bytes are cached once they decode.
+  if (problem.empty() && as_listed && options_.cache_mode == CacheMode::encoded)
     cache_->insert(index, bytes.data, bytes.size);
   return problem;
+}
+
+CachedFile ImageFolder::usable_entry(int64_t index) const {
+  const size_t i = static_cast<size_t>(index);
+  if (!cache_ || changed_[i].load(std::memory_order_relaxed)) return {};
+  const CachedFile entry = cache_->find(index);
+  if (!entry.data) return {};
+  // One stat a use (about a microsecond on a local disk, within NFS's attribute cache): a file
+  // rewritten during the run is never trained on stale (data/file_cache.h).
+  const std::string file = path(index);
+  if (stamp_of(file) == FileStamp{sizes_[i], mtimes_[i]}) return entry;
+  if (changed_[i].exchange(1) == 0) {
+    const std::string note = "note: " + file +
+                             " changed on disk after it was listed at start (its size or modification "
+                             "time differs): data.cache no longer uses its cached copy, it is read from "
+                             "disk from now on";
+    if (options_.warn)
+      options_.warn(note);
+    else
+      std::fprintf(stderr, "%s\n", note.c_str());
+  }
+  return {};
+}
+
+void ImageFolder::transform_entry(const CachedFile& entry, uint8_t* hwc_out, Generator* gen) const {
+  const DecodedEntry image = read_decoded_entry(entry.data, entry.size, options_.channels);
+  if (gen)
+    random_resized_crop_from_entry(image, options_.crop, *gen, hwc_out, options_.image_size);
+  else
+    center_crop_from_entry(image, hwc_out, options_.image_size);
+}
+
+bool ImageFolder::fill_decoded(int64_t index, const CachedFile& file, uint8_t* hwc_out,
+                               Generator* gen) const {
+  thread_local std::vector<uint8_t> entry;
+  try {
+    const ImageInfo info = read_image_info(file.data, file.size);
+    int64_t kept_height = 0, kept_width = 0;
+    decoded_cache_size(info.height, info.width, decoded_cache_short_side(options_.image_size), kept_height,
+                       kept_width);
+    // Once the budget is spent, the cheaper decode of only the crop's region, as without the cache.
+    if (!cache_->has_room_for(decoded_entry_bytes(kept_height, kept_width, options_.channels))) return false;
+    make_decoded_entry(file.data, file.size, info, options_.channels,
+                       decoded_cache_short_side(options_.image_size), entry);
+  } catch (const ImageDecodeError&) {
+    return false;  // decode_and_transform gives the error, or the crop, it gives without the cache
+  }
+  cache_->insert(index, entry.data(), entry.size());
+  transform_entry({entry.data(), entry.size()}, hwc_out, gen);
+  return true;
 }
 
 std::string ImageFolder::decode_and_transform(const CachedFile& file, uint8_t* hwc_out,

@@ -9,20 +9,28 @@
 // channels, so batches stack (see data/resized_crop.h): a RandomResizedCrop in training mode, a
 // Resize + CenterCrop in evaluation mode. Of a JPEG only the crop's rows and columns are decoded
 // (data/jpeg_region.h), at a reduced DCT scale when the result is shrunk anyway. Decoding happens on
-// the loader's worker threads; only the file list is in memory, and with options.cache the bytes of
-// the files read so far (data/file_cache.h).
+// the loader's worker threads; only the file list is in memory, and with options.cache the bytes
+// (data.cache = "encoded") or the downscaled pixels (data.cache = "decoded", data/decoded_cache.h) of
+// the files read so far (data/file_cache.h, which also says what the cache assumes of the files).
+//
+// With data.cache = "decoded", a file's first read while the cache has room decodes it whole (not only
+// the crop's region) and keeps it; the sample comes from the kept pixels, as in later epochs. A file
+// that does not decode whole is not kept and goes the way it goes without the cache (the same error,
+// or the same pixels where the crop's region decodes), so bad files behave exactly as without it.
 //
 // Files whose image cannot be decoded are handled by the BadSamplePolicy (data/bad_samples.h). The
 // fingerprint hashes the class list, every file's relative path and size, and the contents of 256 files
 // spread evenly over the list (all files of a smaller dataset): reading all of ImageNet's 140 GB at
 // start-up would take minutes, so a copy that differs only in the contents of unsampled files of the
 // same sizes goes unnoticed.
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "data/bad_samples.h"
+#include "data/cache_mode.h"
 #include "data/dataset.h"
 #include "data/file_cache.h"
 #include "data/resized_crop.h"
@@ -44,10 +52,12 @@ struct ImageFolderOptions {
   // list to the evaluation split so that labels agree even when a class has no evaluation images; a
   // sub-directory not in the list is then an error.
   std::vector<std::string> classes;
-  // data.cache = "encoded": files' bytes kept in memory after their first good read (data/file_cache.h).
-  // budget_bytes 0 = no cache. A shared_name is completed with this dataset's fingerprint, so that the
-  // training and evaluation splits, and different datasets, never share a cache.
+  // data.cache: files kept in memory after their first good read (data/file_cache.h), as cache_mode
+  // says (encoded bytes or decoded pixels). budget_bytes 0 = no cache. A shared_name is completed with
+  // this dataset's fingerprint, so that the training and evaluation splits, and different datasets,
+  // never share a cache.
   FileCacheOptions cache;
+  CacheMode cache_mode = CacheMode::encoded;  // what the cache keeps when cache.budget_bytes > 0
 };
 
 class ImageFolder : public Dataset {
@@ -82,6 +92,7 @@ class ImageFolder : public Dataset {
   const ImageFolderOptions& options() const { return options_; }
   int64_t bad_files() const { return bad_->bad_files(); }  // distinct files found bad so far (skip mode)
   const FileCache* cache() const { return cache_.get(); }  // null without data.cache
+  CacheMode cache_mode() const { return cache_ ? options_.cache_mode : CacheMode::none; }
   uint64_t listed_bytes() const { return listed_bytes_; }  // the files' sizes at start, added up
 
  private:
@@ -90,6 +101,15 @@ class ImageFolder : public Dataset {
   std::string try_load(int64_t index, uint8_t* hwc_out, Generator* gen) const;
   // try_load's work once the bytes are in memory.
   std::string decode_and_transform(const CachedFile& file, uint8_t* hwc_out, Generator* gen) const;
+  // The cache's entry of `index`, or none when the file is not cached or has changed on disk since the
+  // listing (then it is read from disk from now on, and a note says so once).
+  CachedFile usable_entry(int64_t index) const;
+  // data.cache = "decoded": the sample from an entry of decoded pixels.
+  void transform_entry(const CachedFile& entry, uint8_t* hwc_out, Generator* gen) const;
+  // data.cache = "decoded", a file read as listed: decodes it whole into a new entry and serves the
+  // sample from it. false, having drawn nothing from gen, when the cache has no room for it or the
+  // image does not decode whole: the caller then goes the way without the cache.
+  bool fill_decoded(int64_t index, const CachedFile& file, uint8_t* hwc_out, Generator* gen) const;
 
   std::string directory_;
   std::string name_;
@@ -98,7 +118,9 @@ class ImageFolder : public Dataset {
   std::string paths_;                   // relative paths, back to back
   std::vector<uint64_t> path_offsets_;  // sample i's path is paths_[offsets[i], offsets[i + 1])
   std::vector<int32_t> labels_;
-  std::vector<uint64_t> sizes_;  // each file's size when listed: a cached copy must have it
+  std::vector<uint64_t> sizes_;  // each file's size when listed: a cached entry must be of it
+  std::vector<int64_t> mtimes_;  // and its modification time (ns since the epoch)
+  std::unique_ptr<std::atomic<uint8_t>[]> changed_;  // per file: found changed since the listing
   uint64_t listed_bytes_ = 0;
   uint64_t content_hash_ = 0;
   std::unique_ptr<FileCache> cache_;

@@ -67,6 +67,20 @@ CropBox center_crop_box(int64_t height, int64_t width, int64_t size) {
           python_round(static_cast<double>(width - size) / 2.0), size, size};
 }
 
+CropBox scale_box(const CropBox& box, int64_t height, int64_t width, int64_t height2, int64_t width2) {
+  if (height2 == height && width2 == width) return box;
+  const double sy = static_cast<double>(height2) / static_cast<double>(height);
+  const double sx = static_cast<double>(width2) / static_cast<double>(width);
+  const auto edge = [](double value, int64_t lo, int64_t hi) {
+    return std::clamp<int64_t>(std::llround(value), lo, hi);
+  };
+  const int64_t top = edge(static_cast<double>(box.top) * sy, 0, height2 - 1);
+  const int64_t bottom = edge(static_cast<double>(box.top + box.height) * sy, top + 1, height2);
+  const int64_t left = edge(static_cast<double>(box.left) * sx, 0, width2 - 1);
+  const int64_t right = edge(static_cast<double>(box.left + box.width) * sx, left + 1, width2);
+  return {top, left, bottom - top, right - left};
+}
+
 void resize_region(const uint8_t* src, int64_t height, int64_t width, int64_t channels, const CropBox& box,
                    uint8_t* dst, int64_t out_height, int64_t out_width) {
   if (box.top < 0 || box.left < 0 || box.height < 1 || box.width < 1 || box.top + box.height > height ||

@@ -47,6 +47,11 @@ void resized_shorter_side(int64_t height, int64_t width, int64_t shorter, int64_
 // torchvision CenterCrop(size) of a height x width image (which must be at least size x size).
 CropBox center_crop_box(int64_t height, int64_t width, int64_t size);
 
+// Maps a region of a height x width image onto the same image at height2 x width2 (decoded at a DCT
+// scale, or kept downscaled in data.cache = "decoded"): edges scaled and rounded to whole pixels, at
+// least one pixel each way.
+CropBox scale_box(const CropBox& box, int64_t height, int64_t width, int64_t height2, int64_t width2);
+
 // Resizes region `box` of src ([height, width, channels]) to dst ([out_height, out_width, channels]).
 void resize_region(const uint8_t* src, int64_t height, int64_t width, int64_t channels, const CropBox& box,
                    uint8_t* dst, int64_t out_height, int64_t out_width);

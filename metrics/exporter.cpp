@@ -71,6 +71,8 @@ struct Metrics {
   prom::Gauge* eval_top5 = nullptr;
   prom::Gauge* eval_loss = nullptr;
   prom::Gauge* gpu_utilization = nullptr;
+  std::array<prom::Gauge*, 2> cache_files{};  // [training, evaluation]
+  std::array<prom::Gauge*, 2> cache_bytes{};
   prom::Counter* restarts = nullptr;
 };
 
@@ -160,6 +162,17 @@ Metrics register_metrics(prom::Registry& registry, const prom::Labels& common, c
                              "Fraction of NVML's last sample period in which a kernel ran on this "
                              "rank's GPU (NaN: no reading)",
                              kNaN);
+  // 0 without data.cache, which is the truth: nothing is cached.
+  auto& cache_files = gauge_family("trainer_data_cache_files",
+                                   "Files of each split held in data.cache (encoded or decoded), by any of "
+                                   "the node's ranks sharing it");
+  auto& cache_bytes = gauge_family("trainer_data_cache_bytes",
+                                   "Bytes of each split's data.cache taken, with 8 a file of bookkeeping");
+  for (size_t s = 0; s < 2; ++s) {
+    const std::string split = s == 0 ? "training" : "evaluation";
+    m.cache_files[s] = &cache_files.Add({{"split", split}});
+    m.cache_bytes[s] = &cache_bytes.Add({{"split", split}});
+  }
   m.restarts = &counter("trainer_restarts_total",
                         "Restarts of this job by its launcher before this process started "
                         "(TRAINER_RESTART_COUNT, or torchrun's TORCHELASTIC_RESTART_COUNT)");
@@ -336,6 +349,11 @@ void Exporter::set_eval(double top1, double top5, double loss) {
   state_->m.eval_top1->Set(top1);
   state_->m.eval_top5->Set(top5);
   state_->m.eval_loss->Set(loss);
+}
+void Exporter::set_data_cache(bool training, int64_t files, uint64_t bytes) {
+  if (!state_) return;
+  state_->m.cache_files[training ? 0 : 1]->Set(static_cast<double>(files));
+  state_->m.cache_bytes[training ? 0 : 1]->Set(static_cast<double>(bytes));
 }
 void Exporter::set_gpu_utilization(double ratio) {
   if (state_) state_->m.gpu_utilization->Set(ratio);

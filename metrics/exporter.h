@@ -90,6 +90,9 @@ class Exporter {
   void set_epoch(int64_t epoch);  // 1-based epoch being trained
   // The last evaluation: top-1 and top-5 as ratios in [0, 1], the mean test loss. NaN until then.
   void set_eval(double top1, double top5, double loss);
+  // data.cache of the training or evaluation split: files and bytes held (FileCache::files() and
+  // bytes()), as trainer_data_cache_files{split} and trainer_data_cache_bytes{split}.
+  void set_data_cache(bool training, int64_t files, uint64_t bytes);
   // NVML's GPU utilisation of this rank's GPU, ratio in [0, 1] (metrics/gpu_utilization.h); NaN until set
   // or when a read fails. Safe from any thread (a gauge): a PeriodicReader sets it.
   void set_gpu_utilization(double ratio);

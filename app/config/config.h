@@ -45,7 +45,7 @@ struct DataConfig {
   int synthetic_image_size = 32;
   int synthetic_classes = 10;
   std::string bad_samples = "error";  // error | skip: what an unreadable image does
-  std::string cache = "none";         // none | encoded: image_folder files kept in memory after first use
+  std::string cache = "none";         // none | encoded | decoded: image_folder files kept in memory
   std::int64_t cache_bytes = -1;      // per node; -1 = a quarter of MemAvailable
   bool operator==(const DataConfig&) const = default;
 };

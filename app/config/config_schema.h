@@ -104,7 +104,7 @@ void visit_fields(C& c, Visit&& visit) {
   visit("data", "synthetic_image_size", d.synthetic_image_size, at_least(1));
   visit("data", "synthetic_classes", d.synthetic_classes, at_least(2));
   visit("data", "bad_samples", d.bad_samples, one_of({"error", "skip"}));
-  visit("data", "cache", d.cache, one_of({"none", "encoded"}));
+  visit("data", "cache", d.cache, one_of({"none", "encoded", "decoded"}));
   visit("data", "cache_bytes", d.cache_bytes, or_special(at_least(0), -1, "a quarter of MemAvailable"));
 
   auto& t = c.train;

@@ -124,6 +124,7 @@ Datasets open_image_folder(const Config& config) {
   options.warn = [](const std::string& message) { Log::instance().error(message); };
   options.bad_samples = parse_bad_sample_policy(config.data.bad_samples);
   options.cache = file_cache_options(config);
+  options.cache_mode = parse_cache_mode(config.data.cache);  // the schema took only the known values
   const int64_t cache_budget = options.cache.budget_bytes;
   try {
     options.train = true;
@@ -196,7 +197,8 @@ std::string data_cache_report(const Datasets& data) {
     const auto* folder = dynamic_cast<const ImageFolder*>(dataset);
     const FileCache* cache = folder ? folder->cache() : nullptr;
     if (!cache) continue;
-    report += std::string(report.empty() ? "data.cache = \"encoded\": " : "; ") + split + " " +
+    const std::string mode = to_string(folder->cache_mode());
+    report += (report.empty() ? "data.cache = \"" + mode + "\": " : std::string("; ")) + split + " " +
               std::to_string(cache->files()) + " of " + std::to_string(folder->size()) + " files, " +
               format_bytes(static_cast<double>(cache->bytes())) + " of " +
               format_bytes(static_cast<double>(cache->capacity())) + " (files " +
@@ -204,6 +206,11 @@ std::string data_cache_report(const Datasets& data) {
               (cache->shared() ? ", shared by the node's ranks" : ", this rank's own");
   }
   return report;
+}
+
+const FileCache* data_cache_of(const Dataset* dataset) {
+  const auto* folder = dynamic_cast<const ImageFolder*>(dataset);
+  return folder ? folder->cache() : nullptr;
 }
 
 Datasets open_datasets(const Config& config) {

@@ -6,6 +6,7 @@
 
 #include "app/config/config.h"
 #include "data/dataset.h"
+#include "data/file_cache.h"
 #include "data/host_limits.h"
 
 namespace trainer {
@@ -27,6 +28,8 @@ void check_data_fits_host(const Config& config, const Datasets& data, const Host
 // One log line on data.cache: how much of each split is cached, of what budget, shared or per rank;
 // "" when data.cache = "none" or the dataset is not an image folder.
 std::string data_cache_report(const Datasets& data);
+// The data.cache of a split, for the exporter's trainer_data_cache_* gauges; null without one.
+const FileCache* data_cache_of(const Dataset* dataset);
 // The per-channel statistics the config asks for, else the dataset's own.
 Normalization resolved_normalization(const Config& config, const Dataset& dataset);
 

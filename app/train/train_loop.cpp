@@ -427,6 +427,9 @@ void summarize_epoch(TrainingRun& run, int epoch, const EpochProgress& progress)
                eval_part);
   run.exporter->add_epoch_end();
   if (const std::string cached = data_cache_report(run.e.data); !cached.empty()) run.log.line(cached);
+  for (const bool training : {true, false})
+    if (const FileCache* cache = data_cache_of(training ? run.e.data.train.get() : run.e.data.test.get()))
+      run.exporter->set_data_cache(training, cache->files(), cache->bytes());
   run.epoch_csv.write_epoch(epoch + 1, run.st.step, run.summary.final_train_loss, run.e.optimizer->lr(),
                             (run.st.samples_seen - progress.samples_before) / std::max(epoch_seconds, 1e-9),
                             run.scaler->scale());

@@ -65,6 +65,30 @@ TEST(BenchData, WritesTableCsvAndJsonWithEveryPoint) {
   fs::remove_all(out);
 }
 
+// With a cache, each worker count times its first epoch (filling the cache) and its second (reading it).
+TEST(BenchData, WithACacheTimesTheFirstAndSecondEpochsApart) {
+  const fs::path out = fs::temp_directory_path() / ("bench_data_cache_test_" + std::to_string(getpid()));
+  fs::remove_all(out);
+  const auto r = run_trainer(
+      "bench-data --images 6 --jpeg-size 40 --crop 24 --jpeg-batch 4 --cifar-samples 50 --batches 8 "
+      "--workers 2 --cache decoded --cache-bytes 1000000 --out " +
+      out.string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("data.cache = \"decoded\" holds 6 of 6 files"), std::string::npos) << r.output;
+  const auto csv = lines_of(read_file(out / "loader_bench.csv"));
+  ASSERT_EQ(csv.size(), 1u + 4 + 2) << read_file(out / "loader_bench.csv");
+  const std::vector<std::string> expected = {
+      "jpeg_rrc24_decoded_epoch1,4,1,", "jpeg_rrc24_decoded_epoch2,4,1,", "jpeg_rrc24_decoded_epoch1,4,2,",
+      "jpeg_rrc24_decoded_epoch2,4,2,"};
+  for (size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_EQ(csv[i + 1].rfind(expected[i], 0), 0u) << csv[i + 1];
+    EXPECT_NE(csv[i + 1].find(",6,2,"), std::string::npos) << "one epoch of 6 images: " << csv[i + 1];
+  }
+  const nlohmann::json json = nlohmann::json::parse(read_file(out / "loader_bench.json"));
+  EXPECT_EQ(json.at("cache"), "decoded");
+  fs::remove_all(out);
+}
+
 TEST(BenchData, HelpAndUsageErrors) {
   const auto help = run_trainer("bench-data --help");
   EXPECT_EQ(help.exit_code, 0);
@@ -72,6 +96,7 @@ TEST(BenchData, HelpAndUsageErrors) {
   EXPECT_NE(run_trainer("--help").output.find("bench-data"), std::string::npos);
   EXPECT_EQ(run_trainer("bench-data --batches 0").exit_code, 2);
   EXPECT_EQ(run_trainer("bench-data --frobnicate").exit_code, 2);
+  EXPECT_EQ(run_trainer("bench-data --cache hot").exit_code, 2);
 }
 
 }  // namespace

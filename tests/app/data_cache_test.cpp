@@ -70,15 +70,43 @@ TEST_F(DataCache, TheBudgetGoesToTheTrainingSplitFirstAndTheLogSaysHowMuchIsCach
   EXPECT_EQ(dynamic_cast<const ImageFolder&>(*tight.test).cache(), nullptr);
 }
 
+TEST_F(DataCache, DecodedPixelsAreReportedAsSuch) {
+  Config config;
+  config.data.dataset = "image_folder";
+  config.data.root = write_folder().string();
+  config.data.image_size = 16;
+  config.data.cache = "decoded";
+  config.data.cache_bytes = 1 << 20;
+  const Datasets data = open_datasets(config);
+  const auto& train = dynamic_cast<const ImageFolder&>(*data.train);
+  EXPECT_EQ(train.cache_mode(), CacheMode::decoded);
+  std::vector<uint8_t> pixels(static_cast<size_t>(train.sample_bytes()));
+  Generator gen(0);
+  for (int64_t i = 0; i < 2; ++i) train.read_augmented(i, pixels.data(), gen);
+  const std::string report = data_cache_report(data);
+  // 40x30 images, larger than the bound (16 * 256 / 224 = 18), are kept at 24x18: 24 + 1296 bytes each,
+  // with 8 of bookkeeping: 2656 bytes for two.
+  EXPECT_NE(report.find("data.cache = \"decoded\": training 2 of 12 files, 2.6 KiB"), std::string::npos)
+      << report;
+  ASSERT_EQ(data_cache_of(data.train.get()), train.cache());
+  EXPECT_EQ(data_cache_of(nullptr), nullptr);
+}
+
 TEST_F(DataCache, ATrainingRunWithTheCacheCompletes) {
   const fs::path root = write_folder();
-  const fs::path config = dir_ / "cached.toml";
-  std::ofstream(config) << "[model]\nname = \"cnn\"\n[data]\ndataset = \"image_folder\"\nroot = \""
-                        << root.string()
-                        << "\"\nimage_size = 16\nbatch_size = 4\neval_batch_size = 4\ncache = \"encoded\"\n"
-                        << "cache_bytes = 1048576\n[train]\nepochs = 2\ndevice = \"cpu\"\n";
-  const RunResult run = run_trainer("train " + config.string() + " --set train.run_dir=" + run_dir("r"));
-  ASSERT_EQ(run.exit_code, 0) << run.output;
+  for (const char* mode : {"encoded", "decoded"}) {
+    const fs::path config = dir_ / (std::string(mode) + ".toml");
+    std::ofstream(config) << "[model]\nname = \"cnn\"\n[data]\ndataset = \"image_folder\"\nroot = \""
+                          << root.string()
+                          << "\"\nimage_size = 16\nbatch_size = 4\neval_batch_size = 4\ncache = \"" << mode
+                          << "\"\ncache_bytes = 1048576\n[train]\nepochs = 2\ndevice = \"cpu\"\n";
+    const RunResult run =
+        run_trainer("train " + config.string() + " --set train.run_dir=" + run_dir(std::string("r") + mode));
+    ASSERT_EQ(run.exit_code, 0) << run.output;
+    EXPECT_NE(run.output.find("data.cache = \"" + std::string(mode) + "\": training 12 of 12 files"),
+              std::string::npos)
+        << run.output;
+  }
 }
 
 }  // namespace

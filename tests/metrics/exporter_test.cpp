@@ -164,6 +164,22 @@ TEST(Exporter, GpuUtilizationIsNaNUntilRead) {
   EXPECT_EQ(value_of(parse_exposition(exporter.render()), "trainer_gpu_utilization_ratio"), 0.5);
 }
 
+// data.cache's holdings per split: 0 until set (nothing cached), then what the cache says.
+TEST(Exporter, DataCacheGaugesPerSplit) {
+  Exporter exporter(test_options(testing::free_port(), 0));
+  ASSERT_TRUE(exporter.enabled());
+  const auto value = [&](const char* name, const char* split) {
+    return value_of(parse_exposition(exporter.render()), name, {{"split", split}});
+  };
+  EXPECT_EQ(value("trainer_data_cache_files", "training"), 0);
+  exporter.set_data_cache(true, 12, 3145728);
+  exporter.set_data_cache(false, 4, 1024);
+  EXPECT_EQ(value("trainer_data_cache_files", "training"), 12);
+  EXPECT_EQ(value("trainer_data_cache_bytes", "training"), 3145728);
+  EXPECT_EQ(value("trainer_data_cache_files", "evaluation"), 4);
+  EXPECT_EQ(value("trainer_data_cache_bytes", "evaluation"), 1024);
+}
+
 TEST(Exporter, ServesMetricsWithNamesLabelsAndValues) {
   // Base port one below a free port, LOCAL_RANK 1: the exporter listens on base + 1.
   const int free = testing::free_port();

@@ -15,7 +15,10 @@
 #include "app/common/cli.h"
 #include "app/common/format.h"
 #include "app/common/json_text.h"
+#include "data/cache_mode.h"
 #include "data/cifar.h"
+#include "data/file_cache.h"
+#include "data/host_limits.h"
 #include "data/image_folder.h"
 #include "data/loader_bench.h"
 
@@ -26,7 +29,8 @@ namespace fs = std::filesystem;
 
 const char* kBenchDataUsage =
     "usage: trainer bench-data [--root DIR] [--images N] [--jpeg-size N] [--crop N] [--jpeg-batch N]\n"
-    "                          [--cifar-samples N] [--batches 128,512] [--workers N] [--out DIR]\n\n"
+    "                          [--cifar-samples N] [--batches 128,512] [--workers N] [--out DIR]\n"
+    "                          [--cache none|encoded|decoded] [--cache-bytes N]\n\n"
     "Measures the input pipeline alone (no model) through the real DataLoader, at 1 worker and at N:\n"
     "  jpeg_rrc224      JPEG decode + RandomResizedCrop to --crop (ImageFolder, training mode); reported\n"
     "                   as images/s and images/s per core used (min(workers, cores)).\n"
@@ -43,6 +47,10 @@ const char* kBenchDataUsage =
     "  --cifar-samples N    generated CIFAR training records (default 20000)\n"
     "  --batches LIST       CIFAR batch sizes (default 128,512)\n"
     "  --workers N          the multi-worker point (default: this host's cores)\n"
+    "  --cache MODE         data.cache for the JPEG benchmark (default none). With a cache, each worker\n"
+    "                       count starts from an empty cache and times its first and second epochs\n"
+    "                       apart: jpeg_rrc<crop>_<mode>_epoch1 (filling it), _epoch2 (reading it)\n"
+    "  --cache-bytes N      its budget (default: a quarter of MemAvailable, as data.cache_bytes = -1)\n"
     "  --out DIR            output directory (default runs/bench-data-<time>)\n\n"
     "Writes loader_bench.csv and loader_bench.json (results, cores, build) into the output directory.\n\n"
     "example: trainer bench-data --out runs/bench-data\n";
@@ -52,6 +60,8 @@ struct BenchDataArgs {
   int64_t images = 512, jpeg_size = 256, crop = 224, jpeg_batch = 32, cifar_samples = 20000;
   std::vector<int64_t> batches = {128, 512};
   int workers = 0;  // 0: the host's cores
+  CacheMode cache = CacheMode::none;
+  int64_t cache_bytes = -1;  // -1: default_cache_bytes
   bool help = false;
 };
 
@@ -85,6 +95,14 @@ BenchDataArgs parse(const std::vector<std::string>& args) {
       a.jpeg_batch = positive(flag, w.value());
     else if (flag == "--cifar-samples")
       a.cifar_samples = positive(flag, w.value());
+    else if (flag == "--cache") {
+      try {
+        a.cache = parse_cache_mode(w.value());
+      } catch (const std::invalid_argument& e) {
+        throw UsageError(std::string("--cache: ") + e.what());
+      }
+    } else if (flag == "--cache-bytes")
+      a.cache_bytes = positive(flag, w.value());
     else if (flag == "--workers")
       a.workers = static_cast<int>(positive(flag, w.value()));
     else if (flag == "--batches") {
@@ -152,6 +170,7 @@ void write_json(const fs::path& path, const std::vector<LoaderBenchPoint>& point
   js["jpeg_source"] = jpeg_source;
   js["jpeg_size"] = a.jpeg_size;
   js["crop"] = a.crop;
+  js["cache"] = to_string(a.cache);
   js["results"] = nlohmann::ordered_json::array();
   for (const auto& p : points) {
     nlohmann::ordered_json j;
@@ -173,10 +192,12 @@ void write_json(const fs::path& path, const std::vector<LoaderBenchPoint>& point
 }
 
 void print_table(const std::vector<LoaderBenchPoint>& points) {
-  std::printf("%-16s %6s %7s %5s %8s %8s %10s %13s %10s\n", "benchmark", "batch", "workers", "cores",
-              "images", "seconds", "images/s", "images/s/core", "batches/s");
+  int name_width = 16;  // the cached benchmarks' names are longer
+  for (const auto& p : points) name_width = std::max(name_width, static_cast<int>(p.benchmark.size()));
+  std::printf("%-*s %6s %7s %5s %8s %8s %10s %13s %10s\n", name_width, "benchmark", "batch", "workers",
+              "cores", "images", "seconds", "images/s", "images/s/core", "batches/s");
   for (const auto& p : points)
-    std::printf("%-16s %6lld %7d %5d %8lld %8.2f %10.1f %13.1f %10.2f\n", p.benchmark.c_str(),
+    std::printf("%-*s %6lld %7d %5d %8lld %8.2f %10.1f %13.1f %10.2f\n", name_width, p.benchmark.c_str(),
                 static_cast<long long>(p.batch_size), p.workers, p.cores_used,
                 static_cast<long long>(p.images), p.seconds, p.images_per_second(),
                 p.images_per_second_per_core(), p.batches_per_second());
@@ -212,14 +233,32 @@ int bench_data_command(const std::vector<std::string>& args) {
   ImageFolderOptions folder;
   folder.image_size = a.crop;
   folder.train = true;
-  const auto images = std::make_shared<ImageFolder>(jpeg_dir, folder);
+  const std::string jpeg_benchmark = "jpeg_rrc" + std::to_string(a.crop);
+  if (a.cache != CacheMode::none) {
+    folder.cache_mode = a.cache;
+    folder.cache.budget_bytes =
+        a.cache_bytes > 0 ? a.cache_bytes : default_cache_bytes(this_host_limits().available_memory);
+  }
   for (int workers : worker_counts) {
     LoaderOptions lo;
     lo.batch_size = a.jpeg_batch;
     lo.num_workers = workers;
     lo.seed = 1;
-    points.push_back(time_loader("jpeg_rrc" + std::to_string(a.crop), images, lo, images->size(),
-                                 static_cast<int>(cores)));
+    // A fresh dataset per point: a cache filled by the previous point would flatter the first epoch.
+    const auto images = std::make_shared<ImageFolder>(jpeg_dir, folder);
+    if (a.cache == CacheMode::none) {
+      points.push_back(time_loader(jpeg_benchmark, images, lo, images->size(), static_cast<int>(cores)));
+      continue;
+    }
+    for (int epoch = 0; epoch < 2; ++epoch) {
+      lo.epoch = epoch;
+      points.push_back(
+          time_loader(jpeg_benchmark + "_" + to_string(a.cache) + "_epoch" + std::to_string(epoch + 1),
+                      images, lo, images->size(), static_cast<int>(cores)));
+    }
+    std::printf("%d workers: data.cache = \"%s\" holds %lld of %lld files, %.1f MB\n", workers,
+                to_string(a.cache), static_cast<long long>(images->cache()->files()),
+                static_cast<long long>(images->size()), static_cast<double>(images->cache()->bytes()) / 1e6);
   }
 
   // (b) CIFAR-shaped batches with crop + flip.
