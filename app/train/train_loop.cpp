@@ -448,7 +448,8 @@ EpochEnd run_epoch(TrainingRun& run) {
   // Ranks that would run different numbers of steps hang in an all-reduce at the epoch's end: stop
   // here instead, naming them.
   if (run.heartbeat) run.heartbeat->set_phase("epoch start (step-count check)");
-  check_epoch_steps(run.pg->comm(), epoch, loader.num_batches() - lo.first_batch);
+  check_epoch_steps(run.pg->comm(), epoch, loader.num_batches() - lo.first_batch,
+                    run.faults.epoch_steps.extra_steps(run.rank));
 
   run.e.model->train();
   run.e.optimizer->zero_grad();  // micro-batches left over by the previous epoch must not leak into this one
