@@ -237,16 +237,8 @@ void check_same_on_all_ranks(Comm& comm, const std::string& what, int64_t value,
   if (!same) throw DistError("ranks disagree on " + what + ": " + grouped(values, false) + ". HINT: " + hint);
 }
 
-int64_t test_epoch_steps_offset(int rank) {
-  const char* hook = std::getenv("TRAINER_TEST_EPOCH_STEPS");
-  int hook_rank = -1;
-  long long delta = 0;
-  if (hook && std::sscanf(hook, "%d:%lld", &hook_rank, &delta) == 2 && hook_rank == rank) return delta;
-  return 0;
-}
-
-void check_epoch_steps(Comm& comm, int64_t epoch, int64_t steps) {
-  steps += test_epoch_steps_offset(comm.rank());
+void check_epoch_steps(Comm& comm, int64_t epoch, int64_t steps, int64_t claimed_extra) {
+  steps += claimed_extra;
   check_same_on_all_ranks(
       comm, "the number of steps in epoch " + std::to_string(epoch + 1), steps,
       "a rank that runs more steps than the others would wait forever in its extra gradient all-reduce; give "

@@ -59,11 +59,10 @@ void check_consistency_connected(Comm& comm, Store& store, int rank, int world_s
 // "ranks disagree on <what>: 468 on rank(s) 0, 2; 469 on rank(s) 1. HINT: <hint>".
 void check_same_on_all_ranks(Comm& comm, const std::string& what, int64_t value, const std::string& hint);
 // The steps this rank will run in `epoch` (0-based); call before the epoch's first step.
-// Test hook TRAINER_TEST_EPOCH_STEPS="RANK:DELTA": that rank claims DELTA more steps than it will run,
-// so the check can be seen stopping real ranks (read only here; the loop itself is unchanged).
-void check_epoch_steps(Comm& comm, int64_t epoch, int64_t steps);
-// DELTA of TRAINER_TEST_EPOCH_STEPS for `rank`, 0 when unset or for another rank.
-int64_t test_epoch_steps_offset(int rank);
+// claimed_extra: steps this rank claims beyond `steps`, 0 but under the test hook
+// TRAINER_TEST_EPOCH_STEPS (read at start-up by the caller, app/train/fault_injection.h), so the check
+// can be seen stopping real ranks.
+void check_epoch_steps(Comm& comm, int64_t epoch, int64_t steps, int64_t claimed_extra = 0);
 
 // 16 hex digits of FNV-1a 64 of `text`: stable across hosts and builds.
 std::string content_hash(std::string_view text);

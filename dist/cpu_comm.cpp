@@ -488,6 +488,52 @@ CpuComm::Transfer make_recv(int peer, uint32_t aux, void* data, size_t len) {
   return t;
 }
 
+// One sendmsg or recv of what is left of t (its header, then its payload) on fd; returns its result.
+ssize_t transfer_some(CpuComm::Transfer& t, int fd) {
+  if (t.is_send) {
+    iovec iov[2];
+    int count = 0;
+    if (t.done < kHeader) iov[count++] = {reinterpret_cast<char*>(&t.header) + t.done, kHeader - t.done};
+    const size_t payload_done = t.done > kHeader ? t.done - kHeader : 0;
+    if (t.len > payload_done) iov[count++] = {t.data + payload_done, t.len - payload_done};
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = count;
+    return ::sendmsg(fd, &msg, MSG_NOSIGNAL);
+  }
+  if (t.done < kHeader) return ::recv(fd, reinterpret_cast<char*>(&t.header) + t.done, kHeader - t.done, 0);
+  return ::recv(fd, t.data + (t.done - kHeader), t.len - (t.done - kHeader), 0);
+}
+
+// Why data header h from t's peer does not belong to the collective ctx; "" when it does.
+std::string header_mismatch(const FrameHeader& h, const CpuComm::Transfer& t, const CpuComm::OpContext& ctx) {
+  const std::string peer = "rank " + std::to_string(t.peer);
+  if (h.op == kShutdown && ctx.op != kShutdown)
+    return peer + " has already finished (called shutdown) while this rank is in " + ctx.describe() +
+           ": the ranks issued different numbers of collectives";
+  if (h.op != ctx.op || h.seq != ctx.seq)
+    return "collective mismatch: this rank is in " + ctx.describe() + " but " + peer + " sent " +
+           op_name(h.op) + " #" + std::to_string(h.seq);
+  if (h.total != ctx.total || h.dtype != ctx.dtype || h.reduce != ctx.reduce) {
+    std::string mismatch = "tensor mismatch in " + ctx.describe() + ": " + peer + " has " +
+                           format_bytes(h.total) + " of " +
+                           std::string(dtype_name(static_cast<DType>(h.dtype)));
+    if (ctx.op == kAllReduce)
+      mismatch += " (" + std::string(reduce_op_name(static_cast<ReduceOp>(h.reduce))) + ")";
+    return mismatch;
+  }
+  if (h.aux != t.expect_aux)
+    return "collective mismatch in " + ctx.describe() + ": " + peer +
+           (ctx.op == kBroadcast
+                ? " broadcasts from root " + std::to_string(h.aux) + ", this rank from " +
+                      std::to_string(t.expect_aux)
+                : " is at step " + std::to_string(h.aux) + ", this rank at " + std::to_string(t.expect_aux));
+  if (h.nbytes != t.len)
+    return "size mismatch in " + ctx.describe() + ": " + peer + " sent " + std::to_string(h.nbytes) +
+           " bytes where this rank expects " + std::to_string(t.len);
+  return "";
+}
+
 }  // namespace
 
 void CpuComm::fail_peer_closed(int peer, OpContext& ctx) {
@@ -568,100 +614,62 @@ void CpuComm::move_transfers(std::vector<Transfer>& transfers, OpContext& ctx) {
     const int rc = ::poll(fds.data(), fds.size(), net::poll_timeout_ms(ctx.deadline));
     if (rc < 0 && errno != EINTR)
       throw DistError(ctx.describe() + ": poll failed: " + net::errno_text(errno));
-    if (fds[0].revents & POLLIN) {
-      char drain[64];
-      while (::read(wake_[0], drain, sizeof drain) > 0) {
-      }
-      std::string reason;
-      {
-        std::lock_guard<std::mutex> lock(mutex_);
-        reason = abort_request_;
-      }
-      if (!reason.empty())
-        throw CommFailure(ctx.describe() + " aborted on rank " + std::to_string(rank_) + ": " + reason, rank_,
-                          reason);
-    }
-    for (size_t k = 1; k < fds.size(); ++k) {
-      if (fds[k].revents == 0) continue;
-      Transfer& t = transfers[owner[k]];
-      const int fd = peers_[t.peer].fd();
-      while (!t.finished()) {
-        ssize_t n;
-        if (t.is_send) {
-          iovec iov[2];
-          int count = 0;
-          if (t.done < kHeader)
-            iov[count++] = {reinterpret_cast<char*>(&t.header) + t.done, kHeader - t.done};
-          const size_t payload_done = t.done > kHeader ? t.done - kHeader : 0;
-          if (t.len > payload_done) iov[count++] = {t.data + payload_done, t.len - payload_done};
-          msghdr msg{};
-          msg.msg_iov = iov;
-          msg.msg_iovlen = count;
-          n = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
-        } else if (t.done < kHeader) {
-          n = ::recv(fd, reinterpret_cast<char*>(&t.header) + t.done, kHeader - t.done, 0);
-        } else {
-          n = ::recv(fd, t.data + (t.done - kHeader), t.len - (t.done - kHeader), 0);
-        }
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
-        if (n <= 0) fail_peer_closed(t.peer, ctx);
-        const bool header_was_incomplete = t.done < kHeader;
-        t.done += static_cast<size_t>(n);
-        (t.is_send ? send_mid_frame_ : recv_mid_frame_)[t.peer] = !t.finished();
-        if (!t.is_send && header_was_incomplete && t.done >= kHeader) {
-          // A whole header arrived: is it what this collective expects?
-          const FrameHeader& h = t.header;
-          const std::string peer = "rank " + std::to_string(t.peer);
-          const std::string here = ctx.describe() + " on rank " + std::to_string(rank_);
-          if (h.magic != kMagic)
-            throw CommFailure(here + ": garbled data from " + peer + " (not a trainer peer?)", rank_,
-                              "garbled data");
-          if (h.kind == kAbort) {
-            std::string reason(std::min<uint64_t>(h.nbytes, kMaxAbortReason), '\0');
-            int err = 0;
-            net::recv_all(fd, reason.data(), reason.size(), net::deadline_after(std::chrono::seconds(1)),
-                          &err);
-            recv_mid_frame_[t.peer] = true;
-            throw CommFailure(
-                here + " stopped because rank " + std::to_string(h.origin) + " failed: " + reason,
-                static_cast<int>(h.origin), reason);
-          }
-          std::string mismatch;
-          if (h.op == kShutdown && ctx.op != kShutdown) {
-            mismatch = peer + " has already finished (called shutdown) while this rank is in " +
-                       ctx.describe() + ": the ranks issued different numbers of collectives";
-          } else if (h.op != ctx.op || h.seq != ctx.seq) {
-            mismatch = "collective mismatch: this rank is in " + ctx.describe() + " but " + peer + " sent " +
-                       op_name(h.op) + " #" + std::to_string(h.seq);
-          } else if (h.total != ctx.total || h.dtype != ctx.dtype || h.reduce != ctx.reduce) {
-            mismatch = "tensor mismatch in " + ctx.describe() + ": " + peer + " has " +
-                       format_bytes(h.total) + " of " + std::string(dtype_name(static_cast<DType>(h.dtype)));
-            if (ctx.op == kAllReduce)
-              mismatch += " (" + std::string(reduce_op_name(static_cast<ReduceOp>(h.reduce))) + ")";
-          } else if (h.aux != t.expect_aux) {
-            mismatch = "collective mismatch in " + ctx.describe() + ": " + peer +
-                       (ctx.op == kBroadcast ? " broadcasts from root " + std::to_string(h.aux) +
-                                                   ", this rank from " + std::to_string(t.expect_aux)
-                                             : " is at step " + std::to_string(h.aux) + ", this rank at " +
-                                                   std::to_string(t.expect_aux));
-          } else if (h.nbytes != t.len) {
-            mismatch = "size mismatch in " + ctx.describe() + ": " + peer + " sent " +
-                       std::to_string(h.nbytes) + " bytes where this rank expects " + std::to_string(t.len);
-          }
-          if (!mismatch.empty()) {
-            const std::string message =
-                mismatch + " (seen on rank " + std::to_string(rank_) + "). " + kMismatchHint;
-            throw CommFailure(message, rank_, message);
-          }
-        }
-      }
-    }
+    if (fds[0].revents & POLLIN) throw_if_abort_requested(ctx);
+    for (size_t k = 1; k < fds.size(); ++k)
+      if (fds[k].revents != 0) advance(transfers[owner[k]], ctx);
     if (Clock::now() >= ctx.deadline) {
       bool all = true;
       for (const Transfer& t : transfers) all = all && t.finished();
       if (!all) fail_timeout(transfers, ctx);
     }
+  }
+}
+
+void CpuComm::throw_if_abort_requested(OpContext& ctx) {
+  char drain[64];
+  while (::read(wake_[0], drain, sizeof drain) > 0) {
+  }
+  std::string reason;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    reason = abort_request_;
+  }
+  if (!reason.empty())
+    throw CommFailure(ctx.describe() + " aborted on rank " + std::to_string(rank_) + ": " + reason, rank_,
+                      reason);
+}
+
+void CpuComm::advance(Transfer& t, OpContext& ctx) {
+  while (!t.finished()) {
+    const ssize_t n = transfer_some(t, peers_[t.peer].fd());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    if (n <= 0) fail_peer_closed(t.peer, ctx);
+    const bool header_was_incomplete = t.done < kHeader;
+    t.done += static_cast<size_t>(n);
+    (t.is_send ? send_mid_frame_ : recv_mid_frame_)[t.peer] = !t.finished();
+    if (!t.is_send && header_was_incomplete && t.done >= kHeader) check_arrived_header(t, ctx);
+  }
+}
+
+void CpuComm::check_arrived_header(const Transfer& t, OpContext& ctx) {
+  const FrameHeader& h = t.header;
+  const std::string here = ctx.describe() + " on rank " + std::to_string(rank_);
+  if (h.magic != kMagic)
+    throw CommFailure(here + ": garbled data from rank " + std::to_string(t.peer) + " (not a trainer peer?)",
+                      rank_, "garbled data");
+  if (h.kind == kAbort) {
+    std::string reason(std::min<uint64_t>(h.nbytes, kMaxAbortReason), '\0');
+    int err = 0;
+    net::recv_all(peers_[t.peer].fd(), reason.data(), reason.size(),
+                  net::deadline_after(std::chrono::seconds(1)), &err);
+    recv_mid_frame_[t.peer] = true;
+    throw CommFailure(here + " stopped because rank " + std::to_string(h.origin) + " failed: " + reason,
+                      static_cast<int>(h.origin), reason);
+  }
+  if (const std::string mismatch = header_mismatch(h, t, ctx); !mismatch.empty()) {
+    const std::string message = mismatch + " (seen on rank " + std::to_string(rank_) + "). " + kMismatchHint;
+    throw CommFailure(message, rank_, message);
   }
 }
 

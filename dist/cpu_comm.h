@@ -83,6 +83,11 @@ class CpuComm : public Comm {
   void progress(std::vector<Transfer>& transfers, OpContext& ctx);
   void move_transfers(std::vector<Transfer>& transfers,
                       OpContext& ctx);  // progress() without the bookkeeping
+  // move_transfers' steps: the wake pipe fired (abort() may have asked to stop); a peer's socket is
+  // ready for t; a header has just arrived whole (is it what this collective expects?).
+  void throw_if_abort_requested(OpContext& ctx);
+  void advance(Transfer& t, OpContext& ctx);
+  void check_arrived_header(const Transfer& t, OpContext& ctx);
   [[noreturn]] void fail_peer_closed(int peer, OpContext& ctx);
   [[noreturn]] void fail_timeout(const std::vector<Transfer>& transfers, OpContext& ctx);
 

@@ -528,11 +528,10 @@ std::pair<ncclDataType_t, ncclRedOp_t> reduction_of(DType dt, ReduceOp op, const
 
 // -------------------------------------------------------------------------------------------------
 
-std::shared_ptr<NcclComm> NcclComm::create(Store& store, int rank, int world_size,
-                                           const NcclCommOptions& options) {
-  if (world_size < 1 || rank < 0 || rank >= world_size)
-    throw DistError("NcclComm: rank " + std::to_string(rank) + " outside a world of size " +
-                    std::to_string(world_size));
+namespace {
+
+// NCCL runs on the GPU this process's CUDA backend drives, which must be the one options name.
+void check_backend_device(const NcclCommOptions& options) {
   int current = -1;
   try {
     current = cuda_context().device;
@@ -545,6 +544,81 @@ std::shared_ptr<NcclComm> NcclComm::create(Store& store, int rank, int world_siz
     throw DistError("NCCL communicator for GPU " + std::to_string(options.device) +
                     " but this process drives GPU " + std::to_string(current) +
                     ". HINT: pass DistOptions::device = the device of init_cuda_backend");
+}
+
+// Rank 0 asks NCCL for the communicator's unique id and publishes it under `key`; the others read it.
+ncclUniqueId exchange_unique_id(Store& store, int rank, const std::string& key,
+                                const NcclCommOptions& options) {
+  ncclUniqueId id;
+  std::memset(&id, 0, sizeof id);
+  if (rank == 0) {
+    const ncclResult_t r = ncclGetUniqueId(&id);
+    if (r != ncclSuccess)
+      throw DistError(std::string("ncclGetUniqueId failed on rank 0: ") + ncclGetErrorString(r) +
+                      ". HINT: NCCL could not find a network interface: set NCCL_SOCKET_IFNAME, and run "
+                      "with NCCL_DEBUG=INFO");
+    store.set(key, hex_encode(&id, sizeof id));
+  } else {
+    const std::string text = store.get(key, options.connect_timeout);
+    if (!hex_decode(text, &id, sizeof id))
+      throw DistError("NCCL communicator '" + options.name + "': the unique id in the store is malformed (" +
+                      std::to_string(text.size()) + " characters). HINT: ranks run different trainer builds");
+  }
+  return id;
+}
+
+// Waits for a non-blocking ncclCommInitRankConfig (r: what it returned) to complete within
+// options.connect_timeout; a stop signal meanwhile aborts it and throws. Returns why it failed, or "".
+std::string wait_for_init(ncclComm_t comm, ncclResult_t r, const NcclCommOptions& options) {
+  if (r != ncclSuccess && r != ncclInProgress)
+    return std::string(ncclGetErrorString(r)) +
+           (comm ? std::string(" (") + ncclGetLastError(comm) + ")" : "");
+  const auto deadline = Clock::now() + options.connect_timeout;
+  auto next_stop_check = Clock::now() + net::kStopCheckInterval;
+  while (r == ncclInProgress) {
+    if (Clock::now() > deadline)
+      return "did not complete within " + net::format_duration(options.connect_timeout);
+    if (Clock::now() > next_stop_check) {  // a stop signal at start-up (set_store_wait_interrupt)
+      next_stop_check = Clock::now() + net::kStopCheckInterval;
+      if (const int signal = pending_stop_signal()) {
+        ncclCommAbort(comm);
+        throw_stopped(signal, "setting up NCCL communicator '" + options.name + "'");
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (ncclCommGetAsyncError(comm, &r) != ncclSuccess) break;
+  }
+  if (r != ncclSuccess) return std::string(ncclGetErrorString(r)) + " (" + ncclGetLastError(comm) + ")";
+  return "";
+}
+
+// NCCL's communicator for this rank. Non-blocking mode: set-up and every call return at once (or
+// ncclInProgress), so a rank that never arrives is a timeout here, and the watchdog can always abort.
+ncclComm_t init_nccl_comm(const ncclUniqueId& id, int rank, int world_size, const NcclCommOptions& options) {
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  ncclComm_t comm = nullptr;
+  const ncclResult_t r = ncclCommInitRankConfig(&comm, world_size, id, rank, &config);
+  const std::string error = wait_for_init(comm, r, options);
+  if (!error.empty()) {
+    if (comm) ncclCommAbort(comm);
+    throw DistError(
+        "NCCL communicator '" + options.name + "' set-up on rank " + std::to_string(rank) + " of " +
+        std::to_string(world_size) + " (GPU " + std::to_string(options.device) + ") " + error +
+        ". HINT: a rank died during start-up (see its log), or NCCL cannot reach the other hosts: "
+        "run with NCCL_DEBUG=INFO, set NCCL_SOCKET_IFNAME, and NCCL_NVLS_ENABLE=0 on NVSwitch hosts");
+  }
+  return comm;
+}
+
+}  // namespace
+
+std::shared_ptr<NcclComm> NcclComm::create(Store& store, int rank, int world_size,
+                                           const NcclCommOptions& options) {
+  if (world_size < 1 || rank < 0 || rank >= world_size)
+    throw DistError("NcclComm: rank " + std::to_string(rank) + " outside a world of size " +
+                    std::to_string(world_size));
+  check_backend_device(options);
   cuda_stream();  // makes our device current on this thread
 
   auto impl = std::make_shared<Impl>();
@@ -557,23 +631,7 @@ std::shared_ptr<NcclComm> NcclComm::create(Store& store, int rank, int world_siz
   const std::string base = "nccl/" + options.name + "/";
   const int64_t generation = (store.add(base + "created", 1) - 1) / world_size;
   impl->key_prefix = base + std::to_string(generation) + "/";
-
-  ncclUniqueId id;
-  std::memset(&id, 0, sizeof id);
-  const std::string id_key = impl->key_prefix + "unique_id";
-  if (rank == 0) {
-    const ncclResult_t r = ncclGetUniqueId(&id);
-    if (r != ncclSuccess)
-      throw DistError(std::string("ncclGetUniqueId failed on rank 0: ") + ncclGetErrorString(r) +
-                      ". HINT: NCCL could not find a network interface: set NCCL_SOCKET_IFNAME, and run "
-                      "with NCCL_DEBUG=INFO");
-    store.set(id_key, hex_encode(&id, sizeof id));
-  } else {
-    const std::string text = store.get(id_key, options.connect_timeout);
-    if (!hex_decode(text, &id, sizeof id))
-      throw DistError("NCCL communicator '" + options.name + "': the unique id in the store is malformed (" +
-                      std::to_string(text.size()) + " characters). HINT: ranks run different trainer builds");
-  }
+  const ncclUniqueId id = exchange_unique_id(store, rank, impl->key_prefix + "unique_id", options);
 
   int least = 0, greatest = 0;
   cuda_or_throw(cudaDeviceGetStreamPriorityRange(&least, &greatest), "cudaDeviceGetStreamPriorityRange");
@@ -582,46 +640,7 @@ std::shared_ptr<NcclComm> NcclComm::create(Store& store, int rank, int world_siz
                 "cudaStreamCreateWithPriority");
   cuda_or_throw(cudaEventCreateWithFlags(&impl->ready, cudaEventDisableTiming), "cudaEventCreate");
 
-  // Non-blocking mode: set-up and every call return at once (or ncclInProgress), so a rank that never
-  // arrives is a timeout here, and the watchdog can always abort.
-  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.blocking = 0;
-  ncclComm_t comm = nullptr;
-  ncclResult_t r = ncclCommInitRankConfig(&comm, world_size, id, rank, &config);
-  std::string error;
-  if (r != ncclSuccess && r != ncclInProgress) {
-    error =
-        std::string(ncclGetErrorString(r)) + (comm ? std::string(" (") + ncclGetLastError(comm) + ")" : "");
-  } else {
-    const auto deadline = Clock::now() + options.connect_timeout;
-    auto next_stop_check = Clock::now() + net::kStopCheckInterval;
-    while (r == ncclInProgress) {
-      if (Clock::now() > deadline) {
-        error = "did not complete within " + net::format_duration(options.connect_timeout);
-        break;
-      }
-      if (Clock::now() > next_stop_check) {  // a stop signal at start-up (set_store_wait_interrupt)
-        next_stop_check = Clock::now() + net::kStopCheckInterval;
-        if (const int signal = pending_stop_signal()) {
-          ncclCommAbort(comm);
-          throw_stopped(signal, "setting up NCCL communicator '" + options.name + "'");
-        }
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      if (ncclCommGetAsyncError(comm, &r) != ncclSuccess) break;
-    }
-    if (error.empty() && r != ncclSuccess)
-      error = std::string(ncclGetErrorString(r)) + " (" + ncclGetLastError(comm) + ")";
-  }
-  if (!error.empty()) {
-    if (comm) ncclCommAbort(comm);
-    throw DistError(
-        "NCCL communicator '" + options.name + "' set-up on rank " + std::to_string(rank) + " of " +
-        std::to_string(world_size) + " (GPU " + std::to_string(options.device) + ") " + error +
-        ". HINT: a rank died during start-up (see its log), or NCCL cannot reach the other hosts: "
-        "run with NCCL_DEBUG=INFO, set NCCL_SOCKET_IFNAME, and NCCL_NVLS_ENABLE=0 on NVSwitch hosts");
-  }
-  impl->comm = comm;
+  impl->comm = init_nccl_comm(id, rank, world_size, options);
   impl->barrier_buf = Tensor::zeros({1}, DType::f32, Device::cuda(options.device));
   if (options.watchdog_store && world_size > 1 && options.peer_silent_after.count() > 0)
     impl->peer_watch = std::make_unique<PeerWatch>(*options.watchdog_store, rank, world_size,

@@ -22,13 +22,11 @@ std::string FullDiskHook::target(const std::string& path) const {
   return names.count(std::filesystem::path(path).filename().string()) ? "/dev/full" : path;
 }
 
-FullDiskHook full_disk_hook_from_env() {
+FullDiskHook full_disk_hook_from(std::string_view names) {
   FullDiskHook hook;
-  if (const char* names = std::getenv("TRAINER_TEST_FULL_DISK")) {
-    std::stringstream list(names);
-    for (std::string name; std::getline(list, name, ',');)
-      if (!name.empty()) hook.names.insert(name);
-  }
+  std::stringstream list{std::string(names)};
+  for (std::string name; std::getline(list, name, ',');)
+    if (!name.empty()) hook.names.insert(name);
   return hook;
 }
 

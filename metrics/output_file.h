@@ -7,9 +7,10 @@
 // Writes are buffered; flush() hands them to the kernel and sync() makes them durable (fsync), which a
 // checkpoint needs so that the files agree with it after a crash.
 //
-// Test hook TRAINER_TEST_FULL_DISK=NAME[,NAME...] (read once by the caller, full_disk_hook_from_env):
-// files with these names (train_steps.csv, summary.json, ...) are written to /dev/full, where every
-// write fails with ENOSPC, to exercise the full-disk path without filling a disk.
+// Test hook TRAINER_TEST_FULL_DISK=NAME[,NAME...] (read once at start-up into FaultInjection,
+// app/train/fault_injection.h, and passed to each OutputFile): files with these names (train_steps.csv,
+// summary.json, ...) are written to /dev/full, where every write fails with ENOSPC, to exercise the full-disk
+// path without filling a disk.
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -27,7 +28,8 @@ struct FullDiskHook {
   // Where a write of `path` goes: /dev/full when hooked, else `path`.
   std::string target(const std::string& path) const;
 };
-FullDiskHook full_disk_hook_from_env();
+// The hook for a TRAINER_TEST_FULL_DISK value: comma-separated file names.
+FullDiskHook full_disk_hook_from(std::string_view names);
 
 class OutputFile {
  public:

@@ -213,13 +213,14 @@ const FileCache* data_cache_of(const Dataset* dataset) {
   return folder ? folder->cache() : nullptr;
 }
 
-Datasets open_datasets(const Config& config) {
+Datasets open_datasets(const Config& config, int local_world_size) {
   Datasets data = open_datasets_unchecked(config);
-  check_data_fits_host(config, data, this_host_limits());
+  check_data_fits_host(config, data, this_host_limits(), local_world_size);
   return data;
 }
 
-void check_data_fits_host(const Config& config, const Datasets& data, const HostLimits& host) {
+void check_data_fits_host(const Config& config, const Datasets& data, const HostLimits& host,
+                          int local_world_size) {
   const DataConfig& d = config.data;
   const int64_t most_workers = max_loader_workers(host);
   if (d.workers > most_workers)
@@ -245,8 +246,7 @@ void check_data_fits_host(const Config& config, const Datasets& data, const Host
   if (host.available_memory <= 0) return;  // unknown: nothing to compare with
   // Half of the host's memory (the rest: model, activations), shared by the node's ranks, which all
   // run this check against the same MemAvailable.
-  const char* local_world = std::getenv("LOCAL_WORLD_SIZE");
-  const int64_t local_ranks = std::max<int64_t>(1, local_world ? std::atoll(local_world) : 1);
+  const int64_t local_ranks = std::max(1, local_world_size);
   const double budget = 0.5 * static_cast<double>(host.available_memory) / static_cast<double>(local_ranks);
   const std::string available =
       format_bytes(static_cast<double>(host.available_memory)) +
@@ -269,7 +269,8 @@ void check_data_fits_host(const Config& config, const Datasets& data, const Host
 
   // Batches in flight: the loader's queue (data.prefetch_batches, at least one per worker) and the one in
   // use as uint8, plus the float32 copy the step normalises it into (4 bytes a value).
-  const int64_t workers = d.workers < 0 ? default_loader_workers(config) : std::max(d.workers, 1);
+  const int64_t workers =
+      d.workers < 0 ? default_loader_workers(config, local_world_size) : std::max(d.workers, 1);
   const int64_t queued =
       std::max<int64_t>(d.prefetch_batches > 0 ? d.prefetch_batches : 2 * workers, workers);
   const auto check_batches = [&](const char* key, int64_t batch_size, const Dataset& dataset) {

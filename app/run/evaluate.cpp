@@ -23,7 +23,7 @@ EvalMetrics evaluate(Experiment& e, const Dataset& dataset, Comm* comm, int64_t*
   LoaderOptions lo;
   lo.batch_size = c.data.eval_batch_size;
   lo.drop_last = false;  // every sample exactly once
-  lo.num_workers = c.data.workers < 0 ? default_loader_workers(c) : c.data.workers;
+  lo.num_workers = c.data.workers < 0 ? default_loader_workers(c, e.local_world_size) : c.data.workers;
   lo.queue_depth = c.data.prefetch_batches;
   std::shared_ptr<const Dataset> ds(std::shared_ptr<const Dataset>{}, &dataset);  // non-owning
   DataLoader loader(ds, shard.indices(), lo);

@@ -2,8 +2,8 @@
 
 #include <cmath>
 
-#include "app/run/device_setup.h"
 #include "app/common/format.h"
+#include "app/run/device_setup.h"
 #include "data/distributed_sampler.h"
 #include "nn/models/registry.h"
 #include "nn/optim/adamw.h"
@@ -63,13 +63,14 @@ int64_t global_batch(const Config& config, int world_size) {
 }
 
 Experiment build_experiment(const Config& config, Device device, bool with_optimizer, int world_size,
-                            int rank) {
+                            int rank, int local_world_size) {
   Experiment e;
   e.config = config;
   e.device = device;
   e.world_size = world_size;
   e.rank = rank;
-  e.data = open_datasets(config);
+  e.local_world_size = local_world_size;
+  e.data = open_datasets(config, local_world_size);
   const Dataset& train = *e.data.train;
   e.normalization = resolved_normalization(config, train);
   if (!e.normalization.mean.empty() && e.normalization.mean.size() != 1 &&

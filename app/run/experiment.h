@@ -25,6 +25,7 @@ struct Experiment {
   Device device;
   int world_size = 1;
   int rank = 0;
+  int local_world_size = 1;     // this node's ranks, which share its cores and memory
   int64_t steps_per_epoch = 0;  // optimizer steps per epoch on this rank
   int64_t total_steps = 0;      // optimizer steps of the whole run (max_steps applied)
   // The LR schedule spans train.epochs whatever train.max_steps says: max_steps only stops the run, so
@@ -39,8 +40,8 @@ struct Experiment {
 int64_t global_batch(const Config& config, int world_size);
 
 // Builds everything with the model on `device`; with_optimizer=false skips the optimizer and schedule
-// (evaluation).
+// (evaluation). local_world_size: the ranks on this node (ProcessEnv::local_world_size, read at start-up).
 Experiment build_experiment(const Config& config, Device device, bool with_optimizer, int world_size = 1,
-                            int rank = 0);
+                            int rank = 0, int local_world_size = 1);
 
 }  // namespace trainer

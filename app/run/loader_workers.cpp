@@ -1,7 +1,6 @@
 #include "app/run/loader_workers.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <thread>
 
 #ifdef TRAINER_WITH_CUDA
@@ -11,11 +10,6 @@
 namespace trainer {
 
 namespace {
-
-int local_world_size_from_env() {
-  const char* local_world = std::getenv("LOCAL_WORLD_SIZE");
-  return std::max(1, local_world ? std::atoi(local_world) : 1);
-}
 
 unsigned node_cores() { return std::max(1u, std::thread::hardware_concurrency()); }
 
@@ -36,12 +30,12 @@ int default_loader_workers(bool gpu_rank, int local_world_size, unsigned cores) 
   return std::max(1, gpu_rank ? share - 1 : share / 2);
 }
 
-int default_loader_workers(const Config& config) {
-  return default_loader_workers(trains_on_gpu(config), local_world_size_from_env(), node_cores());
+int default_loader_workers(const Config& config, int local_world_size) {
+  return default_loader_workers(trains_on_gpu(config), std::max(1, local_world_size), node_cores());
 }
 
-std::string loader_workers_reason(const Config& config) {
-  const int ranks = local_world_size_from_env();
+std::string loader_workers_reason(const Config& config, int local_world_size) {
+  const int ranks = std::max(1, local_world_size);
   const unsigned cores = node_cores();
   const std::string share = std::to_string(cores) + " cores / " + std::to_string(ranks) +
                             (ranks == 1 ? " rank" : " ranks") + " on this node";

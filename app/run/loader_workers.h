@@ -13,11 +13,12 @@ namespace trainer {
 int default_loader_workers(bool gpu_rank, int local_world_size, unsigned cores);
 
 // The same for this process: a GPU rank when train.device is "cuda", or "auto" with a visible GPU;
-// LOCAL_WORLD_SIZE (1 when unset) and the cores this process may use.
-int default_loader_workers(const Config& config);
+// the node's local_world_size ranks (ProcessEnv::local_world_size, read at start-up) and the cores
+// this process may use.
+int default_loader_workers(const Config& config, int local_world_size);
 
 // One log line: how many loader threads this rank starts and why ("data.workers = -1: 15 loader
 // threads per rank (16 cores / 1 rank on this node, less 1 for the training thread of a GPU rank)").
-std::string loader_workers_reason(const Config& config);
+std::string loader_workers_reason(const Config& config, int local_world_size);
 
 }  // namespace trainer

@@ -37,6 +37,21 @@ SignalHook signal_hook_from_env() {
   return hook;
 }
 
+EpochStepsHook epoch_steps_hook_from_env() {
+  EpochStepsHook hook;
+  int rank = -1;
+  long long delta = 0;
+  if (const char* at = std::getenv("TRAINER_TEST_EPOCH_STEPS");
+      at && std::sscanf(at, "%d:%lld", &rank, &delta) == 2)
+    hook.rank = rank, hook.delta = delta;
+  return hook;
+}
+
+FullDiskHook full_disk_hook_from_env() {
+  const char* names = std::getenv("TRAINER_TEST_FULL_DISK");
+  return names ? full_disk_hook_from(names) : FullDiskHook{};
+}
+
 }  // namespace
 
 FaultInjection fault_injection_from_env() {
@@ -44,6 +59,7 @@ FaultInjection fault_injection_from_env() {
                         full_disk_hook_from_env()};
   if (const char* at = std::getenv("TRAINER_TEST_CRASH_BEFORE_RENAME"))
     faults.crash_before_rename_step = std::atoll(at);
+  faults.epoch_steps = epoch_steps_hook_from_env();
   return faults;
 }
 

@@ -36,6 +36,15 @@ struct SignalHook {
   bool in_final_eval = false;
 };
 
+// TRAINER_TEST_EPOCH_STEPS="RANK:DELTA": that rank claims DELTA more steps per epoch than it will run, so
+// check_epoch_steps (dist/consistency.h) can be seen stopping real ranks; the loop itself is unchanged.
+struct EpochStepsHook {
+  int rank = -1;
+  long long delta = 0;
+  // The steps `r` claims beyond those it will run.
+  long long extra_steps(int r) const { return r == rank ? delta : 0; }
+};
+
 struct FaultInjection {
   StallHook stall;
   InfGradHook inf_grad;
@@ -44,6 +53,7 @@ struct FaultInjection {
   // TRAINER_TEST_CRASH_BEFORE_RENAME=STEP: SIGKILL once that step's checkpoint is written but not yet
   // renamed (app/run/checkpoint.h).
   long long crash_before_rename_step = -1;
+  EpochStepsHook epoch_steps;
 };
 
 // Reads every hook above from the environment; called once, as the run starts.

@@ -8,14 +8,14 @@
 #include <memory>
 #include <optional>
 
+#include "app/common/format.h"
 #include "app/run/checkpoint.h"
 #include "app/run/datasets.h"
-#include "app/train/divergence.h"
 #include "app/run/evaluate.h"
 #include "app/run/experiment.h"
-#include "app/common/format.h"
-#include "app/train/host_readback.h"
 #include "app/run/loader_workers.h"
+#include "app/train/divergence.h"
+#include "app/train/host_readback.h"
 #include "app/train/step_graph.h"
 #include "app/train/summary.h"
 #include "app/train/train_signals.h"
@@ -273,7 +273,8 @@ void report_pending(TrainingRun& run, std::optional<PendingReport>& pending, Epo
 }
 
 // The loader options of one epoch, starting at its micro-batch `first_batch` (a resumed epoch).
-LoaderOptions epoch_loader_options(const Config& config, int epoch, int64_t first_batch) {
+LoaderOptions epoch_loader_options(const Config& config, int local_world_size, int epoch,
+                                   int64_t first_batch) {
   LoaderOptions lo;
   lo.batch_size = config.data.batch_size;
   lo.drop_last = config.data.drop_last;
@@ -281,7 +282,8 @@ LoaderOptions epoch_loader_options(const Config& config, int epoch, int64_t firs
   lo.transforms.horizontal_flip = config.data.hflip;
   lo.seed = static_cast<uint64_t>(config.train.seed);
   lo.epoch = epoch;
-  lo.num_workers = config.data.workers < 0 ? default_loader_workers(config) : config.data.workers;
+  lo.num_workers =
+      config.data.workers < 0 ? default_loader_workers(config, local_world_size) : config.data.workers;
   lo.queue_depth = config.data.prefetch_batches;
   lo.first_batch = first_batch;
   return lo;
@@ -441,7 +443,7 @@ EpochEnd run_epoch(TrainingRun& run) {
   TrainingState& st = run.st;
   const int epoch = static_cast<int>(st.epoch);
   run.sampler->set_epoch(epoch);
-  LoaderOptions lo = epoch_loader_options(run.config, epoch, st.batch_in_epoch);
+  LoaderOptions lo = epoch_loader_options(run.config, run.env.local_world_size, epoch, st.batch_in_epoch);
   lo.allocate_batch = batch_allocator_for(input_device(run));
   DataLoader loader(run.e.data.train, run.sampler->indices_from(st.epoch_sample_offset), lo);
   const Normalization& norm = run.e.normalization;
@@ -449,7 +451,8 @@ EpochEnd run_epoch(TrainingRun& run) {
   // Ranks that would run different numbers of steps hang in an all-reduce at the epoch's end: stop
   // here instead, naming them.
   if (run.heartbeat) run.heartbeat->set_phase("epoch start (step-count check)");
-  check_epoch_steps(run.pg->comm(), epoch, loader.num_batches() - lo.first_batch);
+  check_epoch_steps(run.pg->comm(), epoch, loader.num_batches() - lo.first_batch,
+                    run.faults.epoch_steps.extra_steps(run.rank));
 
   run.e.model->train();
   run.e.optimizer->zero_grad();  // micro-batches left over by the previous epoch must not leak into this one

@@ -6,8 +6,8 @@
 #include <stdexcept>
 #include <thread>
 
-#include "app/run/device_setup.h"
 #include "app/common/format.h"
+#include "app/run/device_setup.h"
 #include "app/run/loader_workers.h"
 #include "app/train/phase_clock.h"
 #include "app/train/run_start.h"
@@ -54,7 +54,7 @@ void open_run_directory(TrainingRun& run) {
 void build_model(TrainingRun& run) {
   const Config& config = run.config;
   ProcessGroup& pg = *run.pg;
-  run.e = build_experiment(config, run.device, true, run.world, run.rank);
+  run.e = build_experiment(config, run.device, true, run.world, run.rank, run.env.local_world_size);
   Experiment& e = run.e;
   // SyncBN: batch statistics over all ranks (in place: the optimizer's parameters stay the same).
   if (config.model.sync_bn) convert_sync_batchnorm(*e.model, pg.comm_ptr());
@@ -70,7 +70,7 @@ void build_model(TrainingRun& run) {
                           e.model->named_parameters());
   run.reducer = run.zero && run.zero->gradient_reducer() ? run.zero->gradient_reducer() : &*run.ddp_reducer;
   log_run_description(run.log, config, e, run.device, run.paths.run_dir, run.build);
-  run.log.line(loader_workers_reason(config));
+  run.log.line(loader_workers_reason(config, run.env.local_world_size));
   const std::string workers_warning = loader_workers_warning(config.data.workers, run.env.local_world_size,
                                                              std::thread::hardware_concurrency());
   if (!workers_warning.empty()) run.log.error(workers_warning);

@@ -26,6 +26,173 @@ void check_grad_shape(const Tensor& grad, const Shape& shape, const std::string&
                            shape_str(grad.shape()) + " for an input of shape " + shape_str(shape));
 }
 
+// One backward pass: a node runs once every consumer has sent it its gradient; a leaf's hooks fire
+// once every edge that reaches it has delivered (or declined to).
+class BackwardWalk {
+ public:
+  // Pass 1: counts, for every node, how many consumers will send it a gradient, and for every leaf
+  // how many edges reach it.
+  void count_consumers(const std::shared_ptr<Node>& root) {
+    keep_alive_.push_back(root);
+    std::vector<Node*> stack{root.get()};
+    pending_[root.get()] = 0;
+    while (!stack.empty()) {
+      Node* node = stack.back();
+      stack.pop_back();
+      for (const Edge& in : node->inputs) {
+        if (!in.requires_grad) continue;
+        if (Node* child = in.node.get()) {
+          if (pending_[child]++ == 0) {
+            stack.push_back(child);
+            keep_alive_.push_back(in.node);
+          }
+        } else {
+          ++leaf_pending_[in.leaf.impl()];
+        }
+      }
+    }
+  }
+
+  // Pass 2: runs the nodes from root, newest first, and frees each as soon as it is done.
+  void run(Node* root, const Tensor& grad_output) {
+    grads_[root] = grad_output;
+    ready_.push(root);
+    while (!ready_.empty()) {
+      Node* node = ready_.top();
+      ready_.pop();
+      // Held until the inputs have theirs: a leaf adopts a gradient without a copy only when no one
+      // else holds its storage, and a closure may return the gradient it was given.
+      const Received received = take_received(node);
+      pass_on(node, input_grads_of(node, received));
+      release(node);
+    }
+  }
+
+  // backward() on a leaf itself: the seed is its gradient.
+  void deliver_to_lone_leaf(const Variable& leaf, const Tensor& g) {
+    leaf_pending_[leaf.impl()] = 1;
+    deliver_to_leaf(leaf, g);
+  }
+
+ private:
+  void deliver_to_leaf(const Variable& leaf_const, const Tensor& g) {
+    Variable leaf = leaf_const;
+    check_grad_shape(g, leaf.shape(), "leaf");
+    Tensor& acc = leaf.grad();
+    if (!acc.defined()) {
+      // The gradient must own its memory (the closure's tensor may alias others); one nobody else
+      // holds, dense and exactly its storage's size, is taken as it is instead of copied. A copy keeps
+      // the gradient's layout: a channels-last weight's gradient stays channels-last (a contiguous
+      // copy cost two strided copies of every 3x3 convolution's weight gradient per step, there and
+      // back in the optimizer).
+      const MemoryFormat format = g.suggest_memory_format();
+      const bool sole_owner = g.storage() && g.storage().use_count() == 1 && g.offset() == 0 &&
+                              g.is_contiguous(format) && g.storage()->nbytes() == g.nbytes();
+      acc = sole_owner ? g : g.clone(format);
+    } else {
+      backend_for(acc).axpy(acc, g, 1.0);
+    }
+    if (--leaf_pending_[leaf.impl()] <= 0)
+      for (auto& hook : leaf.impl()->grad_ready_hooks) hook(leaf);
+  }
+
+  // An edge to a leaf that carried no gradient still counts as arrived: the leaf's hooks fire if it
+  // got its gradient over another edge.
+  void skip_leaf(const Variable& leaf_const) {
+    if (--leaf_pending_[leaf_const.impl()] <= 0 && leaf_const.grad().defined()) {
+      Variable leaf = leaf_const;
+      for (auto& hook : leaf.impl()->grad_ready_hooks) hook(leaf);
+    }
+  }
+
+  // Adds g to child's gradient. With backward_of_two the second part is kept apart from the first;
+  // a third part is added in arrival order, as without backward_of_two.
+  void send(Node* child, const Tensor& g) {
+    Tensor& first = grads_[child];
+    if (!child->backward_of_two || !first.defined()) {
+      first = accumulate(first, g);
+      return;
+    }
+    Tensor& second = second_parts_[child];
+    if (!second.defined()) {
+      second = g;
+    } else {
+      first = accumulate(accumulate(first, second), g);
+      second = Tensor();
+    }
+  }
+
+  // The gradient a node received; with backward_of_two, its second part apart.
+  struct Received {
+    Tensor grad, second;
+  };
+
+  Received take_received(Node* node) {
+    Received r;
+    r.grad = std::move(grads_[node]);
+    grads_.erase(node);
+    if (auto it = second_parts_.find(node); it != second_parts_.end()) {
+      r.second = std::move(it->second);
+      second_parts_.erase(it);
+    }
+    return r;
+  }
+
+  // Runs node's backward closure on what it received.
+  std::vector<Tensor> input_grads_of(Node* node, const Received& r) {
+    if (!node->backward)
+      throw std::logic_error("autograd: backward through '" + node->name +
+                             "' a second time; its saved tensors were already freed");
+    // A node that received no gradient passes none on, but still releases its inputs' counts so that
+    // every leaf below it is visited (and its hooks fire when it did get a gradient elsewhere).
+    std::vector<Tensor> input_grads = !r.grad.defined()    ? std::vector<Tensor>(node->inputs.size())
+                                      : r.second.defined() ? node->backward_of_two(r.grad, r.second)
+                                                           : node->backward(r.grad);
+    if (input_grads.size() != node->inputs.size())
+      throw std::logic_error("autograd: '" + node->name + "' returned the wrong number of gradients");
+    return input_grads;
+  }
+
+  // Sends each input its gradient; a node whose consumers have all sent theirs becomes ready.
+  void pass_on(Node* node, const std::vector<Tensor>& input_grads) {
+    for (size_t i = 0; i < node->inputs.size(); ++i) {
+      const Edge& in = node->inputs[i];
+      if (!in.requires_grad) continue;
+      Node* child = in.node.get();
+      const Tensor& g = input_grads[i];
+      if (g.defined()) {
+        check_grad_shape(g, in.shape, node->name);
+        if (child)
+          send(child, g);
+        else
+          deliver_to_leaf(in.leaf, g);
+      } else if (!child) {
+        skip_leaf(in.leaf);
+      }
+      if (child && --pending_[child] == 0) ready_.push(child);
+    }
+  }
+
+  // Frees saved tensors and inputs as soon as a node is done, like PyTorch without retain_graph.
+  static void release(Node* node) {
+    node->backward = nullptr;
+    node->backward_of_two = nullptr;
+    node->inputs.clear();
+  }
+
+  static bool newer_first(Node* a, Node* b) { return a->sequence_nr < b->sequence_nr; }
+
+  std::unordered_map<Node*, int> pending_;
+  std::unordered_map<VariableImpl*, int> leaf_pending_;
+  // Nodes are owned by the variables they produced; inputs are released as nodes finish, so keep
+  // every node of this graph alive until the walk is over.
+  std::vector<std::shared_ptr<Node>> keep_alive_;
+  std::priority_queue<Node*, std::vector<Node*>, decltype(&newer_first)> ready_{&newer_first};
+  std::unordered_map<Node*, Tensor> grads_;
+  // For nodes with backward_of_two: the second part of their gradient, not yet added to the first.
+  std::unordered_map<Node*, Tensor> second_parts_;
+};
+
 }  // namespace
 
 bool grad_mode_enabled() { return t_grad_mode; }
@@ -81,129 +248,13 @@ void Variable::backward(const Tensor& grad_output) {
   if (!requires_grad()) throw std::logic_error("backward() on a variable that does not require grad");
   check_grad_shape(grad_output, shape(), "backward seed");
   NoGradGuard no_grad;  // the backward closures must not record new nodes
-
-  // Pass 1: count, for every node, how many consumers will send it a gradient, and for every
-  // leaf how many edges reach it (its hooks fire when the last one has arrived).
-  std::unordered_map<Node*, int> pending;
-  std::unordered_map<VariableImpl*, int> leaf_pending;
-  // Nodes are owned by the variables they produced; inputs are released as nodes finish, so keep
-  // every node of this graph alive until the walk is over.
-  std::vector<std::shared_ptr<Node>> keep_alive;
-  if (impl_->grad_fn) {
-    keep_alive.push_back(impl_->grad_fn);
-    std::vector<Node*> stack{impl_->grad_fn.get()};
-    pending[impl_->grad_fn.get()] = 0;
-    while (!stack.empty()) {
-      Node* node = stack.back();
-      stack.pop_back();
-      for (const Edge& in : node->inputs) {
-        if (!in.requires_grad) continue;
-        if (Node* child = in.node.get()) {
-          if (pending[child]++ == 0) {
-            stack.push_back(child);
-            keep_alive.push_back(in.node);
-          }
-        } else {
-          ++leaf_pending[in.leaf.impl()];
-        }
-      }
-    }
-  }
-
-  auto deliver_to_leaf = [&](const Variable& leaf_const, const Tensor& g) {
-    Variable leaf = leaf_const;
-    check_grad_shape(g, leaf.shape(), "leaf");
-    Tensor& acc = leaf.grad();
-    if (!acc.defined()) {
-      // The gradient must own its memory (the closure's tensor may alias others); one nobody else
-      // holds, dense and exactly its storage's size, is taken as it is instead of copied. A copy keeps
-      // the gradient's layout: a channels-last weight's gradient stays channels-last (a contiguous
-      // copy cost two strided copies of every 3x3 convolution's weight gradient per step, there and
-      // back in the optimizer).
-      const MemoryFormat format = g.suggest_memory_format();
-      const bool sole_owner = g.storage() && g.storage().use_count() == 1 && g.offset() == 0 &&
-                              g.is_contiguous(format) && g.storage()->nbytes() == g.nbytes();
-      acc = sole_owner ? g : g.clone(format);
-    } else {
-      backend_for(acc).axpy(acc, g, 1.0);
-    }
-    if (--leaf_pending[leaf.impl()] <= 0)
-      for (auto& hook : leaf.impl()->grad_ready_hooks) hook(leaf);
-  };
-
-  if (!impl_->grad_fn) {  // backward on a leaf itself
-    leaf_pending[impl_.get()] = 1;
-    deliver_to_leaf(*this, grad_output);
+  BackwardWalk walk;
+  if (!impl_->grad_fn) {
+    walk.deliver_to_lone_leaf(*this, grad_output);
     return;
   }
-
-  auto newer_first = [](Node* a, Node* b) { return a->sequence_nr < b->sequence_nr; };
-  std::priority_queue<Node*, std::vector<Node*>, decltype(newer_first)> ready(newer_first);
-  std::unordered_map<Node*, Tensor> grads;
-  // For nodes with backward_of_two: the second part of their gradient, not yet added to the first.
-  // A third part is added in arrival order, as without backward_of_two.
-  std::unordered_map<Node*, Tensor> second_parts;
-  auto send = [&](Node* child, const Tensor& g) {
-    Tensor& first = grads[child];
-    if (!child->backward_of_two || !first.defined()) {
-      first = accumulate(first, g);
-      return;
-    }
-    Tensor& second = second_parts[child];
-    if (!second.defined()) {
-      second = g;
-    } else {
-      first = accumulate(accumulate(first, second), g);
-      second = Tensor();
-    }
-  };
-  grads[impl_->grad_fn.get()] = grad_output;
-  ready.push(impl_->grad_fn.get());
-
-  while (!ready.empty()) {
-    Node* node = ready.top();
-    ready.pop();
-    Tensor grad = std::move(grads[node]);
-    grads.erase(node);
-    Tensor second;
-    if (auto it = second_parts.find(node); it != second_parts.end()) {
-      second = std::move(it->second);
-      second_parts.erase(it);
-    }
-    if (!node->backward)
-      throw std::logic_error("autograd: backward through '" + node->name +
-                             "' a second time; its saved tensors were already freed");
-    // A node that received no gradient passes none on, but still releases its inputs' counts so that
-    // every leaf below it is visited (and its hooks fire when it did get a gradient elsewhere).
-    std::vector<Tensor> input_grads = !grad.defined()    ? std::vector<Tensor>(node->inputs.size())
-                                      : second.defined() ? node->backward_of_two(grad, second)
-                                                         : node->backward(grad);
-    if (input_grads.size() != node->inputs.size())
-      throw std::logic_error("autograd: '" + node->name + "' returned the wrong number of gradients");
-    for (size_t i = 0; i < node->inputs.size(); ++i) {
-      const Edge& in = node->inputs[i];
-      if (!in.requires_grad) continue;
-      Node* child = in.node.get();
-      const Tensor& g = input_grads[i];
-      if (g.defined()) {
-        check_grad_shape(g, in.shape, node->name);
-        if (child)
-          send(child, g);
-        else
-          deliver_to_leaf(in.leaf, g);
-      } else if (!child) {
-        if (--leaf_pending[in.leaf.impl()] <= 0 && in.leaf.grad().defined()) {
-          Variable leaf = in.leaf;
-          for (auto& hook : leaf.impl()->grad_ready_hooks) hook(leaf);
-        }
-      }
-      if (child && --pending[child] == 0) ready.push(child);
-    }
-    // Free saved tensors and inputs as soon as this node is done, like PyTorch without retain_graph.
-    node->backward = nullptr;
-    node->backward_of_two = nullptr;
-    node->inputs.clear();
-  }
+  walk.count_consumers(impl_->grad_fn);
+  walk.run(impl_->grad_fn.get(), grad_output);
 }
 
 }  // namespace trainer

@@ -48,11 +48,11 @@ TEST_F(DataCache, TheBudgetGoesToTheTrainingSplitFirstAndTheLogSaysHowMuchIsCach
   config.data.dataset = "image_folder";
   config.data.root = write_folder().string();
   config.data.image_size = 16;
-  EXPECT_EQ(data_cache_report(open_datasets(config)), "");  // data.cache = "none"
+  EXPECT_EQ(data_cache_report(open_datasets(config, 1)), "");  // data.cache = "none"
 
   config.data.cache = "encoded";
   config.data.cache_bytes = 1 << 20;
-  const Datasets data = open_datasets(config);
+  const Datasets data = open_datasets(config, 1);
   const auto& train = dynamic_cast<const ImageFolder&>(*data.train);
   const auto& test = dynamic_cast<const ImageFolder&>(*data.test);
   ASSERT_TRUE(train.cache() && test.cache());
@@ -66,7 +66,7 @@ TEST_F(DataCache, TheBudgetGoesToTheTrainingSplitFirstAndTheLogSaysHowMuchIsCach
 
   // A budget the training split takes whole leaves the evaluation split none.
   config.data.cache_bytes = static_cast<int64_t>(train.listed_bytes());
-  const Datasets tight = open_datasets(config);
+  const Datasets tight = open_datasets(config, 1);
   EXPECT_EQ(dynamic_cast<const ImageFolder&>(*tight.test).cache(), nullptr);
 }
 

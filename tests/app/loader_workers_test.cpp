@@ -13,15 +13,9 @@
 #include <thread>
 
 #include "app/train/run_start.h"
-#include "app/trainer_process.h"
 
 namespace trainer {
 namespace {
-
-// LOCAL_WORLD_SIZE set to n for a scope.
-struct LocalWorldSize : trainer::testing::ScopedEnv {
-  explicit LocalWorldSize(unsigned n) : ScopedEnv("LOCAL_WORLD_SIZE", std::to_string(n)) {}
-};
 
 TEST(LoaderWorkers, ACpuRankTakesHalfItsShareOfTheNodesCores) {
   EXPECT_EQ(default_loader_workers(false, 1, 16), 8);  // the other half is the math library's
@@ -45,22 +39,18 @@ TEST(LoaderWorkers, TheConfigChoosesByTrainDeviceAndLocalWorldSize) {
   cpu.train.device = "cpu";
   Config gpu;
   gpu.train.device = "cuda";
-  {
-    const LocalWorldSize one(1);
-    EXPECT_EQ(default_loader_workers(cpu), static_cast<int>(std::max(1u, cores / 2)));
-    EXPECT_EQ(default_loader_workers(gpu), std::max(1, static_cast<int>(cores) - 1));
-  }
-  const LocalWorldSize per_core(cores);  // a rank per core still gets one loader thread
-  EXPECT_EQ(default_loader_workers(cpu), 1);
-  EXPECT_EQ(default_loader_workers(gpu), 1);
+  EXPECT_EQ(default_loader_workers(cpu, 1), static_cast<int>(std::max(1u, cores / 2)));
+  EXPECT_EQ(default_loader_workers(gpu, 1), std::max(1, static_cast<int>(cores) - 1));
+  const int per_core = static_cast<int>(cores);  // a rank per core still gets one loader thread
+  EXPECT_EQ(default_loader_workers(cpu, per_core), 1);
+  EXPECT_EQ(default_loader_workers(gpu, per_core), 1);
 }
 
 TEST(LoaderWorkers, TheLogLineSaysHowManyAndWhy) {
-  const LocalWorldSize two(2);
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   Config gpu;
   gpu.train.device = "cuda";
-  const std::string g = loader_workers_reason(gpu);
+  const std::string g = loader_workers_reason(gpu, 2);
   EXPECT_NE(g.find(std::to_string(default_loader_workers(true, 2, cores)) + " worker threads per rank"),
             std::string::npos)
       << g;
@@ -69,10 +59,10 @@ TEST(LoaderWorkers, TheLogLineSaysHowManyAndWhy) {
       << g;
   Config cpu;
   cpu.train.device = "cpu";
-  EXPECT_NE(loader_workers_reason(cpu).find("halved for the CPU math library"), std::string::npos);
+  EXPECT_NE(loader_workers_reason(cpu, 2).find("halved for the CPU math library"), std::string::npos);
   cpu.data.workers = 3;
-  EXPECT_NE(loader_workers_reason(cpu).find("3 worker threads per rank (data.workers;"), std::string::npos)
-      << loader_workers_reason(cpu);
+  EXPECT_NE(loader_workers_reason(cpu, 2).find("3 worker threads per rank (data.workers;"), std::string::npos)
+      << loader_workers_reason(cpu, 2);
 }
 
 TEST(LoaderWorkers, AnExplicitCountAboveTheCoresIsWarnedAbout) {

@@ -23,7 +23,7 @@ using testing::write_bytes;
 
 std::string error_of(const Config& config) {
   try {
-    open_datasets(config);
+    open_datasets(config, 1);
   } catch (const ConfigError& error) {
     return error.what();
   }
@@ -87,7 +87,7 @@ TEST(DatasetFactory, CifarNeedsAnExistingRoot) {
   TempDir dir;
   write_cifar10(dir.path() / "cifar-10-batches-bin");
   const Datasets datasets =
-      open_datasets(load_config("", {"data.dataset=cifar10", "data.root=" + dir.path().string()}));
+      open_datasets(load_config("", {"data.dataset=cifar10", "data.root=" + dir.path().string()}), 1);
   EXPECT_EQ(datasets.train->size(), 5);
   EXPECT_EQ(datasets.test->size(), 1);
   EXPECT_EQ(datasets.train->label(0), 9);
@@ -110,7 +110,7 @@ TEST(DatasetFactory, ImageFolderUsesTrainAndValWithTheTrainingClasses) {
   write_image(dir.path() / "train" / "a" / "2.png");
   write_image(dir.path() / "val" / "b" / "1.png");  // class a has no validation image
   const Datasets datasets =
-      open_datasets(load_config("", {"data.dataset=image_folder", "data.root=" + dir.path().string()}));
+      open_datasets(load_config("", {"data.dataset=image_folder", "data.root=" + dir.path().string()}), 1);
   EXPECT_EQ(datasets.train->size(), 3);
   EXPECT_EQ(datasets.train->height(), 224);  // image_size 0 = 224
   EXPECT_EQ(datasets.test->size(), 1);
@@ -124,7 +124,8 @@ TEST(DatasetFactory, ImageFolderUsesTrainAndValWithTheTrainingClasses) {
 
   const Datasets small =
       open_datasets(load_config("", {"data.dataset=image_folder", "data.root=" + dir.path().string(),
-                                     "data.image_size=64", "model.in_channels=1"}));
+                                     "data.image_size=64", "model.in_channels=1"}),
+                    1);
   EXPECT_EQ(small.train->height(), 64);
   EXPECT_EQ(small.train->channels(), 1);
 }
@@ -228,11 +229,14 @@ HostLimits small_host() {
   return host;
 }
 
-std::string fit_error(const std::vector<std::string>& overrides, const HostLimits& host) {
+// local_world_size: the node's ranks (as a launcher's LOCAL_WORLD_SIZE says).
+std::string fit_error(const std::vector<std::string>& overrides, const HostLimits& host,
+                      int local_world_size = 1) {
   const Config config = load_config("", overrides);
   try {
-    const Datasets data = open_datasets(config);  // on this host: the sizes below fit any test machine
-    check_data_fits_host(config, data, host);
+    // On this host: the sizes below fit any test machine.
+    const Datasets data = open_datasets(config, local_world_size);
+    check_data_fits_host(config, data, host, local_world_size);
   } catch (const ConfigError& error) {
     return error.what();
   }
@@ -289,12 +293,6 @@ TEST(DataFitsHost, SampleIndicesMustFitInHalfTheAvailableMemory) {
       << error;
 }
 
-// LOCAL_WORLD_SIZE for one scope (as a launcher sets it for its ranks).
-struct ScopedLocalWorld {
-  explicit ScopedLocalWorld(const char* value) { ::setenv("LOCAL_WORLD_SIZE", value, 1); }
-  ~ScopedLocalWorld() { ::unsetenv("LOCAL_WORLD_SIZE"); }
-};
-
 TEST(DataFitsHost, BatchesInFlightMustFitInHalfTheAvailableMemory) {
   const HostLimits host = small_host();
   // 32x32x3 = 3072 bytes a sample; prefetch 4 + 1 batches as uint8 and one as float32: 9 x 3072 bytes a
@@ -307,8 +305,7 @@ TEST(DataFitsHost, BatchesInFlightMustFitInHalfTheAvailableMemory) {
   EXPECT_EQ(fit_error(overrides, host), "");
   {
     // The node's ranks share the memory: at 2 local ranks each gets half of the budget.
-    ScopedLocalWorld two("2");
-    const std::string shared = fit_error(overrides, host);
+    const std::string shared = fit_error(overrides, host, 2);
     EXPECT_NE(shared.find("more than half of the 1.0 GiB (shared by this node's 2 ranks)"), std::string::npos)
         << shared;
   }

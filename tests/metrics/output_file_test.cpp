@@ -86,12 +86,11 @@ TEST_F(OutputFileTest, AFailedWholeFileWriteKeepsThePreviousFile) {
   EXPECT_FALSE(fs::exists(path("summary.json.tmp")));
 }
 
-TEST_F(OutputFileTest, TheHookNamesFilesFromTheEnvironment) {
-  ::setenv("TRAINER_TEST_FULL_DISK", "summary.json,train.log", 1);
-  const FullDiskHook hook = full_disk_hook_from_env();
-  ::unsetenv("TRAINER_TEST_FULL_DISK");
+// The environment variable itself is read at start-up (FaultInjection, tests/app/fault_injection_test.cpp).
+TEST_F(OutputFileTest, TheHookNamesFilesFromTheVariablesValue) {
+  const FullDiskHook hook = full_disk_hook_from("summary.json,train.log");
   EXPECT_EQ(hook.names, (std::set<std::string>{"summary.json", "train.log"}));
-  EXPECT_TRUE(full_disk_hook_from_env().names.empty());
+  EXPECT_TRUE(full_disk_hook_from("").names.empty());
 }
 
 // A log file that cannot be written: training goes on (the console has every line), the failure is

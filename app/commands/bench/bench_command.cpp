@@ -15,8 +15,8 @@
 #include "app/commands/bench/bench_runs.h"
 #include "app/commands/bench/bench_to_accuracy.h"
 #include "app/common/cli.h"
-#include "app/config/config.h"
 #include "app/common/format.h"
+#include "app/config/config.h"
 
 namespace trainer {
 namespace {
@@ -142,6 +142,148 @@ void summarise(Point& p) {
   }
 }
 
+// What repeat `dir` of point p sets on top of the user's --set: a data set that holds the run, the
+// point's batch, precision and directory, and the step count.
+std::vector<std::string> throughput_overrides(const BenchArgs& a, const Config& config, const Point& p,
+                                              const fs::path& dir, int total_steps) {
+  std::vector<std::string> sets = a.overrides;
+  // Synthetic data: one epoch holds the run. train.epochs stays the config's, so the LR schedule (its
+  // warm-up above all) spans as many epochs as in a full run and max_steps only stops it there.
+  if (a.data == "synthetic" && config.data.dataset != "synthetic") {
+    const auto s = synthetic_overrides(config, p.global_batch * total_steps);
+    sets.insert(sets.end(), s.begin(), s.end());
+  } else if (a.data == "synthetic") {
+    sets.push_back("data.synthetic_samples=" + std::to_string(p.global_batch * total_steps));
+  } else {
+    sets.push_back("train.epochs=1000000");
+  }
+  const auto fixed = point_overrides(p.batch, p.precision, dir);
+  sets.insert(sets.end(), fixed.begin(), fixed.end());
+  sets.push_back("train.max_steps=" + std::to_string(total_steps));
+  sets.push_back("train.eval_every_epochs=0");
+  return sets;
+}
+
+// Adds the steady-state steps of the run in dir (its step_times.csv after the warm-up) to p.
+void add_repeat(Point& p, const fs::path& dir, int warmup, int total_steps) {
+  auto cols = read_step_times(dir / "step_times.csv", warmup);
+  const std::vector<double>& steps = cols["step_seconds"];
+  if (steps.empty())
+    throw std::runtime_error("bench: " + (dir / "step_times.csv").string() +
+                             " has no step after the warm-up. HINT: the dataset may be smaller than " +
+                             std::to_string(total_steps) + " global batches; lower --steps/--warmup");
+  const double mean_step = mean_of(steps);
+  p.repeat_ips.push_back(static_cast<double>(p.global_batch) / mean_step);
+  p.step_seconds.insert(p.step_seconds.end(), steps.begin(), steps.end());
+  p.step_total += sum_of(steps);
+  p.allreduce_exposed += sum_of(cols["allreduce_exposed_seconds"]);
+  p.data_wait += sum_of(cols["data_wait_seconds"]);
+  p.run_dirs.push_back(dir.string());
+}
+
+// Runs every repeat of one grid cell; run_index counts the runs of the whole bench.
+Point measure_point(const GridPoint& cell, const BenchArgs& a, const Config& config, const fs::path& out,
+                    size_t& run_index, size_t n_runs) {
+  const int total_steps = a.warmup + a.steps;
+  Point p;
+  static_cast<GridPoint&>(p) = cell;
+  for (int r = 1; r <= a.repeats; ++r) {
+    const fs::path dir = fresh_run_dir(out, p, r);
+    const std::vector<std::string> sets = throughput_overrides(a, config, p, dir, total_steps);
+    print_run_start(++run_index, n_runs, p, r, a.repeats);
+    double secs = 0;
+    try {
+      secs = run_point(a.config_path, p.procs, sets, dir);
+    } catch (...) {
+      std::printf("failed\n");
+      throw;
+    }
+    add_repeat(p, dir, a.warmup, total_steps);
+    std::printf("%.0f img/s (%.1fs)\n", p.repeat_ips.back(), secs);
+    std::fflush(stdout);
+  }
+  summarise(p);
+  return p;
+}
+
+// Speedup over the fewest processes of the same precision and batch (1 when measured).
+void compute_speedups(std::vector<Point>& points) {
+  for (Point& p : points) {
+    const Point* base = nullptr;
+    for (const Point& q : points)
+      if (q.precision == p.precision && q.batch == p.batch && (!base || q.procs < base->procs)) base = &q;
+    p.speedup = p.ips / base->ips;
+    p.efficiency = p.speedup / (static_cast<double>(p.procs) / base->procs);
+  }
+}
+
+// Prints the results table and writes the same rows to out/bench.csv.
+void write_table_and_csv(const std::vector<Point>& points, const BenchArgs& a, const fs::path& out) {
+  std::printf("\n%5s %10s %7s %9s %9s %20s %8s %10s %18s %9s\n", "procs", "batch/rank", "global", "precision",
+              "lr", "img/s (95% CI)", "speedup", "efficiency", "allreduce_exposed", "data_wait");
+  std::ostringstream csv;
+  csv << "procs,batch_per_rank,global_batch,precision,lr,img_per_s,img_per_s_ci95,speedup,efficiency,"
+         "allreduce_exposed_pct,data_wait_pct,mean_step_seconds,repeats,steps,warmup\n";
+  for (const Point& p : points) {
+    const double ar = 100 * p.allreduce_exposed / p.step_total, dw = 100 * p.data_wait / p.step_total;
+    std::string ips = fmt("%.1f ± %.1f", p.ips, p.ips_half_width);
+    ips.insert(0, ips.size() - 1 < 20 ? 20 - (ips.size() - 1) : 0, ' ');  // '±' is 2 bytes, 1 column
+    std::printf("%5d %10d %7lld %9s %9.4g %s %8.2f %9.1f%% %17.1f%% %8.1f%%\n", p.procs, p.batch,
+                static_cast<long long>(p.global_batch), p.precision.c_str(), p.lr, ips.c_str(), p.speedup,
+                100 * p.efficiency, ar, dw);
+    csv << p.procs << ',' << p.batch << ',' << p.global_batch << ',' << p.precision << ','
+        << fmt("%.6g", p.lr) << ',' << fmt("%.2f", p.ips) << ',' << fmt("%.2f", p.ips_half_width) << ','
+        << fmt("%.4f", p.speedup) << ',' << fmt("%.4f", p.efficiency) << ',' << fmt("%.2f", ar) << ','
+        << fmt("%.2f", dw) << ',' << fmt("%.6g", mean_of(p.step_seconds)) << ',' << a.repeats << ','
+        << a.steps << ',' << a.warmup << '\n';
+  }
+  std::ofstream(out / "bench.csv") << csv.str();
+}
+
+nlohmann::ordered_json point_json(const Point& p) {
+  nlohmann::ordered_json j = grid_point_json(p);
+  j["img_per_s"] = rounded(p.ips, 3);
+  j["img_per_s_ci95"] = rounded(p.ips_half_width, 3);
+  j["repeat_img_per_s"] = nlohmann::ordered_json::array();
+  for (double ips : p.repeat_ips) j["repeat_img_per_s"].push_back(rounded(ips, 3));
+  j["speedup"] = rounded(p.speedup, 4);
+  j["efficiency"] = rounded(p.efficiency, 4);
+  j["mean_step_seconds"] = significant(mean_of(p.step_seconds), 6);
+  j["allreduce_exposed_fraction"] = rounded(p.allreduce_exposed / p.step_total, 4);
+  j["data_wait_fraction"] = rounded(p.data_wait / p.step_total, 4);
+  j["run_dirs"] = p.run_dirs;
+  return j;
+}
+
+// The bench directory: --out, or runs/bench-<config>-<time>.
+fs::path bench_directory(const BenchArgs& a) {
+  if (!a.out.empty()) return fs::path(a.out);
+  return fs::path("runs") / ("bench-" + fs::path(a.config_path).stem().string() +
+                             fmt("-%lld", static_cast<long long>(std::time(nullptr))));
+}
+
+// Steady-state throughput at every grid point: the table, bench.csv, bench.json and speedup.png.
+int bench_throughput(const BenchArgs& a, const Config& config, const std::vector<std::string>& precisions,
+                     const std::vector<int>& batches, const fs::path& out) {
+  const size_t n_runs = precisions.size() * batches.size() * a.procs.size() * static_cast<size_t>(a.repeats);
+  std::printf("bench: %s, %zu runs of %d steps (%d warm-up), data %s, into %s\n", a.config_path.c_str(),
+              n_runs, a.warmup + a.steps, a.warmup, a.data.c_str(), out.c_str());
+  std::fflush(stdout);
+  std::vector<Point> points;
+  size_t run_index = 0;
+  for (const GridPoint& cell : measurement_grid(config, a, precisions, batches))
+    points.push_back(measure_point(cell, a, config, out, run_index, n_runs));
+  compute_speedups(points);
+
+  write_table_and_csv(points, a, out);
+  nlohmann::ordered_json json_points = nlohmann::ordered_json::array();
+  for (const Point& p : points) json_points.push_back(point_json(p));
+  write_bench_json(out, a, {{"steps", a.steps}, {"warmup", a.warmup}}, json_points);
+  // One line per (precision, batch).
+  write_bench_charts(out, a.procs.back(), points);
+  return 0;
+}
+
 }  // namespace
 
 double student_t975(int dof) {
@@ -175,121 +317,10 @@ int bench_command(const std::vector<std::string>& args) {
                            : a.precisions;
   const std::vector<int> batches = a.batches.empty() ? std::vector<int>{config.data.batch_size} : a.batches;
   for (const std::string& p : precisions) load_config(a.config_path, {"train.precision=" + p});  // validates
-  const fs::path out = a.out.empty()
-                           ? fs::path("runs") / ("bench-" + fs::path(a.config_path).stem().string() +
-                                                 fmt("-%lld", static_cast<long long>(std::time(nullptr))))
-                           : fs::path(a.out);
+  const fs::path out = bench_directory(a);
   fs::create_directories(out);
   if (a.to_accuracy > 0) return bench_to_accuracy(a, config, precisions, batches, out);
-  const int total_steps = a.warmup + a.steps;
-
-  std::vector<Point> points;
-  const size_t n_runs = precisions.size() * batches.size() * a.procs.size() * static_cast<size_t>(a.repeats);
-  size_t run_index = 0;
-  std::printf("bench: %s, %zu runs of %d steps (%d warm-up), data %s, into %s\n", a.config_path.c_str(),
-              n_runs, total_steps, a.warmup, a.data.c_str(), out.c_str());
-  std::fflush(stdout);
-  for (const GridPoint& cell : measurement_grid(config, a, precisions, batches)) {
-    Point p;
-    static_cast<GridPoint&>(p) = cell;
-    const int procs = p.procs, batch = p.batch;
-    const std::string& precision = p.precision;
-    for (int r = 1; r <= a.repeats; ++r) {
-      const fs::path dir = fresh_run_dir(out, p, r);
-      std::vector<std::string> sets = a.overrides;
-      // Synthetic data: one epoch holds the run. train.epochs stays the config's, so the LR schedule (its
-      // warm-up above all) spans as many epochs as in a full run and max_steps only stops it there.
-      if (a.data == "synthetic" && config.data.dataset != "synthetic") {
-        const auto s = synthetic_overrides(config, p.global_batch * total_steps);
-        sets.insert(sets.end(), s.begin(), s.end());
-      } else if (a.data == "synthetic") {
-        sets.push_back("data.synthetic_samples=" + std::to_string(p.global_batch * total_steps));
-      } else {
-        sets.push_back("train.epochs=1000000");
-      }
-      const auto fixed = point_overrides(batch, precision, dir);
-      sets.insert(sets.end(), fixed.begin(), fixed.end());
-      sets.push_back("train.max_steps=" + std::to_string(total_steps));
-      sets.push_back("train.eval_every_epochs=0");
-      print_run_start(++run_index, n_runs, p, r, a.repeats);
-      double secs = 0;
-      try {
-        secs = run_point(a.config_path, procs, sets, dir);
-      } catch (...) {
-        std::printf("failed\n");
-        throw;
-      }
-      auto cols = read_step_times(dir / "step_times.csv", a.warmup);
-      const std::vector<double>& steps = cols["step_seconds"];
-      if (steps.empty())
-        throw std::runtime_error("bench: " + (dir / "step_times.csv").string() +
-                                 " has no step after the warm-up. HINT: the dataset may be smaller than " +
-                                 std::to_string(total_steps) + " global batches; lower --steps/--warmup");
-      const double mean_step = mean_of(steps);
-      p.repeat_ips.push_back(static_cast<double>(p.global_batch) / mean_step);
-      p.step_seconds.insert(p.step_seconds.end(), steps.begin(), steps.end());
-      p.step_total += sum_of(steps);
-      p.allreduce_exposed += sum_of(cols["allreduce_exposed_seconds"]);
-      p.data_wait += sum_of(cols["data_wait_seconds"]);
-      p.run_dirs.push_back(dir.string());
-      std::printf("%.0f img/s (%.1fs)\n", p.repeat_ips.back(), secs);
-      std::fflush(stdout);
-    }
-    summarise(p);
-    points.push_back(p);
-  }
-
-  // Speedup over the fewest processes of the same precision and batch (1 when measured).
-  for (Point& p : points) {
-    const Point* base = nullptr;
-    for (const Point& q : points)
-      if (q.precision == p.precision && q.batch == p.batch && (!base || q.procs < base->procs)) base = &q;
-    p.speedup = p.ips / base->ips;
-    p.efficiency = p.speedup / (static_cast<double>(p.procs) / base->procs);
-  }
-
-  // ---- table
-  std::printf("\n%5s %10s %7s %9s %9s %20s %8s %10s %18s %9s\n", "procs", "batch/rank", "global", "precision",
-              "lr", "img/s (95% CI)", "speedup", "efficiency", "allreduce_exposed", "data_wait");
-  std::ostringstream csv;
-  csv << "procs,batch_per_rank,global_batch,precision,lr,img_per_s,img_per_s_ci95,speedup,efficiency,"
-         "allreduce_exposed_pct,data_wait_pct,mean_step_seconds,repeats,steps,warmup\n";
-  for (const Point& p : points) {
-    const double ar = 100 * p.allreduce_exposed / p.step_total, dw = 100 * p.data_wait / p.step_total;
-    std::string ips = fmt("%.1f ± %.1f", p.ips, p.ips_half_width);
-    ips.insert(0, ips.size() - 1 < 20 ? 20 - (ips.size() - 1) : 0, ' ');  // '±' is 2 bytes, 1 column
-    std::printf("%5d %10d %7lld %9s %9.4g %s %8.2f %9.1f%% %17.1f%% %8.1f%%\n", p.procs, p.batch,
-                static_cast<long long>(p.global_batch), p.precision.c_str(), p.lr, ips.c_str(), p.speedup,
-                100 * p.efficiency, ar, dw);
-    csv << p.procs << ',' << p.batch << ',' << p.global_batch << ',' << p.precision << ','
-        << fmt("%.6g", p.lr) << ',' << fmt("%.2f", p.ips) << ',' << fmt("%.2f", p.ips_half_width) << ','
-        << fmt("%.4f", p.speedup) << ',' << fmt("%.4f", p.efficiency) << ',' << fmt("%.2f", ar) << ','
-        << fmt("%.2f", dw) << ',' << fmt("%.6g", mean_of(p.step_seconds)) << ',' << a.repeats << ','
-        << a.steps << ',' << a.warmup << '\n';
-  }
-  std::ofstream(out / "bench.csv") << csv.str();
-
-  // ---- JSON
-  nlohmann::ordered_json json_points = nlohmann::ordered_json::array();
-  for (const Point& p : points) {
-    nlohmann::ordered_json j = grid_point_json(p);
-    j["img_per_s"] = rounded(p.ips, 3);
-    j["img_per_s_ci95"] = rounded(p.ips_half_width, 3);
-    j["repeat_img_per_s"] = nlohmann::ordered_json::array();
-    for (double ips : p.repeat_ips) j["repeat_img_per_s"].push_back(rounded(ips, 3));
-    j["speedup"] = rounded(p.speedup, 4);
-    j["efficiency"] = rounded(p.efficiency, 4);
-    j["mean_step_seconds"] = significant(mean_of(p.step_seconds), 6);
-    j["allreduce_exposed_fraction"] = rounded(p.allreduce_exposed / p.step_total, 4);
-    j["data_wait_fraction"] = rounded(p.data_wait / p.step_total, 4);
-    j["run_dirs"] = p.run_dirs;
-    json_points.push_back(std::move(j));
-  }
-  write_bench_json(out, a, {{"steps", a.steps}, {"warmup", a.warmup}}, json_points);
-
-  // ---- chart: one line per (precision, batch)
-  write_bench_charts(out, a.procs.back(), points);
-  return 0;
+  return bench_throughput(a, config, precisions, batches, out);
 }
 
 }  // namespace trainer

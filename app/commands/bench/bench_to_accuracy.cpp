@@ -8,8 +8,8 @@
 
 #include "app/commands/bench/bench_charts.h"
 #include "app/commands/bench/bench_command.h"
-#include "app/train/divergence.h"
 #include "app/common/format.h"
+#include "app/train/divergence.h"
 
 namespace trainer {
 namespace {
@@ -100,51 +100,48 @@ bool run_repeat(const BenchArgs& a, const Config& config, AccuracyPoint& p, cons
 
 double fraction(double part, double total) { return total > 0 ? part / total : 0.0; }
 
-}  // namespace
-
-int bench_to_accuracy(const BenchArgs& a, const Config& config, const std::vector<std::string>& precisions,
-                      const std::vector<int>& batches, const fs::path& out) {
-  const size_t n_runs = precisions.size() * batches.size() * a.procs.size() * static_cast<size_t>(a.repeats);
-  std::printf("bench: %s, %zu runs to test top-1 %.2f%% (at most %d epochs each), data %s, into %s\n",
-              a.config_path.c_str(), n_runs, 100 * a.to_accuracy, config.train.epochs, a.data.c_str(),
-              out.c_str());
+// The line that ends a repeat's "bench: [i/n] ..." line.
+void print_repeat_result(const AccuracyPoint& p, bool reached) {
+  if (reached)
+    std::printf("%.2f%% after %d epoch%s, %.1fs of training (%.1fs in all)\n", 100 * p.best_accuracy.back(),
+                p.epochs.back(), p.epochs.back() == 1 ? "" : "s", p.train_seconds.back(),
+                p.wall_seconds.back());
+  else if (p.epochs.back() == 0)  // stopped by a non-finite loss before its first evaluation
+    std::printf("diverged: %s (%.1fs in all). HINT: %s\n", p.divergence.back().c_str(), p.wall_seconds.back(),
+                divergence_hint(true, p.global_batch, p.lr).c_str());
+  else
+    std::printf("not reached: best %.2f%% in %d epochs (%.1fs in all)%s\n", 100 * p.best_accuracy.back(),
+                p.epochs.back(), p.wall_seconds.back(),
+                p.divergence.back().empty() ? ""
+                                            : (": diverged, " + p.divergence.back() +
+                                               ". HINT: " + divergence_hint(true, p.global_batch, p.lr))
+                                                  .c_str());
   std::fflush(stdout);
-  std::vector<AccuracyPoint> points;
-  size_t run_index = 0;
-  for (const GridPoint& cell : measurement_grid(config, a, precisions, batches)) {
-    AccuracyPoint p;
-    static_cast<GridPoint&>(p) = cell;
-    for (int r = 1; r <= a.repeats; ++r) {
-      const fs::path dir = fresh_run_dir(out, p, r);
-      print_run_start(++run_index, n_runs, p, r, a.repeats);
-      bool reached = false;
-      try {
-        reached = run_repeat(a, config, p, dir);
-      } catch (...) {
-        std::printf("failed\n");
-        throw;
-      }
-      if (reached)
-        std::printf("%.2f%% after %d epoch%s, %.1fs of training (%.1fs in all)\n",
-                    100 * p.best_accuracy.back(), p.epochs.back(), p.epochs.back() == 1 ? "" : "s",
-                    p.train_seconds.back(), p.wall_seconds.back());
-      else if (p.epochs.back() == 0)  // stopped by a non-finite loss before its first evaluation
-        std::printf("diverged: %s (%.1fs in all). HINT: %s\n", p.divergence.back().c_str(),
-                    p.wall_seconds.back(), divergence_hint(true, p.global_batch, p.lr).c_str());
-      else
-        std::printf("not reached: best %.2f%% in %d epochs (%.1fs in all)%s\n", 100 * p.best_accuracy.back(),
-                    p.epochs.back(), p.wall_seconds.back(),
-                    p.divergence.back().empty() ? ""
-                                                : (": diverged, " + p.divergence.back() +
-                                                   ". HINT: " + divergence_hint(true, p.global_batch, p.lr))
-                                                      .c_str());
-      std::fflush(stdout);
-    }
-    if (p.reached()) p.time_to_accuracy = mean_interval95(p.train_seconds);
-    points.push_back(p);
-  }
+}
 
-  // Speedup in time to accuracy over the fewest processes of the same precision and batch.
+// Runs every repeat of one grid cell; run_index counts the runs of the whole bench.
+AccuracyPoint measure_point(const GridPoint& cell, const BenchArgs& a, const Config& config,
+                            const fs::path& out, size_t& run_index, size_t n_runs) {
+  AccuracyPoint p;
+  static_cast<GridPoint&>(p) = cell;
+  for (int r = 1; r <= a.repeats; ++r) {
+    const fs::path dir = fresh_run_dir(out, p, r);
+    print_run_start(++run_index, n_runs, p, r, a.repeats);
+    bool reached = false;
+    try {
+      reached = run_repeat(a, config, p, dir);
+    } catch (...) {
+      std::printf("failed\n");
+      throw;
+    }
+    print_repeat_result(p, reached);
+  }
+  if (p.reached()) p.time_to_accuracy = mean_interval95(p.train_seconds);
+  return p;
+}
+
+// Speedup in time to accuracy over the fewest processes of the same precision and batch.
+void compute_speedups(std::vector<AccuracyPoint>& points) {
   for (AccuracyPoint& p : points) {
     const AccuracyPoint* base = nullptr;
     for (const AccuracyPoint& q : points)
@@ -153,8 +150,25 @@ int bench_to_accuracy(const BenchArgs& a, const Config& config, const std::vecto
     p.speedup = base->time_to_accuracy.mean / p.time_to_accuracy.mean;
     p.efficiency = p.speedup / (static_cast<double>(p.procs) / base->procs);
   }
+}
 
-  // ---- table
+// The table's time-to-accuracy column, right-aligned in 24 columns.
+std::string time_to_accuracy_cell(const AccuracyPoint& p) {
+  std::string tta = p.diverged() ? "diverged" : "not reached";
+  if (p.reached()) {
+    // One repeat has no interval: say so rather than print a misleading ± 0.
+    tta = p.train_seconds.size() >= 2
+              ? fmt("%.2f s ± %.2f", p.time_to_accuracy.mean, p.time_to_accuracy.half_width)
+              : fmt("%.2f s ± n/a", p.time_to_accuracy.mean);
+    tta.insert(0, tta.size() - 1 < 24 ? 24 - (tta.size() - 1) : 0, ' ');  // '±' is 2 bytes, 1 column
+  } else {
+    tta.insert(0, 24 - tta.size(), ' ');
+  }
+  return tta;
+}
+
+// Prints the results table and writes the same rows to out/bench.csv.
+void write_table_and_csv(const std::vector<AccuracyPoint>& points, const BenchArgs& a, const fs::path& out) {
   std::printf("\n%5s %10s %7s %9s %9s %7s %7s %24s %9s %9s %8s %10s %18s %9s\n", "procs", "batch/rank",
               "global", "precision", "lr", "target", "epochs", "time to accuracy (95% CI)", "wall s",
               "best top1", "speedup", "efficiency", "allreduce_exposed", "data_wait");
@@ -167,19 +181,9 @@ int bench_to_accuracy(const BenchArgs& a, const Config& config, const std::vecto
     const double dw = 100 * fraction(p.data_wait, p.step_total);
     const double epochs = mean_of(std::vector<double>(p.epochs.begin(), p.epochs.end()));
     const double wall = mean_of(p.wall_seconds), best = mean_of(p.best_accuracy);
-    std::string tta = p.diverged() ? "diverged" : "not reached";
-    if (p.reached()) {
-      // One repeat has no interval: say so rather than print a misleading ± 0.
-      tta = p.train_seconds.size() >= 2
-                ? fmt("%.2f s ± %.2f", p.time_to_accuracy.mean, p.time_to_accuracy.half_width)
-                : fmt("%.2f s ± n/a", p.time_to_accuracy.mean);
-      tta.insert(0, tta.size() - 1 < 24 ? 24 - (tta.size() - 1) : 0, ' ');  // '±' is 2 bytes, 1 column
-    } else {
-      tta.insert(0, 24 - tta.size(), ' ');
-    }
     std::printf("%5d %10d %7lld %9s %9.4g %6.2f%% %7.3g %s %9.1f %8.2f%% %8s %10s %17.1f%% %8.1f%%\n",
                 p.procs, p.batch, static_cast<long long>(p.global_batch), p.precision.c_str(), p.lr,
-                100 * a.to_accuracy, epochs, tta.c_str(), wall, 100 * best,
+                100 * a.to_accuracy, epochs, time_to_accuracy_cell(p).c_str(), wall, 100 * best,
                 std::isnan(p.speedup) ? "-" : fmt("%.2f", p.speedup).c_str(),
                 std::isnan(p.efficiency) ? "-" : fmt("%.1f%%", 100 * p.efficiency).c_str(), ar, dw);
     csv << p.procs << ',' << p.batch << ',' << p.global_batch << ',' << p.precision << ','
@@ -193,36 +197,31 @@ int bench_to_accuracy(const BenchArgs& a, const Config& config, const std::vecto
         << a.repeats << ',' << (p.diverged() ? "true" : "false") << '\n';
   }
   std::ofstream(out / "bench.csv") << csv.str();
+}
 
-  // ---- JSON
-  nlohmann::ordered_json json_points = nlohmann::ordered_json::array();
-  for (const AccuracyPoint& p : points) {
-    nlohmann::ordered_json j = grid_point_json(p);
-    j["reached"] = p.reached();
-    j["diverged"] = p.diverged();
-    j["divergence"] = p.divergence;
-    j["epochs"] = p.epochs;
-    // null (NaN) where the target was not reached, or with one repeat for the interval.
-    j["time_to_accuracy_seconds"] = p.reached() ? rounded(p.time_to_accuracy.mean, 4) : NAN;
-    j["time_to_accuracy_ci95"] =
-        p.reached() && p.train_seconds.size() >= 2 ? rounded(p.time_to_accuracy.half_width, 4) : NAN;
-    j["repeat_train_seconds"] = rounded_all(p.train_seconds, 4);
-    j["wall_seconds"] = rounded_all(p.wall_seconds, 3);
-    j["best_test_accuracy"] = rounded_all(p.best_accuracy, 6);
-    j["speedup"] = rounded(p.speedup, 4);
-    j["efficiency"] = rounded(p.efficiency, 4);
-    j["allreduce_exposed_fraction"] = rounded(fraction(p.allreduce_exposed, p.step_total), 4);
-    j["data_wait_fraction"] = rounded(fraction(p.data_wait, p.step_total), 4);
-    j["run_dirs"] = p.run_dirs;
-    json_points.push_back(std::move(j));
-  }
-  const nlohmann::ordered_json settings = {{"mode", "time_to_accuracy"},
-                                           {"target_accuracy", significant(a.to_accuracy, 6)},
-                                           {"max_epochs", config.train.epochs}};
-  write_bench_json(out, a, settings, json_points);
+nlohmann::ordered_json point_json(const AccuracyPoint& p) {
+  nlohmann::ordered_json j = grid_point_json(p);
+  j["reached"] = p.reached();
+  j["diverged"] = p.diverged();
+  j["divergence"] = p.divergence;
+  j["epochs"] = p.epochs;
+  // null (NaN) where the target was not reached, or with one repeat for the interval.
+  j["time_to_accuracy_seconds"] = p.reached() ? rounded(p.time_to_accuracy.mean, 4) : NAN;
+  j["time_to_accuracy_ci95"] =
+      p.reached() && p.train_seconds.size() >= 2 ? rounded(p.time_to_accuracy.half_width, 4) : NAN;
+  j["repeat_train_seconds"] = rounded_all(p.train_seconds, 4);
+  j["wall_seconds"] = rounded_all(p.wall_seconds, 3);
+  j["best_test_accuracy"] = rounded_all(p.best_accuracy, 6);
+  j["speedup"] = rounded(p.speedup, 4);
+  j["efficiency"] = rounded(p.efficiency, 4);
+  j["allreduce_exposed_fraction"] = rounded(fraction(p.allreduce_exposed, p.step_total), 4);
+  j["data_wait_fraction"] = rounded(fraction(p.data_wait, p.step_total), 4);
+  j["run_dirs"] = p.run_dirs;
+  return j;
+}
 
-  // ---- chart: points that reached the target
-  write_bench_charts(out, a.procs.back(), points);
+// The chart plots only points that reached the target, as did their baseline: says which are missing.
+void note_left_out_of_chart(const std::vector<AccuracyPoint>& points) {
   for (const AccuracyPoint& p : points)
     if (std::isnan(p.speedup))
       std::printf("note: speedup.png leaves out %d process%s, batch %d/rank, %s: %s\n", p.procs,
@@ -230,6 +229,32 @@ int bench_to_accuracy(const BenchArgs& a, const Config& config, const std::vecto
                   p.diverged()  ? "diverged"
                   : p.reached() ? "its baseline did not reach the target"
                                 : "target not reached");
+}
+
+}  // namespace
+
+int bench_to_accuracy(const BenchArgs& a, const Config& config, const std::vector<std::string>& precisions,
+                      const std::vector<int>& batches, const fs::path& out) {
+  const size_t n_runs = precisions.size() * batches.size() * a.procs.size() * static_cast<size_t>(a.repeats);
+  std::printf("bench: %s, %zu runs to test top-1 %.2f%% (at most %d epochs each), data %s, into %s\n",
+              a.config_path.c_str(), n_runs, 100 * a.to_accuracy, config.train.epochs, a.data.c_str(),
+              out.c_str());
+  std::fflush(stdout);
+  std::vector<AccuracyPoint> points;
+  size_t run_index = 0;
+  for (const GridPoint& cell : measurement_grid(config, a, precisions, batches))
+    points.push_back(measure_point(cell, a, config, out, run_index, n_runs));
+  compute_speedups(points);
+
+  write_table_and_csv(points, a, out);
+  nlohmann::ordered_json json_points = nlohmann::ordered_json::array();
+  for (const AccuracyPoint& p : points) json_points.push_back(point_json(p));
+  const nlohmann::ordered_json settings = {{"mode", "time_to_accuracy"},
+                                           {"target_accuracy", significant(a.to_accuracy, 6)},
+                                           {"max_epochs", config.train.epochs}};
+  write_bench_json(out, a, settings, json_points);
+  write_bench_charts(out, a.procs.back(), points);
+  note_left_out_of_chart(points);
   return 0;
 }
 

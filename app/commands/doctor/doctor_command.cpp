@@ -16,14 +16,14 @@
 #include <fstream>
 #include <iostream>
 
+#include "app/commands/doctor/doctor_collectives.h"
+#include "app/commands/doctor/doctor_report.h"
 #include "app/common/build_info.h"
 #include "app/common/cli.h"
+#include "app/common/system_info.h"
 #include "app/config/config.h"
 #include "app/run/datasets.h"
 #include "app/run/device_setup.h"
-#include "app/commands/doctor/doctor_collectives.h"
-#include "app/commands/doctor/doctor_report.h"
-#include "app/common/system_info.h"
 #include "dist/process_env.h"
 
 namespace trainer {
@@ -197,7 +197,7 @@ void check_config(Report& r, const std::string& path, const std::vector<std::str
     return;
   }
   try {
-    const Datasets d = open_datasets(config);
+    const Datasets d = open_datasets(config, env.local_world_size);
     r.pass("dataset", d.train->fingerprint() + "; test " + std::to_string(d.test->size()) + " images");
   } catch (const std::exception& e) {
     r.fail("dataset", e.what(), "fix data.root / data.dataset, or benchmark with data.dataset = synthetic");

@@ -12,8 +12,8 @@
 #include <memory>
 #include <set>
 
-#include "app/common/cli.h"
 #include "app/commands/launch/launch_rendezvous.h"
+#include "app/common/cli.h"
 #include "dist/error.h"
 #include "dist/process_env.h"
 #include "dist/store.h"
@@ -219,9 +219,94 @@ std::chrono::milliseconds stop_grace() {
   return ms && std::atoll(ms) > 0 ? std::chrono::milliseconds(std::atoll(ms)) : kStopGrace;
 }
 
-}  // namespace
+// One launcher starts the whole job on one node, so it can name the job: the rendezvous store then
+// refuses ranks of another launch that happens to use the same port. Launchers of several nodes
+// cannot agree on a name without talking, so there the user may set TRAINER_RUN_ID. A restart keeps
+// the name: the ranks of the failed attempt are all gone when it starts.
+std::string own_run_id() {
+  return "launch-" + std::to_string(::getpid()) + "-" +
+         std::to_string(std::chrono::system_clock::now().time_since_epoch().count());
+}
 
-namespace {
+// Agrees on attempt `restart` with the other nodes' launchers: the job's name and node 0's run
+// directory; this node's first failure is reported to them and theirs stop this node's ranks.
+void agree_with_other_nodes(LauncherRendezvous& rendezvous, const LaunchArgs& a, int restart,
+                            const std::string& own_run_id, EnvMap& base, std::string& run_dir,
+                            AttemptSpec& spec) {
+  const auto agreed =
+      rendezvous.begin(restart, base.count("TRAINER_RUN_ID") ? base["TRAINER_RUN_ID"] : own_run_id, run_dir);
+  base["TRAINER_RUN_ID"] = agreed.run_id;
+  if (restart > 0 && a.node_rank != 0)
+    write_fully(STDERR_FILENO, "trainer launch: attempt " + std::to_string(restart) +
+                                   " agreed with node 0:" + restart_how(a.command, agreed.run_dir) + "\n");
+  run_dir = agreed.run_dir;  // only node 0's rank 0 announces it
+  spec.report_failure = [&rendezvous, node_rank = a.node_rank, restart](const std::string& why) {
+    rendezvous.report_failure(restart, "node " + std::to_string(node_rank) + ": " + why);
+  };
+  spec.remote_failure = [&rendezvous, restart] { return rendezvous.failure(restart); };
+}
+
+std::vector<RankSpec> local_ranks(const EnvMap& base, const LaunchArgs& a, int restart) {
+  std::vector<RankSpec> ranks;
+  for (int i = 0; i < a.nproc_per_node; ++i)
+    ranks.push_back({a.node_rank * a.nproc_per_node + i, launch_child_environment(base, a, i, restart)});
+  return ranks;
+}
+
+std::string attempt_start_line(const LaunchArgs& a, int restart) {
+  return (restart == 0
+              ? std::string()
+              : "restart " + std::to_string(restart) + " of " + std::to_string(a.max_restarts) + ": ") +
+         "node " + std::to_string(a.node_rank) + "/" + std::to_string(a.nnodes) + ", world size " +
+         std::to_string(a.nnodes * a.nproc_per_node) + ", master " + a.master_addr + ":" +
+         std::to_string(a.master_port) + ";";
+}
+
+// What failed, and whether (and how) the launcher starts the ranks again.
+std::string failure_summary(const AttemptOutcome& o, const LaunchArgs& a, int restart, bool restart_now,
+                            bool follows_node0, const std::string& run_dir) {
+  std::string summary =
+      o.failed_rank >= 0 ? failure_line(o)
+                         : "trainer launch: the attempt failed on another node: " + o.remote_failure + "\n";
+  if (restart_now) {
+    summary += "trainer launch: restart " + std::to_string(restart + 1) + " of " +
+               std::to_string(a.max_restarts) + ": starting all " + std::to_string(a.nproc_per_node) +
+               " local ranks again" +
+               (follows_node0 ? std::string(" in the run directory node 0 announces")
+                              : restart_how(a.command, run_dir)) +
+               "\n";
+  } else if (o.stop_signal != 0 && restart < a.max_restarts) {
+    summary += "trainer launch: not restarting: the launcher was stopped by signal " +
+               std::to_string(o.stop_signal) + "\n";
+  } else if (a.max_restarts > 0) {
+    summary += "trainer launch: no restarts left (--max-restarts " + std::to_string(a.max_restarts) +
+               "); fix the cause above, then run again: --resume auto continues from the last "
+               "checkpoint\n";
+  }
+  return summary;
+}
+
+// The launcher was stopped: says how each rank ended and exits as the signal would have.
+int report_stopped(const AttemptOutcome& o) {
+  std::string line = "trainer launch: stopped by signal " + std::to_string(o.stop_signal) + " (" +
+                     strsignal(o.stop_signal) + ");";
+  for (size_t k = 0; k < o.statuses.size(); ++k)
+    line += " rank " + std::to_string(o.statuses[k].first) + " " + describe_exit(o.statuses[k].second) +
+            (k + 1 == o.statuses.size() ? "" : ",");
+  write_fully(STDERR_FILENO, line + "\n");
+  return 128 + o.stop_signal;
+}
+
+// This node's ranks all succeeded; with several nodes, the job succeeded only if theirs did too.
+int report_success(LauncherRendezvous* rendezvous, int restart) {
+  if (!rendezvous) return 0;
+  if (const std::string why = rendezvous->finish(restart); !why.empty()) {
+    write_fully(STDERR_FILENO,
+                "trainer launch: this node's ranks succeeded, but the job did not: " + why + "\n");
+    return 1;
+  }
+  return 0;
+}
 
 int run_launch(const std::vector<std::string>& args) {
   const LaunchArgs a = parse_launch_args(args);
@@ -230,13 +315,8 @@ int run_launch(const std::vector<std::string>& args) {
     return 0;
   }
   EnvMap base = current_environment();
-  // One launcher starts the whole job on one node, so it can name the job: the rendezvous store then
-  // refuses ranks of another launch that happens to use the same port. Launchers of several nodes
-  // cannot agree on a name without talking, so there the user may set TRAINER_RUN_ID. A restart keeps
-  // the name: the ranks of the failed attempt are all gone when it starts.
-  const std::string own_run_id = "launch-" + std::to_string(::getpid()) + "-" +
-                                 std::to_string(std::chrono::system_clock::now().time_since_epoch().count());
-  if (a.nnodes == 1 && !base.count("TRAINER_RUN_ID")) base["TRAINER_RUN_ID"] = own_run_id;
+  const std::string run_id = own_run_id();
+  if (a.nnodes == 1 && !base.count("TRAINER_RUN_ID")) base["TRAINER_RUN_ID"] = run_id;
   // Several nodes that may restart agree on each attempt through node 0's launcher
   // (app/commands/launch/launch_rendezvous.h), which also names the job for all of them.
   std::unique_ptr<LauncherRendezvous> rendezvous;
@@ -254,77 +334,23 @@ int run_launch(const std::vector<std::string>& args) {
   spec.stop_grace = stop_grace();
   std::string run_dir;  // announced by a rank of an earlier attempt; kept until a later one announces
   for (int restart = 0;; ++restart) {
-    if (rendezvous) {
-      const auto agreed = rendezvous->begin(
-          restart, base.count("TRAINER_RUN_ID") ? base["TRAINER_RUN_ID"] : own_run_id, run_dir);
-      base["TRAINER_RUN_ID"] = agreed.run_id;
-      if (restart > 0 && a.node_rank != 0)
-        write_fully(STDERR_FILENO, "trainer launch: attempt " + std::to_string(restart) +
-                                       " agreed with node 0:" + restart_how(a.command, agreed.run_dir) +
-                                       "\n");
-      run_dir = agreed.run_dir;  // only node 0's rank 0 announces it
-      spec.report_failure = [&, restart](const std::string& why) {
-        rendezvous->report_failure(restart, "node " + std::to_string(a.node_rank) + ": " + why);
-      };
-      spec.remote_failure = [&, restart] { return rendezvous->failure(restart); };
-    }
+    if (rendezvous) agree_with_other_nodes(*rendezvous, a, restart, run_id, base, run_dir, spec);
     spec.command = restart == 0 ? a.command : restart_command(a.command, run_dir);
-    spec.ranks.clear();
-    for (int i = 0; i < a.nproc_per_node; ++i)
-      spec.ranks.push_back(
-          {a.node_rank * a.nproc_per_node + i, launch_child_environment(base, a, i, restart)});
-    spec.start_line = (restart == 0 ? std::string()
-                                    : "restart " + std::to_string(restart) + " of " +
-                                          std::to_string(a.max_restarts) + ": ") +
-                      "node " + std::to_string(a.node_rank) + "/" + std::to_string(a.nnodes) +
-                      ", world size " + std::to_string(a.nnodes * a.nproc_per_node) + ", master " +
-                      a.master_addr + ":" + std::to_string(a.master_port) + ";";
+    spec.ranks = local_ranks(base, a, restart);
+    spec.start_line = attempt_start_line(a, restart);
     const AttemptOutcome o = run_attempt(spec);
     if (!o.run_dir.empty()) run_dir = o.run_dir;
 
     if (o.failed_rank >= 0 || !o.remote_failure.empty()) {
       // A failure while the launcher was being stopped is not restarted: the user asked for the end.
       const bool restart_now = o.stop_signal == 0 && restart < a.max_restarts;
-      std::string summary =
-          o.failed_rank >= 0
-              ? failure_line(o)
-              : "trainer launch: the attempt failed on another node: " + o.remote_failure + "\n";
-      if (restart_now) {
-        summary += "trainer launch: restart " + std::to_string(restart + 1) + " of " +
-                   std::to_string(a.max_restarts) + ": starting all " + std::to_string(a.nproc_per_node) +
-                   " local ranks again" +
-                   (rendezvous && a.node_rank != 0 ? std::string(" in the run directory node 0 announces")
-                                                   : restart_how(a.command, run_dir)) +
-                   "\n";
-      } else if (o.stop_signal != 0 && restart < a.max_restarts) {
-        summary += "trainer launch: not restarting: the launcher was stopped by signal " +
-                   std::to_string(o.stop_signal) + "\n";
-      } else if (a.max_restarts > 0) {
-        summary += "trainer launch: no restarts left (--max-restarts " + std::to_string(a.max_restarts) +
-                   "); fix the cause above, then run again: --resume auto continues from the last "
-                   "checkpoint\n";
-      }
-      write_fully(STDERR_FILENO, summary);
+      const bool follows_node0 = rendezvous && a.node_rank != 0;
+      write_fully(STDERR_FILENO, failure_summary(o, a, restart, restart_now, follows_node0, run_dir));
       if (restart_now) continue;
       return 1;
     }
-    if (o.stop_signal != 0) {
-      std::string line = "trainer launch: stopped by signal " + std::to_string(o.stop_signal) + " (" +
-                         strsignal(o.stop_signal) + ");";
-      for (size_t k = 0; k < o.statuses.size(); ++k)
-        line += " rank " + std::to_string(o.statuses[k].first) + " " + describe_exit(o.statuses[k].second) +
-                (k + 1 == o.statuses.size() ? "" : ",");
-      write_fully(STDERR_FILENO, line + "\n");
-      return 128 + o.stop_signal;
-    }
-    if (rendezvous) {
-      if (const std::string why = rendezvous->finish(restart); !why.empty()) {
-        write_fully(STDERR_FILENO,
-                    "trainer launch: this node's ranks succeeded, but the job did not: " + why + "\n");
-        return 1;
-      }
-    }
-    return 0;
+    if (o.stop_signal != 0) return report_stopped(o);
+    return report_success(rendezvous.get(), restart);
   }
 }
 

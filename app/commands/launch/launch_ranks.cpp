@@ -234,137 +234,200 @@ std::string describe_exit(int status) {
   return "status " + std::to_string(status);
 }
 
-AttemptOutcome run_attempt(const AttemptSpec& spec) {
-  std::vector<Child> children;
-  children.reserve(spec.ranks.size());
-  try {
-    for (const RankSpec& r : spec.ranks) {
-      children.emplace_back(r.rank);
-      spawn(children.back(), spec.program, spec.command, r.env);
+namespace {
+
+// One attempt's ranks and its state: the first failure, whether the others are being stopped, and
+// the deadlines that follow from that.
+class Attempt {
+ public:
+  explicit Attempt(const AttemptSpec& spec) : spec_(spec) {}
+
+  // Starts every rank; when one cannot start, kills those already started and rethrows.
+  void start_ranks() {
+    children_.reserve(spec_.ranks.size());
+    try {
+      for (const RankSpec& r : spec_.ranks) {
+        children_.emplace_back(r.rank);
+        spawn(children_.back(), spec_.program, spec_.command, r.env);
+      }
+    } catch (...) {
+      signal_running(children_, SIGKILL);
+      for (auto& c : children_)
+        if (c.running) ::waitpid(c.pid, nullptr, 0);
+      throw;
     }
-  } catch (...) {
-    signal_running(children, SIGKILL);
-    for (auto& c : children)
-      if (c.running) ::waitpid(c.pid, nullptr, 0);
-    throw;
   }
-  {
-    std::string line = "trainer launch: " + spec.start_line;
-    for (const auto& c : children)
+
+  void announce_pids() const {
+    std::string line = "trainer launch: " + spec_.start_line;
+    for (const auto& c : children_)
       line += " rank " + std::to_string(c.rank) + " pid " + std::to_string(c.pid) +
-              (&c == &children.back() ? "" : ",");
+              (&c == &children_.back() ? "" : ",");
     write_fully(STDERR_FILENO, line + "\n");
   }
 
-  using Clock = std::chrono::steady_clock;
-  AttemptOutcome outcome;
-  int first_failed = -1;  // index into children
-  bool stopping_after_failure = false, killed = false;
-  Clock::time_point kill_at{}, drain_until{}, next_remote_check{};
-  for (;;) {
-    bool any_running = false, any_open = false;
-    for (const auto& c : children) {
-      any_running |= c.running;
+  // True once every rank has exited and its pipes are drained (or the drain's bound has passed).
+  bool over() {
+    bool any_open = false;
+    any_running_ = false;
+    for (const auto& c : children_) {
+      any_running_ |= c.running;
       any_open |= c.out_fd >= 0 || c.err_fd >= 0;
     }
-    if (!any_running) {
-      // All ranks are gone; what they wrote is still in the pipes. A grandchild holding a pipe open
-      // must not keep the launcher alive, hence the bound.
-      if (!any_open) break;
-      if (drain_until == Clock::time_point{}) drain_until = Clock::now() + std::chrono::seconds(1);
-      if (Clock::now() >= drain_until) break;
-    }
+    if (any_running_) return false;
+    // All ranks are gone; what they wrote is still in the pipes. A grandchild holding a pipe open
+    // must not keep the launcher alive, hence the bound.
+    if (!any_open) return true;
+    if (drain_until_ == Clock::time_point{}) drain_until_ = Clock::now() + std::chrono::seconds(1);
+    return Clock::now() >= drain_until_;
+  }
+
+  void wait_for_events() const {
     std::vector<pollfd> fds{{g_signal_pipe[0], POLLIN, 0}};
-    for (const auto& c : children) {
+    for (const auto& c : children_) {
       if (c.out_fd >= 0) fds.push_back({c.out_fd, POLLIN, 0});
       if (c.err_fd >= 0) fds.push_back({c.err_fd, POLLIN, 0});
     }
     // SIGCHLD wakes the poll; the timeout bounds how late a merged one, or the SIGKILL deadline, is seen.
     if (::poll(fds.data(), fds.size(), 50) < 0 && errno != EINTR)
       throw std::runtime_error(std::string("launch: poll: ") + std::strerror(errno));
+  }
 
-    auto reap = [&](Child& c) {
-      int status = 0;
-      const pid_t r = ::waitpid(c.pid, &status, WNOHANG);
-      if (r == 0 || (r < 0 && errno == EINTR)) return;
-      c.running = false;
-      // A status waitpid could not give (ECHILD) is lost: counted as a failure, never as a success.
-      c.status = r == c.pid ? status : (127 << 8);
-      if (!failed(c.status) || first_failed >= 0 || outcome.stop_signal != 0 || stopping_after_failure)
-        return;
-      first_failed = static_cast<int>(&c - children.data());
-      stopping_after_failure = true;
-      kill_at = Clock::now() + spec.stop_grace;
-      if (spec.report_failure)
-        spec.report_failure("rank " + std::to_string(c.rank) + " failed (" + describe_exit(c.status) + ")");
-      bool others = false;
-      for (const auto& o : children) others |= o.running;
-      if (!others) return;
-      // Said now, not after the grace: a survivor frozen in a collective would otherwise leave the
-      // log silent for 30 s.
-      pump_both(c);  // its last lines first, so the cause stands above this line
-      write_fully(STDERR_FILENO, "trainer launch: rank " + std::to_string(c.rank) + " failed (" +
-                                     describe_exit(c.status) + "); stopping the others, waiting up to " +
-                                     seconds_text(spec.stop_grace) + " for them to exit before SIGKILL\n");
-      signal_running(children, SIGTERM);
-    };
+  // Reaps the ranks a SIGCHLD names and forwards stop signals to the ranks.
+  void handle_signals() {
     for (int msg[3]; ::read(g_signal_pipe[0], msg, sizeof msg) == static_cast<ssize_t>(sizeof msg);) {
       if (msg[0] == SIGCHLD) {
-        for (auto& c : children)
+        for (auto& c : children_)
           if (c.running && c.pid == msg[2]) reap(c);
         continue;
       }
-      if (outcome.stop_signal == 0) outcome.stop_signal = msg[0];
+      if (outcome_.stop_signal == 0) outcome_.stop_signal = msg[0];
       // A terminal's Ctrl-C (si_code SI_KERNEL) already reached the ranks, which share our process
       // group. A hang-up the kernel sends to us as the session's leader (`ssh -t host trainer launch`)
       // may not have: it is forwarded whatever its origin (a rank takes a repeat within a second as
       // the same request, app/train/train_signals.h).
-      if (msg[1] != SI_KERNEL || msg[0] == SIGHUP) signal_running(children, msg[0]);
+      if (msg[1] != SI_KERNEL || msg[0] == SIGHUP) signal_running(children_, msg[0]);
     }
-    for (auto& c : children) pump_both(c);
-    // SIGCHLDs that arrive together merge into one: the sweep catches those.
-    for (auto& c : children)
+  }
+
+  void relay_output() {
+    for (auto& c : children_) pump_both(c);
+  }
+
+  // SIGCHLDs that arrive together merge into one: this sweep catches those.
+  void reap_exited() {
+    for (auto& c : children_)
       if (c.running) reap(c);
-    if (spec.remote_failure && !stopping_after_failure && outcome.stop_signal == 0 && any_running &&
-        Clock::now() >= next_remote_check) {
-      next_remote_check = Clock::now() + std::chrono::milliseconds(500);
-      if (std::string why = spec.remote_failure(); !why.empty()) {
-        outcome.remote_failure = why;
-        stopping_after_failure = true;
-        kill_at = Clock::now() + spec.stop_grace;
-        write_fully(STDERR_FILENO, "trainer launch: another node: " + why +
-                                       "; stopping this node's ranks, waiting up to " +
-                                       seconds_text(spec.stop_grace) + " for them to exit before SIGKILL\n");
-        signal_running(children, SIGTERM);
-      }
+  }
+
+  // Several nodes: another node's failure stops this node's ranks too (asked twice a second).
+  void check_other_nodes() {
+    if (!spec_.remote_failure || stopping_after_failure_ || outcome_.stop_signal != 0 || !any_running_ ||
+        Clock::now() < next_remote_check_)
+      return;
+    next_remote_check_ = Clock::now() + std::chrono::milliseconds(500);
+    std::string why = spec_.remote_failure();
+    if (why.empty()) return;
+    outcome_.remote_failure = why;
+    start_grace();
+    stop_others("another node: " + why + "; stopping this node's ranks");
+  }
+
+  // The ranks still running once the grace after a failure has passed are taken as frozen.
+  void kill_after_grace() {
+    if (!stopping_after_failure_ || killed_ || Clock::now() < kill_at_) return;
+    for (const auto& c : children_)
+      if (c.running) outcome_.killed.push_back(c.rank);
+    if (!outcome_.killed.empty())
+      write_fully(STDERR_FILENO, "trainer launch: " + rank_list(outcome_.killed) + " did not exit within " +
+                                     seconds_text(spec_.stop_grace) +
+                                     " of SIGTERM (frozen?); sending SIGKILL\n");
+    signal_running(children_, SIGKILL);
+    killed_ = true;
+  }
+
+  // Relays what is left, closes what a grandchild kept open and says how every rank ended.
+  AttemptOutcome finish() {
+    for (auto& c : children_) {
+      write_fully(STDOUT_FILENO, c.out.flush());
+      write_fully(STDERR_FILENO, c.err.flush());
+      if (c.out_fd >= 0) ::close(c.out_fd);
+      if (c.err_fd >= 0) ::close(c.err_fd);
+      outcome_.statuses.emplace_back(c.rank, c.status);
+      if (outcome_.run_dir.empty()) outcome_.run_dir = c.out.run_dir();
     }
-    if (stopping_after_failure && !killed && Clock::now() >= kill_at) {
-      for (const auto& c : children)
-        if (c.running) outcome.killed.push_back(c.rank);
-      if (!outcome.killed.empty())
-        write_fully(STDERR_FILENO, "trainer launch: " + rank_list(outcome.killed) + " did not exit within " +
-                                       seconds_text(spec.stop_grace) +
-                                       " of SIGTERM (frozen?); sending SIGKILL\n");
-      signal_running(children, SIGKILL);
-      killed = true;
+    if (first_failed_ >= 0) {
+      const Child& c = children_[static_cast<size_t>(first_failed_)];
+      outcome_.failed_rank = c.rank;
+      outcome_.failed_status = c.status;
+      outcome_.failed_error = c.err.error_line();
     }
+    return std::move(outcome_);
   }
-  // Close what a grandchild kept open.
-  for (auto& c : children) {
-    write_fully(STDOUT_FILENO, c.out.flush());
-    write_fully(STDERR_FILENO, c.err.flush());
-    if (c.out_fd >= 0) ::close(c.out_fd);
-    if (c.err_fd >= 0) ::close(c.err_fd);
-    outcome.statuses.emplace_back(c.rank, c.status);
-    if (outcome.run_dir.empty()) outcome.run_dir = c.out.run_dir();
+
+ private:
+  using Clock = std::chrono::steady_clock;
+
+  // Collects c's status if it has exited; the first rank that fails on its own stops the others.
+  void reap(Child& c) {
+    int status = 0;
+    const pid_t r = ::waitpid(c.pid, &status, WNOHANG);
+    if (r == 0 || (r < 0 && errno == EINTR)) return;
+    c.running = false;
+    // A status waitpid could not give (ECHILD) is lost: counted as a failure, never as a success.
+    c.status = r == c.pid ? status : (127 << 8);
+    if (!failed(c.status) || first_failed_ >= 0 || outcome_.stop_signal != 0 || stopping_after_failure_)
+      return;
+    first_failed_ = static_cast<int>(&c - children_.data());
+    start_grace();
+    const std::string failure =
+        "rank " + std::to_string(c.rank) + " failed (" + describe_exit(c.status) + ")";
+    if (spec_.report_failure) spec_.report_failure(failure);
+    bool others = false;
+    for (const auto& o : children_) others |= o.running;
+    if (!others) return;
+    pump_both(c);  // its last lines first, so the cause stands above the launcher's line
+    stop_others(failure + "; stopping the others");
   }
-  if (first_failed >= 0) {
-    const Child& c = children[static_cast<size_t>(first_failed)];
-    outcome.failed_rank = c.rank;
-    outcome.failed_status = c.status;
-    outcome.failed_error = c.err.error_line();
+
+  // From now on the ranks get spec_.stop_grace to exit before SIGKILL.
+  void start_grace() {
+    stopping_after_failure_ = true;
+    kill_at_ = Clock::now() + spec_.stop_grace;
   }
-  return outcome;
+
+  // Sends SIGTERM to the running ranks. Said now, not after the grace: a survivor frozen in a
+  // collective would otherwise leave the log silent for 30 s.
+  void stop_others(const std::string& why) {
+    write_fully(STDERR_FILENO, "trainer launch: " + why + ", waiting up to " +
+                                   seconds_text(spec_.stop_grace) + " for them to exit before SIGKILL\n");
+    signal_running(children_, SIGTERM);
+  }
+
+  const AttemptSpec& spec_;
+  std::vector<Child> children_;
+  AttemptOutcome outcome_;
+  int first_failed_ = -1;  // index into children_
+  bool stopping_after_failure_ = false, killed_ = false;
+  bool any_running_ = false;  // as over() last saw it
+  Clock::time_point kill_at_{}, drain_until_{}, next_remote_check_{};
+};
+
+}  // namespace
+
+AttemptOutcome run_attempt(const AttemptSpec& spec) {
+  Attempt attempt(spec);
+  attempt.start_ranks();
+  attempt.announce_pids();
+  while (!attempt.over()) {
+    attempt.wait_for_events();
+    attempt.handle_signals();
+    attempt.relay_output();
+    attempt.reap_exited();
+    attempt.check_other_nodes();
+    attempt.kill_after_grace();
+  }
+  return attempt.finish();
 }
 
 int launcher_stop_signal() { return g_first_stop; }

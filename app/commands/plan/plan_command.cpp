@@ -8,13 +8,13 @@
 #include <optional>
 
 #include "app/common/cli.h"
-#include "dist/collective_smoke.h"
+#include "app/common/format.h"
+#include "app/common/system_info.h"
 #include "app/config/config.h"
 #include "app/run/datasets.h"
 #include "app/run/device_setup.h"
 #include "app/run/experiment.h"
-#include "app/common/format.h"
-#include "app/common/system_info.h"
+#include "dist/collective_smoke.h"
 #include "dist/gradient_reducer.h"
 #include "nn/allocator.h"
 #include "nn/amp/autocast.h"
@@ -106,7 +106,7 @@ std::string with_commas(int64_t v) {
 Config dry_run_config(const Config& c, std::string* note) {
   int64_t channels = 3, size = 32, classes = 10;
   try {
-    const Datasets d = open_datasets(c);
+    const Datasets d = open_datasets(c, 1);  // the dry run is one process, alone on this host
     channels = d.train->channels();
     size = d.train->height();
     classes = d.train->num_classes();

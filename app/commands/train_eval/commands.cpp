@@ -3,17 +3,27 @@
 #include <cstdlib>
 #include <iostream>
 
-#include "app/run/checkpoint.h"
+#include "app/commands/train_eval/eval_summary.h"
 #include "app/common/cli.h"
 #include "app/config/config.h"
+#include "app/run/checkpoint.h"
 #include "app/run/device_setup.h"
-#include "app/commands/train_eval/eval_summary.h"
 #include "app/run/evaluate.h"
 #include "app/run/experiment.h"
 #include "app/train/train_loop.h"
 #include "nn/safetensors.h"
 
 namespace trainer {
+namespace {
+
+// A launcher's variable (LOCAL_RANK, LOCAL_WORLD_SIZE), read at the eval command's start; `fallback`
+// when unset. `trainer train` reads them through ProcessEnv instead.
+int launcher_variable(const char* name, int fallback) {
+  const char* value = std::getenv(name);
+  return value ? std::atoi(value) : fallback;
+}
+
+}  // namespace
 
 int train_command(const Args& args) {
   const CommonArgs a = parse_common_args(args, {"--summary", "--resume"});
@@ -55,9 +65,8 @@ int eval_command(const Args& args) {
   }
   if (a.weights_path.empty()) throw UsageError("eval needs --weights PATH");
   const Config config = load_config(a.config_path, a.overrides);
-  const char* local_rank = std::getenv("LOCAL_RANK");
-  const Device device = setup_device(config, local_rank ? std::atoi(local_rank) : 0);
-  Experiment e = build_experiment(config, device, false);
+  const Device device = setup_device(config, launcher_variable("LOCAL_RANK", 0));
+  Experiment e = build_experiment(config, device, false, 1, 0, launcher_variable("LOCAL_WORLD_SIZE", 1));
   std::printf(
       "%s\n",
       load_weights(a.weights_path, *e.model, a.no_verify_crc ? CrcCheck::skip : CrcCheck::verify).c_str());
