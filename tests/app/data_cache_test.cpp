@@ -77,7 +77,7 @@ TEST_F(DataCache, DecodedPixelsAreReportedAsSuch) {
   config.data.image_size = 16;
   config.data.cache = "decoded";
   config.data.cache_bytes = 1 << 20;
-  const Datasets data = open_datasets(config);
+  const Datasets data = open_datasets(config, 1);
   const auto& train = dynamic_cast<const ImageFolder&>(*data.train);
   EXPECT_EQ(train.cache_mode(), CacheMode::decoded);
   std::vector<uint8_t> pixels(static_cast<size_t>(train.sample_bytes()));
