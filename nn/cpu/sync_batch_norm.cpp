@@ -5,6 +5,7 @@
 #include <cmath>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "nn/channel_layout.h"
@@ -31,13 +32,40 @@ std::vector<double> channel_doubles(const Tensor& t, int64_t C, const char* op, 
   return t.to_vector<double>();
 }
 
-// fn(index, c) for every element of layout l, in memory order.
+// s0[c] += sum of a, s1[c] += sum of b over channel c's elements, {a, b} = fn(index, c), in double.
+// Along a channel's run four partial sums break the add dependency chain; across channels
+// (channels-last) each channel's accumulator is independent already.
 template <class Fn>
-void for_each_value(const ChannelLayout& l, Fn&& fn) {
+void add_channel_sums(const ChannelLayout& l, double* __restrict s0, double* __restrict s1, Fn&& fn) {
   const int64_t C = l.channels, n = l.inner;
+  if (n == 1) {
+    for (int64_t o = 0; o < l.outer; ++o)
+      for (int64_t c = 0; c < C; ++c) {
+        const auto [a, b] = fn(o * C + c, c);
+        s0[c] += a;
+        s1[c] += b;
+      }
+    return;
+  }
   for (int64_t o = 0; o < l.outer; ++o)
-    for (int64_t c = 0; c < C; ++c)
-      for (int64_t i = 0; i < n; ++i) fn((o * C + c) * n + i, c);
+    for (int64_t c = 0; c < C; ++c) {
+      const int64_t base = (o * C + c) * n;
+      double a[4] = {0, 0, 0, 0}, b[4] = {0, 0, 0, 0};
+      int64_t i = 0;
+      for (; i + 4 <= n; i += 4)
+        for (int u = 0; u < 4; ++u) {
+          const auto [x, y] = fn(base + i + u, c);
+          a[u] += x;
+          b[u] += y;
+        }
+      for (; i < n; ++i) {
+        const auto [x, y] = fn(base + i, c);
+        a[0] += x;
+        b[0] += y;
+      }
+      s0[c] += (a[0] + a[1]) + (a[2] + a[3]);
+      s1[c] += (b[0] + b[1]) + (b[2] + b[3]);
+    }
 }
 
 Tensor channel_tensor(const std::vector<double>& values, DType dtype) {
@@ -55,10 +83,9 @@ void CpuBackend::sync_bn_local_stats(const Tensor& x_in, Tensor& packed) {
   const Tensor x = x_in.contiguous(l.format);
   TRAINER_DISPATCH_FLOAT(x.dtype(), op, [&] {
     const scalar_t* px = x.data<scalar_t>();
-    for_each_value(l, [&](int64_t i, int64_t c) {
+    add_channel_sums(l, out, out + C, [px](int64_t i, int64_t) {
       const double v = px[i];
-      out[c] += v;
-      out[C + c] += v * v;
+      return std::pair<double, double>{v, v * v};
     });
   });
   out[2 * C] = static_cast<double>(l.per_channel());
@@ -118,10 +145,10 @@ std::pair<Tensor, Tensor> CpuBackend::sync_bn_local_grad_sums(const Tensor& grad
   TRAINER_DISPATCH_FLOAT(x.dtype(), op, [&] {
     const scalar_t* px = x.data<scalar_t>();
     const scalar_t* pg = g.data<scalar_t>();
-    for_each_value(l, [&](int64_t i, int64_t c) {
+    const double* pm = mean.data();
+    add_channel_sums(l, out, out + C, [px, pg, pm](int64_t i, int64_t c) {
       const double dy = pg[i];
-      out[c] += dy;
-      out[C + c] += dy * (double(px[i]) - mean[c]);
+      return std::pair<double, double>{dy, dy * (double(px[i]) - pm[c])};
     });
   });
   std::vector<double> sum_dy(out, out + C), sum_dy_xhat(C);
