@@ -193,7 +193,7 @@ class Backend {
 
   // ---- synchronised batch norm (nn/cpu/sync_batch_norm.cpp): the pieces dist/sync_batch_norm.cpp
   // puts around its two all-reduces. Each writes or reads the all-reduced f64 buffer in place, so a
-  // layer costs one reduction, one collective and one small kernel each way, never a host wait.
+  // layer costs a reduction and a collective each way (and one [C] kernel forward), never a host wait.
   // Sums travel in f64 as counts times moments did before: ranks with different batch sizes combine
   // exactly, and E[x^2] - mean^2 loses nothing that matters at the scale of f32 statistics.
   //
