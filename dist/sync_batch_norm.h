@@ -3,17 +3,20 @@
 // mean and variance are those of the whole global batch (every rank's samples), not of this rank's
 // shard, so N ranks with B/N samples each normalise, track running statistics and back-propagate
 // exactly like one process with B samples. Ranks may hold different batch sizes (uneven last
-// batches): statistics travel as sums weighted by each rank's count, in f64.
+// batches): statistics travel as sums with each rank's count, in f64.
 //
-// Forward (training): Backend::bn_mean_var locally -> all-reduce(sum) of
-// [count * mean, count * (var + mean^2), count] -> global mean and biased variance -> bn_apply.
-// Running statistics are updated with the global mean and the unbiased global variance.
-// Backward: bn_backward_reduce locally -> all-reduce(sum) of [sum_dy, sum_dy_xhat] -> bn_backward_input
-// with the global count. Weight and bias gradients stay local sums (the GradientReducer averages them,
-// as DDP does with torch's SyncBatchNorm). Two collectives per BN layer and step, issued in the same
-// order on every rank because every rank runs the same layers in the same order.
-// Evaluation mode uses the running statistics and communicates nothing. At world size 1 the module is
-// BatchNorm2d exactly (same kernels, no communication).
+// Forward (training): Backend::sync_bn_local_stats writes this rank's [sum x | sum x^2 | count] (f64,
+// [2C + 1]) straight from its reduction -> all-reduce(sum) -> Backend::sync_bn_global_stats turns the
+// sums into mean and invstd (biased variance) and moves the running statistics (unbiased) in one
+// kernel -> bn_apply. Backward: Backend::sync_bn_local_grad_sums (bn_backward_reduce's reduction) writes
+// [sum_dy | sum_dy_xhat] divided by the global count -> all-reduce(sum) gives the means ->
+// bn_backward_input reads them in place. Per layer and step: a reduction and a [C] kernel forward, a
+// reduction backward, the two elementwise passes and two collectives; the count stays on the device
+// (one more value in the forward all-reduce), so nothing waits for the host and a CUDA graph captures the
+// layer with its all-reduces. Weight and bias gradients stay local sums (the GradientReducer averages them,
+// as DDP does with torch's SyncBatchNorm). The two collectives are issued in the same order on every rank
+// because every rank runs the same layers in the same order. Evaluation mode uses the running statistics and
+// communicates nothing. At world size 1 the module is BatchNorm2d exactly (same kernels, no communication).
 #include <memory>
 
 #include "dist/comm.h"

@@ -191,6 +191,30 @@ class Backend {
     return std::nullopt;
   }
 
+  // ---- synchronised batch norm (nn/cpu/sync_batch_norm.cpp): the pieces dist/sync_batch_norm.cpp
+  // puts around its two all-reduces. Each writes or reads the all-reduced f64 buffer in place, so a
+  // layer costs a reduction and a collective each way (and one [C] kernel forward), never a host wait.
+  // Sums travel in f64 as counts times moments did before: ranks with different batch sizes combine
+  // exactly, and E[x^2] - mean^2 loses nothing that matters at the scale of f32 statistics.
+  //
+  // This rank's per-channel sums over N, H, W into `packed` (f64 [2C + 1], dense, on x's device):
+  // [sum x (C) | sum x^2 (C) | values per channel]. An input without values writes zeros.
+  virtual void sync_bn_local_stats(const Tensor& x, Tensor& packed) = 0;
+  // From `packed` summed over every rank: {mean, invstd = 1 / sqrt(var + eps)} in `stats` dtype
+  // (f32 or f64; var biased), computed as bn_train_stats computes them; running_mean/running_var (dense
+  // [C], f32 or f64, or both undefined) move towards the batch's with the unbiased variance. The count
+  // is read on the device; a global count <= 1 must be refused by the caller (it gives var 0).
+  virtual std::pair<Tensor, Tensor> sync_bn_global_stats(const Tensor& packed, DType stats, double eps,
+                                                         double momentum, Tensor& running_mean,
+                                                         Tensor& running_var) = 0;
+  // bn_backward_reduce's {sum_dy, sum_dy_xhat} (this rank's, for the weight and bias gradients), and the
+  // same sums in f64 divided by the global count (global_stats[2C], the forward's all-reduced buffer)
+  // into `packed` (f64 [2C], dense): summed over every rank they are the means bn_backward_input takes
+  // with count 1, so no division is left after the all-reduce. An input without values writes zeros.
+  virtual std::pair<Tensor, Tensor> sync_bn_local_grad_sums(const Tensor& grad_y, const Tensor& x,
+                                                            const Tensor& mean, const Tensor& invstd,
+                                                            const Tensor& global_stats, Tensor& packed) = 0;
+
   // ---- loss (nn/cpu/loss.cpp). logits [N, K], targets i64 [N].
   // Cross-entropy with label smoothing via a fused log-softmax; returns {per-sample loss [N],
   // softmax probabilities [N, K]} (the probabilities are what the backward needs).

@@ -42,6 +42,13 @@
   Tensor bn_backward_input(const Tensor& grad_y, const Tensor& x, const Tensor& mean, const Tensor& invstd,  \
                            const Tensor& gamma, const Tensor& sum_dy, const Tensor& sum_dy_xhat,             \
                            int64_t count, const Tensor& relu_out) override;                                  \
+  void sync_bn_local_stats(const Tensor& x, Tensor& packed) override;                                        \
+  std::pair<Tensor, Tensor> sync_bn_global_stats(const Tensor& packed, DType stats, double eps,              \
+                                                 double momentum, Tensor& running_mean, Tensor& running_var) \
+      override;                                                                                              \
+  std::pair<Tensor, Tensor> sync_bn_local_grad_sums(const Tensor& grad_y, const Tensor& x,                   \
+                                                    const Tensor& mean, const Tensor& invstd,                \
+                                                    const Tensor& global_stats, Tensor& packed) override;    \
   std::pair<Tensor, Tensor> cross_entropy(const Tensor& logits, const Tensor& targets,                       \
                                           double label_smoothing) override;                                  \
   Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& probs, const Tensor& targets,         \
