@@ -90,4 +90,18 @@ void check_loss_scale_state(const Tensor& scale, const Tensor& tracker, const Te
                                 ": need growth_factor > 1, 0 < backoff_factor < 1, growth_interval >= 1");
 }
 
+int64_t check_sync_bn_global_stats(const Tensor& packed, DType stats, const Tensor& running_mean,
+                                   const Tensor& running_var) {
+  const std::string op = "sync_bn_global_stats";
+  if (!packed.defined() || packed.numel() % 2 != 1)
+    throw std::invalid_argument(op + ": expected packed sums of 2C + 1 values, got " +
+                                (packed.defined() ? shape_str(packed.shape()) : std::string("undefined")));
+  if (stats != DType::f32 && stats != DType::f64)
+    throw std::invalid_argument(op + ": statistics must be f32 or f64, got " +
+                                std::string(dtype_name(stats)));
+  if (running_mean.defined() != running_var.defined())
+    throw std::invalid_argument(op + ": running_mean and running_var must be both defined or neither");
+  return (packed.numel() - 1) / 2;
+}
+
 }  // namespace trainer

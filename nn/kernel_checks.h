@@ -34,4 +34,9 @@ struct AdamWScalars {
 };
 AdamWScalars adamw_scalars(const AdamWParams& p);  // throws unless p.step >= 1
 
+// sync_bn_global_stats' arguments: packed sums of 2C + 1 values, f32 or f64 statistics, running
+// statistics both defined or neither. Returns C.
+int64_t check_sync_bn_global_stats(const Tensor& packed, DType stats, const Tensor& running_mean,
+                                   const Tensor& running_var);
+
 }  // namespace trainer

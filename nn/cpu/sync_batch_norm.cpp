@@ -10,6 +10,7 @@
 
 #include "nn/channel_layout.h"
 #include "nn/cpu/cpu_backend.h"
+#include "nn/kernel_checks.h"
 
 namespace trainer {
 namespace {
@@ -95,17 +96,8 @@ std::pair<Tensor, Tensor> CpuBackend::sync_bn_global_stats(const Tensor& packed,
                                                            double momentum, Tensor& running_mean,
                                                            Tensor& running_var) {
   const char* op = "sync_bn_global_stats";
-  if (!packed.defined() || packed.numel() % 2 != 1)
-    throw std::invalid_argument(std::string(op) + ": expected packed sums of 2C + 1 values, got " +
-                                (packed.defined() ? shape_str(packed.shape()) : std::string("undefined")));
-  const int64_t C = (packed.numel() - 1) / 2;
+  const int64_t C = check_sync_bn_global_stats(packed, stats, running_mean, running_var);
   const double* s = packed_values(packed, 2 * C + 1, op, "packed");
-  if (stats != DType::f32 && stats != DType::f64)
-    throw std::invalid_argument(std::string(op) + ": statistics must be f32 or f64, got " +
-                                std::string(dtype_name(stats)));
-  if (running_mean.defined() != running_var.defined())
-    throw std::invalid_argument(std::string(op) +
-                                ": running_mean and running_var must be both defined or neither");
   const double n = s[2 * C];
   std::vector<double> mean(C), var(C), invstd(C);
   for (int64_t c = 0; c < C; ++c) {

@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "nn/cuda/channel_stats.cuh"
+#include "nn/kernel_checks.h"
 
 namespace trainer {
 namespace cuda {
@@ -73,17 +74,8 @@ std::pair<Tensor, Tensor> CudaBackend::sync_bn_global_stats(const Tensor& packed
                                                             Tensor& running_var) {
   using namespace cuda;
   const char* op = "sync_bn_global_stats";
-  if (!packed.defined() || packed.numel() % 2 != 1)
-    throw std::invalid_argument(std::string(op) + ": expected packed sums of 2C + 1 values, got " +
-                                (packed.defined() ? shape_str(packed.shape()) : std::string("undefined")));
-  const int64_t C = (packed.numel() - 1) / 2;
+  const int64_t C = check_sync_bn_global_stats(packed, stats, running_mean, running_var);
   const double* s = packed_values(packed, 2 * C + 1, op, "packed");
-  if (stats != DType::f32 && stats != DType::f64)
-    throw std::invalid_argument(std::string(op) + ": statistics must be f32 or f64, got " +
-                                std::string(dtype_name(stats)));
-  if (running_mean.defined() != running_var.defined())
-    throw std::invalid_argument(std::string(op) +
-                                ": running_mean and running_var must be both defined or neither");
   // n is known only on the device: store_global_stats sets the unbiasing factor there.
   const BatchStatsOutputs out = batch_stats_outputs(op, C, 1.0, stats, running_mean, running_var);
   if (stats == DType::f64)
