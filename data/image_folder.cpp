@@ -197,6 +197,21 @@ ImageFolder::ImageFolder(const std::string& directory, ImageFolderOptions option
   }
   classes_ = options_.classes.empty() ? found : options_.classes;
 
+  list_files(dir, found);
+  // Names and sizes miss a copy whose bytes differ at the same size (another encoder's output, bit rot, a
+  // file rewritten in place): the contents of a sample of the files go into the hash too.
+  const int64_t n = size();
+  const int64_t sampled = std::min(n, kContentSampleFiles);
+  for (int64_t k = 0; k < sampled; ++k)
+    content_hash_ = hash_file_contents(path(k * n / sampled), content_hash_);
+  open_cache();
+}
+
+ImageFolder::~ImageFolder() = default;
+
+// Every image of every class directory in torchvision's order, with its label, size and mtime; the
+// names and sizes go into the fingerprint.
+void ImageFolder::list_files(const fs::path& dir, const std::vector<std::string>& found) {
   content_hash_ = kFnv1a64Offset;
   path_offsets_.push_back(0);
   for (const std::string& class_name : found) {
@@ -235,31 +250,26 @@ ImageFolder::ImageFolder(const std::string& directory, ImageFolderOptions option
                       "remove the directory");
     }
   }
-  // Names and sizes miss a copy whose bytes differ at the same size (another encoder's output, bit rot, a
-  // file rewritten in place): the contents of a sample of the files go into the hash too.
-  const int64_t n = size();
-  const int64_t sampled = std::min(n, kContentSampleFiles);
-  for (int64_t k = 0; k < sampled; ++k)
-    content_hash_ = hash_file_contents(path(k * n / sampled), content_hash_);
-  if (options_.cache.budget_bytes > 0) {
-    FileCacheOptions cache = options_.cache;
-    if (options_.cache_mode == CacheMode::none)
-      throw DataError(name_ + ": a cache budget with data.cache = \"none\"");
-    if (!cache.shared_name.empty()) {
-      char hex[17];
-      std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(content_hash_));
-      cache.shared_name += std::string("-") + hex;
-    }
-    const uint64_t most_bytes =
-        options_.cache_mode == CacheMode::decoded
-            ? decoded_cache_most_bytes(n, decoded_cache_short_side(options_.image_size), options_.channels)
-            : listed_bytes_;
-    cache_ = std::make_unique<FileCache>(n, most_bytes, cache);
-    changed_ = std::make_unique<std::atomic<uint8_t>[]>(static_cast<size_t>(n));
-  }
 }
 
-ImageFolder::~ImageFolder() = default;
+void ImageFolder::open_cache() {
+  if (options_.cache.budget_bytes <= 0) return;
+  const int64_t n = size();
+  FileCacheOptions cache = options_.cache;
+  if (options_.cache_mode == CacheMode::none)
+    throw DataError(name_ + ": a cache budget with data.cache = \"none\"");
+  if (!cache.shared_name.empty()) {
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(content_hash_));
+    cache.shared_name += std::string("-") + hex;
+  }
+  const uint64_t most_bytes =
+      options_.cache_mode == CacheMode::decoded
+          ? decoded_cache_most_bytes(n, decoded_cache_short_side(options_.image_size), options_.channels)
+          : listed_bytes_;
+  cache_ = std::make_unique<FileCache>(n, most_bytes, cache);
+  changed_ = std::make_unique<std::atomic<uint8_t>[]>(static_cast<size_t>(n));
+}
 
 Normalization ImageFolder::normalization() const {
   if (options_.channels == 1) return {{0.4590f}, {0.2256f}};

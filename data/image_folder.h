@@ -25,6 +25,7 @@
 // same sizes goes unnoticed.
 #include <atomic>
 #include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -96,6 +97,8 @@ class ImageFolder : public Dataset {
   uint64_t listed_bytes() const { return listed_bytes_; }  // the files' sizes at start, added up
 
  private:
+  void list_files(const std::filesystem::path& dir, const std::vector<std::string>& found);
+  void open_cache();  // data.cache: the budget's FileCache, shared under this dataset's fingerprint
   // Reads, decodes and transforms the file of `index` into hwc_out, drawing from gen when it is not
   // null (training mode). Returns an empty string on success, else what is wrong with the file.
   std::string try_load(int64_t index, uint8_t* hwc_out, Generator* gen) const;
