@@ -7,6 +7,7 @@
 #include "nn/allocator.h"
 #include "nn/cuda/caching_allocator.h"
 #include "nn/cuda/cuda_backend.h"
+#include "nn/cuda/cudnn_switches.h"
 
 namespace trainer {
 namespace {
@@ -149,6 +150,7 @@ void init_cuda_backend(int device_index) {
   }
   CudaContext ctx;
   ctx.device = device_index;
+  cudnn_switches();  // the environment is read here, at start-up, not inside the first step
   CUDA_CHECK(cudaSetDevice(device_index));
   t_current_device = device_index;
   CUDA_CHECK(cudaDeviceGetAttribute(&ctx.sm_count, cudaDevAttrMultiProcessorCount, device_index));

@@ -20,7 +20,8 @@ struct CudnnSwitches {
   bool single_call_timing = false;
 };
 
-// The switches of this process, read from the environment on first use.
+// The switches of this process, read from the environment on first use: init_cuda_backend, at
+// start-up.
 const CudnnSwitches& cudnn_switches();
 
 }  // namespace trainer
