@@ -37,8 +37,8 @@ struct Plan {
   struct Arg {
     int id;
     memory::desc ours, wanted;
-    std::optional<dnnl::reorder> reorder =
-        std::nullopt;  // ours -> wanted for inputs, wanted -> ours for the output
+    // ours -> wanted for an input, wanted -> ours for the output; none when the two agree.
+    std::optional<dnnl::reorder> reorder = std::nullopt;
   };
   std::vector<Arg> inputs;
   Arg output;
