@@ -47,6 +47,9 @@ if want throughput; then
       for sgd in foreach fused; do
         timeout 120 python3 bench/torch_reference.py --model resnet18 --image 32 --channels 3 --batch $b --device cuda --dtype $m $flag --iters 100 --sgd $sgd 2>/dev/null | tail -1
       done
+      # torch.compile(mode="reduce-overhead") + fused SGD: PyTorch's captured step next to our --graph 1
+      # row; its peak column is max_memory_reserved() since process start (compilation included).
+      timeout 300 python3 bench/torch_reference.py --model resnet18 --image 32 --channels 3 --batch $b --device cuda --dtype $m $flag --iters 100 --compile 2>/dev/null | tail -1
     done; done
     # train.cudnn_fusion (BatchNorm statistics in the convolutions' epilogues where they time faster).
     for b in 128 512; do

@@ -4,6 +4,9 @@ the same inputs, so a trainer figure always comes with a PyTorch figure from the
 
     python3 bench/torch_reference.py                 # cnn 28x28x1 and resnet18-cifar 32x32x3, batch 64
     python3 bench/torch_reference.py --device cuda --batch 512 --model resnet18 --channels-last --dtype bf16
+    ... --device cuda --compile     torch.compile(model, mode="reduce-overhead") + fused SGD; peak memory is
+                                    torch.cuda.max_memory_reserved() since process start (compiling and the
+                                    CUDA graphs' pools included). GPU only: on the CPU it prints a skip line.
 """
 import argparse
 import contextlib
@@ -44,7 +47,8 @@ def resnet(name, channels, classes, stem):
     return model
 
 
-def training_step(model_name, batch, image, channels, device, dtype, channels_last, stem, sgd="foreach"):
+def training_step(model_name, batch, image, channels, device, dtype, channels_last, stem, sgd="foreach",
+                  compile=False):
     """One training step on fixed random inputs, as a closure: autocast forward for bf16/fp16, scaled
     backward and GradScaler for fp16, SGD with momentum (bench/torch_profile.py profiles the same).
     sgd: "foreach" (PyTorch's default on CUDA: a few multi-tensor launches) or "fused" (one kernel)."""
@@ -53,8 +57,12 @@ def training_step(model_name, batch, image, channels, device, dtype, channels_la
     model = model.to(device)
     fmt = torch.channels_last if channels_last else torch.contiguous_format
     model = model.to(memory_format=fmt)
+    if compile:  # CUDA graphs of the compiled forward and backward; the optimizer step stays eager
+        model = torch.compile(model, mode="reduce-overhead")
     fused = sgd == "fused" and device == "cuda"
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, fused=fused or None, foreach=None if fused else True)
+    # `fused` is passed only when wanted: PyTorch 1.13 (Debian's, the CPU reference) has no such argument.
+    kind = {"fused": True} if fused else {"foreach": True}
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, **kind)
     x = torch.randn(batch, channels, image, image, device=device).to(memory_format=fmt)
     y = torch.randint(0, 10, (batch,), device=device)
     amp = dtype in ("bf16", "fp16")
@@ -72,20 +80,26 @@ def training_step(model_name, batch, image, channels, device, dtype, channels_la
     return step
 
 
-def run(model_name, batch, image, channels, iters, device, dtype, channels_last, stem, sgd):
-    step = training_step(model_name, batch, image, channels, device, dtype, channels_last, stem, sgd)
-    for _ in range(3):
+def run(model_name, batch, image, channels, iters, device, dtype, channels_last, stem, sgd, compile=False):
+    step = training_step(model_name, batch, image, channels, device, dtype, channels_last, stem, sgd, compile)
+    for _ in range(10 if compile else 3):  # compiling, then reduce-overhead's warm-up and graph recording
         step()
     if device == "cuda":
         torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
+        if not compile:  # a compiled run reports its peak since process start, compilation included
+            torch.cuda.reset_peak_memory_stats()
     t0 = time.perf_counter()
     for _ in range(iters):
         step()
     if device == "cuda":
         torch.cuda.synchronize()
     ips = batch * iters / (time.perf_counter() - t0)
-    peak = torch.cuda.max_memory_allocated() / 2**20 if device == "cuda" else 0.0
+    if device != "cuda":
+        peak = 0.0
+    elif compile:
+        peak = torch.cuda.max_memory_reserved() / 2**20
+    else:
+        peak = torch.cuda.max_memory_allocated() / 2**20
     return ips, peak
 
 
@@ -104,8 +118,15 @@ def main():
     # times its convolution algorithms too, so PyTorch's best eager figure needs it.
     p.add_argument("--cudnn-benchmark", type=int, default=1, help="torch.backends.cudnn.benchmark (default 1)")
     p.add_argument("--sgd", default="foreach", choices=["foreach", "fused"])
+    p.add_argument("--compile", action="store_true",
+                   help='GPU only: torch.compile(model, mode="reduce-overhead") with fused SGD')
     p.add_argument("--threads", type=int, default=os.cpu_count(), help="CPU threads (default: all cores)")
     a = p.parse_args()
+    if a.compile and a.device != "cuda":
+        print("torch_reference: --compile is timed on a GPU only; skipped on", a.device)
+        return
+    if a.compile:
+        a.sgd = "fused"
     torch.set_num_threads(a.threads)
     torch.backends.cuda.matmul.allow_tf32 = a.dtype == "tf32"
     torch.backends.cudnn.allow_tf32 = a.dtype == "tf32"
@@ -115,9 +136,9 @@ def main():
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, device {a.device}")
     print(f"{'model':10} {'batch':>6} {'input':>12} {'impl':>10} {'dtype':>5} {'layout':>6} {'img/s':>10} {'peak MiB':>9}")
     for m, b, s, c, n in points:
-        ips, peak = run(m, b, s, c, n, a.device, a.dtype, a.channels_last, a.stem, a.sgd)
+        ips, peak = run(m, b, s, c, n, a.device, a.dtype, a.channels_last, a.stem, a.sgd, a.compile)
         layout = "cl" if a.channels_last else "nchw"
-        impl = f"torch-{a.sgd}" + ("" if a.cudnn_benchmark else "-nobench")
+        impl = "compile-fused" if a.compile else f"torch-{a.sgd}" + ("" if a.cudnn_benchmark else "-nobench")
         print(f"{m:10} {b:6d} {s:5d}x{s}x{c} {impl:>10} {a.dtype:>5} {layout:>6} {ips:10.1f} {peak:9.0f}")
 
 

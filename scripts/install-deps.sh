@@ -7,6 +7,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build ccache pkg-config  # toolchain
   libopenblas-dev                                      # CPU matmul and im2col convolution
+  libdnnl-dev                                          # CPU f32 convolutions (oneDNN; optional in CMake)
   libtomlplusplus-dev                                  # config files
   zlib1g-dev                                           # gzip-compressed IDX datasets
   libgtest-dev                                         # tests

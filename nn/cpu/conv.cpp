@@ -5,6 +5,8 @@
 // gradient degenerates into many rank-16 updates of a large matrix; so several samples' columns are
 // laid side by side in one im2col buffer and the output is scattered back to NCHW afterwards.
 // 1x1 stride-1 unpadded convolutions on single-sample chunks skip im2col: x already is the matrix.
+// f32 convolutions go to oneDNN first where the build has it (nn/cpu/dnnl_conv.h); this path takes
+// f64 and whatever oneDNN declines.
 #include <cblas.h>
 
 #include <algorithm>
@@ -12,6 +14,7 @@
 #include <memory>
 
 #include "nn/cpu/cpu_backend.h"
+#include "nn/cpu/dnnl_conv.h"
 
 namespace trainer {
 namespace {
@@ -300,6 +303,7 @@ Tensor CpuBackend::conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& 
                                   std::to_string(g.o) + "] for weight " + shape_str(w_in.shape()));
     bias = bias_in.contiguous();
   }
+  if (Tensor y = dnnl_conv2d(x_in, w_in, bias, p); y.defined()) return y;
   const Tensor x = x_in.contiguous(), w = w_in.contiguous();
   Tensor y = Tensor::empty(output_shape(g), x.dtype());
   TRAINER_DISPATCH_FLOAT(x.dtype(), "conv2d", [&] {
@@ -315,6 +319,7 @@ Tensor CpuBackend::conv2d_backward_input(const Tensor& grad_y_in, const Tensor& 
   const ConvGeometry g =
       make_geometry("conv2d_backward_input", x_shape, w_in.shape(), p, dtype_size(grad_y_in.dtype()));
   check_grad_shape("conv2d_backward_input", grad_y_in, g);
+  if (Tensor dx = dnnl_conv2d_backward_input(grad_y_in, w_in, x_shape, p); dx.defined()) return dx;
   const Tensor dy = grad_y_in.contiguous(), w = w_in.contiguous();
   Tensor dx = Tensor::empty(x_shape, dy.dtype());
   TRAINER_DISPATCH_FLOAT(dy.dtype(), "conv2d_backward_input", [&] {
@@ -329,6 +334,7 @@ Tensor CpuBackend::conv2d_backward_weight(const Tensor& grad_y_in, const Tensor&
   const ConvGeometry g =
       make_geometry("conv2d_backward_weight", x_in.shape(), w_shape, p, dtype_size(grad_y_in.dtype()));
   check_grad_shape("conv2d_backward_weight", grad_y_in, g);
+  if (Tensor dw = dnnl_conv2d_backward_weight(grad_y_in, x_in, w_shape, p); dw.defined()) return dw;
   const Tensor dy = grad_y_in.contiguous(), x = x_in.contiguous();
   Tensor dw = Tensor::empty(w_shape, dy.dtype());
   TRAINER_DISPATCH_FLOAT(dy.dtype(), "conv2d_backward_weight", [&] {
