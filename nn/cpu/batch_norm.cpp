@@ -12,6 +12,7 @@
 
 #include "nn/channel_layout.h"
 #include "nn/cpu/cpu_backend.h"
+#include "nn/cpu/parallel.h"
 
 namespace trainer {
 namespace {
@@ -23,73 +24,101 @@ template <bool HasG, class T>
 void channel_affine(const ChannelLayout& l, const T* x, const T* g, T* out, const T* m, const T* a,
                     const T* b, const T* s) {
   const int64_t C = l.channels;
+  const int64_t work = l.outer * C * l.inner;
   if (l.inner == 1) {
-    for (int64_t o = 0; o < l.outer; ++o) {
-      const T* __restrict xr = x + o * C;
-      T* __restrict yr = out + o * C;
-      if constexpr (HasG) {
-        const T* __restrict gr = g + o * C;
-        for (int64_t c = 0; c < C; ++c) yr[c] = (xr[c] - m[c]) * a[c] + b[c] + gr[c] * s[c];
-      } else {
-        for (int64_t c = 0; c < C; ++c) yr[c] = (xr[c] - m[c]) * a[c] + b[c];
-      }
-    }
+    // Every element is independent: threads take whole rows of C.
+    cpu::parallel_ranges(
+        l.outer, work,
+        [&](int64_t o0, int64_t o1) {
+          for (int64_t o = o0; o < o1; ++o) {
+            const T* __restrict xr = x + o * C;
+            T* __restrict yr = out + o * C;
+            if constexpr (HasG) {
+              const T* __restrict gr = g + o * C;
+              for (int64_t c = 0; c < C; ++c) yr[c] = (xr[c] - m[c]) * a[c] + b[c] + gr[c] * s[c];
+            } else {
+              for (int64_t c = 0; c < C; ++c) yr[c] = (xr[c] - m[c]) * a[c] + b[c];
+            }
+          }
+        },
+        1);
     return;
   }
   const int64_t n = l.inner;
-  for (int64_t o = 0; o < l.outer; ++o)
-    for (int64_t c = 0; c < C; ++c) {
-      const int64_t base = (o * C + c) * n;
-      const T* __restrict xs = x + base;
-      T* __restrict ys = out + base;
-      const T mc = m[c], ac = a[c], bc = b[c];
-      if constexpr (HasG) {
-        const T* __restrict gs = g + base;
-        const T sc = s[c];
-        for (int64_t i = 0; i < n; ++i) ys[i] = (xs[i] - mc) * ac + bc + gs[i] * sc;
-      } else {
-        for (int64_t i = 0; i < n; ++i) ys[i] = (xs[i] - mc) * ac + bc;
-      }
-    }
+  // Threads take whole (sample, channel) runs.
+  cpu::parallel_ranges(
+      l.outer * C, work,
+      [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+          const int64_t c = r % C;
+          const int64_t base = r * n;
+          const T* __restrict xs = x + base;
+          T* __restrict ys = out + base;
+          const T mc = m[c], ac = a[c], bc = b[c];
+          if constexpr (HasG) {
+            const T* __restrict gs = g + base;
+            const T sc = s[c];
+            for (int64_t i = 0; i < n; ++i) ys[i] = (xs[i] - mc) * ac + bc + gs[i] * sc;
+          } else {
+            for (int64_t i = 0; i < n; ++i) ys[i] = (xs[i] - mc) * ac + bc;
+          }
+        }
+      },
+      1);
 }
 
 // Per-channel sums in double of fn(index, c), which returns std::array<double, K> so that one pass
 // over memory feeds K sums. Along a channel's run four partial sums break the add dependency chain;
-// across channels (channels-last) each channel's accumulator is independent already.
+// across channels (channels-last) each channel's accumulator is independent already. Threads take
+// whole channels, each summed in the same order as on one thread, so the sums do not depend on the
+// thread count.
 template <size_t K, class Fn>
 std::array<std::vector<double>, K> channel_sums(const ChannelLayout& l, Fn&& fn) {
   static_assert(K == 1 || K == 2);
   const int64_t C = l.channels;
+  const int64_t work = l.outer * C * l.inner;
   std::array<std::vector<double>, K> acc;
   for (auto& v : acc) v.assign(static_cast<size_t>(C), 0.0);
+  double* __restrict a0 = acc[0].data();
+  double* __restrict a1 = acc[K - 1].data();
   if (l.inner == 1) {
-    double* __restrict a0 = acc[0].data();
-    double* __restrict a1 = acc[K - 1].data();
-    for (int64_t o = 0; o < l.outer; ++o)
-      for (int64_t c = 0; c < C; ++c) {
-        const std::array<double, K> v = fn(o * C + c, c);
-        a0[c] += v[0];
-        if constexpr (K == 2) a1[c] += v[1];
-      }
+    // 8 doubles to a cache line: channel ranges that are multiples of 8 keep threads' accumulators apart.
+    cpu::parallel_ranges(
+        C, work,
+        [&](int64_t c0, int64_t c1) {
+          for (int64_t o = 0; o < l.outer; ++o)
+            for (int64_t c = c0; c < c1; ++c) {
+              const std::array<double, K> v = fn(o * C + c, c);
+              a0[c] += v[0];
+              if constexpr (K == 2) a1[c] += v[1];
+            }
+        },
+        8);
     return acc;
   }
   const int64_t n = l.inner;
-  for (int64_t o = 0; o < l.outer; ++o)
-    for (int64_t c = 0; c < C; ++c) {
-      const int64_t base = (o * C + c) * n;
-      std::array<std::array<double, K>, 4> part{};
-      int64_t i = 0;
-      for (; i + 4 <= n; i += 4)
-        for (int u = 0; u < 4; ++u) {
-          const std::array<double, K> v = fn(base + i + u, c);
-          for (size_t k = 0; k < K; ++k) part[u][k] += v[k];
-        }
-      for (; i < n; ++i) {
-        const std::array<double, K> v = fn(base + i, c);
-        for (size_t k = 0; k < K; ++k) part[0][k] += v[k];
-      }
-      for (size_t k = 0; k < K; ++k) acc[k][c] += (part[0][k] + part[1][k]) + (part[2][k] + part[3][k]);
-    }
+  cpu::parallel_ranges(
+      C, work,
+      [&](int64_t c0, int64_t c1) {
+        for (int64_t o = 0; o < l.outer; ++o)
+          for (int64_t c = c0; c < c1; ++c) {
+            const int64_t base = (o * C + c) * n;
+            std::array<std::array<double, K>, 4> part{};
+            int64_t i = 0;
+            for (; i + 4 <= n; i += 4)
+              for (int u = 0; u < 4; ++u) {
+                const std::array<double, K> v = fn(base + i + u, c);
+                for (size_t k = 0; k < K; ++k) part[u][k] += v[k];
+              }
+            for (; i < n; ++i) {
+              const std::array<double, K> v = fn(base + i, c);
+              for (size_t k = 0; k < K; ++k) part[0][k] += v[k];
+            }
+            a0[c] += (part[0][0] + part[1][0]) + (part[2][0] + part[3][0]);
+            if constexpr (K == 2) a1[c] += (part[0][1] + part[1][1]) + (part[2][1] + part[3][1]);
+          }
+      },
+      1);
   return acc;
 }
 
@@ -198,13 +227,15 @@ Tensor CpuBackend::bn_apply(const Tensor& x_in, const Tensor& mean_t, const Tens
                           m.data(), a.data(), b.data(), static_cast<const scalar_t*>(nullptr));
     // The epilogue in the same order as the unfused ops: add the residual, then the ReLU.
     scalar_t* py = y.data<scalar_t>();
+    const scalar_t* pr = residual.defined() ? residual.data<scalar_t>() : nullptr;
     const int64_t n = y.numel();
-    if (residual.defined()) {
-      const scalar_t* pr = residual.data<scalar_t>();
-      for (int64_t i = 0; i < n; ++i) py[i] += pr[i];
-    }
-    if (epilogue.relu)
-      for (int64_t i = 0; i < n; ++i) py[i] = py[i] > scalar_t(0) ? py[i] : scalar_t(0);
+    if (pr || epilogue.relu)
+      cpu::parallel_ranges(n, n, [&](int64_t i0, int64_t i1) {
+        if (pr)
+          for (int64_t i = i0; i < i1; ++i) py[i] += pr[i];
+        if (epilogue.relu)
+          for (int64_t i = i0; i < i1; ++i) py[i] = py[i] > scalar_t(0) ? py[i] : scalar_t(0);
+      });
   });
   return y;
 }

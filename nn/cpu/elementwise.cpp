@@ -4,6 +4,7 @@
 
 #include "nn/amp/loss_scale_rule.h"
 #include "nn/cpu/cpu_backend.h"
+#include "nn/cpu/parallel.h"
 #include "nn/cpu/strided.h"
 #include "nn/elementwise_math.h"
 #include "nn/kernel_checks.h"
@@ -40,17 +41,20 @@ Tensor CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b) {
     const scalar_t* pb = b.data<scalar_t>();
     if (a.shape() == b.shape() && a.is_contiguous() && b.is_contiguous()) {
       const int64_t n = out.numel();
-      switch (op) {  // the common cases, written so the compiler vectorises them
-        case BinaryOp::add:
-          for (int64_t i = 0; i < n; ++i) o[i] = pa[i] + pb[i];
-          return;
-        case BinaryOp::mul:
-          for (int64_t i = 0; i < n; ++i) o[i] = pa[i] * pb[i];
-          return;
-        default:
-          for (int64_t i = 0; i < n; ++i) o[i] = binary_value(op, pa[i], pb[i]);
-          return;
-      }
+      cpu::parallel_ranges(n, n, [&](int64_t i0, int64_t i1) {
+        switch (op) {  // the common cases, written so the compiler vectorises them
+          case BinaryOp::add:
+            for (int64_t i = i0; i < i1; ++i) o[i] = pa[i] + pb[i];
+            return;
+          case BinaryOp::mul:
+            for (int64_t i = i0; i < i1; ++i) o[i] = pa[i] * pb[i];
+            return;
+          default:
+            for (int64_t i = i0; i < i1; ++i) o[i] = binary_value(op, pa[i], pb[i]);
+            return;
+        }
+      });
+      return;
     }
     int64_t i = 0;
     cpu::for_each_index<2>(shape, {broadcast_strides(a, shape), broadcast_strides(b, shape)},
@@ -66,8 +70,10 @@ Tensor CpuBackend::binary_scalar(BinaryOp op, const Tensor& a, double s, bool sc
     const scalar_t* p = src.data<scalar_t>();
     scalar_t* o = out.data<scalar_t>();
     const scalar_t v = static_cast<scalar_t>(s);
-    for (int64_t i = 0; i < out.numel(); ++i)
-      o[i] = scalar_first ? binary_value(op, v, p[i]) : binary_value(op, p[i], v);
+    cpu::parallel_ranges(out.numel(), out.numel(), [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i)
+        o[i] = scalar_first ? binary_value(op, v, p[i]) : binary_value(op, p[i], v);
+    });
   });
   return out;
 }
@@ -78,11 +84,13 @@ Tensor CpuBackend::unary(UnaryOp op, const Tensor& a) {
   TRAINER_DISPATCH_FLOAT(a.dtype(), "unary op", [&] {
     const scalar_t* p = src.data<scalar_t>();
     scalar_t* o = out.data<scalar_t>();
-    if (op == UnaryOp::relu) {
-      for (int64_t i = 0; i < out.numel(); ++i) o[i] = p[i] > scalar_t(0) ? p[i] : scalar_t(0);
-      return;
-    }
-    for (int64_t i = 0; i < out.numel(); ++i) o[i] = unary_value(op, p[i]);
+    cpu::parallel_ranges(out.numel(), out.numel(), [&](int64_t i0, int64_t i1) {
+      if (op == UnaryOp::relu) {
+        for (int64_t i = i0; i < i1; ++i) o[i] = p[i] > scalar_t(0) ? p[i] : scalar_t(0);
+        return;
+      }
+      for (int64_t i = i0; i < i1; ++i) o[i] = unary_value(op, p[i]);
+    });
   });
   return out;
 }
@@ -98,12 +106,14 @@ Tensor CpuBackend::unary_backward(UnaryOp op, const Tensor& grad, const Tensor& 
     const scalar_t* py = ys.defined() ? ys.data<scalar_t>() : nullptr;
     scalar_t* o = out.data<scalar_t>();
     const int64_t n = out.numel();
-    if (op == UnaryOp::relu) {  // the hot one: a branch-free loop the compiler vectorises
-      for (int64_t i = 0; i < n; ++i) o[i] = py[i] > scalar_t(0) ? pg[i] : scalar_t(0);
-      return;
-    }
-    for (int64_t i = 0; i < n; ++i)
-      o[i] = unary_backward_value(op, pg[i], px ? px[i] : scalar_t(0), py ? py[i] : scalar_t(0));
+    cpu::parallel_ranges(n, n, [&](int64_t i0, int64_t i1) {
+      if (op == UnaryOp::relu) {  // the hot one: a branch-free loop the compiler vectorises
+        for (int64_t i = i0; i < i1; ++i) o[i] = py[i] > scalar_t(0) ? pg[i] : scalar_t(0);
+        return;
+      }
+      for (int64_t i = i0; i < i1; ++i)
+        o[i] = unary_backward_value(op, pg[i], px ? px[i] : scalar_t(0), py ? py[i] : scalar_t(0));
+    });
   });
   return out;
 }
@@ -119,12 +129,28 @@ void CpuBackend::axpy(Tensor& dst, const Tensor& src, double alpha) {
     scalar_t* d = dst.data<scalar_t>();
     const scalar_t* p = s.data<scalar_t>();
     const scalar_t a = static_cast<scalar_t>(alpha);
-    for (int64_t i = 0; i < dst.numel(); ++i) d[i] += a * p[i];
+    cpu::parallel_ranges(dst.numel(), dst.numel(), [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) d[i] += a * p[i];
+    });
   });
 }
 
 Tensor CpuBackend::relu_backward_of_sum(const Tensor& a, const Tensor& b, const Tensor& relu_out) {
-  return unary_backward(UnaryOp::relu, binary(BinaryOp::add, a, b), Tensor(), relu_out);
+  if (a.dtype() != b.dtype() || a.dtype() != relu_out.dtype() || a.shape() != b.shape() ||
+      a.shape() != relu_out.shape() || !a.is_contiguous() || !b.is_contiguous() || !relu_out.is_contiguous())
+    return unary_backward(UnaryOp::relu, binary(BinaryOp::add, a, b), Tensor(), relu_out);
+  // The residual join's gradient in one pass rather than two: the same add, then the same select.
+  Tensor out = Tensor::empty(a.shape(), a.dtype());
+  TRAINER_DISPATCH_FLOAT(a.dtype(), "relu_backward_of_sum", [&] {
+    const scalar_t* pa = a.data<scalar_t>();
+    const scalar_t* pb = b.data<scalar_t>();
+    const scalar_t* py = relu_out.data<scalar_t>();
+    scalar_t* o = out.data<scalar_t>();
+    cpu::parallel_ranges(out.numel(), out.numel(), [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) o[i] = py[i] > scalar_t(0) ? pa[i] + pb[i] : scalar_t(0);
+    });
+  });
+  return out;
 }
 
 void CpuBackend::scale(Tensor& dst, double alpha) {
@@ -133,7 +159,9 @@ void CpuBackend::scale(Tensor& dst, double alpha) {
   TRAINER_DISPATCH_FLOAT(dst.dtype(), "scale", [&] {
     scalar_t* d = dst.data<scalar_t>();
     const scalar_t a = static_cast<scalar_t>(alpha);
-    for (int64_t i = 0; i < dst.numel(); ++i) d[i] *= a;
+    cpu::parallel_ranges(dst.numel(), dst.numel(), [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) d[i] *= a;
+    });
   });
 }
 

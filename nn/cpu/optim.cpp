@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "nn/cpu/cpu_backend.h"
+#include "nn/cpu/parallel.h"
 #include "nn/kernel_checks.h"
 
 namespace trainer {
@@ -52,15 +53,17 @@ void CpuBackend::sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_bu
     const scalar_t lr = static_cast<scalar_t>(p.lr), wd = static_cast<scalar_t>(p.weight_decay),
                    mom = static_cast<scalar_t>(p.momentum), keep = static_cast<scalar_t>(1.0 - p.dampening);
     const int64_t n = param.numel();
-    for (int64_t i = 0; i < n; ++i) {
-      scalar_t g = gp[i];
-      if (p.weight_decay != 0.0) g += wd * w[i];
-      if (use_momentum) {
-        buf[i] = first_step ? g : mom * buf[i] + keep * g;
-        g = p.nesterov ? g + mom * buf[i] : buf[i];
+    cpu::parallel_ranges(n, n, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) {
+        scalar_t g = gp[i];
+        if (p.weight_decay != 0.0) g += wd * w[i];
+        if (use_momentum) {
+          buf[i] = first_step ? g : mom * buf[i] + keep * g;
+          g = p.nesterov ? g + mom * buf[i] : buf[i];
+        }
+        w[i] -= lr * g;
       }
-      w[i] -= lr * g;
-    }
+    });
   });
 }
 
@@ -87,16 +90,18 @@ void CpuBackend::adamw_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, 
                    neg_step = static_cast<scalar_t>(-scalars.step_size);
     const bool lerp_low = (1.0 - p.beta1) < 0.5;
     const int64_t n = param.numel();
-    for (int64_t i = 0; i < n; ++i) {
-      const scalar_t g = gp[i];
-      if (p.weight_decay != 0.0) w[i] *= decay;
-      // exp_avg.lerp_(grad, 1 - beta1), with torch's two-sided lerp formula.
-      const scalar_t diff = g - m[i];
-      m[i] = lerp_low ? m[i] + w1 * diff : g - diff * (scalar_t(1) - w1);
-      v[i] = b2 * v[i] + w2 * g * g;
-      const scalar_t denom = std::sqrt(v[i]) / bc2 + eps;
-      w[i] += neg_step * (m[i] / denom);
-    }
+    cpu::parallel_ranges(n, n, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) {
+        const scalar_t g = gp[i];
+        if (p.weight_decay != 0.0) w[i] *= decay;
+        // exp_avg.lerp_(grad, 1 - beta1), with torch's two-sided lerp formula.
+        const scalar_t diff = g - m[i];
+        m[i] = lerp_low ? m[i] + w1 * diff : g - diff * (scalar_t(1) - w1);
+        v[i] = b2 * v[i] + w2 * g * g;
+        const scalar_t denom = std::sqrt(v[i]) / bc2 + eps;
+        w[i] += neg_step * (m[i] / denom);
+      }
+    });
   });
 }
 

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "nn/cpu/cpu_backend.h"
+#include "nn/cpu/parallel.h"
 
 namespace trainer {
 namespace {
@@ -173,7 +174,17 @@ std::pair<Tensor, Tensor> CpuBackend::max_pool2d(const Tensor& x_in, const Pool2
   Tensor y = Tensor::empty(out_shape, x.dtype());
   Tensor indices = Tensor::empty(out_shape, DType::i64);
   TRAINER_DISPATCH_FLOAT(x.dtype(), "max_pool2d", [&] {
-    max_pool_forward(x.data<scalar_t>(), y.data<scalar_t>(), indices.data<int64_t>(), g);
+    // Threads take whole planes: every window lies in one.
+    const int64_t in_plane = g.h * g.w, out_plane = g.oh * g.ow;
+    cpu::parallel_ranges(
+        g.planes, x.numel(),
+        [&](int64_t p0, int64_t p1) {
+          PoolGeometry part = g;
+          part.planes = p1 - p0;
+          max_pool_forward(x.data<scalar_t>() + p0 * in_plane, y.data<scalar_t>() + p0 * out_plane,
+                           indices.data<int64_t>() + p0 * out_plane, part);
+        },
+        1);
   });
   return {y, indices};
 }
