@@ -17,12 +17,14 @@
 namespace trainer {
 namespace {
 
-// out = (x - m[c]) * a[c] + b[c], plus g * s[c] when HasG, for every element in layout `l`. The loops
+// out = (x - m[c]) * a[c] + b[c], plus g * s[c] when HasG, for every element in layout `l`; with
+// `relu_y`, g counts only where relu_y > 0 (the gradient through a fused ReLU, without a pass that
+// writes it out first). The loops
 // are written per layout with restrict pointers so the compiler vectorises them: along a channel's
 // contiguous run for [N, C, inner], across channels for channels-last.
-template <bool HasG, class T>
+template <bool HasG, bool Masked = false, class T>
 void channel_affine(const ChannelLayout& l, const T* x, const T* g, T* out, const T* m, const T* a,
-                    const T* b, const T* s) {
+                    const T* b, const T* s, const T* relu_y = nullptr) {
   const int64_t C = l.channels;
   const int64_t work = l.outer * C * l.inner;
   if (l.inner == 1) {
@@ -35,7 +37,13 @@ void channel_affine(const ChannelLayout& l, const T* x, const T* g, T* out, cons
             T* __restrict yr = out + o * C;
             if constexpr (HasG) {
               const T* __restrict gr = g + o * C;
-              for (int64_t c = 0; c < C; ++c) yr[c] = (xr[c] - m[c]) * a[c] + b[c] + gr[c] * s[c];
+              if constexpr (Masked) {
+                const T* __restrict rr = relu_y + o * C;
+                for (int64_t c = 0; c < C; ++c)
+                  yr[c] = (xr[c] - m[c]) * a[c] + b[c] + (rr[c] > T(0) ? gr[c] : T(0)) * s[c];
+              } else {
+                for (int64_t c = 0; c < C; ++c) yr[c] = (xr[c] - m[c]) * a[c] + b[c] + gr[c] * s[c];
+              }
             } else {
               for (int64_t c = 0; c < C; ++c) yr[c] = (xr[c] - m[c]) * a[c] + b[c];
             }
@@ -58,7 +66,13 @@ void channel_affine(const ChannelLayout& l, const T* x, const T* g, T* out, cons
           if constexpr (HasG) {
             const T* __restrict gs = g + base;
             const T sc = s[c];
-            for (int64_t i = 0; i < n; ++i) ys[i] = (xs[i] - mc) * ac + bc + gs[i] * sc;
+            if constexpr (Masked) {
+              const T* __restrict rs = relu_y + base;
+              for (int64_t i = 0; i < n; ++i)
+                ys[i] = (xs[i] - mc) * ac + bc + (rs[i] > T(0) ? gs[i] : T(0)) * sc;
+            } else {
+              for (int64_t i = 0; i < n; ++i) ys[i] = (xs[i] - mc) * ac + bc + gs[i] * sc;
+            }
           } else {
             for (int64_t i = 0; i < n; ++i) ys[i] = (xs[i] - mc) * ac + bc;
           }
@@ -243,22 +257,28 @@ Tensor CpuBackend::bn_apply(const Tensor& x_in, const Tensor& mean_t, const Tens
 std::pair<Tensor, Tensor> CpuBackend::bn_backward_reduce(const Tensor& grad_y_relu, const Tensor& x_in,
                                                          const Tensor& mean_t, const Tensor& invstd_t,
                                                          const Tensor& relu_out) {
-  const Tensor grad_y_in =
-      relu_out.defined() ? unary_backward(UnaryOp::relu, grad_y_relu, Tensor(), relu_out) : grad_y_relu;
   const ChannelLayout l = channel_layout(x_in, "bn_backward_reduce");
-  check_same(grad_y_in, x_in, "bn_backward_reduce", "grad_y");
+  check_same(grad_y_relu, x_in, "bn_backward_reduce", "grad_y");
+  if (relu_out.defined()) check_same(relu_out, x_in, "bn_backward_reduce", "relu_out");
   const int64_t C = l.channels;
   const std::vector<double> mean = channel_values(mean_t, C, "bn_backward_reduce", "mean", false);
   const std::vector<double> invstd = channel_values(invstd_t, C, "bn_backward_reduce", "invstd", false);
-  const Tensor x = in_layout(x_in, l), g = in_layout(grad_y_in, l);
+  const Tensor x = in_layout(x_in, l), g = in_layout(grad_y_relu, l);
+  const Tensor y = relu_out.defined() ? in_layout(relu_out, l) : Tensor();
   std::vector<double> sum_dy, sum_dy_xhat;
   TRAINER_DISPATCH_FLOAT(x.dtype(), "bn_backward_reduce", [&] {
     const scalar_t* px = x.data<scalar_t>();
     const scalar_t* pg = g.data<scalar_t>();
-    auto sums = channel_sums<2>(l, [&](int64_t i, int64_t c) {
-      const double dy = pg[i];
-      return std::array<double, 2>{dy, dy * (double(px[i]) - mean[c])};
-    });
+    const scalar_t* py = y.defined() ? y.data<scalar_t>() : nullptr;
+    auto sums = py ? channel_sums<2>(l,
+                                     [&](int64_t i, int64_t c) {
+                                       const double dy = py[i] > scalar_t(0) ? pg[i] : scalar_t(0);
+                                       return std::array<double, 2>{dy, dy * (double(px[i]) - mean[c])};
+                                     })
+                   : channel_sums<2>(l, [&](int64_t i, int64_t c) {
+                       const double dy = pg[i];
+                       return std::array<double, 2>{dy, dy * (double(px[i]) - mean[c])};
+                     });
     sum_dy = std::move(sums[0]);
     sum_dy_xhat = std::move(sums[1]);
   });
@@ -269,10 +289,9 @@ std::pair<Tensor, Tensor> CpuBackend::bn_backward_reduce(const Tensor& grad_y_re
 Tensor CpuBackend::bn_backward_input(const Tensor& grad_y_relu, const Tensor& x_in, const Tensor& mean_t,
                                      const Tensor& invstd_t, const Tensor& gamma_t, const Tensor& sum_dy_t,
                                      const Tensor& sum_dy_xhat_t, int64_t count, const Tensor& relu_out) {
-  const Tensor grad_y_in =
-      relu_out.defined() ? unary_backward(UnaryOp::relu, grad_y_relu, Tensor(), relu_out) : grad_y_relu;
   const ChannelLayout l = channel_layout(x_in, "bn_backward_input");
-  check_same(grad_y_in, x_in, "bn_backward_input", "grad_y");
+  check_same(grad_y_relu, x_in, "bn_backward_input", "grad_y");
+  if (relu_out.defined()) check_same(relu_out, x_in, "bn_backward_input", "relu_out");
   if (count <= 0)
     throw std::invalid_argument("bn_backward_input: count must be positive, got " + std::to_string(count));
   const int64_t C = l.channels;
@@ -282,7 +301,8 @@ Tensor CpuBackend::bn_backward_input(const Tensor& grad_y_relu, const Tensor& x_
   const std::vector<double> sum_dy = channel_values(sum_dy_t, C, "bn_backward_input", "sum_dy", false);
   const std::vector<double> sum_dy_xhat =
       channel_values(sum_dy_xhat_t, C, "bn_backward_input", "sum_dy_xhat", false);
-  const Tensor x = in_layout(x_in, l), g = in_layout(grad_y_in, l);
+  const Tensor x = in_layout(x_in, l), g = in_layout(grad_y_relu, l);
+  const Tensor y = relu_out.defined() ? in_layout(relu_out, l) : Tensor();
   Tensor gx = Tensor::empty(x.shape(), x.dtype(), Device::cpu(), l.format);
   TRAINER_DISPATCH_FLOAT(x.dtype(), "bn_backward_input", [&] {
     // grad_x = (dy - mean(dy) - xhat * mean(dy * xhat)) * invstd * gamma with xhat = (x - mean) * invstd,
@@ -296,8 +316,12 @@ Tensor CpuBackend::bn_backward_input(const Tensor& grad_y_relu, const Tensor& x_
       b[c] = static_cast<scalar_t>(-sum_dy[c] / n * scale);
       s[c] = static_cast<scalar_t>(scale);
     }
-    channel_affine<true>(l, x.data<scalar_t>(), g.data<scalar_t>(), gx.data<scalar_t>(), m.data(), a.data(),
-                         b.data(), s.data());
+    if (y.defined())
+      channel_affine<true, true>(l, x.data<scalar_t>(), g.data<scalar_t>(), gx.data<scalar_t>(), m.data(),
+                                 a.data(), b.data(), s.data(), y.data<scalar_t>());
+    else
+      channel_affine<true>(l, x.data<scalar_t>(), g.data<scalar_t>(), gx.data<scalar_t>(), m.data(), a.data(),
+                           b.data(), s.data());
   });
   return gx;
 }
