@@ -6,19 +6,19 @@
 
 #include "app/commands/bench/bench_command.h"
 #include "app/commands/bench/bench_data_command.h"
-#include "nn/cpu/blas_kernels.h"
-#include "app/common/build_info.h"
-#include "app/common/cli.h"
-#include "app/commands/train_eval/commands.h"
-#include "app/config/config.h"
 #include "app/commands/doctor/doctor_command.h"
 #include "app/commands/launch/launch_command.h"
 #include "app/commands/plan/plan_command.h"
 #include "app/commands/report/report_command.h"
+#include "app/commands/train_eval/commands.h"
+#include "app/common/build_info.h"
+#include "app/common/cli.h"
+#include "app/config/config.h"
 #include "dist/error.h"
 #include "dist/heartbeat.h"
 #include "dist/store.h"
 #include "metrics/log.h"
+#include "nn/cpu/blas_kernels.h"
 
 namespace {
 

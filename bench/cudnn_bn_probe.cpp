@@ -9,7 +9,8 @@
 // Differences are max |a - b| / max |b|, so one element on the ReLU's edge shows whole: in f16 a
 // pre-activation below 2^-25 rounds to an output of 0, which our mask (output > 0) blocks and cuDNN's
 // (its bitmask, or its own output) may pass. With tens of millions of elements that happens to about
-// one element per few shapes, and shows as dx / dz differences of 0.2-1 (results/2026-12-02_h200_torch_reference_best.txt).
+// one element per few shapes, and shows as dx / dz differences of 0.2-1
+// (results/2026-12-02_h200_torch_reference_best.txt).
 //   cudnn_bn_probe [--batch 512] [--dtype bf16|f16|both]
 #include <algorithm>
 #include <cmath>

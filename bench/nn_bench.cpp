@@ -18,11 +18,11 @@
 #include <string>
 #include <vector>
 
-#include "nn/cpu/blas_kernels.h"
 #include "app/train/step_function.h"
 #include "nn/amp/autocast.h"
 #include "nn/amp/loss_scaler.h"
 #include "nn/amp/precision_policy.h"
+#include "nn/cpu/blas_kernels.h"
 #include "nn/functional.h"
 #include "nn/models/registry.h"
 #include "nn/optim/sgd.h"

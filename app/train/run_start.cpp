@@ -15,9 +15,9 @@
 #include <string>
 #include <vector>
 
+#include "app/common/format.h"
 #include "app/run/checkpoint.h"
 #include "app/run/device_setup.h"
-#include "app/common/format.h"
 #include "dist/consistency.h"
 #include "dist/error.h"
 #include "dist/zero_optimizer.h"

@@ -9,8 +9,8 @@
 #include <string>
 
 #include "app/common/build_info.h"
-#include "app/run/checkpoint.h"
 #include "app/config/config.h"
+#include "app/run/checkpoint.h"
 #include "app/run/experiment.h"
 #include "app/train/train_loop.h"
 #include "dist/process_env.h"

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "app/common/build_info.h"
-#include "app/run/checkpoint.h"
 #include "app/config/config.h"
+#include "app/run/checkpoint.h"
 #include "app/run/experiment.h"
 #include "app/train/fault_injection.h"
 #include "app/train/host_readback.h"

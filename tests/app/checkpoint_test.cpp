@@ -230,7 +230,8 @@ TEST_F(CheckpointTest, CrashBeforeRenameLeavesTheLastGoodCheckpoint) {
   for (auto& p : model_->parameters()) p.data().fill_(3.0);  // what the lost checkpoint would hold
   EXPECT_EXIT(
       {
-        // TRAINER_TEST_CRASH_BEFORE_RENAME=2, as the trainer reads it at start-up (app/train/fault_injection.h)
+        // TRAINER_TEST_CRASH_BEFORE_RENAME=2, as the trainer reads it at start-up
+        // (app/train/fault_injection.h)
         save(2, -1, 3, 0, /*crash_before_rename_step=*/2);
         std::_Exit(0);  // not reached
       },

@@ -13,8 +13,8 @@
 #include <thread>
 #include <vector>
 
-#include "app/common/cli.h"
 #include "app/commands/launch/launch_command.h"
+#include "app/common/cli.h"
 #include "app/launcher_process.h"
 #include "app/trainer_process.h"
 #include "dist/multi_process.h"

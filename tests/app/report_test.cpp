@@ -8,9 +8,9 @@
 #include <fstream>
 #include <string>
 
-#include "app/common/chart_svg.h"
 #include "app/commands/report/report_html.h"
 #include "app/commands/report/report_run.h"
+#include "app/common/chart_svg.h"
 #include "trainer_process.h"
 
 namespace trainer {

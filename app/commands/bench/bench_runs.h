@@ -1,8 +1,8 @@
 #pragma once
 // The pieces both `trainer bench` modes share (app/commands/bench/bench_command.cpp: steady-state throughput;
-// app/commands/bench/bench_to_accuracy.cpp: time to a test accuracy): the parsed arguments, running one point as
-// `trainer launch --nproc-per-node P -- train CONFIG --set ...` of this same binary in its own
-// directory, reading what the run left there, the environment record and the speedup chart.
+// app/commands/bench/bench_to_accuracy.cpp: time to a test accuracy): the parsed arguments, running one point
+// as `trainer launch --nproc-per-node P -- train CONFIG --set ...` of this same binary in its own directory,
+// reading what the run left there, the environment record and the speedup chart.
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -12,10 +12,10 @@
 #include <vector>
 
 #include "app/common/build_info.h"
-#include "app/config/config.h"
 #include "app/common/format.h"
 #include "app/common/json_text.h"
 #include "app/common/system_info.h"
+#include "app/config/config.h"
 
 namespace trainer::bench {
 

@@ -4,8 +4,8 @@
 #include <string>
 #include <vector>
 
-#include "dist/collective_smoke.h"
 #include "app/commands/doctor/gpu_topology.h"
+#include "dist/collective_smoke.h"
 
 namespace trainer {
 namespace {

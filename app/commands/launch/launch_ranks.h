@@ -1,6 +1,6 @@
 #pragma once
-// One attempt of `trainer launch` (app/commands/launch/launch_command.h): starts this node's ranks, relays their
-// output with a "[rank R] " prefix, forwards stop signals sent to the launcher, and when a rank fails
+// One attempt of `trainer launch` (app/commands/launch/launch_command.h): starts this node's ranks, relays
+// their output with a "[rank R] " prefix, forwards stop signals sent to the launcher, and when a rank fails
 // stops the others (SIGTERM, then SIGKILL after a grace) and says so at once. The caller decides
 // whether to start another attempt (--max-restarts).
 #include <chrono>
@@ -61,8 +61,8 @@ struct AttemptSpec {
   std::vector<RankSpec> ranks;       // this node's ranks, in local rank order
   std::chrono::milliseconds stop_grace{30000};
   std::string start_line;  // the line to print before the ranks' pids (without "trainer launch: ")
-  // Several nodes (app/commands/launch/launch_rendezvous.h): told of this node's first failed rank, and asked about
-  // twice a second whether another node's failed ("" while none did), which stops this node's ranks.
+  // Several nodes (app/commands/launch/launch_rendezvous.h): told of this node's first failed rank, and asked
+  // about twice a second whether another node's failed ("" while none did), which stops this node's ranks.
   std::function<void(const std::string&)> report_failure;
   std::function<std::string()> remote_failure;
 };

@@ -7,9 +7,9 @@
 #include <iostream>
 #include <stdexcept>
 
-#include "app/common/cli.h"
 #include "app/commands/report/report_html.h"
 #include "app/commands/report/report_run.h"
+#include "app/common/cli.h"
 
 namespace trainer {
 namespace {

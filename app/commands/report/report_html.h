@@ -1,6 +1,7 @@
 #pragma once
 // report.html: one self-contained page (inline SVG and CSS, one small inline script, nothing fetched)
-// for one or several runs read by app/commands/report/report_run.h. Runs overlay on every chart, one colour per run.
+// for one or several runs read by app/commands/report/report_run.h. Runs overlay on every chart, one colour
+// per run.
 #include <string>
 #include <vector>
 
