@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "app/common/c_string_array.h"
 #include "app/trainer_process.h"
 
 namespace trainer::testing {
@@ -32,9 +33,7 @@ class Launcher {
     EXPECT_EQ(::pipe(fds), 0);
     std::vector<std::string> argv_s{trainer_binary(), "launch"};
     argv_s.insert(argv_s.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (auto& s : argv_s) argv.push_back(s.data());
-    argv.push_back(nullptr);
+    CStringArray argv(std::move(argv_s));
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
@@ -48,10 +47,8 @@ class Launcher {
       for (const std::string& mine : env) replaced |= mine.rfind(name, 0) == 0;
       if (!replaced) env_s.push_back(entry);
     }
-    std::vector<char*> envp;
-    for (auto& s : env_s) envp.push_back(s.data());
-    envp.push_back(nullptr);
-    EXPECT_EQ(::posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), envp.data()), 0);
+    CStringArray envp(std::move(env_s));
+    EXPECT_EQ(::posix_spawn(&pid_, argv.data()[0], &fa, nullptr, argv.data(), envp.data()), 0);
     posix_spawn_file_actions_destroy(&fa);
     ::close(fds[1]);
     reader_ = std::thread([this, fd = fds[0]] {

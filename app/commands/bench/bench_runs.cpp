@@ -19,6 +19,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "app/common/c_string_array.h"
 #include "app/common/chart_png.h"
 
 extern char** environ;
@@ -66,9 +67,7 @@ int run_self(const std::vector<std::string>& args, const fs::path& log) {
   const std::string exe = self_executable();
   std::vector<std::string> argv_s{exe};
   argv_s.insert(argv_s.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (auto& s : argv_s) argv.push_back(s.data());
-  argv.push_back(nullptr);
+  CStringArray argv(std::move(argv_s));
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);

@@ -11,6 +11,8 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "app/common/c_string_array.h"
+
 namespace trainer {
 namespace {
 
@@ -62,14 +64,10 @@ void spawn(Child& c, const std::string& exe, const std::vector<std::string>& com
   }
   std::vector<std::string> argv_s{exe};
   argv_s.insert(argv_s.end(), command.begin(), command.end());
-  std::vector<char*> argv;
-  for (auto& s : argv_s) argv.push_back(s.data());
-  argv.push_back(nullptr);
+  CStringArray argv(std::move(argv_s));
   std::vector<std::string> env_s;
   for (const auto& [k, v] : env) env_s.push_back(k + "=" + v);
-  std::vector<char*> envp;
-  for (auto& s : env_s) envp.push_back(s.data());
-  envp.push_back(nullptr);
+  CStringArray envp(std::move(env_s));
 
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
