@@ -121,9 +121,14 @@ bool Tensor::is_contiguous(MemoryFormat format) const {
 }
 
 MemoryFormat Tensor::suggest_memory_format() const {
-  if (dim() == 4 && !is_contiguous() && is_contiguous(MemoryFormat::channels_last))
-    return MemoryFormat::channels_last;
-  return MemoryFormat::contiguous;
+  if (dim() != 4 || !is_contiguous(MemoryFormat::channels_last)) return MemoryFormat::contiguous;
+  if (!is_contiguous()) return MemoryFormat::channels_last;
+  // Both formats give the same memory order (a dimension of size 1, e.g. a one-channel image batch).
+  // The strides of the size-1 dimensions then say which one the tensor was made in, as in PyTorch:
+  // otherwise a grey-scale batch asked for channels-last would run the whole network in NCHW.
+  const Shape cl = channels_last_strides(shape_);
+  return strides_ == cl && cl != contiguous_strides(shape_) ? MemoryFormat::channels_last
+                                                              : MemoryFormat::contiguous;
 }
 
 void* Tensor::raw_data() const {
@@ -143,8 +148,14 @@ template int64_t* Tensor::data() const;
 template uint8_t* Tensor::data() const;
 
 Tensor Tensor::contiguous(MemoryFormat format) const {
-  if (is_contiguous(format)) return *this;
-  return clone(format);
+  if (!is_contiguous(format)) return clone(format);
+  // Same memory order in both formats: restride the size-1 dimensions (no copy) so the result also
+  // says which format it was asked for (see suggest_memory_format).
+  if (dim() == 4 && suggest_memory_format() != format)
+    return with_layout(shape_, format == MemoryFormat::channels_last ? channels_last_strides(shape_)
+                                                                     : contiguous_strides(shape_),
+                       offset_);
+  return *this;
 }
 
 Tensor Tensor::clone(MemoryFormat format) const {

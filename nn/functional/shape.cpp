@@ -24,8 +24,9 @@ Variable permute(const Variable& a, const std::vector<int>& order) {
 }
 
 Variable contiguous(const Variable& a, MemoryFormat format) {
-  if (a.data().is_contiguous(format)) return a;
-  return record_op("contiguous", a.data().contiguous(format), {a},
+  Tensor out = a.data().contiguous(format);  // may only restride size-1 dimensions (no copy)
+  if (out.same_storage(a.data()) && out.strides() == a.data().strides()) return a;
+  return record_op("contiguous", out, {a},
                    [](const Tensor& g) -> std::vector<Tensor> { return {g}; });
 }
 

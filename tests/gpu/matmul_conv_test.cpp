@@ -78,6 +78,7 @@ std::vector<ConvCase> conv_cases() {
       {{2, 8, 9, 9}, {8, 1, 3, 3}, params(1, 1, 1, 8), false},   // depthwise
       {{3, 3, 15, 14}, {5, 3, 5, 3}, asym, true},                // asymmetric stride/padding/dilation
       {{2, 3, 32, 32}, {16, 3, 7, 7}, params(2, 3), false},      // ResNet stem
+      {{4, 1, 28, 28}, {16, 1, 3, 3}, params(1, 1), false},      // grey-scale stem: output keeps x's format
   };
 }
 
@@ -128,7 +129,7 @@ TEST(CudaConv, HalfTypesChannelsLast) {
   Generator gen(23);
   const std::vector<ConvCase> cases = conv_cases();
   for (DType dtype : {DType::f16, DType::bf16})
-    for (size_t i : {size_t{0}, size_t{1}, size_t{3}})
+    for (size_t i : {size_t{0}, size_t{1}, size_t{3}, size_t{7}})
       run_conv_case(cases[i], dtype, MemoryFormat::channels_last, dtype == DType::f16 ? 1e-2 : 4e-2, gen);
 }
 

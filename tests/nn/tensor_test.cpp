@@ -57,6 +57,26 @@ TEST(Tensor, ChannelsLastLayout) {
   EXPECT_EQ(cl.contiguous().to_vector<float>(), t.to_vector<float>());
 }
 
+// A one-channel batch has the same memory order in both formats. Asked for channels-last it must say
+// so (its size-1 channel stride marks it, without a copy), or every convolution after a grey-scale
+// input would run in NCHW.
+TEST(Tensor, OneChannelBatchKeepsTheFormatItWasAskedFor) {
+  Tensor t = Tensor::from_vector<float>({0, 1, 2, 3, 4, 5, 6, 7}, {2, 1, 2, 2});
+  EXPECT_EQ(t.suggest_memory_format(), MemoryFormat::contiguous);
+  Tensor cl = t.contiguous(MemoryFormat::channels_last);
+  EXPECT_TRUE(cl.same_storage(t));
+  EXPECT_EQ(cl.suggest_memory_format(), MemoryFormat::channels_last);
+  EXPECT_EQ(Tensor::empty({2, 1, 2, 2}, DType::f32, Device::cpu(), MemoryFormat::channels_last).suggest_memory_format(),
+            MemoryFormat::channels_last);
+  Tensor back = cl.contiguous();
+  EXPECT_TRUE(back.same_storage(t));
+  EXPECT_EQ(back.suggest_memory_format(), MemoryFormat::contiguous);
+  EXPECT_EQ(back.to_vector<float>(), t.to_vector<float>());
+  // Shapes whose two stride sets coincide stay contiguous.
+  EXPECT_EQ(Tensor::empty({3, 1, 1, 1}, DType::f32, Device::cpu(), MemoryFormat::channels_last).suggest_memory_format(),
+            MemoryFormat::contiguous);
+}
+
 TEST(Tensor, BinaryBroadcasting) {
   Backend& k = cpu_backend();
   Tensor a = Tensor::from_vector<float>({1, 2, 3, 4, 5, 6}, {2, 3});
