@@ -26,7 +26,9 @@ TEST(ShippedConfigsBench, EveryConfigBenchesThreeSteps) {
     SCOPED_TRACE(entry.path().string());
     // The config's model and schedule as shipped; only the images shrink, to keep this CPU test quick
     // (the bench replaces the dataset by synthetic images of the config's shape).
+    // A config that asks for a GPU precision runs here in fp32, the CPU's one precision.
     std::string sets = " --set train.device=cpu --set data.eval_batch_size=64 --set data.workers=1";
+    if (load_config(entry.path().string()).train.precision != Precision::fp32) sets += " --precisions fp32";
     if (load_config(entry.path().string()).data.image_size > 32) sets += " --set data.image_size=32";
     const fs::path out = out_root / entry.path().stem();
     const RunResult r = run_trainer("bench " + entry.path().string() +
