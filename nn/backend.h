@@ -143,7 +143,8 @@ class Backend {
 
   // ---- pooling (nn/cpu/pool.cpp). max_pool2d returns {y, argmax indices as i64 into H*W}.
   virtual std::pair<Tensor, Tensor> max_pool2d(const Tensor& x, const Pool2dParams& p) = 0;
-  virtual Tensor max_pool2d_backward(const Tensor& grad_y, const Tensor& indices, const Shape& x_shape) = 0;
+  virtual Tensor max_pool2d_backward(const Tensor& grad_y, const Tensor& indices, const Shape& x_shape,
+                                     const Pool2dParams& p) = 0;
   virtual Tensor avg_pool2d(const Tensor& x, const Pool2dParams& p) = 0;
   virtual Tensor avg_pool2d_backward(const Tensor& grad_y, const Shape& x_shape, const Pool2dParams& p) = 0;
   // Mean over H and W: [N, C, H, W] -> [N, C].

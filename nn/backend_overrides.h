@@ -27,7 +27,8 @@
   Tensor conv2d_backward_weight(const Tensor& grad_y, const Tensor& x, const Shape& w_shape,                 \
                                 const Conv2dParams& p) override;                                             \
   std::pair<Tensor, Tensor> max_pool2d(const Tensor& x, const Pool2dParams& p) override;                     \
-  Tensor max_pool2d_backward(const Tensor& grad_y, const Tensor& indices, const Shape& x_shape) override;    \
+  Tensor max_pool2d_backward(const Tensor& grad_y, const Tensor& indices, const Shape& x_shape,              \
+                             const Pool2dParams& p) override;                                              \
   Tensor avg_pool2d(const Tensor& x, const Pool2dParams& p) override;                                        \
   Tensor avg_pool2d_backward(const Tensor& grad_y, const Shape& x_shape, const Pool2dParams& p) override;    \
   Tensor global_avg_pool(const Tensor& x) override;                                                          \

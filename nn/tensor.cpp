@@ -33,7 +33,8 @@ Shape contiguous_strides(const Shape& shape) {
 }
 
 Shape channels_last_strides(const Shape& shape) {
-  if (shape.size() != 4) throw std::invalid_argument("channels_last needs a 4-D shape, got " + shape_str(shape));
+  if (shape.size() != 4)
+    throw std::invalid_argument("channels_last needs a 4-D shape, got " + shape_str(shape));
   const int64_t c = std::max<int64_t>(shape[1], 1), h = std::max<int64_t>(shape[2], 1),
                 w = std::max<int64_t>(shape[3], 1);
   return {h * w * c, 1, w * c, c};
@@ -53,8 +54,13 @@ Shape broadcast_shape(const Shape& a, const Shape& b) {
 }
 
 Tensor::Tensor(std::shared_ptr<Storage> storage, Shape shape, Shape strides, int64_t offset, DType dtype)
-    : storage_(std::move(storage)), shape_(std::move(shape)), strides_(std::move(strides)), offset_(offset),
-      numel_(shape_numel(shape_)), dtype_(dtype), device_(storage_->device()) {}
+    : storage_(std::move(storage)),
+      shape_(std::move(shape)),
+      strides_(std::move(strides)),
+      offset_(offset),
+      numel_(shape_numel(shape_)),
+      dtype_(dtype),
+      device_(storage_->device()) {}
 
 Tensor Tensor::with_layout(Shape shape, Shape strides, int64_t offset) const {
   return Tensor(storage_, std::move(shape), std::move(strides), offset, dtype_);
@@ -63,8 +69,10 @@ Tensor Tensor::with_layout(Shape shape, Shape strides, int64_t offset) const {
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device, MemoryFormat format) {
   for (int64_t d : shape)
     if (d < 0) throw std::invalid_argument("negative dimension in shape " + shape_str(shape));
-  auto storage = std::make_shared<Storage>(static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype), device);
-  Shape strides = format == MemoryFormat::channels_last ? channels_last_strides(shape) : contiguous_strides(shape);
+  auto storage =
+      std::make_shared<Storage>(static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype), device);
+  Shape strides =
+      format == MemoryFormat::channels_last ? channels_last_strides(shape) : contiguous_strides(shape);
   return Tensor(std::move(storage), shape, std::move(strides), 0, dtype);
 }
 
@@ -81,11 +89,16 @@ Tensor Tensor::full(const Shape& shape, double value, DType dtype, Device device
   t.fill_(value);
   return t;
 }
-Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) { return full(shape, 0.0, dtype, device); }
-Tensor Tensor::ones(const Shape& shape, DType dtype, Device device) { return full(shape, 1.0, dtype, device); }
+Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
+  return full(shape, 0.0, dtype, device);
+}
+Tensor Tensor::ones(const Shape& shape, DType dtype, Device device) {
+  return full(shape, 1.0, dtype, device);
+}
 Tensor Tensor::scalar(double value, DType dtype, Device device) { return full({}, value, dtype, device); }
 
-template <class T> Tensor Tensor::from_vector(const std::vector<T>& values, const Shape& shape) {
+template <class T>
+Tensor Tensor::from_vector(const std::vector<T>& values, const Shape& shape) {
   if (static_cast<int64_t>(values.size()) != shape_numel(shape))
     throw std::invalid_argument("from_vector: " + std::to_string(values.size()) + " values for shape " +
                                 shape_str(shape));
@@ -113,8 +126,8 @@ int64_t Tensor::stride(int dim) const {
 
 bool Tensor::is_contiguous(MemoryFormat format) const {
   if (format == MemoryFormat::channels_last && dim() != 4) return false;
-  const Shape expected = format == MemoryFormat::channels_last ? channels_last_strides(shape_)
-                                                               : contiguous_strides(shape_);
+  const Shape expected =
+      format == MemoryFormat::channels_last ? channels_last_strides(shape_) : contiguous_strides(shape_);
   for (int i = 0; i < dim(); ++i)
     if (shape_[i] != 1 && strides_[i] != expected[i]) return false;
   return true;
@@ -128,7 +141,7 @@ MemoryFormat Tensor::suggest_memory_format() const {
   // otherwise a grey-scale batch asked for channels-last would run the whole network in NCHW.
   const Shape cl = channels_last_strides(shape_);
   return strides_ == cl && cl != contiguous_strides(shape_) ? MemoryFormat::channels_last
-                                                              : MemoryFormat::contiguous;
+                                                            : MemoryFormat::contiguous;
 }
 
 void* Tensor::raw_data() const {
@@ -136,7 +149,8 @@ void* Tensor::raw_data() const {
   return static_cast<char*>(storage_->data()) + offset_ * static_cast<int64_t>(dtype_size(dtype_));
 }
 
-template <class T> T* Tensor::data() const {
+template <class T>
+T* Tensor::data() const {
   if (dtype_ != DTypeOf<T>::value)
     throw std::invalid_argument("data<" + std::string(dtype_name(DTypeOf<T>::value)) + ">() on a " +
                                 std::string(dtype_name(dtype_)) + " tensor");
@@ -152,9 +166,10 @@ Tensor Tensor::contiguous(MemoryFormat format) const {
   // Same memory order in both formats: restride the size-1 dimensions (no copy) so the result also
   // says which format it was asked for (see suggest_memory_format).
   if (dim() == 4 && suggest_memory_format() != format)
-    return with_layout(shape_, format == MemoryFormat::channels_last ? channels_last_strides(shape_)
-                                                                     : contiguous_strides(shape_),
-                       offset_);
+    return with_layout(
+        shape_,
+        format == MemoryFormat::channels_last ? channels_last_strides(shape_) : contiguous_strides(shape_),
+        offset_);
   return *this;
 }
 
@@ -183,7 +198,9 @@ Tensor Tensor::view(const Shape& requested) const {
   return with_layout(shape, contiguous_strides(shape), offset_);
 }
 
-Tensor Tensor::reshape(const Shape& shape) const { return (is_contiguous() ? *this : contiguous()).view(shape); }
+Tensor Tensor::reshape(const Shape& shape) const {
+  return (is_contiguous() ? *this : contiguous()).view(shape);
+}
 
 Tensor Tensor::permute(const std::vector<int>& order) const {
   if (static_cast<int>(order.size()) != dim()) throw std::invalid_argument("permute: wrong number of dims");
@@ -260,7 +277,8 @@ double Tensor::item() const {
   return to(Device::cpu()).to_vector<double>()[0];
 }
 
-template <class T> std::vector<T> Tensor::to_vector() const {
+template <class T>
+std::vector<T> Tensor::to_vector() const {
   Tensor host = to(Device::cpu()).to(DTypeOf<T>::value).contiguous();
   const T* p = host.data<T>();
   return std::vector<T>(p, p + numel_);

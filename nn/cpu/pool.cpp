@@ -190,16 +190,16 @@ std::pair<Tensor, Tensor> CpuBackend::max_pool2d(const Tensor& x_in, const Pool2
 }
 
 Tensor CpuBackend::max_pool2d_backward(const Tensor& grad_y_in, const Tensor& indices_in,
-                                       const Shape& x_shape) {
-  check_4d("max_pool2d_backward", x_shape);
+                                       const Shape& x_shape, const Pool2dParams& p) {
+  const PoolGeometry g = make_geometry("max_pool2d_backward", x_shape, p);
   if (indices_in.dtype() != DType::i64)
     throw std::invalid_argument("max_pool2d_backward: indices must be i64, got " +
                                 std::string(dtype_name(indices_in.dtype())));
-  if (grad_y_in.dim() != 4 || grad_y_in.shape() != indices_in.shape() || grad_y_in.size(0) != x_shape[0] ||
-      grad_y_in.size(1) != x_shape[1])
+  if (grad_y_in.shape() != indices_in.shape() ||
+      grad_y_in.shape() != Shape{x_shape[0], x_shape[1], g.oh, g.ow})
     throw std::invalid_argument("max_pool2d_backward: grad_y " + shape_str(grad_y_in.shape()) +
                                 " and indices " + shape_str(indices_in.shape()) + " do not match input " +
-                                shape_str(x_shape));
+                                shape_str(x_shape) + " pooled with " + params_str(p));
   const Tensor dy = grad_y_in.contiguous(), indices = indices_in.contiguous();
   Tensor dx = Tensor::empty(x_shape, dy.dtype());
   const int64_t hw = x_shape[2] * x_shape[3];

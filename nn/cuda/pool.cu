@@ -1,8 +1,10 @@
 // 2-D max and average pooling and global average pooling with the CPU backend's (PyTorch's)
 // semantics. Inputs are read through their strides; outputs keep the input's memory format, so
-// channels-last activations stay channels-last. Max-pool backward scatters with atomics (the kernel
-// geometry is not passed to it); indices outside the input plane are skipped, not reported, since a
-// check would stall the stream. Avg-pool backward gathers, so its sums are deterministic.
+// channels-last activations stay channels-last. Both backwards gather (each input element sums the
+// windows that cover it), so their sums are deterministic. Max-pool indices that point outside their
+// window are ignored, not reported, since a check would stall the stream.
+#include <algorithm>
+#include <initializer_list>
 #include <type_traits>
 
 #include "nn/cuda/kernels.cuh"
@@ -95,18 +97,123 @@ __device__ __forceinline__ AvgWindow avg_window(const PoolGeometry& g, int64_t o
   return {h0, h1, w0, w1, g.count_include_pad ? padded : (h1 - h0) * (w1 - w0)};
 }
 
-// Adds each output gradient into the input element its index points at (atomics: windows may overlap).
-template <class scalar_t, class acc>
-void scatter_max_grads(int64_t n, int64_t C, int64_t H, int64_t W, int64_t OH, int64_t OW, bool cl,
-                       const scalar_t* pg, Strides4 sg, const int64_t* pi, Strides4 si, acc* pd,
-                       Strides4 sd) {
+// Each input element sums the gradients of the windows that cover it and picked it (at most
+// ceil(kh/sh) * ceil(kw/sw) windows), in a fixed order: deterministic, no zeroing pass, no atomics,
+// and the result is written in the gradient's own type.
+template <class scalar_t>
+void gather_max_grads(int64_t n, const PoolGeometry& g, bool cl, const scalar_t* pg, Strides4 sg,
+                      const int64_t* pi, Strides4 si, scalar_t* pd) {
   for_each(n, [=] __device__(int64_t i) {
-    const Nchw o = unravel(i, C, OH, OW, cl);
-    const int64_t idx = pi[o.n * si.n + o.c * si.c + o.h * si.h + o.w * si.w];
-    if (idx < 0 || idx >= H * W) return;
-    atomicAdd(pd + o.n * sd.n + o.c * sd.c + (idx / W) * sd.h + (idx % W) * sd.w,
-              static_cast<acc>(to_acc(pg[o.n * sg.n + o.c * sg.c + o.h * sg.h + o.w * sg.w])));
+    using acc = acc_t<scalar_t>;
+    const Nchw x = unravel(i, g.c, g.h, g.w, cl);
+    // Windows oh cover rows [oh * sh - ph, oh * sh - ph + kh).
+    const int64_t top = x.h + g.ph - g.kh + 1, left = x.w + g.pw - g.kw + 1;
+    const int64_t oh0 = top <= 0 ? 0 : (top + g.sh - 1) / g.sh, oh1 = min((x.h + g.ph) / g.sh, g.oh - 1);
+    const int64_t ow0 = left <= 0 ? 0 : (left + g.sw - 1) / g.sw, ow1 = min((x.w + g.pw) / g.sw, g.ow - 1);
+    const int64_t target = x.h * g.w + x.w;
+    const int64_t gi = x.n * sg.n + x.c * sg.c, ii = x.n * si.n + x.c * si.c;
+    acc sum = 0;
+    for (int64_t oh = oh0; oh <= oh1; ++oh)
+      for (int64_t ow = ow0; ow <= ow1; ++ow)
+        if (pi[ii + oh * si.h + ow * si.w] == target) sum += to_acc(pg[gi + oh * sg.h + ow * sg.w]);
+    pd[i] = store<scalar_t>(sum);
   });
+}
+
+// Channels-last max pooling with a thread per 16 bytes of one pixel's channels (8 bf16 values): the
+// index arithmetic is paid once per pack, in 32 bits within an image, and loads and stores are
+// 16 bytes wide. One element per thread with 64-bit divisions cost more than the memory traffic at
+// ResNet-50's stem (205M input elements at batch 256): 3.2 ms a step against 0.8 for the old scatter.
+// Needs dense channels-last tensors, C a multiple of the pack and 16-byte aligned buffers.
+template <class scalar_t>
+bool max_pool_vec_applies(const PoolGeometry& g, std::initializer_list<const Tensor*> tensors) {
+  if (g.c % Pack16<scalar_t>::kSize != 0 || g.h * g.w * g.c > (int64_t{1} << 30)) return false;
+  for (const Tensor* t : tensors)
+    if (!t->is_contiguous(MemoryFormat::channels_last) || !aligned16(t->raw_data())) return false;
+  return true;
+}
+
+struct VecLaunch {
+  dim3 grid;
+  static constexpr int kThreads = 256;
+};
+VecLaunch vec_launch(int64_t per_image, int64_t images) {
+  return {dim3(static_cast<unsigned>(
+                   std::min<int64_t>((per_image + VecLaunch::kThreads - 1) / VecLaunch::kThreads, 1 << 16)),
+               static_cast<unsigned>(std::min<int64_t>(images, 65535)))};
+}
+
+template <class scalar_t>
+__global__ void max_pool_cl_vec_kernel(PoolGeometry g, const scalar_t* px, scalar_t* py, int64_t* pi) {
+  using acc = acc_t<scalar_t>;
+  using Pack = Pack16<scalar_t>;
+  constexpr int V = Pack::kSize;
+  const unsigned packs = static_cast<unsigned>(g.c / V),
+                 per_image = static_cast<unsigned>(g.oh * g.ow) * packs;
+  const int H = static_cast<int>(g.h), W = static_cast<int>(g.w), OW = static_cast<int>(g.ow);
+  for (int64_t n = blockIdx.y; n < g.n; n += gridDim.y)
+    for (unsigned v = blockIdx.x * blockDim.x + threadIdx.x; v < per_image; v += gridDim.x * blockDim.x) {
+      const unsigned pixel = v / packs, c0 = (v - pixel * packs) * V;
+      const int oh = static_cast<int>(pixel) / OW, ow = static_cast<int>(pixel) - oh * OW;
+      const int h0 = max(oh * g.sh - g.ph, 0), h1 = min(oh * g.sh - g.ph + g.kh, H);
+      const int w0 = max(ow * g.sw - g.pw, 0), w1 = min(ow * g.sw - g.pw + g.kw, W);
+      acc best[V];
+      int best_i[V];
+#pragma unroll
+      for (int j = 0; j < V; ++j) best[j] = -INFINITY, best_i[j] = h0 * W + w0;
+      const scalar_t* image = px + n * g.h * g.w * g.c + c0;
+      for (int ih = h0; ih < h1; ++ih)
+        for (int iw = w0; iw < w1; ++iw) {
+          const Pack in = *reinterpret_cast<const Pack*>(image + (static_cast<int64_t>(ih) * W + iw) * g.c);
+#pragma unroll
+          for (int j = 0; j < V; ++j) {
+            const acc x = to_acc(in.v[j]);
+            if (x > best[j] || isnan(x)) best[j] = x, best_i[j] = ih * W + iw;  // NaN wins, like PyTorch
+          }
+        }
+      const int64_t out = (n * g.oh * g.ow + pixel) * g.c + c0;
+      Pack y;
+#pragma unroll
+      for (int j = 0; j < V; ++j) y.v[j] = store<scalar_t>(best[j]), pi[out + j] = best_i[j];
+      *reinterpret_cast<Pack*>(py + out) = y;
+    }
+}
+
+// Each input element sums the gradients of the windows that cover it and picked it, in a fixed order.
+template <class scalar_t>
+__global__ void max_pool_backward_cl_vec_kernel(PoolGeometry g, const scalar_t* pg, const int64_t* pi,
+                                                scalar_t* pd) {
+  using acc = acc_t<scalar_t>;
+  using Pack = Pack16<scalar_t>;
+  constexpr int V = Pack::kSize;
+  const unsigned packs = static_cast<unsigned>(g.c / V), per_image = static_cast<unsigned>(g.h * g.w) * packs;
+  const int W = static_cast<int>(g.w), OH = static_cast<int>(g.oh), OW = static_cast<int>(g.ow);
+  for (int64_t n = blockIdx.y; n < g.n; n += gridDim.y)
+    for (unsigned v = blockIdx.x * blockDim.x + threadIdx.x; v < per_image; v += gridDim.x * blockDim.x) {
+      const unsigned pixel = v / packs, c0 = (v - pixel * packs) * V;
+      const int ih = static_cast<int>(pixel) / W, iw = static_cast<int>(pixel) - ih * W;
+      // Windows oh cover rows [oh * sh - ph, oh * sh - ph + kh).
+      const int top = ih + g.ph - g.kh + 1, left = iw + g.pw - g.kw + 1;
+      const int oh0 = top <= 0 ? 0 : (top + g.sh - 1) / g.sh, oh1 = min((ih + g.ph) / g.sh, OH - 1);
+      const int ow0 = left <= 0 ? 0 : (left + g.sw - 1) / g.sw, ow1 = min((iw + g.pw) / g.sw, OW - 1);
+      const int target = static_cast<int>(pixel);
+      acc sum[V];
+#pragma unroll
+      for (int j = 0; j < V; ++j) sum[j] = 0;
+      const int64_t image = n * g.oh * g.ow * g.c + c0;
+      for (int oh = oh0; oh <= oh1; ++oh)
+        for (int ow = ow0; ow <= ow1; ++ow) {
+          const int64_t at = image + (static_cast<int64_t>(oh) * OW + ow) * g.c;
+          const Pack grad = *reinterpret_cast<const Pack*>(pg + at);
+#pragma unroll
+          for (int j = 0; j < V; ++j)
+            if (pi[at + j] == target) sum[j] += to_acc(grad.v[j]);
+        }
+      Pack dx;
+#pragma unroll
+      for (int j = 0; j < V; ++j) dx.v[j] = store<scalar_t>(sum[j]);
+      *reinterpret_cast<Pack*>(pd + (n * g.h * g.w + pixel) * g.c + c0) = dx;
+    }
 }
 
 }  // namespace
@@ -126,6 +233,12 @@ std::pair<Tensor, Tensor> CudaBackend::max_pool2d(const Tensor& x, const Pool2dP
     const scalar_t* px = static_cast<const scalar_t*>(x.raw_data());
     scalar_t* py = static_cast<scalar_t*>(y.raw_data());
     int64_t* pi = static_cast<int64_t*>(indices.raw_data());
+    if (cl && max_pool_vec_applies<scalar_t>(g, {&x, &y, &indices})) {
+      const VecLaunch l = vec_launch(g.oh * g.ow * g.c / Pack16<scalar_t>::kSize, g.n);
+      max_pool_cl_vec_kernel<<<l.grid, VecLaunch::kThreads, 0, cuda_stream()>>>(g, px, py, pi);
+      CUDA_CHECK_LAUNCH();
+      return;
+    }
     for_each(y.numel(), [=] __device__(int64_t i) {
       const Nchw o = unravel(i, g.c, g.oh, g.ow, cl);
       const int64_t h0 = max(o.h * g.sh - g.ph, int64_t{0}), h1 = min(o.h * g.sh - g.ph + g.kh, g.h);
@@ -148,41 +261,38 @@ std::pair<Tensor, Tensor> CudaBackend::max_pool2d(const Tensor& x, const Pool2dP
   return {y, indices};
 }
 
-Tensor CudaBackend::max_pool2d_backward(const Tensor& grad_y, const Tensor& indices, const Shape& x_shape) {
+Tensor CudaBackend::max_pool2d_backward(const Tensor& grad_y, const Tensor& indices, const Shape& x_shape,
+                                        const Pool2dParams& p) {
   using namespace cuda;
   check_device(grad_y, "max_pool2d_backward", "grad_y");
   check_device(indices, "max_pool2d_backward", "indices");
-  check_4d("max_pool2d_backward", x_shape);
+  const PoolGeometry g = make_geometry("max_pool2d_backward", x_shape, p);
   if (indices.dtype() != DType::i64)
     throw std::invalid_argument("max_pool2d_backward: indices must be i64, got " +
                                 std::string(dtype_name(indices.dtype())));
-  if (grad_y.dim() != 4 || grad_y.shape() != indices.shape() || grad_y.size(0) != x_shape[0] ||
-      grad_y.size(1) != x_shape[1])
+  if (grad_y.shape() != indices.shape() || grad_y.shape() != Shape{g.n, g.c, g.oh, g.ow})
     throw std::invalid_argument("max_pool2d_backward: grad_y " + shape_str(grad_y.shape()) + " and indices " +
-                                shape_str(indices.shape()) + " do not match input " + shape_str(x_shape));
+                                shape_str(indices.shape()) + " do not match input " + shape_str(x_shape) +
+                                " pooled with " + params_str(p));
   const bool cl = is_channels_last(grad_y);
-  const MemoryFormat f = cl ? MemoryFormat::channels_last : MemoryFormat::contiguous;
   const DType dtype = grad_y.dtype();
   check_floating(dtype, "max_pool2d_backward");
-  // Half types accumulate in an f32 buffer, converted at the end. Deterministic mode accumulates
-  // f32/f16/bf16 in f64: overlapping windows add a few float values into one element, and their sum
-  // in f64 is exact (whatever the order the atomics run in) unless the values span over 2^27.
-  const DType acc_dtype = dtype == DType::f64 || cuda_deterministic() ? DType::f64 : DType::f32;
-  Tensor acc_buf = empty(x_shape, acc_dtype, f);
-  acc_buf.zero_();
-  const Strides4 sg = strides4(grad_y), si = strides4(indices), sd = strides4(acc_buf);
-  const int64_t C = x_shape[1], H = x_shape[2], W = x_shape[3], OH = grad_y.size(2), OW = grad_y.size(3);
+  Tensor dx = empty(x_shape, dtype, cl ? MemoryFormat::channels_last : MemoryFormat::contiguous);
+  const Strides4 sg = strides4(grad_y), si = strides4(indices);
   CUDA_DISPATCH_FLOAT(dtype, "max_pool2d_backward", [&] {
-    const scalar_t* pg = static_cast<const scalar_t*>(grad_y.raw_data());
-    const int64_t* pi = static_cast<const int64_t*>(indices.raw_data());
-    if (acc_dtype == DType::f64)
-      scatter_max_grads(grad_y.numel(), C, H, W, OH, OW, cl, pg, sg, pi, si,
-                        static_cast<double*>(acc_buf.raw_data()), sd);
-    else
-      scatter_max_grads(grad_y.numel(), C, H, W, OH, OW, cl, pg, sg, pi, si,
-                        static_cast<float*>(acc_buf.raw_data()), sd);
+    if (cl && max_pool_vec_applies<scalar_t>(g, {&grad_y, &indices, &dx})) {
+      const VecLaunch l = vec_launch(g.h * g.w * g.c / Pack16<scalar_t>::kSize, g.n);
+      max_pool_backward_cl_vec_kernel<<<l.grid, VecLaunch::kThreads, 0, cuda_stream()>>>(
+          g, static_cast<const scalar_t*>(grad_y.raw_data()), static_cast<const int64_t*>(indices.raw_data()),
+          static_cast<scalar_t*>(dx.raw_data()));
+      CUDA_CHECK_LAUNCH();
+      return;
+    }
+    gather_max_grads(dx.numel(), g, cl, static_cast<const scalar_t*>(grad_y.raw_data()), sg,
+                     static_cast<const int64_t*>(indices.raw_data()), si,
+                     static_cast<scalar_t*>(dx.raw_data()));
   });
-  return acc_dtype == dtype ? acc_buf : acc_buf.to(dtype);
+  return dx;
 }
 
 Tensor CudaBackend::avg_pool2d(const Tensor& x, const Pool2dParams& p) {

@@ -26,8 +26,7 @@ Variable permute(const Variable& a, const std::vector<int>& order) {
 Variable contiguous(const Variable& a, MemoryFormat format) {
   Tensor out = a.data().contiguous(format);  // may only restride size-1 dimensions (no copy)
   if (out.same_storage(a.data()) && out.strides() == a.data().strides()) return a;
-  return record_op("contiguous", out, {a},
-                   [](const Tensor& g) -> std::vector<Tensor> { return {g}; });
+  return record_op("contiguous", out, {a}, [](const Tensor& g) -> std::vector<Tensor> { return {g}; });
 }
 
 Variable to_dtype(const Variable& a, DType dtype, std::optional<MemoryFormat> format) {

@@ -65,8 +65,8 @@ TEST(Deterministic, MaxPoolBackwardMatchesTheCpuWithOverlappingWindows) {
   const auto [y, idx] = cpu().max_pool2d(x, p);
   const Tensor g = random(y.shape(), gen);
   const auto [yg, idxg] = dev().max_pool2d(on_gpu(x), p);
-  expect_close(cpu().max_pool2d_backward(g, idx, x.shape()),
-               dev().max_pool2d_backward(on_gpu(g), idxg, x.shape()), 1e-6, 1e-7,
+  expect_close(cpu().max_pool2d_backward(g, idx, x.shape(), p),
+               dev().max_pool2d_backward(on_gpu(g), idxg, x.shape(), p), 1e-6, 1e-7,
                "max_pool2d_backward, deterministic");
   cuda_set_deterministic(false);
 }

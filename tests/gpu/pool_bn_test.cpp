@@ -35,8 +35,8 @@ TEST(CudaPool, MaxPoolAndBackward) {
         expect_equal(y, yg, "max_pool2d");
         expect_equal(idx, idxg, "max_pool2d indices");
         const Tensor dy = random(y.shape(), gen, dtype);
-        const Tensor dx = dev().max_pool2d_backward(on_gpu(dy, f), idxg, x.shape());
-        expect_close(cpu().max_pool2d_backward(dy, idx, x.shape()), dx, 1e-6, 1e-7, "max_pool2d_backward");
+        const Tensor dx = dev().max_pool2d_backward(on_gpu(dy, f), idxg, x.shape(), p);
+        expect_close(cpu().max_pool2d_backward(dy, idx, x.shape(), p), dx, 1e-6, 1e-7, "max_pool2d_backward");
       }
   // NaN wins the window (the last NaN, as on the CPU).
   Tensor x = Tensor::zeros({1, 1, 2, 2});
@@ -45,6 +45,32 @@ TEST(CudaPool, MaxPoolAndBackward) {
   EXPECT_TRUE(std::isnan(y.item()));
   EXPECT_EQ(idx.item(), cpu().max_pool2d(x, pool(2, 2)).second.item());
   EXPECT_EQ(idx.item(), 3.0);
+}
+
+// Channels-last tensors whose channels fill 16-byte packs take the vectorised kernels (a thread per
+// pack of one pixel); half types against the CPU on the same values in f32.
+TEST(CudaPool, MaxPoolChannelsLastPacksMatchTheCpu) {
+  REQUIRE_GPU();
+  Generator gen(32);
+  const std::vector<Pool2dParams> cases = {pool(3, 2, 1), pool(2, 2), pool(3, 3, 1, true), pool(2, 1)};
+  for (DType dtype : {DType::f32, DType::bf16, DType::f16})
+    for (const Pool2dParams& p : cases) {
+      const std::string what = std::string(dtype_name(dtype)) + " kernel " + std::to_string(p.kernel_h) +
+                               " stride " + std::to_string(p.stride_h);
+      const Tensor x = random({3, 16, 13, 12}, gen, dtype);
+      const auto [y, idx] = cpu().max_pool2d(as_f32(x), p);
+      const auto [yg, idxg] = dev().max_pool2d(on_gpu(x, MemoryFormat::channels_last), p);
+      EXPECT_TRUE(yg.is_contiguous(MemoryFormat::channels_last)) << what;
+      expect_equal(y, as_f32(yg), what + " max_pool2d");
+      expect_equal(idx, idxg, what + " max_pool2d indices");
+      const Tensor dy = random(y.shape(), gen, dtype);
+      const Tensor dx =
+          dev().max_pool2d_backward(on_gpu(dy, MemoryFormat::channels_last), idxg, x.shape(), p);
+      EXPECT_TRUE(dx.is_contiguous(MemoryFormat::channels_last)) << what;
+      const double tol = dtype == DType::f32 ? 1e-6 : 1e-2;
+      expect_close(cpu().max_pool2d_backward(as_f32(dy), idx, x.shape(), p), as_f32(dx), tol, tol,
+                   what + " max_pool2d_backward");
+    }
 }
 
 TEST(CudaPool, AvgPoolGlobalPoolAndBackward) {

@@ -75,7 +75,7 @@ TEST(MaxPool, BackwardRoutesToArgmax) {
   Backend& k = cpu_backend();
   auto [y, idx] = k.max_pool2d(arange_plane(4, 4), pool_params(2, 2, 0));
   const Tensor g = Tensor::from_vector(std::vector<double>{1, 2, 3, 4}, {1, 1, 2, 2});
-  expect_values(k.max_pool2d_backward(g, idx, {1, 1, 4, 4}), {1, 1, 4, 4},
+  expect_values(k.max_pool2d_backward(g, idx, {1, 1, 4, 4}, pool_params(2, 2, 0)), {1, 1, 4, 4},
                 {0, 0, 0, 0, 0, 1, 0, 2, 0, 0, 0, 0, 0, 3, 0, 4});
 }
 

@@ -1,8 +1,10 @@
+#include "nn/tensor.h"
+
 #include <gtest/gtest.h>
+
 #include <cmath>
 
 #include "nn/backend.h"
-#include "nn/tensor.h"
 
 namespace trainer {
 namespace {
@@ -19,7 +21,8 @@ TEST(Tensor, FactoriesShapesAndStrides) {
 TEST(Tensor, DtypeSizesAndConversions) {
   EXPECT_EQ(dtype_size(DType::bf16), 2u);
   EXPECT_EQ(dtype_size(DType::i64), 8u);
-  for (float v : {0.0f, 1.0f, -2.5f, 65504.0f, 6.1035156e-05f, 5.9604645e-08f}) EXPECT_EQ(half_to_float(float_to_half(v)), v);
+  for (float v : {0.0f, 1.0f, -2.5f, 65504.0f, 6.1035156e-05f, 5.9604645e-08f})
+    EXPECT_EQ(half_to_float(float_to_half(v)), v);
   EXPECT_EQ(float_to_half(1e6f), 0x7c00);  // overflow to inf
   EXPECT_EQ(bfloat16_to_float(float_to_bfloat16(1.0f)), 1.0f);
   EXPECT_EQ(float_to_bfloat16(1.00390625f), 0x3f80);  // ties round to even
@@ -66,14 +69,16 @@ TEST(Tensor, OneChannelBatchKeepsTheFormatItWasAskedFor) {
   Tensor cl = t.contiguous(MemoryFormat::channels_last);
   EXPECT_TRUE(cl.same_storage(t));
   EXPECT_EQ(cl.suggest_memory_format(), MemoryFormat::channels_last);
-  EXPECT_EQ(Tensor::empty({2, 1, 2, 2}, DType::f32, Device::cpu(), MemoryFormat::channels_last).suggest_memory_format(),
+  EXPECT_EQ(Tensor::empty({2, 1, 2, 2}, DType::f32, Device::cpu(), MemoryFormat::channels_last)
+                .suggest_memory_format(),
             MemoryFormat::channels_last);
   Tensor back = cl.contiguous();
   EXPECT_TRUE(back.same_storage(t));
   EXPECT_EQ(back.suggest_memory_format(), MemoryFormat::contiguous);
   EXPECT_EQ(back.to_vector<float>(), t.to_vector<float>());
   // Shapes whose two stride sets coincide stay contiguous.
-  EXPECT_EQ(Tensor::empty({3, 1, 1, 1}, DType::f32, Device::cpu(), MemoryFormat::channels_last).suggest_memory_format(),
+  EXPECT_EQ(Tensor::empty({3, 1, 1, 1}, DType::f32, Device::cpu(), MemoryFormat::channels_last)
+                .suggest_memory_format(),
             MemoryFormat::contiguous);
 }
 
