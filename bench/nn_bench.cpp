@@ -5,6 +5,8 @@
 //   ... --device cuda --graph 1     times replays of one step captured as a CUDA graph
 //   ... --device cuda --fusion 1    BatchNorm statistics in the convolutions' epilogues where faster
 //                                   (train.cudnn_fusion; the device column then says "+fusion")
+//   ... --device cuda --cudnn-bn-forward 1  also BatchNorm's forward through cuDNN where it times
+//                                   faster (off in the trainer: see nn/cuda/cudnn_batch_norm.h)
 //   ... --device cuda --cudnn-bn 0  BatchNorm's backward through our kernels instead of cuDNN's
 //                                   (train.cudnn_batchnorm, on by default as in the trainer; where it
 //                                   applies, bf16/fp16 on a GPU, the device column says "+cudnn-bn")
@@ -195,11 +197,12 @@ struct Point {
   std::string device = "cpu";
   Precision math = Precision::fp32;  // autocast for bf16/fp16; fp16 with the loss scaler
   bool channels_last = false;
-  std::string stem = "cifar";  // cifar | imagenet (torchvision's 7x7 stride-2 stem and max-pool)
-  int trace_steps = 0;         // CUDA only: steps traced with CUPTI after the timed ones
-  bool graph = false;          // CUDA only: capture one step as a CUDA graph and time its replays
-  bool fusion = false;         // CUDA only: train.cudnn_fusion (nn/cuda/conv_stats_fusion.h)
-  bool cudnn_bn = true;        // CUDA only: train.cudnn_batchnorm (nn/cuda/cudnn_batch_norm.h)
+  std::string stem = "cifar";     // cifar | imagenet (torchvision's 7x7 stride-2 stem and max-pool)
+  int trace_steps = 0;            // CUDA only: steps traced with CUPTI after the timed ones
+  bool graph = false;             // CUDA only: capture one step as a CUDA graph and time its replays
+  bool fusion = false;            // CUDA only: train.cudnn_fusion (nn/cuda/conv_stats_fusion.h)
+  bool cudnn_bn = true;           // CUDA only: train.cudnn_batchnorm (nn/cuda/cudnn_batch_norm.h)
+  bool cudnn_bn_forward = false;  // CUDA only: its forward too, where faster (not in the trainer yet)
 };
 
 // Whether cuDNN's batch norm runs in this point's backward (the backend takes it for half inputs only).
@@ -233,6 +236,7 @@ Device bench_device(const Point& p) {
     cuda_set_allow_tf32(precision_policy_for(p.math).allow_tf32);
     cuda::set_conv_stats_fusion(p.fusion ? cuda::ConvStatsFusion::where_faster : cuda::ConvStatsFusion::off);
     cuda::set_cudnn_batch_norm(p.cudnn_bn);
+    cuda::set_cudnn_batch_norm_forward(p.cudnn_bn_forward);
     device = Device::cuda(0);
   }
 #endif
@@ -373,6 +377,8 @@ int main(int argc, char** argv) {
       custom.fusion = std::atoi(v) != 0;
     else if (k == "--cudnn-bn")
       custom.cudnn_bn = std::atoi(v) != 0;
+    else if (k == "--cudnn-bn-forward")
+      custom.cudnn_bn_forward = std::atoi(v) != 0;
     else if (k == "--trace")
       custom.trace_steps = std::atoi(v);
     else {

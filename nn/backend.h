@@ -52,6 +52,11 @@ struct BnGrads {
   Tensor grad_x, grad_gamma, grad_beta;
 };
 
+// bn_forward_fused's result: the output and the statistics bn_train_stats would have returned.
+struct BnForward {
+  Tensor y, mean, invstd;
+};
+
 // device_scalars (CUDA only, for captured steps; see Optimizer::use_device_scalars): where the
 // kernel reads the values that change from step to step instead of taking them as arguments.
 struct SgdParams {
@@ -189,6 +194,18 @@ class Backend {
                                                    const Tensor& invstd, const Tensor& gamma,
                                                    const Tensor& beta, const Tensor& relu_out, double eps) {
     (void)grad_y, (void)x, (void)mean, (void)invstd, (void)gamma, (void)beta, (void)relu_out, (void)eps;
+    return std::nullopt;
+  }
+
+  // A training batch norm's forward in one call (bn_train_stats + bn_apply with the running
+  // statistics updated as there), where the backend has a faster kernel for this input; nullopt
+  // otherwise, and the caller runs those two. CUDA: cuDNN's NHWC batch norm under
+  // train.cudnn_batchnorm, for the shapes where it timed faster than ours.
+  virtual std::optional<BnForward> bn_forward_fused(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                                    Tensor& running_mean, Tensor& running_var,
+                                                    double momentum, double eps, const BnEpilogue& epilogue) {
+    (void)x, (void)gamma, (void)beta, (void)running_mean, (void)running_var, (void)momentum, (void)eps,
+        (void)epilogue;
     return std::nullopt;
   }
 

@@ -69,6 +69,9 @@ class CudaBackend final : public Backend {
   std::optional<BnGrads> bn_backward_fused(const Tensor& grad_y, const Tensor& x, const Tensor& mean,
                                            const Tensor& invstd, const Tensor& gamma, const Tensor& beta,
                                            const Tensor& relu_out, double eps) override;
+  std::optional<BnForward> bn_forward_fused(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                            Tensor& running_mean, Tensor& running_var, double momentum,
+                                            double eps, const BnEpilogue& epilogue) override;
 };
 
 }  // namespace trainer

@@ -138,16 +138,20 @@ Variable batch_norm(const Variable& x, const Variable& weight, const Variable& b
     throw std::invalid_argument(
         "batch_norm: expected more than 1 value per channel when training, got input " +
         shape_str(x.shape()));
-  const BnStats stats = batch_stats
-                            ? batch_statistics(xd, running_mean, running_var, training, momentum, eps, count)
-                            : running_statistics(xd, running_mean, running_var, eps);
-
   const bool has_residual = residual.defined();
   if (has_residual && residual.shape() != x.shape())
     throw std::invalid_argument("batch_norm: residual has shape " + shape_str(residual.shape()) +
                                 ", input has " + shape_str(x.shape()));
-  Tensor y = backend_for(xd).bn_apply(xd, stats.mean, stats.invstd, wd, bd,
-                                      BnEpilogue{has_residual ? residual.data() : Tensor(), relu});
+  const BnEpilogue epilogue{has_residual ? residual.data() : Tensor(), relu};
+  // One call where the backend has a faster forward for this input (train.cudnn_batchnorm).
+  std::optional<BnForward> fused;
+  if (training && running_mean.defined() && wd.defined() && bd.defined())
+    fused = backend_for(xd).bn_forward_fused(xd, wd, bd, running_mean, running_var, momentum, eps, epilogue);
+  const BnStats stats =
+      fused ? BnStats{fused->mean, fused->invstd}
+            : (batch_stats ? batch_statistics(xd, running_mean, running_var, training, momentum, eps, count)
+                           : running_statistics(xd, running_mean, running_var, eps));
+  Tensor y = fused ? fused->y : backend_for(xd).bn_apply(xd, stats.mean, stats.invstd, wd, bd, epilogue);
   std::vector<Variable> inputs{x};
   if (wd.defined()) inputs.push_back(weight);
   if (bd.defined()) inputs.push_back(bias);

@@ -1,4 +1,5 @@
-// train.cudnn_batchnorm (nn/cuda/cudnn_batch_norm.h): cuDNN's batch-norm backward after our forward
+// train.cudnn_batchnorm (nn/cuda/cudnn_batch_norm.h): cuDNN's batch-norm forward (opt-in) gives our
+// outputs and statistics; its backward after our forward
 // gives our kernels' gradients within half-precision rounding, with and without the fused ReLU; it
 // is declined when off, under train.deterministic and for inputs it does not cover; resnet18 training
 // steps with it follow the steps without it, and replaying them from a CUDA graph gives the eager
@@ -9,8 +10,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <cmath>
+#include <cstdio>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -47,6 +49,56 @@ BnCase bn_case(DType dtype, const Shape& shape, bool relu, Generator& gen,
   std::tie(c.mean, c.invstd) = dev().bn_train_stats(c.x, 1e-5, 0.1, rm, rv);
   c.y = dev().bn_apply(c.x, c.mean, c.invstd, c.gamma, c.beta, {Tensor(), relu});
   return c;
+}
+
+// The forward through cuDNN (forced on every shape) gives our statistics, running statistics and
+// output, for the plain, ReLU and residual-add + ReLU epilogues; a residual without a ReLU is declined.
+TEST(CudnnBatchNorm, ForwardGivesOurKernelsOutputAndStatistics) {
+  REQUIRE_GPU();
+  cuda_set_deterministic(false);
+  const CudnnBatchNormMode on;
+  struct ForceForward {  // off again however the test ends
+    ForceForward() { cuda::force_cudnn_batch_norm_forward(true); }
+    ~ForceForward() { cuda::force_cudnn_batch_norm_forward(false); }
+  } force;
+  Generator gen(40);
+  const int64_t calls = cuda::cudnn_batch_norm_forward_calls();
+  int expected = 0;
+  for (DType dtype : {DType::bf16, DType::f16})
+    for (const Shape& shape : {Shape{32, 64, 8, 8}, Shape{16, 128, 4, 4}})
+      for (int epilogue = 0; epilogue < 3; ++epilogue) {
+        const bool relu = epilogue > 0, residual = epilogue == 2;
+        const std::string what =
+            std::string(dtype_name(dtype)) + " " + shape_str(shape) + " epilogue " + std::to_string(epilogue);
+        const int64_t C = shape[1];
+        const Tensor x =
+            on_gpu(random(shape, gen, DType::f32, -2.0, 3.0).to(dtype), MemoryFormat::channels_last);
+        const Tensor z =
+            residual ? on_gpu(random(shape, gen).to(dtype), MemoryFormat::channels_last) : Tensor();
+        const Tensor gamma = random({C}, gen, DType::f32, 0.5, 1.5).to(gpu());
+        const Tensor beta = random({C}, gen, DType::f32, -0.5, 0.5).to(gpu());
+        const Tensor rm0 = random({C}, gen, DType::f32, -0.5, 0.5).to(gpu());
+        const Tensor rv0 = random({C}, gen, DType::f32, 0.5, 1.5).to(gpu());
+        Tensor rm_cudnn = rm0.clone(), rv_cudnn = rv0.clone(), rm_ours = rm0.clone(), rv_ours = rv0.clone();
+        const std::optional<BnForward> f =
+            dev().bn_forward_fused(x, gamma, beta, rm_cudnn, rv_cudnn, 0.1, 1e-5, {z, relu});
+        ASSERT_TRUE(f.has_value()) << what;
+        ++expected;
+        const auto [mean, invstd] = dev().bn_train_stats(x, 1e-5, 0.1, rm_ours, rv_ours);
+        const Tensor y = dev().bn_apply(x, mean, invstd, gamma, beta, {z, relu});
+        expect_close(mean, f->mean, 1e-5, 1e-5, what + " mean");
+        expect_close(invstd, f->invstd, 1e-4, 1e-5, what + " invstd");
+        expect_close(rm_ours, rm_cudnn, 1e-5, 1e-5, what + " running mean");
+        expect_close(rv_ours, rv_cudnn, 1e-4, 1e-5, what + " running var (unbiased)");
+        EXPECT_TRUE(f->y.is_contiguous(MemoryFormat::channels_last)) << what;
+        expect_close(as_f32(y), as_f32(f->y), 1e-2, 1e-2, what + " y");
+      }
+  EXPECT_EQ(cuda::cudnn_batch_norm_forward_calls() - calls, expected);
+  // cuDNN adds a residual only before its ReLU.
+  const Tensor x = on_gpu(random({8, 64, 4, 4}, gen).to(DType::bf16), MemoryFormat::channels_last);
+  Tensor rm = Tensor::zeros({64}, DType::f32, gpu()), rv = Tensor::ones({64}, DType::f32, gpu());
+  const Tensor g = Tensor::ones({64}, DType::f32, gpu()), b = Tensor::zeros({64}, DType::f32, gpu());
+  EXPECT_FALSE(dev().bn_forward_fused(x, g, b, rm, rv, 0.1, 1e-5, {x, false}).has_value());
 }
 
 TEST(CudnnBatchNorm, BackwardGivesOurKernelsGradients) {

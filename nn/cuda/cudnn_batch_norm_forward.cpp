@@ -1,0 +1,183 @@
+// cuDNN's batch-norm forward (opt-in, see cudnn_batch_norm.h for why it is off): a training batch norm
+// (statistics, running statistics, apply with the fused ReLU or residual add + ReLU) through
+// cudnnBatchNormalizationForwardTrainingEx's NHWC persistent kernels: one kernel where ours are three
+// (statistics, their finish, apply). It pays at small batches, where each of our launches is short: at batch
+// 128 cuDNN is 10-50% faster on every resnet18-cifar shape, while at batch 512 ours is faster for the
+// residual tails of the first stages (bench/cudnn_bn_probe, bench/PERF_NOTES.md v13). So each shape is timed
+// against ours at its first eager call, on scratch running statistics, and the faster is kept. A shape first
+// met inside a CUDA graph capture (where nothing can be timed) runs ours.
+//
+// The saved statistics are cuDNN's resultSaveMean / resultSaveInvVariance: the batch mean and
+// 1 / sqrt(biased var + eps), what bn_train_stats returns, so either backward can follow either
+// forward. cuDNN moves the running variance with the unbiased batch variance, as PyTorch does.
+#include <atomic>
+#include <cstdio>
+#include <limits>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <tuple>
+
+#include "nn/cuda/conv_timing.h"
+#include "nn/cuda/cuda_backend.h"
+#include "nn/cuda/cuda_common.h"
+#include "nn/cuda/cudnn_batch_norm.h"
+
+namespace trainer {
+namespace cuda {
+namespace {
+
+constexpr cudnnBatchNormMode_t kMode = CUDNN_BATCHNORM_SPATIAL_PERSISTENT;
+
+enum class Choice { untimed, ours, cudnn };
+
+std::atomic<bool> g_on{false}, g_forced{false};
+std::atomic<int64_t> g_calls{0};
+
+// One input shape and epilogue: descriptors, workspace and reserve sizes, and which forward won.
+struct ForwardPlan {
+  cudnnTensorDescriptor_t x = nullptr, bn = nullptr;
+  cudnnActivationDescriptor_t relu = nullptr;
+  cudnnBatchNormOps_t ops = CUDNN_BATCHNORM_OPS_BN;
+  size_t workspace = 0, reserve = 0;
+  bool supported = false;
+  Choice choice = Choice::untimed;
+  ForwardPlan() = default;
+  ForwardPlan(const ForwardPlan&) = delete;
+  ForwardPlan& operator=(const ForwardPlan&) = delete;
+  ~ForwardPlan() {
+    if (relu) cudnnDestroyActivationDescriptor(relu);
+    if (bn) cudnnDestroyTensorDescriptor(bn);
+    if (x) cudnnDestroyTensorDescriptor(x);
+  }
+};
+
+// N, C, H, W, dtype, relu, residual
+using PlanKey = std::tuple<int64_t, int64_t, int64_t, int64_t, DType, bool, bool>;
+
+void build(ForwardPlan& p, const Tensor& x, bool relu, bool residual) {
+  const cudnnHandle_t h = cuda_context().cudnn;
+  const cudnnDataType_t type = x.dtype() == DType::bf16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF;
+  p.ops = residual ? CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION
+                   : (relu ? CUDNN_BATCHNORM_OPS_BN_ACTIVATION : CUDNN_BATCHNORM_OPS_BN);
+  cudnnStatus_t st = cudnnCreateTensorDescriptor(&p.x);
+  if (st == CUDNN_STATUS_SUCCESS) st = cudnnCreateTensorDescriptor(&p.bn);
+  if (st == CUDNN_STATUS_SUCCESS) st = cudnnCreateActivationDescriptor(&p.relu);
+  if (st == CUDNN_STATUS_SUCCESS)
+    st = cudnnSetTensor4dDescriptor(p.x, CUDNN_TENSOR_NHWC, type, static_cast<int>(x.size(0)),
+                                    static_cast<int>(x.size(1)), static_cast<int>(x.size(2)),
+                                    static_cast<int>(x.size(3)));
+  if (st == CUDNN_STATUS_SUCCESS) st = cudnnDeriveBNTensorDescriptor(p.bn, p.x, kMode);
+  if (st == CUDNN_STATUS_SUCCESS)
+    st = cudnnSetActivationDescriptor(p.relu, CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN, 0.0);
+  cudnnActivationDescriptor_t act = relu ? p.relu : nullptr;
+  if (st == CUDNN_STATUS_SUCCESS)
+    st = cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(
+        h, kMode, p.ops, p.x, residual ? p.x : nullptr, p.x, p.bn, act, &p.workspace);
+  if (st == CUDNN_STATUS_SUCCESS)
+    st = cudnnGetBatchNormalizationTrainingExReserveSpaceSize(h, kMode, p.ops, act, p.x, &p.reserve);
+  p.supported = st == CUDNN_STATUS_SUCCESS;
+}
+
+ForwardPlan& plan_for(const Tensor& x, bool relu, bool residual) {
+  static std::mutex mutex;
+  static auto* plans = new std::map<PlanKey, std::unique_ptr<ForwardPlan>>();  // leaked: kept to exit
+  const PlanKey key{x.size(0), x.size(1), x.size(2), x.size(3), x.dtype(), relu, residual};
+  std::lock_guard<std::mutex> lock(mutex);
+  std::unique_ptr<ForwardPlan>& p = (*plans)[key];
+  if (!p) {
+    p = std::make_unique<ForwardPlan>();
+    build(*p, x, relu, residual);
+  }
+  return *p;
+}
+
+bool channel_f32(const Tensor& t, int64_t C) {
+  return t.defined() && t.dtype() == DType::f32 && t.dim() == 1 && t.size(0) == C && t.is_contiguous() &&
+         t.device() == current_device();
+}
+
+bool capturing() {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  CUDA_CHECK(cudaStreamIsCapturing(cuda_stream(), &status));
+  return status != cudaStreamCaptureStatusNone;
+}
+
+}  // namespace
+
+void set_cudnn_batch_norm_forward(bool on) { g_on = on; }
+void force_cudnn_batch_norm_forward(bool on) { g_forced = on; }
+int64_t cudnn_batch_norm_forward_calls() { return g_calls; }
+
+}  // namespace cuda
+
+std::optional<BnForward> CudaBackend::bn_forward_fused(const Tensor& x, const Tensor& gamma,
+                                                       const Tensor& beta, Tensor& running_mean,
+                                                       Tensor& running_var, double momentum, double eps,
+                                                       const BnEpilogue& epilogue) {
+  using namespace cuda;
+  if (!cudnn_batch_norm_enabled() || !(g_on || g_forced) || cuda_deterministic()) return std::nullopt;
+  const MemoryFormat cl = MemoryFormat::channels_last;
+  if (x.dim() != 4 || (x.dtype() != DType::bf16 && x.dtype() != DType::f16) || !x.is_contiguous(cl) ||
+      x.device() != current_device() || eps < CUDNN_BN_MIN_EPSILON)
+    return std::nullopt;
+  const int64_t C = x.size(1);
+  if (!channel_f32(gamma, C) || !channel_f32(beta, C) || !channel_f32(running_mean, C) ||
+      !channel_f32(running_var, C))
+    return std::nullopt;
+  const Tensor& z = epilogue.residual;
+  const bool residual = z.defined();
+  // cuDNN adds the residual only before its ReLU.
+  if (residual &&
+      (!epilogue.relu || z.shape() != x.shape() || z.dtype() != x.dtype() || !z.is_contiguous(cl)))
+    return std::nullopt;
+  // PyTorch's limits for cuDNN's batch norm in training (int32 counts, N at most 880801).
+  if (x.numel() >= std::numeric_limits<int32_t>::max() || x.size(0) > 880801) return std::nullopt;
+  ForwardPlan& p = plan_for(x, epilogue.relu, residual);
+  if (!p.supported || (p.choice == Choice::ours && !g_forced)) return std::nullopt;
+
+  auto run_cudnn = [&](Tensor& y, Tensor& mean, Tensor& invstd, Tensor& rm, Tensor& rv) {
+    y = Tensor::empty(x.shape(), x.dtype(), x.device(), cl);
+    mean = Tensor::empty({C}, DType::f32, x.device());
+    invstd = Tensor::empty({C}, DType::f32, x.device());
+    const Tensor workspace =
+        Tensor::empty({static_cast<int64_t>(std::max<size_t>(p.workspace, 16))}, DType::u8, x.device());
+    const Tensor reserve =
+        Tensor::empty({static_cast<int64_t>(std::max<size_t>(p.reserve, 16))}, DType::u8, x.device());
+    const float one = 1.0f, zero = 0.0f;
+    return cudnnBatchNormalizationForwardTrainingEx(
+               cuda_context().cudnn, kMode, p.ops, &one, &zero, p.x, x.raw_data(), residual ? p.x : nullptr,
+               residual ? z.raw_data() : nullptr, p.x, y.raw_data(), p.bn, gamma.raw_data(), beta.raw_data(),
+               momentum, rm.raw_data(), rv.raw_data(), eps, mean.raw_data(), invstd.raw_data(),
+               epilogue.relu ? p.relu : nullptr, workspace.raw_data(), static_cast<size_t>(workspace.numel()),
+               reserve.raw_data(), static_cast<size_t>(reserve.numel())) == CUDNN_STATUS_SUCCESS;
+  };
+
+  if (p.choice == Choice::untimed && !g_forced) {
+    if (capturing()) return std::nullopt;  // timed at an eager call, if one comes
+    // Both forwards on scratch running statistics, so timing moves nothing the run keeps.
+    Tensor rm = running_mean.clone(), rv = running_var.clone(), y, mean, invstd;
+    const float cudnn_ms = cudnn_conv::time_calls([&] { return run_cudnn(y, mean, invstd, rm, rv); });
+    const float ours_ms = cudnn_conv::time_calls([&] {
+      auto [m, s] = bn_train_stats(x, eps, momentum, rm, rv);
+      y = bn_apply(x, m, s, gamma, beta, epilogue);
+      return true;
+    });
+    p.choice = cudnn_ms < ours_ms ? Choice::cudnn : Choice::ours;
+    if (p.choice == Choice::ours) return std::nullopt;
+  }
+  BnForward out;
+  if (!run_cudnn(out.y, out.mean, out.invstd, running_mean, running_var)) {
+    // Nothing has read the outputs: ours can still run this call, unless a capture is recording it.
+    if (capturing()) throw std::runtime_error("cuDNN batch norm forward failed inside a CUDA graph capture");
+    p.choice = Choice::ours;
+    std::fprintf(stderr, "trainer: cuDNN batch norm forward declines %s %s; our kernels run it\n",
+                 std::string(dtype_name(x.dtype())).c_str(), shape_str(x.shape()).c_str());
+    return std::nullopt;
+  }
+  ++g_calls;
+  return out;
+}
+
+}  // namespace trainer
