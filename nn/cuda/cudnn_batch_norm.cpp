@@ -13,6 +13,7 @@
 
 #include "nn/cuda/cuda_backend.h"
 #include "nn/cuda/cuda_common.h"
+#include "nn/cuda/cudnn_bn_descriptors.h"
 
 namespace trainer {
 namespace cuda {
@@ -21,23 +22,14 @@ namespace {
 std::atomic<bool> g_on{false};
 std::atomic<int64_t> g_calls{0};
 
-constexpr cudnnBatchNormMode_t kMode = CUDNN_BATCHNORM_SPATIAL_PERSISTENT;
+constexpr cudnnBatchNormMode_t kMode = kBnMode;
 
 // What one input shape needs from cuDNN, made at its first call and kept: the descriptors, the
 // workspace size, or that cuDNN declined the shape (then the caller's kernels run it from then on).
 struct ShapePlan {
-  cudnnTensorDescriptor_t x = nullptr, bn = nullptr;
-  cudnnActivationDescriptor_t relu = nullptr;
+  BnDescriptors d;
   size_t workspace = 0;
   std::atomic<bool> supported{false};  // false from the first failed call on
-  ShapePlan() = default;
-  ShapePlan(const ShapePlan&) = delete;
-  ShapePlan& operator=(const ShapePlan&) = delete;
-  ~ShapePlan() {
-    if (relu) cudnnDestroyActivationDescriptor(relu);
-    if (bn) cudnnDestroyTensorDescriptor(bn);
-    if (x) cudnnDestroyTensorDescriptor(x);
-  }
 };
 
 using PlanKey = std::tuple<int64_t, int64_t, int64_t, int64_t, DType, bool>;  // N, C, H, W, dtype, relu
@@ -55,25 +47,15 @@ void decline(const Tensor& x, const std::string& why) {
 // must also want no reserve space: that would hold what cuDNN's own forward writes, and ours does not.
 void build(ShapePlan& p, const Tensor& x, bool relu) {
   const cudnnHandle_t h = cuda_context().cudnn;
-  const cudnnDataType_t type = x.dtype() == DType::bf16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF;
-  cudnnStatus_t st = cudnnCreateTensorDescriptor(&p.x);
-  if (st == CUDNN_STATUS_SUCCESS) st = cudnnCreateTensorDescriptor(&p.bn);
-  if (st == CUDNN_STATUS_SUCCESS) st = cudnnCreateActivationDescriptor(&p.relu);
+  cudnnStatus_t st = p.d.create(x);
   if (st == CUDNN_STATUS_SUCCESS)
-    st = cudnnSetTensor4dDescriptor(p.x, CUDNN_TENSOR_NHWC, type, static_cast<int>(x.size(0)),
-                                    static_cast<int>(x.size(1)), static_cast<int>(x.size(2)),
-                                    static_cast<int>(x.size(3)));
-  if (st == CUDNN_STATUS_SUCCESS) st = cudnnDeriveBNTensorDescriptor(p.bn, p.x, kMode);
-  if (st == CUDNN_STATUS_SUCCESS)
-    st = cudnnSetActivationDescriptor(p.relu, CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN, 0.0);
-  if (st == CUDNN_STATUS_SUCCESS)
-    st = cudnnGetBatchNormalizationBackwardExWorkspaceSize(h, kMode, ops_for(relu), p.x, relu ? p.x : nullptr,
-                                                           p.x, nullptr, p.x, p.bn, relu ? p.relu : nullptr,
-                                                           &p.workspace);
+    st = cudnnGetBatchNormalizationBackwardExWorkspaceSize(h, kMode, ops_for(relu), p.d.x,
+                                                           relu ? p.d.x : nullptr, p.d.x, nullptr, p.d.x,
+                                                           p.d.bn, relu ? p.d.relu : nullptr, &p.workspace);
   size_t reserve = 0;
   if (st == CUDNN_STATUS_SUCCESS)
     st = cudnnGetBatchNormalizationTrainingExReserveSpaceSize(h, kMode, ops_for(relu),
-                                                              relu ? p.relu : nullptr, p.x, &reserve);
+                                                              relu ? p.d.relu : nullptr, p.d.x, &reserve);
   if (st != CUDNN_STATUS_SUCCESS) return decline(x, cudnnGetErrorString(st));
   if (reserve != 0)
     return decline(x, "it wants " + std::to_string(reserve) + " bytes of reserve space from its own forward");
@@ -137,10 +119,10 @@ std::optional<BnGrads> CudaBackend::bn_backward_fused(const Tensor& grad_y, cons
   const float one = 1.0f, zero = 0.0f;
   // The saved statistics are ours (mean, 1 / sqrt(var + eps)), which is what cuDNN's forward saves.
   const cudnnStatus_t st = cudnnBatchNormalizationBackwardEx(
-      cuda_context().cudnn, kMode, ops_for(relu), &one, &zero, &one, &zero, p.x, x.raw_data(),
-      relu ? p.x : nullptr, relu ? relu_out.raw_data() : nullptr, p.x, dy.raw_data(), nullptr, nullptr, p.x,
-      dx.raw_data(), p.bn, gamma.raw_data(), beta.raw_data(), dgamma.raw_data(), dbeta.raw_data(),
-      std::max(eps, CUDNN_BN_MIN_EPSILON), mean.raw_data(), invstd.raw_data(), relu ? p.relu : nullptr,
+      cuda_context().cudnn, kMode, ops_for(relu), &one, &zero, &one, &zero, p.d.x, x.raw_data(),
+      relu ? p.d.x : nullptr, relu ? relu_out.raw_data() : nullptr, p.d.x, dy.raw_data(), nullptr, nullptr,
+      p.d.x, dx.raw_data(), p.d.bn, gamma.raw_data(), beta.raw_data(), dgamma.raw_data(), dbeta.raw_data(),
+      std::max(eps, CUDNN_BN_MIN_EPSILON), mean.raw_data(), invstd.raw_data(), relu ? p.d.relu : nullptr,
       workspace.raw_data(), static_cast<size_t>(workspace.numel()), nullptr, 0);
   if (st != CUDNN_STATUS_SUCCESS) {
     // Nothing has used dx or the sums yet: our kernels can still run this call, unless a capture is

@@ -23,12 +23,13 @@
 #include "nn/cuda/cuda_backend.h"
 #include "nn/cuda/cuda_common.h"
 #include "nn/cuda/cudnn_batch_norm.h"
+#include "nn/cuda/cudnn_bn_descriptors.h"
 
 namespace trainer {
 namespace cuda {
 namespace {
 
-constexpr cudnnBatchNormMode_t kMode = CUDNN_BATCHNORM_SPATIAL_PERSISTENT;
+constexpr cudnnBatchNormMode_t kMode = kBnMode;
 
 enum class Choice { untimed, ours, cudnn };
 
@@ -37,20 +38,11 @@ std::atomic<int64_t> g_calls{0};
 
 // One input shape and epilogue: descriptors, workspace and reserve sizes, and which forward won.
 struct ForwardPlan {
-  cudnnTensorDescriptor_t x = nullptr, bn = nullptr;
-  cudnnActivationDescriptor_t relu = nullptr;
+  BnDescriptors d;
   cudnnBatchNormOps_t ops = CUDNN_BATCHNORM_OPS_BN;
   size_t workspace = 0, reserve = 0;
   bool supported = false;
   Choice choice = Choice::untimed;
-  ForwardPlan() = default;
-  ForwardPlan(const ForwardPlan&) = delete;
-  ForwardPlan& operator=(const ForwardPlan&) = delete;
-  ~ForwardPlan() {
-    if (relu) cudnnDestroyActivationDescriptor(relu);
-    if (bn) cudnnDestroyTensorDescriptor(bn);
-    if (x) cudnnDestroyTensorDescriptor(x);
-  }
 };
 
 // N, C, H, W, dtype, relu, residual
@@ -58,25 +50,15 @@ using PlanKey = std::tuple<int64_t, int64_t, int64_t, int64_t, DType, bool, bool
 
 void build(ForwardPlan& p, const Tensor& x, bool relu, bool residual) {
   const cudnnHandle_t h = cuda_context().cudnn;
-  const cudnnDataType_t type = x.dtype() == DType::bf16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF;
   p.ops = residual ? CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION
                    : (relu ? CUDNN_BATCHNORM_OPS_BN_ACTIVATION : CUDNN_BATCHNORM_OPS_BN);
-  cudnnStatus_t st = cudnnCreateTensorDescriptor(&p.x);
-  if (st == CUDNN_STATUS_SUCCESS) st = cudnnCreateTensorDescriptor(&p.bn);
-  if (st == CUDNN_STATUS_SUCCESS) st = cudnnCreateActivationDescriptor(&p.relu);
-  if (st == CUDNN_STATUS_SUCCESS)
-    st = cudnnSetTensor4dDescriptor(p.x, CUDNN_TENSOR_NHWC, type, static_cast<int>(x.size(0)),
-                                    static_cast<int>(x.size(1)), static_cast<int>(x.size(2)),
-                                    static_cast<int>(x.size(3)));
-  if (st == CUDNN_STATUS_SUCCESS) st = cudnnDeriveBNTensorDescriptor(p.bn, p.x, kMode);
-  if (st == CUDNN_STATUS_SUCCESS)
-    st = cudnnSetActivationDescriptor(p.relu, CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN, 0.0);
-  cudnnActivationDescriptor_t act = relu ? p.relu : nullptr;
+  cudnnStatus_t st = p.d.create(x);
+  cudnnActivationDescriptor_t act = relu ? p.d.relu : nullptr;
   if (st == CUDNN_STATUS_SUCCESS)
     st = cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(
-        h, kMode, p.ops, p.x, residual ? p.x : nullptr, p.x, p.bn, act, &p.workspace);
+        h, kMode, p.ops, p.d.x, residual ? p.d.x : nullptr, p.d.x, p.d.bn, act, &p.workspace);
   if (st == CUDNN_STATUS_SUCCESS)
-    st = cudnnGetBatchNormalizationTrainingExReserveSpaceSize(h, kMode, p.ops, act, p.x, &p.reserve);
+    st = cudnnGetBatchNormalizationTrainingExReserveSpaceSize(h, kMode, p.ops, act, p.d.x, &p.reserve);
   p.supported = st == CUDNN_STATUS_SUCCESS;
 }
 
@@ -147,11 +129,12 @@ std::optional<BnForward> CudaBackend::bn_forward_fused(const Tensor& x, const Te
         Tensor::empty({static_cast<int64_t>(std::max<size_t>(p.reserve, 16))}, DType::u8, x.device());
     const float one = 1.0f, zero = 0.0f;
     return cudnnBatchNormalizationForwardTrainingEx(
-               cuda_context().cudnn, kMode, p.ops, &one, &zero, p.x, x.raw_data(), residual ? p.x : nullptr,
-               residual ? z.raw_data() : nullptr, p.x, y.raw_data(), p.bn, gamma.raw_data(), beta.raw_data(),
-               momentum, rm.raw_data(), rv.raw_data(), eps, mean.raw_data(), invstd.raw_data(),
-               epilogue.relu ? p.relu : nullptr, workspace.raw_data(), static_cast<size_t>(workspace.numel()),
-               reserve.raw_data(), static_cast<size_t>(reserve.numel())) == CUDNN_STATUS_SUCCESS;
+               cuda_context().cudnn, kMode, p.ops, &one, &zero, p.d.x, x.raw_data(),
+               residual ? p.d.x : nullptr, residual ? z.raw_data() : nullptr, p.d.x, y.raw_data(), p.d.bn,
+               gamma.raw_data(), beta.raw_data(), momentum, rm.raw_data(), rv.raw_data(), eps,
+               mean.raw_data(), invstd.raw_data(), epilogue.relu ? p.d.relu : nullptr, workspace.raw_data(),
+               static_cast<size_t>(workspace.numel()), reserve.raw_data(),
+               static_cast<size_t>(reserve.numel())) == CUDNN_STATUS_SUCCESS;
   };
 
   if (p.choice == Choice::untimed && !g_forced) {
