@@ -13,6 +13,7 @@
 #include "nn/channel_layout.h"
 #include "nn/cpu/cpu_backend.h"
 #include "nn/cpu/parallel.h"
+#include "nn/cpu/relu_mask.h"
 
 namespace trainer {
 namespace {
@@ -40,7 +41,7 @@ void channel_affine(const ChannelLayout& l, const T* x, const T* g, T* out, cons
               if constexpr (Masked) {
                 const T* __restrict rr = relu_y + o * C;
                 for (int64_t c = 0; c < C; ++c)
-                  yr[c] = (xr[c] - m[c]) * a[c] + b[c] + (rr[c] > T(0) ? gr[c] : T(0)) * s[c];
+                  yr[c] = (xr[c] - m[c]) * a[c] + b[c] + cpu::relu_mask(rr[c], gr[c]) * s[c];
               } else {
                 for (int64_t c = 0; c < C; ++c) yr[c] = (xr[c] - m[c]) * a[c] + b[c] + gr[c] * s[c];
               }
@@ -69,7 +70,7 @@ void channel_affine(const ChannelLayout& l, const T* x, const T* g, T* out, cons
             if constexpr (Masked) {
               const T* __restrict rs = relu_y + base;
               for (int64_t i = 0; i < n; ++i)
-                ys[i] = (xs[i] - mc) * ac + bc + (rs[i] > T(0) ? gs[i] : T(0)) * sc;
+                ys[i] = (xs[i] - mc) * ac + bc + cpu::relu_mask(rs[i], gs[i]) * sc;
             } else {
               for (int64_t i = 0; i < n; ++i) ys[i] = (xs[i] - mc) * ac + bc + gs[i] * sc;
             }
@@ -272,7 +273,7 @@ std::pair<Tensor, Tensor> CpuBackend::bn_backward_reduce(const Tensor& grad_y_re
     const scalar_t* py = y.defined() ? y.data<scalar_t>() : nullptr;
     auto sums = py ? channel_sums<2>(l,
                                      [&](int64_t i, int64_t c) {
-                                       const double dy = py[i] > scalar_t(0) ? pg[i] : scalar_t(0);
+                                       const double dy = cpu::relu_mask(py[i], pg[i]);
                                        return std::array<double, 2>{dy, dy * (double(px[i]) - mean[c])};
                                      })
                    : channel_sums<2>(l, [&](int64_t i, int64_t c) {
