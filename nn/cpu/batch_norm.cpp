@@ -83,10 +83,12 @@ void channel_affine(const ChannelLayout& l, const T* x, const T* g, T* out, cons
 }
 
 // Per-channel sums in double of fn(index, c), which returns std::array<double, K> so that one pass
-// over memory feeds K sums. Along a channel's run four partial sums break the add dependency chain;
-// across channels (channels-last) each channel's accumulator is independent already. Threads take
-// whole channels, each summed in the same order as on one thread, so the sums do not depend on the
-// thread count.
+// over memory feeds K sums. Along a channel's run eight partial sums per quantity, in arrays of their
+// own, break the add dependency chain and let the compiler vectorise the loop (cvtps2pd, addpd): with
+// four interleaved in one array it stayed scalar, and BatchNorm's backward sums were resnet18-cifar's
+// largest kernel of ours (4.8% of the CPU samples, 20 steps). The sums stay in double. Across channels
+// (channels-last) each channel's accumulator is independent already. Threads take whole channels, each
+// summed in the same order as on one thread, so the sums do not depend on the thread count.
 template <size_t K, class Fn>
 std::array<std::vector<double>, K> channel_sums(const ChannelLayout& l, Fn&& fn) {
   static_assert(K == 1 || K == 2);
@@ -118,19 +120,25 @@ std::array<std::vector<double>, K> channel_sums(const ChannelLayout& l, Fn&& fn)
         for (int64_t o = 0; o < l.outer; ++o)
           for (int64_t c = c0; c < c1; ++c) {
             const int64_t base = (o * C + c) * n;
-            std::array<std::array<double, K>, 4> part{};
+            constexpr int kLanes = 8;
+            double p0[kLanes] = {}, p1[kLanes] = {};
             int64_t i = 0;
-            for (; i + 4 <= n; i += 4)
-              for (int u = 0; u < 4; ++u) {
+            for (; i + kLanes <= n; i += kLanes)
+              for (int u = 0; u < kLanes; ++u) {
                 const std::array<double, K> v = fn(base + i + u, c);
-                for (size_t k = 0; k < K; ++k) part[u][k] += v[k];
+                p0[u] += v[0];
+                if constexpr (K == 2) p1[u] += v[1];
               }
-            for (; i < n; ++i) {
+            for (int u = 0; i < n; ++i, ++u) {
               const std::array<double, K> v = fn(base + i, c);
-              for (size_t k = 0; k < K; ++k) part[0][k] += v[k];
+              p0[u] += v[0];
+              if constexpr (K == 2) p1[u] += v[1];
             }
-            a0[c] += (part[0][0] + part[1][0]) + (part[2][0] + part[3][0]);
-            if constexpr (K == 2) a1[c] += (part[0][1] + part[1][1]) + (part[2][1] + part[3][1]);
+            auto total = [](const double* p) {
+              return ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
+            };
+            a0[c] += total(p0);
+            if constexpr (K == 2) a1[c] += total(p1);
           }
       },
       1);
