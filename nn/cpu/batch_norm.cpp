@@ -18,12 +18,11 @@
 namespace trainer {
 namespace {
 
-// out = (x - m[c]) * a[c] + b[c], plus g * s[c] when HasG, for every element in layout `l`; with
-// `relu_y`, g counts only where relu_y > 0 (the gradient through a fused ReLU, without a pass that
-// writes it out first). The loops
-// are written per layout with restrict pointers so the compiler vectorises them: along a channel's
-// contiguous run for [N, C, inner], across channels for channels-last.
-template <bool HasG, bool Masked = false, class T>
+// BatchNorm's input gradient: out = (x - m[c]) * a[c] + b[c] + g * s[c] for every element in layout `l`;
+// when Masked, g counts only where relu_y > 0 (the gradient through a fused ReLU, without a pass that
+// writes it out first). The loops are written per layout with restrict pointers so the compiler
+// vectorises them: along a channel's contiguous run for [N, C, inner], across channels for channels-last.
+template <bool Masked, class T>
 void channel_affine(const ChannelLayout& l, const T* x, const T* g, T* out, const T* m, const T* a,
                     const T* b, const T* s, const T* relu_y = nullptr) {
   const int64_t C = l.channels;
@@ -35,18 +34,14 @@ void channel_affine(const ChannelLayout& l, const T* x, const T* g, T* out, cons
         [&](int64_t o0, int64_t o1) {
           for (int64_t o = o0; o < o1; ++o) {
             const T* __restrict xr = x + o * C;
+            const T* __restrict gr = g + o * C;
             T* __restrict yr = out + o * C;
-            if constexpr (HasG) {
-              const T* __restrict gr = g + o * C;
-              if constexpr (Masked) {
-                const T* __restrict rr = relu_y + o * C;
-                for (int64_t c = 0; c < C; ++c)
-                  yr[c] = (xr[c] - m[c]) * a[c] + b[c] + cpu::relu_mask(rr[c], gr[c]) * s[c];
-              } else {
-                for (int64_t c = 0; c < C; ++c) yr[c] = (xr[c] - m[c]) * a[c] + b[c] + gr[c] * s[c];
-              }
+            if constexpr (Masked) {
+              const T* __restrict rr = relu_y + o * C;
+              for (int64_t c = 0; c < C; ++c)
+                yr[c] = (xr[c] - m[c]) * a[c] + b[c] + cpu::relu_mask(rr[c], gr[c]) * s[c];
             } else {
-              for (int64_t c = 0; c < C; ++c) yr[c] = (xr[c] - m[c]) * a[c] + b[c];
+              for (int64_t c = 0; c < C; ++c) yr[c] = (xr[c] - m[c]) * a[c] + b[c] + gr[c] * s[c];
             }
           }
         },
@@ -62,21 +57,62 @@ void channel_affine(const ChannelLayout& l, const T* x, const T* g, T* out, cons
           const int64_t c = r % C;
           const int64_t base = r * n;
           const T* __restrict xs = x + base;
+          const T* __restrict gs = g + base;
+          T* __restrict ys = out + base;
+          const T mc = m[c], ac = a[c], bc = b[c], sc = s[c];
+          if constexpr (Masked) {
+            const T* __restrict rs = relu_y + base;
+            for (int64_t i = 0; i < n; ++i)
+              ys[i] = (xs[i] - mc) * ac + bc + cpu::relu_mask(rs[i], gs[i]) * sc;
+          } else {
+            for (int64_t i = 0; i < n; ++i) ys[i] = (xs[i] - mc) * ac + bc + gs[i] * sc;
+          }
+        }
+      },
+      1);
+}
+
+// BatchNorm's apply with its epilogue in the same pass: out = (x - m[c]) * a[c] + b[c], then + r (the
+// residual) when AddResidual, then the ReLU when Relu, per element in that order, as separate passes
+// computed it (so bit for bit the same) without writing out and reading back the intermediate.
+template <bool AddResidual, bool Relu, class T>
+void channel_affine_epilogue(const ChannelLayout& l, const T* x, const T* r, T* out, const T* m, const T* a,
+                             const T* b) {
+  const int64_t C = l.channels;
+  const int64_t work = l.outer * C * l.inner;
+  auto epilogue = [](T v, T residual) {
+    if constexpr (AddResidual) v += residual;
+    if constexpr (Relu) v = v > T(0) ? v : T(0);
+    return v;
+  };
+  if (l.inner == 1) {
+    cpu::parallel_ranges(
+        l.outer, work,
+        [&](int64_t o0, int64_t o1) {
+          for (int64_t o = o0; o < o1; ++o) {
+            const T* __restrict xr = x + o * C;
+            const T* __restrict rr = AddResidual ? r + o * C : nullptr;
+            T* __restrict yr = out + o * C;
+            for (int64_t c = 0; c < C; ++c)
+              yr[c] = epilogue((xr[c] - m[c]) * a[c] + b[c], AddResidual ? rr[c] : T(0));
+          }
+        },
+        1);
+    return;
+  }
+  const int64_t n = l.inner;
+  cpu::parallel_ranges(
+      l.outer * C, work,
+      [&](int64_t r0, int64_t r1) {
+        for (int64_t row = r0; row < r1; ++row) {
+          const int64_t c = row % C;
+          const int64_t base = row * n;
+          const T* __restrict xs = x + base;
+          const T* __restrict rs = AddResidual ? r + base : nullptr;
           T* __restrict ys = out + base;
           const T mc = m[c], ac = a[c], bc = b[c];
-          if constexpr (HasG) {
-            const T* __restrict gs = g + base;
-            const T sc = s[c];
-            if constexpr (Masked) {
-              const T* __restrict rs = relu_y + base;
-              for (int64_t i = 0; i < n; ++i)
-                ys[i] = (xs[i] - mc) * ac + bc + cpu::relu_mask(rs[i], gs[i]) * sc;
-            } else {
-              for (int64_t i = 0; i < n; ++i) ys[i] = (xs[i] - mc) * ac + bc + gs[i] * sc;
-            }
-          } else {
-            for (int64_t i = 0; i < n; ++i) ys[i] = (xs[i] - mc) * ac + bc;
-          }
+          for (int64_t i = 0; i < n; ++i)
+            ys[i] = epilogue((xs[i] - mc) * ac + bc, AddResidual ? rs[i] : T(0));
         }
       },
       1);
@@ -245,20 +281,19 @@ Tensor CpuBackend::bn_apply(const Tensor& x_in, const Tensor& mean_t, const Tens
       a[c] = static_cast<scalar_t>(invstd[c] * gamma[c]);
       b[c] = static_cast<scalar_t>(beta[c]);
     }
-    // (x - mean) * a + b rather than x * a + (b - mean * a): no cancellation when |mean| >> std.
-    channel_affine<false>(l, x.data<scalar_t>(), static_cast<const scalar_t*>(nullptr), y.data<scalar_t>(),
-                          m.data(), a.data(), b.data(), static_cast<const scalar_t*>(nullptr));
-    // The epilogue in the same order as the unfused ops: add the residual, then the ReLU.
-    scalar_t* py = y.data<scalar_t>();
+    // (x - mean) * a + b rather than x * a + (b - mean * a): no cancellation when |mean| >> std. The
+    // epilogue in the same order as the unfused ops: add the residual, then the ReLU.
+    const scalar_t* px = x.data<scalar_t>();
     const scalar_t* pr = residual.defined() ? residual.data<scalar_t>() : nullptr;
-    const int64_t n = y.numel();
-    if (pr || epilogue.relu)
-      cpu::parallel_ranges(n, n, [&](int64_t i0, int64_t i1) {
-        if (pr)
-          for (int64_t i = i0; i < i1; ++i) py[i] += pr[i];
-        if (epilogue.relu)
-          for (int64_t i = i0; i < i1; ++i) py[i] = py[i] > scalar_t(0) ? py[i] : scalar_t(0);
-      });
+    scalar_t* py = y.data<scalar_t>();
+    if (pr && epilogue.relu)
+      channel_affine_epilogue<true, true>(l, px, pr, py, m.data(), a.data(), b.data());
+    else if (pr)
+      channel_affine_epilogue<true, false>(l, px, pr, py, m.data(), a.data(), b.data());
+    else if (epilogue.relu)
+      channel_affine_epilogue<false, true>(l, px, pr, py, m.data(), a.data(), b.data());
+    else
+      channel_affine_epilogue<false, false>(l, px, pr, py, m.data(), a.data(), b.data());
   });
   return y;
 }
@@ -326,11 +361,11 @@ Tensor CpuBackend::bn_backward_input(const Tensor& grad_y_relu, const Tensor& x_
       s[c] = static_cast<scalar_t>(scale);
     }
     if (y.defined())
-      channel_affine<true, true>(l, x.data<scalar_t>(), g.data<scalar_t>(), gx.data<scalar_t>(), m.data(),
-                                 a.data(), b.data(), s.data(), y.data<scalar_t>());
-    else
       channel_affine<true>(l, x.data<scalar_t>(), g.data<scalar_t>(), gx.data<scalar_t>(), m.data(), a.data(),
-                           b.data(), s.data());
+                           b.data(), s.data(), y.data<scalar_t>());
+    else
+      channel_affine<false>(l, x.data<scalar_t>(), g.data<scalar_t>(), gx.data<scalar_t>(), m.data(),
+                            a.data(), b.data(), s.data());
   });
   return gx;
 }
