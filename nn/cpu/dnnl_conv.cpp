@@ -16,6 +16,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "nn/cpu/dnnl_blocked_copies.h"
+
 namespace trainer {
 namespace {
 
@@ -155,20 +157,34 @@ memory scratch(const memory::desc& desc, std::vector<Tensor>& keep) {
   return memory(desc, cpu_engine(), keep.back().raw_data());
 }
 
-// Runs the plan on our tensors' memory, reordering into and out of the primitive's layouts.
-void execute(const Plan& plan, const std::vector<const void*>& inputs, void* output) {
+// One input of a plan: our tensor's memory, and a copy already in the primitive's layout when one was
+// kept (dnnl_blocked_copies.h), which then replaces the reorder.
+struct Input {
+  const void* data;
+  Tensor blocked = {};
+};
+
+// Runs the plan on our tensors' memory, reordering into and out of the primitive's layouts. Returns, for
+// each input, the copy in the primitive's layout that a reorder made (undefined where none ran), for
+// the caller to keep.
+std::vector<Tensor> execute(const Plan& plan, const std::vector<Input>& inputs, void* output) {
   dnnl::engine& engine = cpu_engine();
   static thread_local dnnl::stream stream(engine);
-  std::vector<Tensor> keep;
+  std::vector<Tensor> keep, made(plan.inputs.size());
   std::unordered_map<int, memory> args;
   for (size_t i = 0; i < plan.inputs.size(); ++i) {
     const Plan::Arg& a = plan.inputs[i];
-    memory ours(a.ours, engine, const_cast<void*>(inputs[i]));
+    if (a.reorder && inputs[i].blocked.defined()) {
+      args.emplace(a.id, memory(a.wanted, engine, inputs[i].blocked.raw_data()));
+      continue;
+    }
+    memory ours(a.ours, engine, const_cast<void*>(inputs[i].data));
     if (!a.reorder) {
       args.emplace(a.id, ours);
       continue;
     }
     memory wanted = scratch(a.wanted, keep);
+    made[i] = keep.back();
     a.reorder->execute(stream, ours, wanted);
     args.emplace(a.id, wanted);
   }
@@ -179,6 +195,23 @@ void execute(const Plan& plan, const std::vector<const void*>& inputs, void* out
   plan.primitive.execute(stream, args);
   if (o.reorder) o.reorder->execute(stream, result, out);
   stream.wait();
+  return made;
+}
+
+// Each layer's input x in the forward's blocked layout, for its weight gradient. Per thread: the
+// backward of a forward runs on the thread that ran it; elsewhere the lookup misses and x is
+// reordered again, which is only slower.
+BlockedCopies& forward_inputs() {
+  static thread_local BlockedCopies copies;
+  return copies;
+}
+
+// grad_y in the blocked layout, from the data gradient for the weight gradient that autograd runs
+// right after it on the same grad_y (nn/functional/conv.cpp). Only that next call may use it: every
+// other convolution call drops it first.
+BlockedCopies& grad_outputs() {
+  static thread_local BlockedCopies copies;
+  return copies;
 }
 
 MemoryFormat format_of(bool channels_last) {
@@ -193,16 +226,20 @@ Tensor dnnl_conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& bias_in
           bias_in.defined()};
   const Plan* plan = plan_for(Direction::forward, l);
   if (!plan) return {};
+  grad_outputs().clear();
   const MemoryFormat f = format_of(l.channels_last);
   const Tensor x = x_in.contiguous(f), w = w_in.contiguous();
   Tensor y = Tensor::empty(output_shape(l), DType::f32, Device::cpu(), f);
-  std::vector<const void*> inputs = {x.raw_data(), w.raw_data()};
+  std::vector<Input> inputs = {{x.raw_data()}, {w.raw_data()}};
   Tensor bias;
   if (l.bias) {
     bias = bias_in.contiguous();
-    inputs.push_back(bias.raw_data());
+    inputs.push_back({bias.raw_data()});
   }
-  execute(*plan, inputs, y.raw_data());
+  // Always reordered afresh (x may have been written since an earlier forward), then kept for the
+  // weight gradient, which wants x in the same layout.
+  const std::vector<Tensor> made = execute(*plan, inputs, y.raw_data());
+  if (made[0].defined()) forward_inputs().keep(x_in, plan->inputs[0].wanted, made[0]);
   return y;
 }
 
@@ -214,10 +251,12 @@ Tensor dnnl_conv2d_backward_input(const Tensor& grad_y, const Tensor& w_in, cons
   Layer l{x_shape, w_in.shape(), p, grad_y.suggest_memory_format() == MemoryFormat::channels_last};
   const Plan* plan = plan_for(Direction::backward_input, l);
   if (!plan) return {};
+  grad_outputs().clear();
   const MemoryFormat f = format_of(l.channels_last);
   const Tensor dy = grad_y.contiguous(f), w = w_in.contiguous();
   Tensor dx = Tensor::empty(x_shape, DType::f32, Device::cpu(), f);
-  execute(*plan, {dy.raw_data(), w.raw_data()}, dx.raw_data());
+  const std::vector<Tensor> made = execute(*plan, {{dy.raw_data()}, {w.raw_data()}}, dx.raw_data());
+  if (made[0].defined()) grad_outputs().keep(grad_y, plan->inputs[0].wanted, made[0]);
   return dx;
 }
 
@@ -227,10 +266,14 @@ Tensor dnnl_conv2d_backward_weight(const Tensor& grad_y, const Tensor& x_in, con
   Layer l{x_in.shape(), w_shape, p, x_in.suggest_memory_format() == MemoryFormat::channels_last};
   const Plan* plan = plan_for(Direction::backward_weight, l);
   if (!plan) return {};
+  Tensor kept_x = forward_inputs().take(x_in, plan->inputs[0].wanted);
+  Tensor kept_dy = grad_outputs().take(grad_y, plan->inputs[1].wanted);
+  grad_outputs().clear();
   const MemoryFormat f = format_of(l.channels_last);
-  const Tensor x = x_in.contiguous(f), dy = grad_y.contiguous(f);
+  const Tensor x = kept_x.defined() ? x_in : x_in.contiguous(f);
+  const Tensor dy = kept_dy.defined() ? grad_y : grad_y.contiguous(f);
   Tensor dw = Tensor::empty(w_shape, DType::f32);
-  execute(*plan, {x.raw_data(), dy.raw_data()}, dw.raw_data());
+  execute(*plan, {{x.raw_data(), std::move(kept_x)}, {dy.raw_data(), std::move(kept_dy)}}, dw.raw_data());
   return dw;
 }
 

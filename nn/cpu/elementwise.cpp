@@ -5,6 +5,7 @@
 #include "nn/amp/loss_scale_rule.h"
 #include "nn/cpu/cpu_backend.h"
 #include "nn/cpu/parallel.h"
+#include "nn/cpu/relu_mask.h"
 #include "nn/cpu/strided.h"
 #include "nn/elementwise_math.h"
 #include "nn/kernel_checks.h"
@@ -108,7 +109,7 @@ Tensor CpuBackend::unary_backward(UnaryOp op, const Tensor& grad, const Tensor& 
     const int64_t n = out.numel();
     cpu::parallel_ranges(n, n, [&](int64_t i0, int64_t i1) {
       if (op == UnaryOp::relu) {  // the hot one: a branch-free loop the compiler vectorises
-        for (int64_t i = i0; i < i1; ++i) o[i] = py[i] > scalar_t(0) ? pg[i] : scalar_t(0);
+        for (int64_t i = i0; i < i1; ++i) o[i] = cpu::relu_mask(py[i], pg[i]);
         return;
       }
       for (int64_t i = i0; i < i1; ++i)
@@ -147,7 +148,7 @@ Tensor CpuBackend::relu_backward_of_sum(const Tensor& a, const Tensor& b, const 
     const scalar_t* py = relu_out.data<scalar_t>();
     scalar_t* o = out.data<scalar_t>();
     cpu::parallel_ranges(out.numel(), out.numel(), [&](int64_t i0, int64_t i1) {
-      for (int64_t i = i0; i < i1; ++i) o[i] = py[i] > scalar_t(0) ? pa[i] + pb[i] : scalar_t(0);
+      for (int64_t i = i0; i < i1; ++i) o[i] = cpu::relu_mask(py[i], pa[i] + pb[i]);
     });
   });
   return out;
