@@ -68,21 +68,43 @@ std::string LauncherRendezvous::failure(int attempt) {
   }
 }
 
+// Node 0: waits until every node has ended `attempt` or one reported a failure; "" or why not.
+std::string LauncherRendezvous::wait_for_every_end(int attempt) {
+  // A node whose rank fails after this node's ranks ended (a full disk for its log, say) must not
+  // wait for an end that never comes while node 0 reports success.
+  std::vector<std::string> ended;
+  for (int n = 0; n < nnodes_; ++n) ended.push_back(key(attempt, "ended/" + std::to_string(n)));
+  const auto deadline = std::chrono::steady_clock::now() + timeout_;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (std::string why = failure(attempt); !why.empty()) return why;
+    if (store_->wait_for(ended, std::chrono::seconds(1)).empty()) return failure(attempt);
+  }
+  return "node(s) did not end attempt " + std::to_string(attempt) + " within " +
+         std::to_string(std::chrono::duration_cast<std::chrono::seconds>(timeout_).count()) + " s";
+}
+
 std::string LauncherRendezvous::finish(int attempt) {
+  // Node 0 publishes the attempt's verdict and serves the store until every node that ended has read
+  // it: asking node 0's store for failures after setting "ended" raced with node 0's exit, and a node
+  // whose ranks all succeeded then reported the job failed (seen in CI, session 12).
+  const std::string succeeded = "succeeded";
   try {
     store_->set(key(attempt, "ended/" + std::to_string(node_rank_)), "ok");
-    if (node_rank_ != 0) return failure(attempt);
-    // A node whose rank fails after this node's ranks ended (a full disk for its log, say) must not
-    // wait for an end that never comes while node 0 reports success.
-    std::vector<std::string> ended;
-    for (int n = 0; n < nnodes_; ++n) ended.push_back(key(attempt, "ended/" + std::to_string(n)));
-    const auto deadline = std::chrono::steady_clock::now() + timeout_;
-    while (std::chrono::steady_clock::now() < deadline) {
-      if (std::string why = failure(attempt); !why.empty()) return why;
-      if (store_->wait_for(ended, std::chrono::seconds(1)).empty()) return failure(attempt);
+    if (node_rank_ != 0) {
+      // Node 0 waits up to the timeout for the other nodes' ends before it answers.
+      const std::string verdict = store_->get(key(attempt, "verdict"), 2 * timeout_);
+      store_->set(key(attempt, "read/" + std::to_string(node_rank_)), "ok");
+      return verdict == succeeded ? "" : verdict;
     }
-    return "node(s) did not end attempt " + std::to_string(attempt) + " within " +
-           std::to_string(std::chrono::duration_cast<std::chrono::seconds>(timeout_).count()) + " s";
+    const std::string why = wait_for_every_end(attempt);
+    store_->set(key(attempt, "verdict"), why.empty() ? succeeded : why);
+    // Nodes that have not ended are restarting or gone: only those that ended will read the verdict.
+    std::vector<std::string> reads;
+    for (int n = 1; n < nnodes_; ++n)
+      if (store_->check(key(attempt, "ended/" + std::to_string(n))))
+        reads.push_back(key(attempt, "read/" + std::to_string(n)));
+    store_->wait_for(reads, timeout_);  // a node that died after ending is not waited for longer
+    return why;
   } catch (const WaitInterrupted&) {
     throw;  // a stop signal: the caller exits with it
   } catch (const DistError& e) {

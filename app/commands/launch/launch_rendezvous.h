@@ -6,7 +6,8 @@
 //     run id, --max-restarts, and the run directory node 0's rank 0 announced in attempt k - 1;
 //   - a launcher whose rank fails says so, and the others see it within half a second and stop their
 //     ranks at once, instead of waiting for the ranks to notice the dead peer;
-//   - a launcher whose ranks all succeeded says so, and node 0's serves until every node has ended.
+//   - a launcher whose ranks all succeeded says so; node 0's publishes the attempt's verdict once every
+//     node has ended (or one failed) and serves until every node that ended has read it.
 // So every node restarts (or not) together, from the same checkpoint, never leaving ranks waiting for
 // peers that started over.
 #include <chrono>
@@ -39,12 +40,14 @@ class LauncherRendezvous {
   // "" while no node reported a failure in `attempt`; what the first one said otherwise. A store that
   // is gone (node 0's launcher died) is a failure too.
   std::string failure(int attempt);
-  // This node's ranks all succeeded in `attempt`. On node 0, waits (up to the timeout) until every
-  // node has ended the attempt, so that none loses the store while it still looks for failures.
-  // Returns another node's failure in `attempt` ("" if none): the job did not succeed.
+  // This node's ranks all succeeded in `attempt`. Node 0 waits (up to the timeout) until every node
+  // has ended the attempt or one failed, publishes that verdict and serves until every node that
+  // ended has read it; the others wait for the verdict. Returns another node's failure in `attempt`
+  // ("" if none): the job did not succeed.
   std::string finish(int attempt);
 
  private:
+  std::string wait_for_every_end(int attempt);
   std::string key(int attempt, const std::string& what) const;
   std::unique_ptr<TcpStore> store_;
   int node_rank_, nnodes_, max_restarts_;
