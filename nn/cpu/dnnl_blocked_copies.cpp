@@ -15,6 +15,10 @@ void BlockedCopies::keep(const Tensor& source, const dnnl::memory::desc& desc, T
                       source.strides(), desc, std::move(blocked)});
 }
 
+void BlockedCopies::forget(const Tensor& source) {
+  std::erase_if(entries_, [&](const Entry& e) { return e.storage.expired() || matches(e, source); });
+}
+
 Tensor BlockedCopies::take(const Tensor& source, const dnnl::memory::desc& desc) {
   auto it = std::find_if(entries_.begin(), entries_.end(),
                          [&](const Entry& e) { return matches(e, source) && e.desc == desc; });

@@ -28,6 +28,9 @@ class BlockedCopies {
   void keep(const Tensor& source, const dnnl::memory::desc& desc, Tensor blocked);
   // The copy of `source` in layout `desc`, handed over and forgotten; undefined when none is kept.
   Tensor take(const Tensor& source, const dnnl::memory::desc& desc);
+  // Drops every copy of `source` (a call that read it without keeping a copy: what an older call
+  // kept may predate an in-place write).
+  void forget(const Tensor& source);
   void clear() { entries_.clear(); }
   size_t size() const { return entries_.size(); }
 

@@ -239,7 +239,10 @@ Tensor dnnl_conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& bias_in
   // Always reordered afresh (x may have been written since an earlier forward), then kept for the
   // weight gradient, which wants x in the same layout.
   const std::vector<Tensor> made = execute(*plan, inputs, y.raw_data());
-  if (made[0].defined()) forward_inputs().keep(x_in, plan->inputs[0].wanted, made[0]);
+  if (made[0].defined())
+    forward_inputs().keep(x_in, plan->inputs[0].wanted, made[0]);
+  else
+    forward_inputs().forget(x_in);  // x needed no reorder here; an older copy may be stale
   return y;
 }
 

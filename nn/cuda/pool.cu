@@ -127,7 +127,8 @@ void gather_max_grads(int64_t n, const PoolGeometry& g, bool cl, const scalar_t*
 // Needs dense channels-last tensors, C a multiple of the pack and 16-byte aligned buffers.
 template <class scalar_t>
 bool max_pool_vec_applies(const PoolGeometry& g, std::initializer_list<const Tensor*> tensors) {
-  if (g.c % Pack16<scalar_t>::kSize != 0 || g.h * g.w * g.c > (int64_t{1} << 30)) return false;
+  if (g.n == 0 || g.c == 0 || g.c % Pack16<scalar_t>::kSize != 0 || g.h * g.w * g.c > (int64_t{1} << 30))
+    return false;  // empty tensors go to the per-element kernels, which launch nothing
   for (const Tensor* t : tensors)
     if (!t->is_contiguous(MemoryFormat::channels_last) || !aligned16(t->raw_data())) return false;
   return true;

@@ -91,9 +91,23 @@ std::string LauncherRendezvous::finish(int attempt) {
   try {
     store_->set(key(attempt, "ended/" + std::to_string(node_rank_)), "ok");
     if (node_rank_ != 0) {
-      // Node 0 waits up to the timeout for the other nodes' ends before it answers.
-      const std::string verdict = store_->get(key(attempt, "verdict"), 2 * timeout_);
-      store_->set(key(attempt, "read/" + std::to_string(node_rank_)), "ok");
+      // Node 0 answers when its own ranks have ended and every node has. A node that fails meanwhile
+      // (node 0's included: it then restarts or exits without answering) ends the wait at once.
+      const std::vector<std::string> verdict_key{key(attempt, "verdict")};
+      const auto deadline = std::chrono::steady_clock::now() + 2 * timeout_;
+      while (!store_->wait_for(verdict_key, std::chrono::seconds(1)).empty()) {
+        if (std::string why = failure(attempt); !why.empty()) return why;
+        if (std::chrono::steady_clock::now() >= deadline)
+          return "node 0 gave no verdict on attempt " + std::to_string(attempt) + " within " +
+                 std::to_string(std::chrono::duration_cast<std::chrono::seconds>(2 * timeout_).count()) +
+                 " s";
+      }
+      const std::string verdict = store_->get(verdict_key[0], timeout_);
+      try {
+        store_->set(key(attempt, "read/" + std::to_string(node_rank_)), "ok");
+      } catch (const DistError&) {
+        // Node 0 stopped waiting for this acknowledgement: the verdict read stands.
+      }
       return verdict == succeeded ? "" : verdict;
     }
     const std::string why = wait_for_every_end(attempt);
