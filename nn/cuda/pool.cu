@@ -97,6 +97,17 @@ __device__ __forceinline__ AvgWindow avg_window(const PoolGeometry& g, int64_t o
   return {h0, h1, w0, w1, g.count_include_pad ? padded : (h1 - h0) * (w1 - w0)};
 }
 
+// The output windows [begin, end) along one axis that cover input position i: window o covers
+// [o * stride - pad, o * stride - pad + kernel). Both backwards gather over them.
+template <class I>
+struct Span {
+  I begin, end;
+};
+template <class I>
+__device__ __forceinline__ Span<I> covering_windows(I i, I kernel, I stride, I pad, I outputs) {
+  return {max(I{0}, (i + pad - kernel + stride) / stride), min(outputs, (i + pad) / stride + 1)};
+}
+
 // Each input element sums the gradients of the windows that cover it and picked it (at most
 // ceil(kh/sh) * ceil(kw/sw) windows), in a fixed order: deterministic, no zeroing pass, no atomics,
 // and the result is written in the gradient's own type.
@@ -106,15 +117,13 @@ void gather_max_grads(int64_t n, const PoolGeometry& g, bool cl, const scalar_t*
   for_each(n, [=] __device__(int64_t i) {
     using acc = acc_t<scalar_t>;
     const Nchw x = unravel(i, g.c, g.h, g.w, cl);
-    // Windows oh cover rows [oh * sh - ph, oh * sh - ph + kh).
-    const int64_t top = x.h + g.ph - g.kh + 1, left = x.w + g.pw - g.kw + 1;
-    const int64_t oh0 = top <= 0 ? 0 : (top + g.sh - 1) / g.sh, oh1 = min((x.h + g.ph) / g.sh, g.oh - 1);
-    const int64_t ow0 = left <= 0 ? 0 : (left + g.sw - 1) / g.sw, ow1 = min((x.w + g.pw) / g.sw, g.ow - 1);
+    const Span<int64_t> rows = covering_windows<int64_t>(x.h, g.kh, g.sh, g.ph, g.oh),
+                        cols = covering_windows<int64_t>(x.w, g.kw, g.sw, g.pw, g.ow);
     const int64_t target = x.h * g.w + x.w;
     const int64_t gi = x.n * sg.n + x.c * sg.c, ii = x.n * si.n + x.c * si.c;
     acc sum = 0;
-    for (int64_t oh = oh0; oh <= oh1; ++oh)
-      for (int64_t ow = ow0; ow <= ow1; ++ow)
+    for (int64_t oh = rows.begin; oh < rows.end; ++oh)
+      for (int64_t ow = cols.begin; ow < cols.end; ++ow)
         if (pi[ii + oh * si.h + ow * si.w] == target) sum += to_acc(pg[gi + oh * sg.h + ow * sg.w]);
     pd[i] = store<scalar_t>(sum);
   });
@@ -193,17 +202,15 @@ __global__ void max_pool_backward_cl_vec_kernel(PoolGeometry g, const scalar_t* 
     for (unsigned v = blockIdx.x * blockDim.x + threadIdx.x; v < per_image; v += gridDim.x * blockDim.x) {
       const unsigned pixel = v / packs, c0 = (v - pixel * packs) * V;
       const int ih = static_cast<int>(pixel) / W, iw = static_cast<int>(pixel) - ih * W;
-      // Windows oh cover rows [oh * sh - ph, oh * sh - ph + kh).
-      const int top = ih + g.ph - g.kh + 1, left = iw + g.pw - g.kw + 1;
-      const int oh0 = top <= 0 ? 0 : (top + g.sh - 1) / g.sh, oh1 = min((ih + g.ph) / g.sh, OH - 1);
-      const int ow0 = left <= 0 ? 0 : (left + g.sw - 1) / g.sw, ow1 = min((iw + g.pw) / g.sw, OW - 1);
+      const Span<int> rows = covering_windows(ih, g.kh, g.sh, g.ph, OH),
+                      cols = covering_windows(iw, g.kw, g.sw, g.pw, OW);
       const int target = static_cast<int>(pixel);
       acc sum[V];
 #pragma unroll
       for (int j = 0; j < V; ++j) sum[j] = 0;
       const int64_t image = n * g.oh * g.ow * g.c + c0;
-      for (int oh = oh0; oh <= oh1; ++oh)
-        for (int ow = ow0; ow <= ow1; ++ow) {
+      for (int oh = rows.begin; oh < rows.end; ++oh)
+        for (int ow = cols.begin; ow < cols.end; ++ow) {
           const int64_t at = image + (static_cast<int64_t>(oh) * OW + ow) * g.c;
           const Pack grad = *reinterpret_cast<const Pack*>(pg + at);
 #pragma unroll
@@ -337,15 +344,12 @@ Tensor CudaBackend::avg_pool2d_backward(const Tensor& grad_y, const Shape& x_sha
     scalar_t* pd = static_cast<scalar_t*>(dx.raw_data());
     for_each(dx.numel(), [=] __device__(int64_t i) {
       const Nchw x = unravel(i, g.c, g.h, g.w, cl);
-      // Windows oh cover ih when oh * sh - ph <= ih < oh * sh - ph + kh.
-      const int64_t oh0 = max(int64_t{0}, (x.h + g.ph - g.kh + g.sh) / g.sh),
-                    oh1 = min(g.oh, (x.h + g.ph) / g.sh + 1);
-      const int64_t ow0 = max(int64_t{0}, (x.w + g.pw - g.kw + g.sw) / g.sw),
-                    ow1 = min(g.ow, (x.w + g.pw) / g.sw + 1);
+      const Span<int64_t> rows = covering_windows<int64_t>(x.h, g.kh, g.sh, g.ph, g.oh),
+                          cols = covering_windows<int64_t>(x.w, g.kw, g.sw, g.pw, g.ow);
       const scalar_t* plane = pg + x.n * sg.n + x.c * sg.c;
       acc s = 0;
-      for (int64_t oh = oh0; oh < oh1; ++oh)
-        for (int64_t ow = ow0; ow < ow1; ++ow) {
+      for (int64_t oh = rows.begin; oh < rows.end; ++oh)
+        for (int64_t ow = cols.begin; ow < cols.end; ++ow) {
           const AvgWindow win = avg_window(g, oh, ow);
           if (win.divisor <= 0 || x.h < win.h0 || x.h >= win.h1 || x.w < win.w0 || x.w >= win.w1) continue;
           s += to_acc(plane[oh * sg.h + ow * sg.w]) / static_cast<acc>(win.divisor);
