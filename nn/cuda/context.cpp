@@ -123,6 +123,12 @@ cudaStream_t cuda_stream() {
 
 void cuda_synchronize() { CUDA_CHECK(cudaStreamSynchronize(cuda_stream())); }
 
+bool cuda_stream_capturing() {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  CUDA_CHECK(cudaStreamIsCapturing(cuda_stream(), &status));
+  return status != cudaStreamCaptureStatusNone;
+}
+
 void cuda_set_allow_tf32(bool allow) { g_allow_tf32 = allow; }
 bool cuda_allow_tf32() { return g_allow_tf32; }
 

@@ -165,9 +165,7 @@ std::optional<Tensor> conv2d_with_channel_sums(const Tensor& x, const Tensor& w_
   if (!d) {
     // Compiling and timing inside a CUDA graph capture is impossible: a shape first seen there runs
     // unfused (the trainer's captured step always had an eager warm-up of its shape).
-    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    CUDA_CHECK(cudaStreamIsCapturing(cuda_stream(), &capture));
-    if (capture != cudaStreamCaptureStatusNone) return std::nullopt;
+    if (cuda_stream_capturing()) return std::nullopt;
     std::unique_ptr<Decision> made = decide(x, w, p, ys, plain, mode);
     std::lock_guard<std::mutex> lock(g_mutex);
     d = g_decisions.emplace(key_of(x, w, p, mode), std::move(made)).first->second.get();

@@ -37,6 +37,8 @@ int cuda_device_count();
 cudaStream_t cuda_stream();
 // Waits for everything queued on the compute stream.
 void cuda_synchronize();
+// Whether the compute stream is recording a CUDA graph (then nothing may be timed or read back).
+bool cuda_stream_capturing();
 // TF32 tensor-core math for f32 matmul and convolution (precision = "tf32"). Off by default: f32
 // results then match the CPU to ~1e-5 relative.
 void cuda_set_allow_tf32(bool allow);

@@ -75,12 +75,6 @@ ShapePlan& plan_for(const Tensor& x, bool relu) {
   return *p;
 }
 
-// A dense f32 [C] tensor on the current device.
-bool channel_f32(const Tensor& t, int64_t C) {
-  return t.defined() && t.dtype() == DType::f32 && t.dim() == 1 && t.size(0) == C && t.is_contiguous() &&
-         t.device() == current_device();
-}
-
 }  // namespace
 
 void set_cudnn_batch_norm(bool on) { g_on = on; }
@@ -100,7 +94,8 @@ std::optional<BnGrads> CudaBackend::bn_backward_fused(const Tensor& grad_y, cons
       x.device() != current_device() || grad_y.shape() != x.shape() || grad_y.dtype() != x.dtype())
     return std::nullopt;
   const int64_t C = x.size(1);
-  if (!channel_f32(mean, C) || !channel_f32(invstd, C) || !channel_f32(gamma, C) || !channel_f32(beta, C))
+  if (!bn_channel_f32(mean, C) || !bn_channel_f32(invstd, C) || !bn_channel_f32(gamma, C) ||
+      !bn_channel_f32(beta, C))
     return std::nullopt;
   const bool relu = relu_out.defined();
   if (relu && (relu_out.shape() != x.shape() || relu_out.dtype() != x.dtype() || !relu_out.is_contiguous(cl)))
@@ -127,10 +122,7 @@ std::optional<BnGrads> CudaBackend::bn_backward_fused(const Tensor& grad_y, cons
   if (st != CUDNN_STATUS_SUCCESS) {
     // Nothing has used dx or the sums yet: our kernels can still run this call, unless a capture is
     // recording it (a failed capture ends the step anyway, with this error).
-    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-    CUDA_CHECK(cudaStreamIsCapturing(cuda_stream(), &capturing));
-    if (capturing != cudaStreamCaptureStatusNone)
-      cudnn_check(st, "cudnnBatchNormalizationBackwardEx", __FILE__, __LINE__);
+    if (cuda_stream_capturing()) cudnn_check(st, "cudnnBatchNormalizationBackwardEx", __FILE__, __LINE__);
     p.supported = false;
     decline(x, std::string(cudnnGetErrorString(st)) + " at its first call");
     return std::nullopt;

@@ -75,17 +75,6 @@ ForwardPlan& plan_for(const Tensor& x, bool relu, bool residual) {
   return *p;
 }
 
-bool channel_f32(const Tensor& t, int64_t C) {
-  return t.defined() && t.dtype() == DType::f32 && t.dim() == 1 && t.size(0) == C && t.is_contiguous() &&
-         t.device() == current_device();
-}
-
-bool capturing() {
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  CUDA_CHECK(cudaStreamIsCapturing(cuda_stream(), &status));
-  return status != cudaStreamCaptureStatusNone;
-}
-
 }  // namespace
 
 void set_cudnn_batch_norm_forward(bool on) { g_on = on; }
@@ -105,8 +94,8 @@ std::optional<BnForward> CudaBackend::bn_forward_fused(const Tensor& x, const Te
       x.device() != current_device() || eps < CUDNN_BN_MIN_EPSILON)
     return std::nullopt;
   const int64_t C = x.size(1);
-  if (!channel_f32(gamma, C) || !channel_f32(beta, C) || !channel_f32(running_mean, C) ||
-      !channel_f32(running_var, C))
+  if (!bn_channel_f32(gamma, C) || !bn_channel_f32(beta, C) || !bn_channel_f32(running_mean, C) ||
+      !bn_channel_f32(running_var, C))
     return std::nullopt;
   const Tensor& z = epilogue.residual;
   const bool residual = z.defined();
@@ -138,7 +127,7 @@ std::optional<BnForward> CudaBackend::bn_forward_fused(const Tensor& x, const Te
   };
 
   if (p.choice == Choice::untimed && !g_forced) {
-    if (capturing()) return std::nullopt;  // timed at an eager call, if one comes
+    if (cuda_stream_capturing()) return std::nullopt;  // timed at an eager call, if one comes
     // Both forwards on scratch running statistics, so timing moves nothing the run keeps.
     Tensor rm = running_mean.clone(), rv = running_var.clone(), y, mean, invstd;
     const float cudnn_ms = cudnn_conv::time_calls([&] { return run_cudnn(y, mean, invstd, rm, rv); });
@@ -153,7 +142,8 @@ std::optional<BnForward> CudaBackend::bn_forward_fused(const Tensor& x, const Te
   BnForward out;
   if (!run_cudnn(out.y, out.mean, out.invstd, running_mean, running_var)) {
     // Nothing has read the outputs: ours can still run this call, unless a capture is recording it.
-    if (capturing()) throw std::runtime_error("cuDNN batch norm forward failed inside a CUDA graph capture");
+    if (cuda_stream_capturing())
+      throw std::runtime_error("cuDNN batch norm forward failed inside a CUDA graph capture");
     p.choice = Choice::ours;
     std::fprintf(stderr, "trainer: cuDNN batch norm forward declines %s %s; our kernels run it\n",
                  std::string(dtype_name(x.dtype())).c_str(), shape_str(x.shape()).c_str());

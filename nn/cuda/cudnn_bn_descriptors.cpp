@@ -1,5 +1,7 @@
 #include "nn/cuda/cudnn_bn_descriptors.h"
 
+#include "nn/cuda/cuda_common.h"
+
 namespace trainer::cuda {
 
 BnDescriptors::~BnDescriptors() {
@@ -21,6 +23,11 @@ cudnnStatus_t BnDescriptors::create(const Tensor& t) {
   if (st == CUDNN_STATUS_SUCCESS)
     st = cudnnSetActivationDescriptor(relu, CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN, 0.0);
   return st;
+}
+
+bool bn_channel_f32(const Tensor& t, int64_t C) {
+  return t.defined() && t.dtype() == DType::f32 && t.dim() == 1 && t.size(0) == C && t.is_contiguous() &&
+         t.device() == current_device();
 }
 
 }  // namespace trainer::cuda

@@ -1,7 +1,7 @@
 #pragma once
-// The descriptors cuDNN's NHWC batch norm needs for one input shape: the input (NHWC, bf16 or f16),
-// the per-channel tensor derived from it, and a ReLU. Shared by the backward (cudnn_batch_norm.cpp)
-// and the opt-in forward (cudnn_batch_norm_forward.cpp).
+// What cuDNN's NHWC batch norm needs, shared by the backward (cudnn_batch_norm.cpp) and the opt-in
+// forward (cudnn_batch_norm_forward.cpp): one input shape's descriptors (the input, NHWC bf16 or f16;
+// the per-channel tensor derived from it; a ReLU) and the check of its per-channel operands.
 #include <cudnn.h>
 
 #include "nn/tensor.h"
@@ -20,5 +20,8 @@ struct BnDescriptors {
   // Creates and sets all three for x's shape and dtype; the first failing status, or success.
   cudnnStatus_t create(const Tensor& x);
 };
+
+// A dense f32 [C] tensor on the current device: what cuDNN takes for gamma, beta and statistics.
+bool bn_channel_f32(const Tensor& t, int64_t C);
 
 }  // namespace trainer::cuda
