@@ -18,58 +18,64 @@
 namespace trainer {
 namespace {
 
-// BatchNorm's input gradient: out = (x - m[c]) * a[c] + b[c] + g * s[c] for every element in layout `l`;
-// when Masked, g counts only where relu_y > 0 (the gradient through a fused ReLU, without a pass that
-// writes it out first). The loops are written per layout with restrict pointers so the compiler
-// vectorises them: along a channel's contiguous run for [N, C, inner], across channels for channels-last.
-template <bool Masked, class T>
-void channel_affine(const ChannelLayout& l, const T* x, const T* g, T* out, const T* m, const T* a,
-                    const T* b, const T* s, const T* relu_y = nullptr) {
-  const int64_t C = l.channels;
-  const int64_t work = l.outer * C * l.inner;
+// Walks layout `l` split over threads, the way both affine kernels below read it: row(o) for a
+// channels-last row of C elements (channel c at o * C + c), run(c, base) for a contiguous run of
+// l.inner elements of channel c from base. Each kernel writes its loops over a row or a run itself,
+// with restrict pointers, so the compiler vectorises them: across channels for channels-last, along
+// the channel's run for [N, C, inner].
+template <class Row, class Run>
+void for_each_channel_block(const ChannelLayout& l, Row&& row, Run&& run) {
+  const int64_t C = l.channels, work = l.outer * C * l.inner;
   if (l.inner == 1) {
-    // Every element is independent: threads take whole rows of C.
     cpu::parallel_ranges(
         l.outer, work,
         [&](int64_t o0, int64_t o1) {
-          for (int64_t o = o0; o < o1; ++o) {
-            const T* __restrict xr = x + o * C;
-            const T* __restrict gr = g + o * C;
-            T* __restrict yr = out + o * C;
-            if constexpr (Masked) {
-              const T* __restrict rr = relu_y + o * C;
-              for (int64_t c = 0; c < C; ++c)
-                yr[c] = (xr[c] - m[c]) * a[c] + b[c] + cpu::relu_mask(rr[c], gr[c]) * s[c];
-            } else {
-              for (int64_t c = 0; c < C; ++c) yr[c] = (xr[c] - m[c]) * a[c] + b[c] + gr[c] * s[c];
-            }
-          }
+          for (int64_t o = o0; o < o1; ++o) row(o);
         },
         1);
     return;
   }
-  const int64_t n = l.inner;
-  // Threads take whole (sample, channel) runs.
   cpu::parallel_ranges(
       l.outer * C, work,
       [&](int64_t r0, int64_t r1) {
-        for (int64_t r = r0; r < r1; ++r) {
-          const int64_t c = r % C;
-          const int64_t base = r * n;
-          const T* __restrict xs = x + base;
-          const T* __restrict gs = g + base;
-          T* __restrict ys = out + base;
-          const T mc = m[c], ac = a[c], bc = b[c], sc = s[c];
-          if constexpr (Masked) {
-            const T* __restrict rs = relu_y + base;
-            for (int64_t i = 0; i < n; ++i)
-              ys[i] = (xs[i] - mc) * ac + bc + cpu::relu_mask(rs[i], gs[i]) * sc;
-          } else {
-            for (int64_t i = 0; i < n; ++i) ys[i] = (xs[i] - mc) * ac + bc + gs[i] * sc;
-          }
-        }
+        for (int64_t r = r0; r < r1; ++r) run(r % C, r * l.inner);
       },
       1);
+}
+
+// BatchNorm's input gradient: out = (x - m[c]) * a[c] + b[c] + g * s[c] for every element in layout `l`;
+// when Masked, g counts only where relu_y > 0 (the gradient through a fused ReLU, without a pass that
+// writes it out first).
+template <bool Masked, class T>
+void channel_affine(const ChannelLayout& l, const T* x, const T* g, T* out, const T* m, const T* a,
+                    const T* b, const T* s, const T* relu_y = nullptr) {
+  const int64_t C = l.channels, n = l.inner;
+  for_each_channel_block(
+      l,
+      [&](int64_t o) {
+        const T* __restrict xr = x + o * C;
+        const T* __restrict gr = g + o * C;
+        T* __restrict yr = out + o * C;
+        if constexpr (Masked) {
+          const T* __restrict rr = relu_y + o * C;
+          for (int64_t c = 0; c < C; ++c)
+            yr[c] = (xr[c] - m[c]) * a[c] + b[c] + cpu::relu_mask(rr[c], gr[c]) * s[c];
+        } else {
+          for (int64_t c = 0; c < C; ++c) yr[c] = (xr[c] - m[c]) * a[c] + b[c] + gr[c] * s[c];
+        }
+      },
+      [&](int64_t c, int64_t base) {
+        const T* __restrict xs = x + base;
+        const T* __restrict gs = g + base;
+        T* __restrict ys = out + base;
+        const T mc = m[c], ac = a[c], bc = b[c], sc = s[c];
+        if constexpr (Masked) {
+          const T* __restrict rs = relu_y + base;
+          for (int64_t i = 0; i < n; ++i) ys[i] = (xs[i] - mc) * ac + bc + cpu::relu_mask(rs[i], gs[i]) * sc;
+        } else {
+          for (int64_t i = 0; i < n; ++i) ys[i] = (xs[i] - mc) * ac + bc + gs[i] * sc;
+        }
+      });
 }
 
 // BatchNorm's apply with its epilogue in the same pass: out = (x - m[c]) * a[c] + b[c], then + r (the
@@ -78,44 +84,28 @@ void channel_affine(const ChannelLayout& l, const T* x, const T* g, T* out, cons
 template <bool AddResidual, bool Relu, class T>
 void channel_affine_epilogue(const ChannelLayout& l, const T* x, const T* r, T* out, const T* m, const T* a,
                              const T* b) {
-  const int64_t C = l.channels;
-  const int64_t work = l.outer * C * l.inner;
+  const int64_t C = l.channels, n = l.inner;
   auto epilogue = [](T v, T residual) {
     if constexpr (AddResidual) v += residual;
     if constexpr (Relu) v = v > T(0) ? v : T(0);
     return v;
   };
-  if (l.inner == 1) {
-    cpu::parallel_ranges(
-        l.outer, work,
-        [&](int64_t o0, int64_t o1) {
-          for (int64_t o = o0; o < o1; ++o) {
-            const T* __restrict xr = x + o * C;
-            const T* __restrict rr = AddResidual ? r + o * C : nullptr;
-            T* __restrict yr = out + o * C;
-            for (int64_t c = 0; c < C; ++c)
-              yr[c] = epilogue((xr[c] - m[c]) * a[c] + b[c], AddResidual ? rr[c] : T(0));
-          }
-        },
-        1);
-    return;
-  }
-  const int64_t n = l.inner;
-  cpu::parallel_ranges(
-      l.outer * C, work,
-      [&](int64_t r0, int64_t r1) {
-        for (int64_t row = r0; row < r1; ++row) {
-          const int64_t c = row % C;
-          const int64_t base = row * n;
-          const T* __restrict xs = x + base;
-          const T* __restrict rs = AddResidual ? r + base : nullptr;
-          T* __restrict ys = out + base;
-          const T mc = m[c], ac = a[c], bc = b[c];
-          for (int64_t i = 0; i < n; ++i)
-            ys[i] = epilogue((xs[i] - mc) * ac + bc, AddResidual ? rs[i] : T(0));
-        }
+  for_each_channel_block(
+      l,
+      [&](int64_t o) {
+        const T* __restrict xr = x + o * C;
+        const T* __restrict rr = AddResidual ? r + o * C : nullptr;
+        T* __restrict yr = out + o * C;
+        for (int64_t c = 0; c < C; ++c)
+          yr[c] = epilogue((xr[c] - m[c]) * a[c] + b[c], AddResidual ? rr[c] : T(0));
       },
-      1);
+      [&](int64_t c, int64_t base) {
+        const T* __restrict xs = x + base;
+        const T* __restrict rs = AddResidual ? r + base : nullptr;
+        T* __restrict ys = out + base;
+        const T mc = m[c], ac = a[c], bc = b[c];
+        for (int64_t i = 0; i < n; ++i) ys[i] = epilogue((xs[i] - mc) * ac + bc, AddResidual ? rs[i] : T(0));
+      });
 }
 
 // Per-channel sums in double of fn(index, c), which returns std::array<double, K> so that one pass
