@@ -202,7 +202,7 @@ struct Point {
   bool graph = false;             // CUDA only: capture one step as a CUDA graph and time its replays
   bool fusion = false;            // CUDA only: train.cudnn_fusion (nn/cuda/conv_stats_fusion.h)
   bool cudnn_bn = true;           // CUDA only: train.cudnn_batchnorm (nn/cuda/cudnn_batch_norm.h)
-  bool cudnn_bn_forward = false;  // CUDA only: its forward too, where faster (not in the trainer yet)
+  bool cudnn_bn_forward = true;  // CUDA only: its forward too, where faster (as the trainer does)
 };
 
 // Whether cuDNN's batch norm runs in this point's backward (the backend takes it for half inputs only).

@@ -146,7 +146,9 @@ class Backend {
   virtual Tensor conv2d_backward_weight(const Tensor& grad_y, const Tensor& x, const Shape& w_shape,
                                         const Conv2dParams& p) = 0;
 
-  // ---- pooling (nn/cpu/pool.cpp). max_pool2d returns {y, argmax indices as i64 into H*W}.
+  // ---- pooling (nn/cpu/pool.cpp). max_pool2d returns {y, argmax indices}: i64 positions into H*W, or
+  // (a backend's choice, CUDA's channels-last kernels) u8 offsets within the window from its padded
+  // origin. max_pool2d_backward takes what the same backend's max_pool2d returned.
   virtual std::pair<Tensor, Tensor> max_pool2d(const Tensor& x, const Pool2dParams& p) = 0;
   virtual Tensor max_pool2d_backward(const Tensor& grad_y, const Tensor& indices, const Shape& x_shape,
                                      const Pool2dParams& p) = 0;

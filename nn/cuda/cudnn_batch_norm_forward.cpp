@@ -33,7 +33,7 @@ constexpr cudnnBatchNormMode_t kMode = kBnMode;
 
 enum class Choice { untimed, ours, cudnn };
 
-std::atomic<bool> g_on{false}, g_forced{false};
+std::atomic<bool> g_on{true}, g_forced{false};
 std::atomic<int64_t> g_calls{0};
 
 // One input shape and epilogue: descriptors, workspace and reserve sizes, and which forward won.

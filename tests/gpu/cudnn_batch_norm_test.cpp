@@ -65,7 +65,10 @@ TEST(CudnnBatchNorm, ForwardGivesOurKernelsOutputAndStatistics) {
   const int64_t calls = cuda::cudnn_batch_norm_forward_calls();
   int expected = 0;
   for (DType dtype : {DType::bf16, DType::f16})
-    for (const Shape& shape : {Shape{32, 64, 8, 8}, Shape{16, 128, 4, 4}})
+    // The first two as in a resnet18 at batch 16-32; the rest are a width-8 resnet18-cifar's at batch
+    // 32 (8 to 64 channels, up to 32,768 values per channel), as AResNetStepGivesOurGradients runs it.
+    for (const Shape& shape : {Shape{32, 64, 8, 8}, Shape{16, 128, 4, 4}, Shape{32, 8, 32, 32},
+                               Shape{32, 16, 16, 16}, Shape{32, 32, 8, 8}, Shape{32, 64, 4, 4}})
       for (int epilogue = 0; epilogue < 3; ++epilogue) {
         const bool relu = epilogue > 0, residual = epilogue == 2;
         const std::string what =
@@ -108,7 +111,10 @@ TEST(CudnnBatchNorm, BackwardGivesOurKernelsGradients) {
   Generator gen(41);
   for (DType dtype : {DType::bf16, DType::f16})
     for (bool relu : {false, true})
-      for (const Shape& shape : {Shape{32, 64, 8, 8}, Shape{16, 128, 4, 4}}) {
+      // The first two as in a resnet18 at batch 16-32; the rest are a width-8 resnet18-cifar's at batch
+    // 32 (8 to 64 channels, up to 32,768 values per channel), as AResNetStepGivesOurGradients runs it.
+    for (const Shape& shape : {Shape{32, 64, 8, 8}, Shape{16, 128, 4, 4}, Shape{32, 8, 32, 32},
+                               Shape{32, 16, 16, 16}, Shape{32, 32, 8, 8}, Shape{32, 64, 4, 4}}) {
         const BnCase c = bn_case(dtype, shape, relu, gen);
         const Tensor relu_out = relu ? c.y : Tensor();
         const int64_t count = c.x.numel() / shape[1];
@@ -158,39 +164,68 @@ TEST(CudnnBatchNorm, DeclinedWhenOffDeterministicOrNotHalfChannelsLast) {
 
 // One forward and backward of resnet18-cifar in bf16 (the same weights and batch each time): the
 // parameters' gradients, on the host in f32.
-std::vector<std::pair<std::string, Tensor>> one_step_gradients(bool cudnn_bn) {
+std::vector<std::pair<std::string, Tensor>> one_step_gradients(bool cudnn_bn, bool cudnn_forward = false,
+                                                               std::optional<DType> half = DType::bf16) {
   const CudnnBatchNormMode mode(cudnn_bn);
+  cuda::force_cudnn_batch_norm_forward(cudnn_forward);
   auto model = gpu_model("resnet18", 3, 32, "cifar", 8);
   Generator gen(12);
   CifarBatch b = cifar_batch(gen, 32, DType::bf16);
   random_labels(b.y, gen);
-  autocast_loss(*model, b.x, b.y, DType::bf16).backward();
+  autocast_loss(*model, b.x, b.y, half).backward();
+  cuda::force_cudnn_batch_norm_forward(false);
   std::vector<std::pair<std::string, Tensor>> grads;
   for (const NamedParameter& p : model->named_parameters())
     grads.emplace_back(p.name, p.param.grad().to(Device::cpu()).to(DType::f32));
   return grads;
 }
 
-// Every parameter's gradient within 5% of its largest magnitude: cuDNN's sums run in another order
-// and each BatchNorm's grad_x is rounded to bf16, which the layers below amplify a little.
-TEST(CudnnBatchNorm, AResNetStepGivesOurGradients) {
-  REQUIRE_GPU();
-  cuda_set_deterministic(false);
-  const int64_t calls = cuda::cudnn_batch_norm_calls();
-  const auto with = one_step_gradients(true);
-  EXPECT_EQ(cuda::cudnn_batch_norm_calls() - calls, 20);  // resnet18's 20 BatchNorms
-  const auto without = one_step_gradients(false);
-  ASSERT_EQ(with.size(), without.size());
-  for (size_t i = 0; i < with.size(); ++i) {
-    const std::vector<float> a = with[i].second.contiguous().to_vector<float>(),
-                             b = without[i].second.contiguous().to_vector<float>();
+// The largest gap between two steps' gradients over the parameters, each relative to the largest
+// magnitude of that parameter's gradient in `reference`; `where` names the parameter.
+double largest_relative_gap(const std::vector<std::pair<std::string, Tensor>>& grads,
+                            const std::vector<std::pair<std::string, Tensor>>& reference, std::string& where) {
+  double worst = 0.0;
+  for (size_t i = 0; i < grads.size(); ++i) {
+    const std::vector<float> a = grads[i].second.contiguous().to_vector<float>(),
+                             b = reference[i].second.contiguous().to_vector<float>();
     double diff = 0.0, scale = 0.0;
     for (size_t j = 0; j < a.size(); ++j) {
       diff = std::max(diff, static_cast<double>(std::fabs(a[j] - b[j])));
       scale = std::max(scale, static_cast<double>(std::fabs(b[j])));
     }
-    EXPECT_LE(diff, 0.05 * scale + 1e-6) << with[i].first;
+    if (diff / (scale + 1e-12) > worst) worst = diff / (scale + 1e-12), where = grads[i].first;
   }
+  return worst;
+}
+
+// A bf16 step of this network (width 8, batch 32, random labels) is far from the f32 step: its
+// largest per-parameter gap was 50-57% of that gradient's magnitude on an H200 (session 13), since 20
+// layers of bf16 rounding and ReLU masks amplify any rounding. Two bf16 steps that round differently
+// are as far apart (the forward through cuDNN moved gradients 28-31% from ours), so comparing them
+// with each other says nothing. Each is held to the f32 step instead: cuDNN's batch norm (its
+// backward; its forward where it timed faster; its forward forced on every shape) no further from it
+// than ours, with a quarter's slack.
+TEST(CudnnBatchNorm, AResNetStepIsAsCloseToTheF32StepAsOurs) {
+  REQUIRE_GPU();
+  cuda_set_deterministic(false);
+  const auto f32 = one_step_gradients(false, false, std::nullopt);
+  const auto ours = one_step_gradients(false);
+  const int64_t calls = cuda::cudnn_batch_norm_calls();
+  const auto timed = one_step_gradients(true);
+  EXPECT_EQ(cuda::cudnn_batch_norm_calls() - calls, 20);  // resnet18's 20 BatchNorms
+  const int64_t forward_calls = cuda::cudnn_batch_norm_forward_calls();
+  const auto forced = one_step_gradients(true, true);
+  EXPECT_EQ(cuda::cudnn_batch_norm_forward_calls() - forward_calls, 20);
+  ASSERT_EQ(ours.size(), f32.size());
+  std::string at;
+  const double bound = 1.25 * largest_relative_gap(ours, f32, at) + 0.02;
+  std::printf("bf16 step's largest gap to the f32 step: ours %.3f (%s)", (bound - 0.02) / 1.25, at.c_str());
+  for (const auto& [name, grads] : {std::pair{"cuDNN, timed", &timed}, std::pair{"cuDNN, forced", &forced}}) {
+    const double gap = largest_relative_gap(*grads, f32, at);
+    std::printf(", %s %.3f (%s)", name, gap, at.c_str());
+    EXPECT_LE(gap, bound) << name << ", at " << at;
+  }
+  std::printf("\n");
 }
 
 // 12 SGD steps of resnet18-cifar in bf16, replayed from a CUDA graph after the third (capture_at 3),

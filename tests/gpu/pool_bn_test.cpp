@@ -49,6 +49,21 @@ TEST(CudaPool, MaxPoolAndBackward) {
 
 // Channels-last tensors whose channels fill 16-byte packs take the vectorised kernels (a thread per
 // pack of one pixel); half types against the CPU on the same values in f32.
+// u8 offsets within each window (row-major from its padded origin) as i64 positions into H*W, on the
+// host in NCHW order: what the CPU backend's max_pool2d returns.
+Tensor positions_of(const Tensor& offsets, const Shape& x, const Pool2dParams& p) {
+  const Tensor o = offsets.to(Device::cpu()).contiguous().to(DType::i64);
+  const std::vector<int64_t> v = o.to_vector<int64_t>();
+  const int64_t OH = o.size(2), OW = o.size(3);
+  std::vector<int64_t> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    const int64_t ow = static_cast<int64_t>(i) % OW, oh = static_cast<int64_t>(i) / OW % OH;
+    const int64_t ih = oh * p.stride_h - p.pad_h + v[i] / p.kernel_w, iw = ow * p.stride_w - p.pad_w + v[i] % p.kernel_w;
+    out[i] = ih * x[3] + iw;
+  }
+  return Tensor::from_vector(out, o.shape());
+}
+
 TEST(CudaPool, MaxPoolChannelsLastPacksMatchTheCpu) {
   REQUIRE_GPU();
   Generator gen(32);
@@ -62,10 +77,14 @@ TEST(CudaPool, MaxPoolChannelsLastPacksMatchTheCpu) {
       const auto [yg, idxg] = dev().max_pool2d(on_gpu(x, MemoryFormat::channels_last), p);
       EXPECT_TRUE(yg.is_contiguous(MemoryFormat::channels_last)) << what;
       expect_equal(y, as_f32(yg), what + " max_pool2d");
-      expect_equal(idx, idxg, what + " max_pool2d indices");
+      EXPECT_EQ(idxg.dtype(), DType::u8) << what;  // offsets within the window
+      expect_equal(idx, positions_of(idxg, x.shape(), p), what + " max_pool2d indices");
       const Tensor dy = random(y.shape(), gen, dtype);
       const Tensor dx =
           dev().max_pool2d_backward(on_gpu(dy, MemoryFormat::channels_last), idxg, x.shape(), p);
+      // The per-element gather reads the offsets too (a gradient in the other format).
+      expect_close(as_f32(dx), as_f32(dev().max_pool2d_backward(on_gpu(dy), idxg, x.shape(), p)), 0.0, 0.0,
+                   what + " max_pool2d_backward, NCHW gradient");
       EXPECT_TRUE(dx.is_contiguous(MemoryFormat::channels_last)) << what;
       const double tol = dtype == DType::f32 ? 1e-6 : 1e-2;
       expect_close(cpu().max_pool2d_backward(as_f32(dy), idx, x.shape(), p), as_f32(dx), tol, tol,
