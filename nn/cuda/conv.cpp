@@ -7,7 +7,9 @@
 // cannot run.
 //
 // How a convolution runs is chosen once per shape and cached (nn/cuda/conv_plan_cache.h) among cuDNN's
-// graph API (nn/cuda/conv_graph_api.h) and legacy API (nn/cuda/conv_legacy_api.h) candidates.
+// graph API (nn/cuda/conv_graph_api.h) and legacy API (nn/cuda/conv_legacy_api.h) candidates; a stem
+// with few input channels may run as im2col + GEMM instead (nn/cuda/im2col_conv.h).
+#include <functional>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -18,6 +20,7 @@
 #include "nn/cuda/conv_plan_cache.h"
 #include "nn/cuda/conv_stats_fusion.h"
 #include "nn/cuda/cuda_common.h"
+#include "nn/cuda/im2col_conv.h"
 
 namespace trainer {
 
@@ -85,7 +88,7 @@ Tensor CudaBackend::conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor&
   }
   const DType dtype = x_in.dtype();
   const bool nhwc = x_in.suggest_memory_format() == MemoryFormat::channels_last;
-  const auto plain = [&] {
+  const std::function<Tensor()> cudnn = [&] {
     return with_layout_fallback(nhwc, dtype, [&](bool cl) {
       const MemoryFormat f = format_for(cl);
       const Tensor x = x_in.contiguous(f), w = w_in.contiguous(f);
@@ -95,6 +98,11 @@ Tensor CudaBackend::conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor&
       run_conv(ConvOp::forward, dtype, cl, x.shape(), w.shape(), ys, p, ptrs);
       return out;
     });
+  };
+  // A stem with few input channels may run faster as im2col + GEMM (nn/cuda/im2col_conv.h).
+  const auto plain = [&] {
+    std::optional<Tensor> y = im2col_conv_forward(x_in, w_in, p, ys, cudnn);
+    return y ? *y : cudnn();
   };
   // train.cudnn_fusion: a convolution feeding a training BatchNorm may also sum its output per channel.
   if (std::optional<Tensor> fused = conv2d_with_channel_sums(x_in, w_in, bias.defined(), p, ys, plain))
@@ -143,18 +151,22 @@ Tensor CudaBackend::conv2d_backward_weight(const Tensor& grad_y, const Tensor& x
                                 ", the convolution's output shape is " + shape_str(ys));
   const DType dtype = grad_y.dtype();
   const bool nhwc = x_in.suggest_memory_format() == MemoryFormat::channels_last;
-  return with_layout_fallback(nhwc, dtype, [&](bool cl) {
-    const MemoryFormat f = format_for(cl);
-    const Tensor dy = grad_y.contiguous(f), x = x_in.contiguous(f);
-    Tensor dw = empty(w_shape, dtype, f);
-    if (dy.numel() == 0) {
-      dw.zero_();
+  const std::function<Tensor()> cudnn = [&] {
+    return with_layout_fallback(nhwc, dtype, [&](bool cl) {
+      const MemoryFormat f = format_for(cl);
+      const Tensor dy = grad_y.contiguous(f), x = x_in.contiguous(f);
+      Tensor dw = empty(w_shape, dtype, f);
+      if (dy.numel() == 0) {
+        dw.zero_();
+        return dw;
+      }
+      void* const ptrs[3] = {x.raw_data(), dw.raw_data(), dy.raw_data()};
+      run_conv(ConvOp::backward_filter, dtype, cl, x.shape(), w_shape, ys, p, ptrs);
       return dw;
-    }
-    void* const ptrs[3] = {x.raw_data(), dw.raw_data(), dy.raw_data()};
-    run_conv(ConvOp::backward_filter, dtype, cl, x.shape(), w_shape, ys, p, ptrs);
-    return dw;
-  });
+    });
+  };
+  std::optional<Tensor> dw = im2col_conv_backward_weight(grad_y, x_in, w_shape, p, format_for(nhwc), cudnn);
+  return dw ? *dw : cudnn();
 }
 
 }  // namespace trainer

@@ -196,7 +196,8 @@ __global__ void max_pool_cl_vec_kernel(PoolGeometry g, const scalar_t* px, scala
 #pragma unroll
           for (int j = 0; j < V; ++j) {
             const acc x = to_acc(in.v[j]);
-            if (x > best[j] || isnan(x)) best[j] = x, best_i[j] = (ih - row0) * pitch + (iw - col0);  // NaN wins
+            if (x > best[j] || isnan(x))
+              best[j] = x, best_i[j] = (ih - row0) * pitch + (iw - col0);  // NaN wins
           }
         }
       const int64_t out = (n * g.oh * g.ow + pixel) * g.c + c0;
@@ -209,7 +210,8 @@ __global__ void max_pool_cl_vec_kernel(PoolGeometry g, const scalar_t* px, scala
 
 // Each input element sums the gradients of the windows that cover it and picked it, in a fixed order.
 template <class scalar_t, class I>
-__global__ void max_pool_backward_cl_vec_kernel(PoolGeometry g, const scalar_t* pg, const I* pi, scalar_t* pd) {
+__global__ void max_pool_backward_cl_vec_kernel(PoolGeometry g, const scalar_t* pg, const I* pi,
+                                                scalar_t* pd) {
   using acc = acc_t<scalar_t>;
   using Pack = Pack16<scalar_t>;
   constexpr int V = Pack::kSize;
@@ -311,7 +313,8 @@ namespace {
 
 // max_pool2d_backward for one gradient type and one index type (i64 positions or u8 offsets).
 template <class scalar_t, class I>
-void max_pool_backward(const PoolGeometry& g, bool cl, const Tensor& grad_y, const Tensor& indices, Tensor& dx) {
+void max_pool_backward(const PoolGeometry& g, bool cl, const Tensor& grad_y, const Tensor& indices,
+                       Tensor& dx) {
   const scalar_t* pg = static_cast<const scalar_t*>(grad_y.raw_data());
   const I* pi = static_cast<const I*>(indices.raw_data());
   scalar_t* pd = static_cast<scalar_t*>(dx.raw_data());
@@ -338,7 +341,8 @@ Tensor CudaBackend::max_pool2d_backward(const Tensor& grad_y, const Tensor& indi
     throw std::invalid_argument("max_pool2d_backward: indices must be i64 (or u8 window offsets), got " +
                                 std::string(dtype_name(indices.dtype())));
   if (offsets && g.kh * g.kw > 256)
-    throw std::invalid_argument("max_pool2d_backward: u8 window offsets need a window of at most 256 elements");
+    throw std::invalid_argument(
+        "max_pool2d_backward: u8 window offsets need a window of at most 256 elements");
   if (grad_y.shape() != indices.shape() || grad_y.shape() != Shape{g.n, g.c, g.oh, g.ow})
     throw std::invalid_argument("max_pool2d_backward: grad_y " + shape_str(grad_y.shape()) + " and indices " +
                                 shape_str(indices.shape()) + " do not match input " + shape_str(x_shape) +

@@ -112,9 +112,9 @@ TEST(CudnnBatchNorm, BackwardGivesOurKernelsGradients) {
   for (DType dtype : {DType::bf16, DType::f16})
     for (bool relu : {false, true})
       // The first two as in a resnet18 at batch 16-32; the rest are a width-8 resnet18-cifar's at batch
-    // 32 (8 to 64 channels, up to 32,768 values per channel), as AResNetStepGivesOurGradients runs it.
-    for (const Shape& shape : {Shape{32, 64, 8, 8}, Shape{16, 128, 4, 4}, Shape{32, 8, 32, 32},
-                               Shape{32, 16, 16, 16}, Shape{32, 32, 8, 8}, Shape{32, 64, 4, 4}}) {
+      // 32 (8 to 64 channels, up to 32,768 values per channel), as AResNetStepGivesOurGradients runs it.
+      for (const Shape& shape : {Shape{32, 64, 8, 8}, Shape{16, 128, 4, 4}, Shape{32, 8, 32, 32},
+                                 Shape{32, 16, 16, 16}, Shape{32, 32, 8, 8}, Shape{32, 64, 4, 4}}) {
         const BnCase c = bn_case(dtype, shape, relu, gen);
         const Tensor relu_out = relu ? c.y : Tensor();
         const int64_t count = c.x.numel() / shape[1];
@@ -183,7 +183,8 @@ std::vector<std::pair<std::string, Tensor>> one_step_gradients(bool cudnn_bn, bo
 // The largest gap between two steps' gradients over the parameters, each relative to the largest
 // magnitude of that parameter's gradient in `reference`; `where` names the parameter.
 double largest_relative_gap(const std::vector<std::pair<std::string, Tensor>>& grads,
-                            const std::vector<std::pair<std::string, Tensor>>& reference, std::string& where) {
+                            const std::vector<std::pair<std::string, Tensor>>& reference,
+                            std::string& where) {
   double worst = 0.0;
   for (size_t i = 0; i < grads.size(); ++i) {
     const std::vector<float> a = grads[i].second.contiguous().to_vector<float>(),

@@ -58,7 +58,8 @@ Tensor positions_of(const Tensor& offsets, const Shape& x, const Pool2dParams& p
   std::vector<int64_t> out(v.size());
   for (size_t i = 0; i < v.size(); ++i) {
     const int64_t ow = static_cast<int64_t>(i) % OW, oh = static_cast<int64_t>(i) / OW % OH;
-    const int64_t ih = oh * p.stride_h - p.pad_h + v[i] / p.kernel_w, iw = ow * p.stride_w - p.pad_w + v[i] % p.kernel_w;
+    const int64_t ih = oh * p.stride_h - p.pad_h + v[i] / p.kernel_w,
+                  iw = ow * p.stride_w - p.pad_w + v[i] % p.kernel_w;
     out[i] = ih * x[3] + iw;
   }
   return Tensor::from_vector(out, o.shape());
