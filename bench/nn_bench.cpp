@@ -5,8 +5,8 @@
 //   ... --device cuda --graph 1     times replays of one step captured as a CUDA graph
 //   ... --device cuda --fusion 1    BatchNorm statistics in the convolutions' epilogues where faster
 //                                   (train.cudnn_fusion; the device column then says "+fusion")
-//   ... --device cuda --cudnn-bn-forward 1  also BatchNorm's forward through cuDNN where it times
-//                                   faster (off in the trainer: see nn/cuda/cudnn_batch_norm.h)
+//   ... --device cuda --cudnn-bn-forward 0  BatchNorm's forward through our kernels only (the
+//                                   default, as in the trainer, takes cuDNN's where it times faster)
 //   ... --device cuda --cudnn-bn 0  BatchNorm's backward through our kernels instead of cuDNN's
 //                                   (train.cudnn_batchnorm, on by default as in the trainer; where it
 //                                   applies, bf16/fp16 on a GPU, the device column says "+cudnn-bn")

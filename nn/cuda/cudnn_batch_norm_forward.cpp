@@ -1,4 +1,4 @@
-// cuDNN's batch-norm forward (opt-in, see cudnn_batch_norm.h for why it is off): a training batch norm
+// cuDNN's batch-norm forward (with train.cudnn_batchnorm, see cudnn_batch_norm.h): a training batch norm
 // (statistics, running statistics, apply with the fused ReLU or residual add + ReLU) through
 // cudnnBatchNormalizationForwardTrainingEx's NHWC persistent kernels: one kernel where ours are three
 // (statistics, their finish, apply). It pays at small batches, where each of our launches is short: at batch

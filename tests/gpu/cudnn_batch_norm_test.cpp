@@ -1,7 +1,7 @@
-// train.cudnn_batchnorm (nn/cuda/cudnn_batch_norm.h): cuDNN's batch-norm forward (opt-in) gives our
-// outputs and statistics; its backward after our forward
-// gives our kernels' gradients within half-precision rounding, with and without the fused ReLU; it
-// is declined when off, under train.deterministic and for inputs it does not cover; resnet18 training
+// train.cudnn_batchnorm (nn/cuda/cudnn_batch_norm.h): cuDNN's batch-norm forward gives our outputs
+// and statistics; its backward after our forward gives our kernels' gradients within half-precision rounding, with and without the fused ReLU; it
+// is declined when off, under train.deterministic and for inputs it does not cover; a whole bf16 step
+// with it is no further from the f32 step than ours; resnet18 training
 // steps with it follow the steps without it, and replaying them from a CUDA graph gives the eager
 // losses (within 1e-3: outside train.deterministic neither cuDNN's batch norm nor every convolution
 // engine promises the same bits twice).
