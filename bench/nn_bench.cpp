@@ -197,11 +197,11 @@ struct Point {
   std::string device = "cpu";
   Precision math = Precision::fp32;  // autocast for bf16/fp16; fp16 with the loss scaler
   bool channels_last = false;
-  std::string stem = "cifar";     // cifar | imagenet (torchvision's 7x7 stride-2 stem and max-pool)
-  int trace_steps = 0;            // CUDA only: steps traced with CUPTI after the timed ones
-  bool graph = false;             // CUDA only: capture one step as a CUDA graph and time its replays
-  bool fusion = false;            // CUDA only: train.cudnn_fusion (nn/cuda/conv_stats_fusion.h)
-  bool cudnn_bn = true;           // CUDA only: train.cudnn_batchnorm (nn/cuda/cudnn_batch_norm.h)
+  std::string stem = "cifar";    // cifar | imagenet (torchvision's 7x7 stride-2 stem and max-pool)
+  int trace_steps = 0;           // CUDA only: steps traced with CUPTI after the timed ones
+  bool graph = false;            // CUDA only: capture one step as a CUDA graph and time its replays
+  bool fusion = false;           // CUDA only: train.cudnn_fusion (nn/cuda/conv_stats_fusion.h)
+  bool cudnn_bn = true;          // CUDA only: train.cudnn_batchnorm (nn/cuda/cudnn_batch_norm.h)
   bool cudnn_bn_forward = true;  // CUDA only: its forward too, where faster (as the trainer does)
 };
 
