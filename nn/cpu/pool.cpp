@@ -2,6 +2,7 @@
 // max pool pads with -inf and propagates NaN; avg pool windows are clipped to the padded input
 // (ceil_mode windows may overhang it) and divide by the padded or the valid window size.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 
@@ -204,19 +205,34 @@ Tensor CpuBackend::max_pool2d_backward(const Tensor& grad_y_in, const Tensor& in
   Tensor dx = Tensor::empty(x_shape, dy.dtype());
   const int64_t hw = x_shape[2] * x_shape[3];
   const int64_t planes = x_shape[0] * x_shape[1], per_plane = dy.size(2) * dy.size(3);
+  // An index outside its plane, reported after the threads are done (nothing may throw inside an
+  // OpenMP region): the first thread to find one keeps it.
+  std::atomic<bool> failed{false};
+  int64_t bad_index = 0;
   TRAINER_DISPATCH_FLOAT(dy.dtype(), "max_pool2d_backward", [&] {
-    const scalar_t* g = dy.data<scalar_t>();
-    const int64_t* id = indices.data<int64_t>();
-    scalar_t* d = dx.data<scalar_t>();
-    std::fill(d, d + planes * hw, scalar_t(0));
-    for (int64_t plane = 0; plane < planes; ++plane, d += hw)
-      for (int64_t i = 0; i < per_plane; ++i, ++g, ++id) {
-        if (*id < 0 || *id >= hw)
-          throw std::invalid_argument("max_pool2d_backward: index " + std::to_string(*id) +
-                                      " outside the input plane of " + std::to_string(hw) + " elements");
-        d[*id] += *g;
-      }
+    // Threads take whole planes, as in the forward: each plane's sums stay in one thread, in the same
+    // order as on one thread.
+    cpu::parallel_ranges(
+        planes, planes * (hw + per_plane),
+        [&](int64_t p0, int64_t p1) {
+          const scalar_t* grad = dy.data<scalar_t>() + p0 * per_plane;
+          const int64_t* id = indices.data<int64_t>() + p0 * per_plane;
+          scalar_t* d = dx.data<scalar_t>() + p0 * hw;
+          std::fill(d, d + (p1 - p0) * hw, scalar_t(0));
+          for (int64_t plane = p0; plane < p1; ++plane, d += hw)
+            for (int64_t i = 0; i < per_plane; ++i, ++grad, ++id) {
+              if (*id < 0 || *id >= hw) {
+                if (!failed.exchange(true)) bad_index = *id;
+                return;
+              }
+              d[*id] += *grad;
+            }
+        },
+        1);
   });
+  if (failed)
+    throw std::invalid_argument("max_pool2d_backward: index " + std::to_string(bad_index) +
+                                " outside the input plane of " + std::to_string(hw) + " elements");
   return dx;
 }
 

@@ -1,7 +1,7 @@
 // The CPU backend's OpenMP-split kernels (nn/cpu/parallel.h) give bit for bit the results of one
 // thread: BatchNorm's statistics, apply (with the residual and ReLU epilogue), backward sums and input
-// gradient in both layouts, the residual join's gradient, and the SGD and AdamW updates. The tensors
-// are above the threshold below which kernels stay on one thread.
+// gradient in both layouts, the residual join's gradient, max-pool's backward, and the SGD and AdamW
+// updates. The tensors are above the threshold below which kernels stay on one thread.
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -69,6 +69,33 @@ TEST_P(CpuThreads, BatchNormForwardBackwardMatchOneThread) {
 
 INSTANTIATE_TEST_SUITE_P(Layouts, CpuThreads,
                          ::testing::Values(MemoryFormat::contiguous, MemoryFormat::channels_last));
+
+// Max-pool's backward splits whole planes over the threads, with overlapping windows (3x3, stride 2):
+// each plane's sums stay in one thread, in one order. An index outside its plane still stops it with
+// the index named, from inside the threads.
+TEST(CpuThreads, MaxPoolBackwardMatchesOneThreadAndReportsBadIndices) {
+  const Shape shape{4, 16, 24, 24};  // 36,864 input elements per call: above kParallelMinElements
+  Pool2dParams p;
+  p.kernel_h = p.kernel_w = 3;
+  p.stride_h = p.stride_w = 2;
+  p.pad_h = p.pad_w = 1;
+  const Tensor x = random_f32(shape, 12);
+  const auto [y, indices] = k().max_pool2d(x, p);
+  const Tensor dy = random_f32(y.shape(), 13);
+  expect_same_with_threads(
+      [&] { return std::vector<Tensor>{k().max_pool2d_backward(dy, indices, shape, p)}; },
+      "max_pool2d_backward");
+  Tensor bad = indices.clone();
+  bad.data<int64_t>()[bad.numel() - 5] = 24 * 24;  // one past its plane, in the last thread's range
+  try {
+    k().max_pool2d_backward(dy, bad, shape, p);
+    ADD_FAILURE() << "an index outside its plane was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("index 576 outside the input plane of 576 elements"),
+              std::string::npos)
+        << e.what();
+  }
+}
 
 TEST(CpuThreads, ResidualJoinGradientMatchesOneThread) {
   const Shape shape{4, 32, 16, 16};
