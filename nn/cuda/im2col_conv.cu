@@ -28,23 +28,24 @@ struct Patches {
 };
 
 Patches patches_for(const Shape& x, const Shape& w_shape, const Conv2dParams& p, const Shape& y) {
-  const int k = static_cast<int>(w_shape[1] * w_shape[2] * w_shape[3]);
-  return {static_cast<int>(x[0]),
-          static_cast<int>(x[1]),
-          static_cast<int>(x[2]),
-          static_cast<int>(x[3]),
-          static_cast<int>(y[2]),
-          static_cast<int>(y[3]),
-          static_cast<int>(w_shape[2]),
-          static_cast<int>(w_shape[3]),
-          p.stride_h,
-          p.stride_w,
-          p.pad_h,
-          p.pad_w,
-          p.dilation_h,
-          p.dilation_w,
-          k,
-          (k + kPack - 1) / kPack * kPack};
+  const auto i = [](int64_t v) { return static_cast<int>(v); };
+  const int k = i(w_shape[1] * w_shape[2] * w_shape[3]);
+  return {.n = i(x[0]),
+          .c = i(x[1]),
+          .h = i(x[2]),
+          .w = i(x[3]),
+          .oh = i(y[2]),
+          .ow = i(y[3]),
+          .kh = i(w_shape[2]),
+          .kw = i(w_shape[3]),
+          .sh = p.stride_h,
+          .sw = p.stride_w,
+          .ph = p.pad_h,
+          .pw = p.pad_w,
+          .dh = p.dilation_h,
+          .dw = p.dilation_w,
+          .k = k,
+          .kp = (k + kPack - 1) / kPack * kPack};
 }
 
 // A thread per 16-byte pack of a row: consecutive threads write consecutive packs. The (r, s, c) of
