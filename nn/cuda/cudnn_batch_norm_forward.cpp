@@ -42,7 +42,7 @@ struct ForwardPlan {
   cudnnBatchNormOps_t ops = CUDNN_BATCHNORM_OPS_BN;
   size_t workspace = 0, reserve = 0;
   bool supported = false;
-  Choice choice = Choice::untimed;
+  std::atomic<Choice> choice{Choice::untimed};  // read and set outside plan_for's lock
 };
 
 // N, C, H, W, dtype, relu, residual

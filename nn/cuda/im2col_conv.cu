@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <map>
 #include <mutex>
+#include <stdexcept>
 #include <tuple>
 
 #include "nn/cuda/conv_timing.h"
@@ -83,8 +84,9 @@ __global__ void im2col_nhwc_kernel(Patches g, const uint16_t* x, uint16_t* cols,
 
 bool applies(const Tensor& x, const Shape& w_shape, const Conv2dParams& p, const Shape& y_shape) {
   if (x.dim() != 4 || (x.dtype() != DType::bf16 && x.dtype() != DType::f16) || x.size(1) > kMaxChannels ||
-      p.groups != 1 || cuda_deterministic() || !x.is_contiguous(MemoryFormat::channels_last))
-    return false;
+      p.groups != 1 || cuda_deterministic() || x.suggest_memory_format() != MemoryFormat::channels_last ||
+      !x.is_contiguous(MemoryFormat::channels_last))
+    return false;  // (a one-channel NCHW x is channels-last contiguous too, but cuDNN keeps it NCHW)
   const Patches g = patches_for(x.shape(), w_shape, p, y_shape);
   return g.rows() > 0 && w_shape[0] > 0 && g.rows() * g.kp * 2 <= kMaxPatchBytes;
 }
@@ -99,6 +101,26 @@ Tensor im2col(const Tensor& x, const Patches& g) {
   CUDA_CHECK_LAUNCH();
   return cols;
 }
+
+// The GEMMs stand in for cuDNN convolutions, which run no engine that sums in the output type (those
+// with reduced-precision notes are skipped, conv_graph_api.cpp). cuBLAS's default math mode lets a
+// split-K GEMM add its partial sums in bf16/f16: the weight gradient's K is N*OH*OW (3.2M at ResNet-50
+// batch 256), the shape that splits. So reductions stay in f32 around these calls.
+class F32Reductions {
+ public:
+  F32Reductions() : handle_(cuda_context().cublas) {
+    CUBLAS_CHECK(cublasGetMathMode(handle_, &saved_));
+    CUBLAS_CHECK(cublasSetMathMode(
+        handle_, static_cast<cublasMath_t>(saved_ | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
+  }
+  ~F32Reductions() { cublasSetMathMode(handle_, saved_); }
+  F32Reductions(const F32Reductions&) = delete;
+  F32Reductions& operator=(const F32Reductions&) = delete;
+
+ private:
+  cublasHandle_t handle_;
+  cublasMath_t saved_ = CUBLAS_DEFAULT_MATH;
+};
 
 // A [Cout, C, kh, kw] weight as [Cout, k] rows in (r, s, c) order, and back.
 Tensor weight_rows(const Tensor& w) {
@@ -116,6 +138,7 @@ Tensor forward(const Tensor& x, const Tensor& w, const Conv2dParams& p, const Sh
   Tensor wm = empty({w.size(0), g.kp}, w.dtype());  // zero columns past k, as the patches have
   if (g.kp != g.k) wm.zero_();
   wm.slice(1, 0, g.k).copy_(weight_rows(w));
+  const F32Reductions f32_sums;
   const Tensor y = backend_for(x).matmul(im2col(x, g), wm, false, true);  // [N*OH*OW, Cout]: NHWC
   return y.view({y_shape[0], y_shape[2], y_shape[3], y_shape[1]}).permute({0, 3, 1, 2});
 }
@@ -125,6 +148,7 @@ Tensor backward_weight(const Tensor& grad_y, const Tensor& x, const Shape& w_sha
   const Patches g = patches_for(x.shape(), w_shape, p, grad_y.shape());
   const Tensor dy =
       grad_y.contiguous(MemoryFormat::channels_last).permute({0, 2, 3, 1}).reshape({g.rows(), w_shape[0]});
+  const F32Reductions f32_sums;
   const Tensor dwm = backend_for(x).matmul(dy, im2col(x, g), true, false);  // [Cout, kp]
   return weight_of_rows(dwm.slice(1, 0, g.k), w_shape, format);
 }
@@ -148,11 +172,35 @@ bool chosen(int direction, const Tensor& x, const Shape& w_shape, const Conv2dPa
     if (c != Choice::untimed) return c == Choice::im2col;
   }
   if (cuda_stream_capturing()) return false;  // timed at an eager call, if one comes
-  const float ours = cudnn_conv::time_calls([&] { return im2col_run().defined(); });
+  // A run that throws (no memory for the patches, say) times as infinitely slow: cuDNN keeps the shape.
+  const float ours = cudnn_conv::time_calls([&] {
+    try {
+      return im2col_run().defined();
+    } catch (const std::exception&) {
+      return false;
+    }
+  });
   const float theirs = cudnn_conv::time_calls([&] { return cudnn().defined(); });
   std::lock_guard<std::mutex> lock(mutex);
   (*choices)[key] = ours < theirs ? Choice::im2col : Choice::cudnn;
   return ours < theirs;
+}
+
+// Runs the chosen im2col path; if it throws outside a capture (nothing has read its output yet), says
+// so once and lets cuDNN run this call.
+template <class Run>
+std::optional<Tensor> run_or_decline(Run&& run) {
+  try {
+    Tensor out = run();
+    ++g_calls;
+    return out;
+  } catch (const std::exception& e) {
+    if (cuda_stream_capturing()) throw;
+    static std::atomic<bool> said{false};
+    if (!said.exchange(true))
+      std::fprintf(stderr, "trainer: im2col convolution failed (%s); cuDNN runs it\n", e.what());
+    return std::nullopt;
+  }
 }
 
 }  // namespace
@@ -162,8 +210,7 @@ std::optional<Tensor> im2col_conv_forward(const Tensor& x, const Tensor& w, cons
   if (!applies(x, w.shape(), p, y_shape) || w.dtype() != x.dtype()) return std::nullopt;
   const auto run = [&] { return forward(x, w, p, y_shape); };
   if (!chosen(0, x, w.shape(), p, run, cudnn)) return std::nullopt;
-  ++g_calls;
-  return run();
+  return run_or_decline(run);
 }
 
 std::optional<Tensor> im2col_conv_backward_weight(const Tensor& grad_y, const Tensor& x, const Shape& w_shape,
@@ -172,8 +219,7 @@ std::optional<Tensor> im2col_conv_backward_weight(const Tensor& grad_y, const Te
   if (!applies(x, w_shape, p, grad_y.shape()) || grad_y.dtype() != x.dtype()) return std::nullopt;
   const auto run = [&] { return backward_weight(grad_y, x, w_shape, p, format); };
   if (!chosen(1, x, w_shape, p, run, cudnn)) return std::nullopt;
-  ++g_calls;
-  return run();
+  return run_or_decline(run);
 }
 
 void force_im2col_conv(bool on) { g_forced = on; }

@@ -12,7 +12,8 @@
 // Taken for bf16/f16 channels-last inputs with at most 4 channels, groups 1, outside
 // train.deterministic, when the patch matrix fits in 4 GiB. Each shape and direction is timed against
 // cuDNN at its first eager call and the faster kept; a shape first met inside a CUDA graph capture
-// runs cuDNN.
+// runs cuDNN, and so does a call whose im2col path throws (out of memory, say). The GEMMs keep their
+// reductions in f32, as the cuDNN engines the trainer allows do.
 #include <functional>
 #include <optional>
 

@@ -4,7 +4,7 @@ namespace trainer::F {
 
 Variable max_pool2d(const Variable& x, const Pool2dParams& p) {
   std::pair<Tensor, Tensor> r = backend_for(x.data()).max_pool2d(x.data(), p);
-  const Tensor indices = r.second;  // i64 into each H*W plane
+  const Tensor indices = r.second;  // the backend's: i64 into each H*W plane, or u8 within the window
   const Shape x_shape = x.shape();
   return record_op("max_pool2d", r.first, {x}, [indices, x_shape, p](const Tensor& g) -> std::vector<Tensor> {
     return {backend_for(g).max_pool2d_backward(g, indices, x_shape, p)};

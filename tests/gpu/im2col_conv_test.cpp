@@ -86,7 +86,8 @@ TEST(Im2colConv, ForcedPathGivesTheCpuConvolutionAndWeightGradient) {
   EXPECT_EQ(cuda::im2col_conv_calls() - calls, expected_calls);
 }
 
-// Declined where it does not apply: 5 or more channels, f32, NCHW input, groups, train.deterministic.
+// Declined where it does not apply: 5 or more channels, f32, an NCHW input (one channel too), groups,
+// train.deterministic.
 TEST(Im2colConv, DeclinedOutsideItsCases) {
   REQUIRE_GPU();
   cuda_set_deterministic(false);
@@ -110,6 +111,10 @@ TEST(Im2colConv, DeclinedOutsideItsCases) {
   EXPECT_FALSE(ran(x_of(5, DType::bf16, cl), w_of(5, DType::bf16), p));
   EXPECT_FALSE(ran(x_of(3, DType::f32, cl), w_of(3, DType::f32), p));
   EXPECT_FALSE(ran(x_of(3, DType::bf16, MemoryFormat::contiguous), w_of(3, DType::bf16), p));
+  // One channel: NCHW has channels-last strides too, but the output must stay NCHW, as cuDNN's does.
+  const Tensor grey = on_gpu(random({2, 1, 8, 8}, gen).to(DType::bf16));
+  EXPECT_FALSE(ran(grey, w_of(1, DType::bf16), p));
+  EXPECT_TRUE(dev().conv2d(grey, w_of(1, DType::bf16), Tensor(), p).is_contiguous());
   Conv2dParams grouped = p;
   grouped.groups = 2;
   EXPECT_FALSE(ran(x_of(4, DType::bf16, cl), on_gpu(random({4, 2, 3, 3}, gen).to(DType::bf16)), grouped));

@@ -86,7 +86,9 @@ TEST(CpuThreads, MaxPoolBackwardMatchesOneThreadAndReportsBadIndices) {
       [&] { return std::vector<Tensor>{k().max_pool2d_backward(dy, indices, shape, p)}; },
       "max_pool2d_backward");
   Tensor bad = indices.clone();
-  bad.data<int64_t>()[bad.numel() - 5] = 24 * 24;  // one past its plane, in the last thread's range
+  bad.data<int64_t>()[bad.numel() - 5] = 24 * 24;  // one past its plane, in the second thread's range
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(2);
   try {
     k().max_pool2d_backward(dy, bad, shape, p);
     ADD_FAILURE() << "an index outside its plane was accepted";
@@ -95,6 +97,7 @@ TEST(CpuThreads, MaxPoolBackwardMatchesOneThreadAndReportsBadIndices) {
               std::string::npos)
         << e.what();
   }
+  omp_set_num_threads(saved);
 }
 
 TEST(CpuThreads, ResidualJoinGradientMatchesOneThread) {
