@@ -9,6 +9,7 @@
 #include "nn/cuda/conv_timing.h"
 #include "nn/cuda/cuda_backend.h"
 #include "nn/cuda/im2col_conv.h"
+#include "nn/cuda/im2col_patches.h"
 #include "nn/cuda/kernels.cuh"
 
 namespace trainer::cuda {
@@ -16,69 +17,49 @@ namespace {
 
 constexpr int64_t kMaxChannels = 4;
 constexpr int64_t kMaxPatchBytes = int64_t{4} << 30;
-constexpr int kPack = 8;  // 16-bit values per 16-byte store
-
 std::atomic<bool> g_forced{false};
 std::atomic<int64_t> g_calls{0};
-
-// One convolution's patch matrix: rows = N*OH*OW output pixels, columns = (r, s, c) in the weight's
-// channels-last order, zero-padded from k to kp (a multiple of 8, so every row is whole 16-byte packs).
-struct Patches {
-  int n, c, h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, k, kp;
-  int64_t rows() const { return int64_t{n} * oh * ow; }
-};
 
 Patches patches_for(const Shape& x, const Shape& w_shape, const Conv2dParams& p, const Shape& y) {
   const auto i = [](int64_t v) { return static_cast<int>(v); };
   const int k = i(w_shape[1] * w_shape[2] * w_shape[3]);
-  return {.n = i(x[0]),
-          .c = i(x[1]),
-          .h = i(x[2]),
-          .w = i(x[3]),
-          .oh = i(y[2]),
-          .ow = i(y[3]),
-          .kh = i(w_shape[2]),
-          .kw = i(w_shape[3]),
-          .sh = p.stride_h,
-          .sw = p.stride_w,
-          .ph = p.pad_h,
-          .pw = p.pad_w,
-          .dh = p.dilation_h,
-          .dw = p.dilation_w,
-          .k = k,
-          .kp = (k + kPack - 1) / kPack * kPack};
+  Patches g{.n = i(x[0]),
+            .c = i(x[1]),
+            .h = i(x[2]),
+            .w = i(x[3]),
+            .oh = i(y[2]),
+            .ow = i(y[3]),
+            .kh = i(w_shape[2]),
+            .kw = i(w_shape[3]),
+            .sh = p.stride_h,
+            .sw = p.stride_w,
+            .ph = p.pad_h,
+            .pw = p.pad_w,
+            .dh = p.dilation_h,
+            .dw = p.dilation_w,
+            .k = k,
+            .kp = (k + kPatchPack - 1) / kPatchPack * kPatchPack,
+            .starts = {}};
+  fill_pack_starts(g);
+  return g;
 }
 
-// A thread per 16-byte pack of a row: consecutive threads write consecutive packs. The (r, s, c) of
-// the pack's first column is found by division once, then stepped. It runs at ~1.1 TB/s (0.87 ms for
-// ResNet-50's 976 MB of patches at batch 256 on an H200), bound by its index arithmetic. A thread per
-// row with the 7x7x3 window unrolled was slower still (its 304-byte rows make each warp's stores hit
-// 32 lines): timing then gave the stem back to cuDNN (session 13).
-__global__ void im2col_nhwc_kernel(Patches g, const uint16_t* x, uint16_t* cols, uint32_t total) {
-  const uint32_t packs = static_cast<uint32_t>(g.kp / kPack);
-  for (uint32_t t = blockIdx.x * blockDim.x + threadIdx.x; t < total; t += gridDim.x * blockDim.x) {
-    const uint32_t m = t / packs, j = t - m * packs;
-    const uint32_t ow = m % g.ow, q = m / g.ow, oh = q % g.oh, n = q / g.oh;
-    const int k0 = static_cast<int>(j) * kPack;
-    int c = k0 % g.c, s = (k0 / g.c) % g.kw, r = k0 / (g.c * g.kw);
-    const int ih0 = static_cast<int>(oh) * g.sh - g.ph, iw0 = static_cast<int>(ow) * g.sw - g.pw;
-    const uint16_t* image = x + static_cast<int64_t>(n) * g.h * g.w * g.c;
-    struct alignas(16) Pack {
-      uint16_t v[kPack];
-    } out;
-#pragma unroll
-    for (int e = 0; e < kPack; ++e) {
-      uint16_t v = 0;  // +0 in bf16 and f16
-      const int ih = ih0 + r * g.dh, iw = iw0 + s * g.dw;
-      if (k0 + e < g.k && ih >= 0 && ih < g.h && iw >= 0 && iw < g.w)
-        v = image[(static_cast<int64_t>(ih) * g.w + iw) * g.c + c];
-      out.v[e] = v;
-      if (++c == g.c) {
-        c = 0;
-        if (++s == g.kw) s = 0, ++r;
-      }
-    }
-    *reinterpret_cast<Pack*>(cols + static_cast<int64_t>(m) * g.kp + k0) = out;
+// A thread per 16-byte pack (im2col_patches.h has the arithmetic and the launch's shape): a block
+// writes whole rows back to back, and no thread divides to find its pixel or its place in the window.
+// The first version found both by division (nine 32-bit divisions a pack) and ran at ~1.1 TB/s: 0.87
+// ms for ResNet-50's 976 MB of patches at batch 256 on an H200. A thread per row with the 7x7x3
+// window unrolled was slower still (its 304-byte rows make each warp's stores hit 32 lines).
+__global__ void im2col_nhwc_kernel(Patches g, int rows_per_block, const uint16_t* x, uint16_t* cols) {
+  struct alignas(16) Pack {
+    uint16_t v[kPatchPack];
+  };
+  const int64_t out_rows = int64_t{g.n} * g.oh;
+  for (int64_t out_row = blockIdx.y; out_row < out_rows; out_row += gridDim.y) {
+    PackAt at;
+    if (!pack_at(g, rows_per_block, blockIdx.x, out_row, threadIdx.x, threadIdx.y, at)) return;
+    Pack out;
+    fill_pack(g, x + static_cast<int64_t>(at.n) * g.h * g.w * g.c, at.oh, at.ow, at.j, out.v);
+    *reinterpret_cast<Pack*>(cols + at.m * g.kp + at.j * kPatchPack) = out;
   }
 }
 
@@ -88,16 +69,17 @@ bool applies(const Tensor& x, const Shape& w_shape, const Conv2dParams& p, const
       !x.is_contiguous(MemoryFormat::channels_last))
     return false;  // (a one-channel NCHW x is channels-last contiguous too, but cuDNN keeps it NCHW)
   const Patches g = patches_for(x.shape(), w_shape, p, y_shape);
-  return g.rows() > 0 && w_shape[0] > 0 && g.rows() * g.kp * 2 <= kMaxPatchBytes;
+  return g.rows() > 0 && w_shape[0] > 0 && g.packs() <= kMaxTabledPacks && int64_t{g.n} * g.oh < (1 << 30) &&
+         g.rows() * g.kp * 2 <= kMaxPatchBytes;
 }
 
 // The [rows, kp] patch matrix of a dense channels-last x.
 Tensor im2col(const Tensor& x, const Patches& g) {
   Tensor cols = empty({g.rows(), g.kp}, x.dtype());
-  const uint32_t total = static_cast<uint32_t>(g.rows() * (g.kp / kPack));
-  constexpr int kThreads = 256;
-  im2col_nhwc_kernel<<<grid_size(total, kThreads), kThreads, 0, cuda_stream()>>>(
-      g, static_cast<const uint16_t*>(x.raw_data()), static_cast<uint16_t*>(cols.raw_data()), total);
+  const PatchLaunch l = patch_launch(g);
+  im2col_nhwc_kernel<<<dim3(l.grid_x, l.grid_y), dim3(g.packs(), l.rows_per_block), 0, cuda_stream()>>>(
+      g, l.rows_per_block, static_cast<const uint16_t*>(x.raw_data()),
+      static_cast<uint16_t*>(cols.raw_data()));
   CUDA_CHECK_LAUNCH();
   return cols;
 }

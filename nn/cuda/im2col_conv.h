@@ -7,10 +7,11 @@
 // directly; the weight gradient is one GEMM of the output gradient against the same patches, rebuilt
 // in the backward (not kept: 976 MB at batch 256). Measured (bench/PERF_NOTES.md v14): ResNet-50's
 // stem forward takes it (+1.5% a step at batch 256), its weight gradient stays on cuDNN, which times
-// faster there.
+// faster there. That was with a patch kernel that divided to find each pack's place (0.87 ms); the
+// kernel now steps through a table instead (im2col_patches.h), not yet timed on a GPU.
 //
-// Taken for bf16/f16 channels-last inputs with at most 4 channels, groups 1, outside
-// train.deterministic, when the patch matrix fits in 4 GiB. Each shape and direction is timed against
+// Taken for bf16/f16 channels-last inputs with at most 4 channels and kh*kw*C <= 256, groups 1,
+// outside train.deterministic, when the patch matrix fits in 4 GiB. Each shape and direction is timed against
 // cuDNN at its first eager call and the faster kept; a shape first met inside a CUDA graph capture
 // runs cuDNN, and so does a call whose im2col path throws (out of memory, say). The GEMMs keep their
 // reductions in f32, as the cuDNN engines the trainer allows do.
