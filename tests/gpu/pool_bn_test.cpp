@@ -93,6 +93,38 @@ TEST(CudaPool, MaxPoolChannelsLastPacksMatchTheCpu) {
     }
 }
 
+// The pack kernels' other index cases: f64 (two values a pack, so the u8 offsets load 2 bytes at a
+// time) and a window of more than 256 elements (17x17), where they keep i64 positions.
+TEST(CudaPool, MaxPoolPacksInF64AndWithWindowsPast256) {
+  REQUIRE_GPU();
+  Generator gen(33);
+  struct Case {
+    DType dtype;
+    Shape x;
+    Pool2dParams p;
+    DType index;
+  };
+  const std::vector<Case> cases = {{DType::f64, {2, 4, 9, 8}, pool(3, 2, 1), DType::u8},
+                                   {DType::bf16, {2, 8, 20, 19}, pool(17, 2, 8), DType::i64}};
+  for (const Case& c : cases) {
+    const std::string what = std::string(dtype_name(c.dtype)) + " x " + shape_str(c.x);
+    const Tensor x = random(c.x, gen, c.dtype);
+    const Tensor x64 = x.to(DType::f64);
+    const auto [y, idx] = cpu().max_pool2d(x64, c.p);
+    const auto [yg, idxg] = dev().max_pool2d(on_gpu(x, MemoryFormat::channels_last), c.p);
+    EXPECT_EQ(idxg.dtype(), c.index) << what;
+    expect_equal(y, yg.to(Device::cpu()).to(DType::f64), what + " max_pool2d");
+    expect_equal(idx,
+                 c.index == DType::u8 ? positions_of(idxg, c.x, c.p) : idxg.to(Device::cpu()).contiguous(),
+                 what + " max_pool2d indices");
+    const Tensor dy = random(y.shape(), gen, c.dtype);
+    const Tensor dx = dev().max_pool2d_backward(on_gpu(dy, MemoryFormat::channels_last), idxg, c.x, c.p);
+    const double tol = c.dtype == DType::f64 ? 1e-12 : 1e-2;
+    expect_close(cpu().max_pool2d_backward(dy.to(DType::f64), idx, c.x, c.p),
+                 dx.to(Device::cpu()).to(DType::f64), tol, tol, what + " max_pool2d_backward");
+  }
+}
+
 TEST(CudaPool, AvgPoolGlobalPoolAndBackward) {
   REQUIRE_GPU();
   Generator gen(31);
