@@ -46,26 +46,12 @@ std::vector<std::string> config_keys() {
   return keys;
 }
 
-std::string config_to_toml(const Config& config) {
-  std::string out = "# trainer configuration, fully resolved: every key, defaults included.\n";
-  if (!config.source_path.empty()) out += "# Loaded from " + config.source_path + ".\n";
-  std::string current_section;
-  schema::visit_fields(config,
-                       [&](const char* section, const char* key, const auto& value, const schema::Rule&) {
-                         if (current_section != section) {
-                           current_section = section;
-                           out += "\n[" + current_section + "]\n";
-                         }
-                         out += std::string(key) + " = " + toml_value(value) + "\n";
-                       });
-  return out;
-}
+namespace {
 
-std::string config_to_editable_toml(const Config& config) {
-  std::string out =
-      "# trainer configuration, fully resolved (`trainer config --format toml`): every key, defaults\n"
-      "# included. Values with a special meaning say it beside them; `trainer train` takes this file.\n";
-  std::string current_section;
+// Every key as `key = value` under its section's header, in the schema's order; with `annotate`, a
+// value with a special meaning says it beside it.
+std::string toml_sections(const Config& config, bool annotate) {
+  std::string out, current_section;
   schema::visit_fields(
       config, [&](const char* section, const char* key, const auto& value, const schema::Rule& rule) {
         if (current_section != section) {
@@ -74,12 +60,26 @@ std::string config_to_editable_toml(const Config& config) {
         }
         out += std::string(key) + " = " + toml_value(value);
         if constexpr (std::is_arithmetic_v<std::decay_t<decltype(value)>>) {
-          if (rule.special && static_cast<double>(value) == *rule.special)
+          if (annotate && rule.special && static_cast<double>(value) == *rule.special)
             out += "  # " + rule.special_meaning;
         }
         out += "\n";
       });
   return out;
+}
+
+}  // namespace
+
+std::string config_to_toml(const Config& config) {
+  std::string out = "# trainer configuration, fully resolved: every key, defaults included.\n";
+  if (!config.source_path.empty()) out += "# Loaded from " + config.source_path + ".\n";
+  return out + toml_sections(config, false);
+}
+
+std::string config_to_editable_toml(const Config& config) {
+  return "# trainer configuration, fully resolved (`trainer config --format toml`): every key, defaults\n"
+         "# included. Values with a special meaning say it beside them; `trainer train` takes this file.\n" +
+         toml_sections(config, true);
 }
 
 std::string config_table(const Config& config) {
