@@ -209,11 +209,9 @@ Point measure_point(const GridPoint& cell, const BenchArgs& a, const Config& con
 // Speedup over the fewest processes of the same precision and batch (1 when measured).
 void compute_speedups(std::vector<Point>& points) {
   for (Point& p : points) {
-    const Point* base = nullptr;
-    for (const Point& q : points)
-      if (q.precision == p.precision && q.batch == p.batch && (!base || q.procs < base->procs)) base = &q;
-    p.speedup = p.ips / base->ips;
-    p.efficiency = p.speedup / (static_cast<double>(p.procs) / base->procs);
+    const Point& base = speedup_baseline(points, p);
+    p.speedup = p.ips / base.ips;
+    p.efficiency = p.speedup / (static_cast<double>(p.procs) / base.procs);
   }
 }
 

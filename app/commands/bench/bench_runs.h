@@ -75,6 +75,15 @@ struct GridPoint {
   double lr = 0.0;
   double speedup = NAN, efficiency = NAN;
 };
+// The baseline of p's speedup: the point of p's precision and batch with the fewest processes (the
+// 1-process point when it was measured). P derives from GridPoint; p is one of `points`.
+template <class P>
+const P& speedup_baseline(const std::vector<P>& points, const P& p) {
+  const P* base = &p;
+  for (const P& q : points)
+    if (q.precision == p.precision && q.batch == p.batch && q.procs < base->procs) base = &q;
+  return *base;
+}
 // Every cell, in run order: precisions, then batches, then process counts.
 std::vector<GridPoint> measurement_grid(const Config& config, const BenchArgs& a,
                                         const std::vector<std::string>& precisions,

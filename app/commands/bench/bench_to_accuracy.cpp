@@ -143,12 +143,10 @@ AccuracyPoint measure_point(const GridPoint& cell, const BenchArgs& a, const Con
 // Speedup in time to accuracy over the fewest processes of the same precision and batch.
 void compute_speedups(std::vector<AccuracyPoint>& points) {
   for (AccuracyPoint& p : points) {
-    const AccuracyPoint* base = nullptr;
-    for (const AccuracyPoint& q : points)
-      if (q.precision == p.precision && q.batch == p.batch && (!base || q.procs < base->procs)) base = &q;
-    if (!p.reached() || !base->reached()) continue;
-    p.speedup = base->time_to_accuracy.mean / p.time_to_accuracy.mean;
-    p.efficiency = p.speedup / (static_cast<double>(p.procs) / base->procs);
+    const AccuracyPoint& base = speedup_baseline(points, p);
+    if (!p.reached() || !base.reached()) continue;
+    p.speedup = base.time_to_accuracy.mean / p.time_to_accuracy.mean;
+    p.efficiency = p.speedup / (static_cast<double>(p.procs) / base.procs);
   }
 }
 
