@@ -63,14 +63,18 @@ __global__ void im2col_nhwc_kernel(Patches g, int rows_per_block, const uint16_t
   }
 }
 
-bool applies(const Tensor& x, const Shape& w_shape, const Conv2dParams& p, const Shape& y_shape) {
+// The patch geometry of this convolution where the im2col path applies; nullopt where cuDNN runs it.
+std::optional<Patches> patches_if_applies(const Tensor& x, const Shape& w_shape, const Conv2dParams& p,
+                                          const Shape& y_shape) {
   if (x.dim() != 4 || (x.dtype() != DType::bf16 && x.dtype() != DType::f16) || x.size(1) > kMaxChannels ||
       p.groups != 1 || cuda_deterministic() || x.suggest_memory_format() != MemoryFormat::channels_last ||
       !x.is_contiguous(MemoryFormat::channels_last))
-    return false;  // (a one-channel NCHW x is channels-last contiguous too, but cuDNN keeps it NCHW)
+    return std::nullopt;  // (a one-channel NCHW x is channels-last contiguous too, but cuDNN keeps it NCHW)
   const Patches g = patches_for(x.shape(), w_shape, p, y_shape);
-  return g.rows() > 0 && w_shape[0] > 0 && g.packs() <= kMaxTabledPacks && int64_t{g.n} * g.oh < (1 << 30) &&
-         g.rows() * g.kp * 2 <= kMaxPatchBytes;
+  if (g.rows() == 0 || w_shape[0] == 0 || g.packs() > kMaxTabledPacks || int64_t{g.n} * g.oh >= (1 << 30) ||
+      g.rows() * g.kp * 2 > kMaxPatchBytes)
+    return std::nullopt;
+  return g;
 }
 
 // The [rows, kp] patch matrix of a dense channels-last x.
@@ -115,8 +119,7 @@ Tensor weight_of_rows(const Tensor& rows, const Shape& w_shape, MemoryFormat for
       .contiguous(format);
 }
 
-Tensor forward(const Tensor& x, const Tensor& w, const Conv2dParams& p, const Shape& y_shape) {
-  const Patches g = patches_for(x.shape(), w.shape(), p, y_shape);
+Tensor forward(const Tensor& x, const Tensor& w, const Patches& g, const Shape& y_shape) {
   Tensor wm = empty({w.size(0), g.kp}, w.dtype());  // zero columns past k, as the patches have
   if (g.kp != g.k) wm.zero_();
   wm.slice(1, 0, g.k).copy_(weight_rows(w));
@@ -125,9 +128,8 @@ Tensor forward(const Tensor& x, const Tensor& w, const Conv2dParams& p, const Sh
   return y.view({y_shape[0], y_shape[2], y_shape[3], y_shape[1]}).permute({0, 3, 1, 2});
 }
 
-Tensor backward_weight(const Tensor& grad_y, const Tensor& x, const Shape& w_shape, const Conv2dParams& p,
+Tensor backward_weight(const Tensor& grad_y, const Tensor& x, const Shape& w_shape, const Patches& g,
                        MemoryFormat format) {
-  const Patches g = patches_for(x.shape(), w_shape, p, grad_y.shape());
   const Tensor dy =
       grad_y.contiguous(MemoryFormat::channels_last).permute({0, 2, 3, 1}).reshape({g.rows(), w_shape[0]});
   const F32Reductions f32_sums;
@@ -140,9 +142,8 @@ enum class Choice { untimed, im2col, cudnn };
 using Key = std::tuple<int, Shape, Shape, int, int, int, int, int, int, DType>;
 
 // Whether this shape and direction runs im2col: forced, or timed once against cuDNN at an eager call.
-template <class Run>
-bool chosen(int direction, const Tensor& x, const Shape& w_shape, const Conv2dParams& p, Run&& im2col_run,
-            const std::function<Tensor()>& cudnn) {
+bool chosen(int direction, const Tensor& x, const Shape& w_shape, const Conv2dParams& p,
+            const std::function<Tensor()>& im2col_run, const std::function<Tensor()>& cudnn) {
   if (g_forced) return true;
   static std::mutex mutex;
   static auto* choices = new std::map<Key, Choice>();  // leaked: kept to exit
@@ -189,8 +190,9 @@ std::optional<Tensor> run_or_decline(Run&& run) {
 
 std::optional<Tensor> im2col_conv_forward(const Tensor& x, const Tensor& w, const Conv2dParams& p,
                                           const Shape& y_shape, const std::function<Tensor()>& cudnn) {
-  if (!applies(x, w.shape(), p, y_shape) || w.dtype() != x.dtype()) return std::nullopt;
-  const auto run = [&] { return forward(x, w, p, y_shape); };
+  const std::optional<Patches> g = patches_if_applies(x, w.shape(), p, y_shape);
+  if (!g || w.dtype() != x.dtype()) return std::nullopt;
+  const auto run = [&] { return forward(x, w, *g, y_shape); };
   if (!chosen(0, x, w.shape(), p, run, cudnn)) return std::nullopt;
   return run_or_decline(run);
 }
@@ -198,8 +200,9 @@ std::optional<Tensor> im2col_conv_forward(const Tensor& x, const Tensor& w, cons
 std::optional<Tensor> im2col_conv_backward_weight(const Tensor& grad_y, const Tensor& x, const Shape& w_shape,
                                                   const Conv2dParams& p, MemoryFormat format,
                                                   const std::function<Tensor()>& cudnn) {
-  if (!applies(x, w_shape, p, grad_y.shape()) || grad_y.dtype() != x.dtype()) return std::nullopt;
-  const auto run = [&] { return backward_weight(grad_y, x, w_shape, p, format); };
+  const std::optional<Patches> g = patches_if_applies(x, w_shape, p, grad_y.shape());
+  if (!g || grad_y.dtype() != x.dtype()) return std::nullopt;
+  const auto run = [&] { return backward_weight(grad_y, x, w_shape, *g, format); };
   if (!chosen(1, x, w_shape, p, run, cudnn)) return std::nullopt;
   return run_or_decline(run);
 }

@@ -182,22 +182,25 @@ __global__ void max_pool_cl_vec_kernel(PoolGeometry g, const scalar_t* px, scala
       const int oh = static_cast<int>(pixel) / OW, ow = static_cast<int>(pixel) - oh * OW;
       const int top = oh * g.sh - g.ph, left = ow * g.sw - g.pw;  // the window's padded origin
       const int h0 = max(top, 0), h1 = min(top + g.kh, H), w0 = max(left, 0), w1 = min(left + g.kw, W);
-      // u8 indices count from the window's origin, i64 ones from the image's.
-      const int row0 = std::is_same_v<I, uint8_t> ? top : 0, col0 = std::is_same_v<I, uint8_t> ? left : 0,
-                pitch = std::is_same_v<I, uint8_t> ? g.kw : W;
+      // The index each element would store: the same encoding the backward compares against. (An i64
+      // position fits an int here: max_pool_vec_applies keeps an image under 2^30 elements.)
+      const auto index_of = [&](int ih, int iw) {
+        return static_cast<int>(picked_index<I>(ih, iw, oh, ow, g));
+      };
       acc best[V];
       int best_i[V];
+      const int first = index_of(h0, w0);
 #pragma unroll
-      for (int j = 0; j < V; ++j) best[j] = -INFINITY, best_i[j] = (h0 - row0) * pitch + (w0 - col0);
+      for (int j = 0; j < V; ++j) best[j] = -INFINITY, best_i[j] = first;
       const scalar_t* image = px + n * g.h * g.w * g.c + c0;
       for (int ih = h0; ih < h1; ++ih)
         for (int iw = w0; iw < w1; ++iw) {
           const Pack in = *reinterpret_cast<const Pack*>(image + (static_cast<int64_t>(ih) * W + iw) * g.c);
+          const int here = index_of(ih, iw);
 #pragma unroll
           for (int j = 0; j < V; ++j) {
             const acc x = to_acc(in.v[j]);
-            if (x > best[j] || isnan(x))
-              best[j] = x, best_i[j] = (ih - row0) * pitch + (iw - col0);  // NaN wins
+            if (x > best[j] || isnan(x)) best[j] = x, best_i[j] = here;  // NaN wins, like PyTorch
           }
         }
       const int64_t out = (n * g.oh * g.ow + pixel) * g.c + c0;
