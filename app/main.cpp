@@ -1,6 +1,7 @@
 // trainer: trains image classifiers from a TOML file. Dispatches to one subcommand per file.
 #include <cstdio>
 #include <exception>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -13,7 +14,9 @@
 #include "app/commands/train_eval/commands.h"
 #include "app/common/build_info.h"
 #include "app/common/cli.h"
+#include "app/common/file_errors.h"
 #include "app/config/config.h"
+#include "app/train/train_signals.h"
 #include "dist/error.h"
 #include "dist/heartbeat.h"
 #include "dist/store.h"
@@ -78,7 +81,8 @@ int main(int argc, char** argv) {
     return 1;
   } catch (const WaitInterrupted& e) {
     // A stop signal while this rank waited for the others (start-up): nothing failed, exit as asked.
-    report(std::string("trainer: ") + e.what());
+    const std::string origin = stop_signal_origin();
+    report(std::string("trainer: ") + e.what() + (origin.empty() ? "" : " (" + origin + ")"));
     return 128 + e.signal();
   } catch (const DistError& e) {
     // At start-up, a rank that was sent a stop signal and then learnt that another rank stopped (or
@@ -91,6 +95,9 @@ int main(int argc, char** argv) {
     std::string context = failure_context();
     if (!context.empty()) context = "\n" + context;
     report(std::string("trainer: error: ") + e.what() + context);
+    return 1;
+  } catch (const std::filesystem::filesystem_error& e) {
+    report(std::string("trainer: error: ") + describe_filesystem_error(e));
     return 1;
   } catch (const std::exception& e) {
     report(std::string("trainer: error: ") + e.what());

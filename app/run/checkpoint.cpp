@@ -200,6 +200,24 @@ std::string CheckpointManager::save(Module& model, const Optimizer& optimizer, c
   return final_path.string();
 }
 
+int64_t checkpoint_bytes(Module& model, const Optimizer& optimizer, size_t config_bytes) {
+  // A safetensors header entry (name, dtype, shape, offsets) and its CRC metadata: under 256 bytes.
+  constexpr int64_t kHeaderPerTensor = 256, kBlock = 4096, kManifest = 16 * 1024;
+  auto blocks = [](int64_t bytes) { return (bytes + kBlock - 1) / kBlock * kBlock; };
+  int64_t weights = 0, tensors = 0;
+  for (const auto& e : model.state_dict()) weights += static_cast<int64_t>(e.tensor->nbytes()), ++tensors;
+  int64_t state = 0, state_tensors = 0;
+  const int64_t slots = static_cast<int64_t>(optimizer.state_slots().size());
+  if (slots > 0)
+    for (const Variable& p : model.parameters()) {
+      // One tensor per slot of the parameter's size, plus its step count (Optimizer::state_tensors).
+      state += slots * static_cast<int64_t>(p.data().nbytes()) + 8;
+      state_tensors += slots + 1;
+    }
+  return blocks(weights + tensors * kHeaderPerTensor) + blocks(state + state_tensors * kHeaderPerTensor) +
+         blocks(static_cast<int64_t>(config_bytes)) + blocks(kManifest) + kBlock;  // + the directory
+}
+
 std::vector<std::string> CheckpointManager::remove_stale_temps() {
   std::vector<std::string> removed;
   std::error_code ec;

@@ -14,6 +14,7 @@
 #include "app/run/evaluate.h"
 #include "app/run/experiment.h"
 #include "app/run/loader_workers.h"
+#include "app/run/run_directory.h"
 #include "app/train/divergence.h"
 #include "app/train/host_readback.h"
 #include "app/train/step_graph.h"
@@ -124,7 +125,36 @@ int pending_stop_signal(TrainingRun& run) {
   return agreed;
 }
 
-// Only rank 0 writes; the others wait for it, so no rank runs ahead of a checkpoint in progress.
+// A final (or at-signal) checkpoint that could not be written where configured: rank 0 writes it into
+// the run directory instead, or, when that fails too, says which checkpoint on disk is the newest, so
+// that the run's weights never vanish silently. Returns the message the run then stops with.
+std::string rescue_final_checkpoint(TrainingRun& run, const std::string& failure) {
+  const std::string rescue_dir = run.paths.run_dir + "/rescued-checkpoints";
+  std::string what = "the final checkpoint could not be written: " + failure;
+  if (!same_directory(rescue_dir, run.paths.ckpt_dir)) {
+    try {
+      CheckpointManager rescue(rescue_dir, run.config.checkpoint);
+      const std::string path = rescue.save(*run.e.model, *run.e.optimizer, run.st, run.paths.config_toml);
+      return what + "; it was written to " + path + " instead. HINT: continue with --resume " + path +
+             " once checkpoint.dir has room, or use its " + "model.safetensors";
+    } catch (const std::exception& e) {
+      what += "; nor in the run directory: " + std::string(e.what());
+    }
+  }
+  std::vector<std::string> skipped;
+  const std::optional<CheckpointInfo> newest = find_latest_checkpoint(run.paths.ckpt_dir, &skipped);
+  return what +
+         (newest ? fmt("; the newest weights on disk are step %lld's, in %s (training reached step %lld)",
+                       static_cast<long long>(newest->state.step), newest->path.c_str(),
+                       static_cast<long long>(run.st.step))
+                 : fmt("; no checkpoint of this run is on disk (training reached step %lld)",
+                       static_cast<long long>(run.st.step))) +
+         ". HINT: free space in (or fix the permissions of) " + run.paths.ckpt_dir +
+         "; --resume auto continues from the newest checkpoint";
+}
+
+// Only rank 0 writes; the others wait for it, so no rank runs ahead of a checkpoint in progress. A
+// final checkpoint that fails stops every rank (after rank 0's rescue), never silently.
 void save_checkpoint(TrainingRun& run, bool final) {
   Experiment& e = run.e;
   ProcessGroup& pg = *run.pg;
@@ -133,6 +163,7 @@ void save_checkpoint(TrainingRun& run, bool final) {
   if (run.zero) run.zero->gather_state();  // the full optimizer state, for rank 0 to write
   st.loss_scale = run.scaler->scale();
   st.loss_scale_growth_tracker = run.scaler->growth_tracker();
+  std::string final_failure;
   if (run.writer) {
     const std::string dropout_state = e.dropout_generator->state();
     st.rng_states.assign(pg.world_size(), dropout_state);
@@ -143,13 +174,23 @@ void save_checkpoint(TrainingRun& run, bool final) {
     } catch (const CheckpointError& err) {
       // The previous checkpoints are intact; by default a periodic failure (full disk, say) must not
       // kill hours of training (checkpoint.on_error), but the final one must not fail silently.
-      if (final || run.config.checkpoint.on_error == "stop") throw;
-      run.log.error(std::string("warning: ") + err.what() +
-                    "; earlier checkpoints are intact, training continues");
+      if (final) {
+        final_failure = rescue_final_checkpoint(run, err.what());
+      } else if (run.config.checkpoint.on_error == "stop") {
+        throw;
+      } else {
+        run.log.error(std::string("warning: ") + err.what() +
+                      "; earlier checkpoints are intact, training continues");
+      }
     }
   }
   if (Heartbeat* h = pg.heartbeat()) h->set_phase("barrier after the checkpoint");
   pg.comm().barrier();
+  if (final && max_over_ranks(pg, final_failure.empty() ? 0 : 1) != 0)
+    throw CheckpointError(run.writer
+                              ? final_failure
+                              : "rank 0 could not write the final checkpoint (its train.log says where "
+                                "the weights are)");
   run.exporter->add_checkpoint();
 }
 
@@ -295,6 +336,7 @@ void stop_on_signal(TrainingRun& run) {
   sync_step_csvs(run);
   run.log.error(
       fmt("received signal %d at step %lld", run.loop.stop_signal, static_cast<long long>(run.st.step)) +
+      (stop_signal_origin().empty() ? "" : " (" + stop_signal_origin() + ")") +
       (run.config.checkpoint.on_signal ? ": writing a checkpoint before exiting" : ": exiting"));
   if (run.config.checkpoint.on_signal) save_checkpoint(run, true);
   leave_process_group(run);
@@ -503,7 +545,13 @@ int finish_run(TrainingRun& run) {
     save_checkpoint(run, true);
     summary.weights = run.paths.ckpt_dir + "/final.safetensors";
     if (run.writer) {
-      save_weights(summary.weights, *run.e.model);
+      try {
+        save_weights(summary.weights, *run.e.model);
+      } catch (const std::exception& err) {
+        throw CheckpointError("weights " + summary.weights + " not written: " + err.what() +
+                              "; the final checkpoint holds the same weights: " + run.paths.ckpt_dir + "/" +
+                              fmt("step-%08lld", static_cast<long long>(st.step)) + "/model.safetensors");
+      }
       log.line("weights: " + summary.weights);
     }
   }

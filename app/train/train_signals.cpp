@@ -1,16 +1,20 @@
 #include "app/train/train_signals.h"
 
 #include <time.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <csignal>
 #include <cstdint>
+#include <cstdlib>
 
 namespace trainer {
 namespace {
 
 std::atomic<int> g_stop_signal{0};
 std::atomic<int64_t> g_first_signal_ns{0};
+// The pid of the `trainer launch` that started this rank (TRAINER_LAUNCHER_PID), 0 when none did.
+pid_t g_launcher_pid = 0;
 
 int64_t monotonic_ns() {  // clock_gettime is async-signal-safe
   timespec ts{};
@@ -38,6 +42,8 @@ extern "C" void on_stop_signal(int sig) {
 }  // namespace
 
 void install_stop_handlers() {
+  if (const char* pid = std::getenv("TRAINER_LAUNCHER_PID"))
+    g_launcher_pid = static_cast<pid_t>(std::atol(pid));
   std::signal(SIGINT, on_stop_signal);
   std::signal(SIGTERM, on_stop_signal);
   // A closed terminal (or ssh session) sends SIGHUP, whose default action would kill the run without a
@@ -52,5 +58,11 @@ void install_stop_handlers() {
 }
 
 int stop_requested() { return g_stop_signal.load(); }
+
+std::string stop_signal_origin() {
+  if (g_launcher_pid <= 0 || ::getppid() == g_launcher_pid) return "";
+  return "the trainer launch that started this rank (pid " + std::to_string(g_launcher_pid) +
+         ") is gone, so the kernel sent SIGTERM (PR_SET_PDEATHSIG)";
+}
 
 }  // namespace trainer

@@ -13,6 +13,7 @@
 #include "app/train/run_start.h"
 #include "dist/consistency.h"
 #include "dist/sync_batch_norm.h"
+#include "nn/format_bytes.h"
 
 namespace trainer {
 namespace {
@@ -36,18 +37,84 @@ void join_processes(TrainingRun& run) {
   run.heartbeat = run.pg->heartbeat();
 }
 
+// Rank 0's verdict on a start-up check, given to every rank, so that all of them stop with its message
+// (the others would otherwise wait for rank 0 in their next collective until it is gone).
+void agree_on_start_check(TrainingRun& run, const std::string& check, const std::string& problem) {
+  std::string verdict = problem;
+  if (Store* store = run.pg->store(); store && run.world > 1) {
+    const std::string key = "trainer/start_check/" + check;
+    if (run.writer) store->set(key, problem);
+    // Rank 0 serves the store: it must not exit before every rank has read the verdict.
+    store->barrier(key + "/read", run.rank, run.world, run.dist_options.connect_timeout);
+    if (!run.writer) verdict = store->get(key, run.dist_options.connect_timeout);
+    if (!run.writer && !verdict.empty()) verdict = "rank 0 stopped the run: " + verdict;
+  }
+  if (!verdict.empty()) throw RunDirectoryError(verdict);
+}
+
+// Rank 0: creates the run and checkpoint directories, takes their locks and makes sure it can write in
+// both, before anything else is written there.
+void prepare_run_directories(TrainingRun& run) {
+  const RunPaths& paths = run.paths;
+  const std::string ckpt_setting = run.config.checkpoint.dir.empty() ? "train.run_dir" : "checkpoint.dir";
+  const std::string command = "trainer train " + run.config.source_path +
+                              (run.options.resume.empty() ? "" : " --resume " + run.options.resume);
+  create_run_directory(paths.run_dir, "train.run_dir");
+  run.run_dir_lock.emplace(paths.run_dir, "train.run_dir", command);
+  check_writable(paths.run_dir, "train.run_dir");
+  create_run_directory(paths.ckpt_dir, ckpt_setting);
+  if (!run.config.checkpoint.dir.empty() && !same_directory(paths.ckpt_dir, paths.run_dir))
+    run.ckpt_dir_lock.emplace(paths.ckpt_dir, ckpt_setting, command);
+  check_writable(paths.ckpt_dir, ckpt_setting);
+}
+
 // ---- the run directory (agreed by all ranks), the checkpoint directory, train.log
 void open_run_directory(TrainingRun& run) {
   const Config& config = run.config;
   RunPaths& paths = run.paths;
   paths.run_dir = choose_run_dir(config, run.options, *run.pg, run.dist_options);
   paths.ckpt_dir = config.checkpoint.dir.empty() ? paths.run_dir + "/checkpoints" : config.checkpoint.dir;
-  if (run.writer) std::filesystem::create_directories(paths.ckpt_dir);
-  if (run.pg->store())
-    run.pg->store()->barrier("trainer/run_dir_created", run.rank, run.world,
-                             run.dist_options.connect_timeout);
+  std::string problem;
+  if (run.writer) {
+    try {
+      prepare_run_directories(run);
+    } catch (const RunDirectoryError& e) {
+      problem = e.what();
+    }
+  }
+  agree_on_start_check(run, "run_directories", problem);
   paths.config_toml = config_to_toml(config);
   open_run_log(run.log, config, run.env, paths.run_dir, paths.config_toml, run.rank, run.faults.full_disk);
+}
+
+// Whether this run writes any checkpoint at all.
+bool writes_checkpoints(const CheckpointConfig& c) {
+  return c.save_final || c.on_signal || c.every_steps > 0 || c.every_epochs > 0;
+}
+
+bool holds_a_checkpoint(const std::string& dir) {
+  std::error_code ignored;
+  for (const auto& d : std::filesystem::directory_iterator(dir, ignored))
+    if (d.is_directory(ignored) && d.path().filename().string().starts_with("step-")) return true;
+  return false;
+}
+
+// A checkpoint directory too small for this model is found out now, not at the end of the run: room
+// for two checkpoints (the one being written and the one kept), one when a checkpoint is already there.
+void check_checkpoint_room(TrainingRun& run) {
+  std::string problem;
+  if (run.writer && writes_checkpoints(run.config.checkpoint)) {
+    const int64_t one = checkpoint_bytes(*run.e.model, *run.e.optimizer, run.paths.config_toml.size());
+    const bool has_one = holds_a_checkpoint(run.paths.ckpt_dir);
+    const int64_t count = has_one ? 1 : 2;
+    const std::string setting = run.config.checkpoint.dir.empty() ? "train.run_dir" : "checkpoint.dir";
+    problem = room_problem(run.paths.ckpt_dir, setting, count * one,
+                           has_one ? "one more checkpoint of " + format_bytes(static_cast<double>(one)) +
+                                         " beside the one already there"
+                                   : "two checkpoints of " + format_bytes(static_cast<double>(one)) +
+                                         " (the one being written and the one kept)");
+  }
+  agree_on_start_check(run, "checkpoint_room", problem);
 }
 
 // ---- model, optimizer and the gradients' path, the same on every rank
@@ -261,6 +328,7 @@ std::unique_ptr<TrainingRun> start_run(const Config& config, const TrainOptions&
   join_processes(*run);
   open_run_directory(*run);
   build_model(*run);
+  check_checkpoint_room(*run);
   start_metrics(*run);
   choose_start(*run);
   set_up_loss_scaling(*run);

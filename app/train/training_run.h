@@ -15,6 +15,7 @@
 #include "app/config/config.h"
 #include "app/run/checkpoint.h"
 #include "app/run/experiment.h"
+#include "app/run/run_directory.h"
 #include "app/train/fault_injection.h"
 #include "app/train/host_readback.h"
 #include "app/train/step_function.h"
@@ -99,6 +100,8 @@ struct TrainingRun {
   bool writer = false;             // rank 0: writes checkpoints, the summary and the shared files
   Heartbeat* heartbeat = nullptr;  // tells the other ranks where this one is; null at world size 1
   RunPaths paths;
+  // Rank 0 holds train.run_dir (and a checkpoint.dir of its own) for the run's whole life.
+  std::optional<DirectoryLock> run_dir_lock, ckpt_dir_lock;
   Log& log;
 
   // ---- model, optimizer, gradients

@@ -66,7 +66,7 @@ TEST_F(CheckpointFailures, KilledBetweenWriteAndRenameResumesFromTheLastGoodChec
   EXPECT_EQ(read_file(dir_ / "full/checkpoints/final.safetensors"), read_file(ckpts / "final.safetensors"));
 }
 
-// A real full disk: checkpoint.dir on a tmpfs that holds one checkpoint but not two. Runs inside
+// A real full disk: checkpoint.dir on a tmpfs of a chosen size (or mounted read-only). Runs inside
 // `unshare -rm` (an unprivileged user + mount namespace); the tmpfs vanishes with the namespace, so
 // the script copies what is left on it out before leaving.
 class FullDisk : public CheckpointFailures {
@@ -76,21 +76,26 @@ class FullDisk : public CheckpointFailures {
     if (std::system("unshare -rm sh -c 'mount -t tmpfs -o size=64k tmpfs /tmp' >/dev/null 2>&1") != 0)
       GTEST_SKIP() << "this kernel does not let an unprivileged user mount a tmpfs (unshare -rm)";
   }
-  // Trains with the checkpoints on a tmpfs of `bytes`; what it held at the end is copied to `name`.
-  RunResult train_on_tmpfs(const std::string& cfg, int64_t bytes, const std::string& name) {
+  // Trains with the checkpoints on a tmpfs mounted with `options` ("size=N", "ro"); what it held at the
+  // end is copied to `name`. With `run_dir_too`, the run directory is on it as well.
+  RunResult train_on_tmpfs(const std::string& cfg, const std::string& options, const std::string& name,
+                           bool run_dir_too = false) {
     const std::string mnt = (dir_ / (name + ".mnt")).string(), copy = (dir_ / name).string();
     fs::create_directories(mnt);
-    const std::string script = "mount -t tmpfs -o size=" + std::to_string(bytes) + " tmpfs " + mnt + " && " +
+    const std::string run = run_dir_too ? mnt + "/run" : run_dir(name + ".run");
+    const std::string script = "mount -t tmpfs -o " + options + " tmpfs " + mnt + " && " +
                                trainer::testing::trainer_binary() + " train " + cfg +
-                               " --set train.run_dir=" + run_dir(name + ".run") +
-                               " --set checkpoint.dir=" + mnt + "/ckpt; rc=$?; cp -a " + mnt + "/ckpt " +
-                               copy + "; exit $rc";
+                               " --set train.run_dir=" + run + " --set checkpoint.dir=" + mnt +
+                               "/ckpt; rc=$?; cp -a " + mnt + "/ckpt " + copy + " 2>/dev/null; exit $rc";
     FILE* pipe = popen(("unshare -rm bash -c '" + script + "' 2>&1").c_str(), "r");
     std::string out;
     char buf[4096];
     while (size_t n = fread(buf, 1, sizeof buf, pipe)) out.append(buf, n);
     const int status = pclose(pipe);
     return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+  }
+  RunResult train_on_tmpfs(const std::string& cfg, int64_t bytes, const std::string& name) {
+    return train_on_tmpfs(cfg, "size=" + std::to_string(bytes), name);
   }
   // Bytes of tmpfs pages one checkpoint of this config takes.
   int64_t checkpoint_pages_bytes(const std::string& cfg) {
@@ -102,42 +107,100 @@ class FullDisk : public CheckpointFailures {
       bytes += (static_cast<int64_t>(f.file_size()) + 4095) / 4096 * 4096;
     return bytes;
   }
+  static std::vector<std::string> names_in(const fs::path& dir) {
+    std::vector<std::string> names;
+    for (const auto& d : fs::directory_iterator(dir)) names.push_back(d.path().filename().string());
+    std::sort(names.begin(), names.end());
+    return names;
+  }
 };
 
-// checkpoint.on_error = "continue" (the default): the step-8 checkpoint fails with ENOSPC, the run
-// trains on to the end, then fails on the final checkpoint (an error, exit 1); step-4 survives,
-// verifies, and a run resumes from it.
-TEST_F(FullDisk, PeriodicFailureContinuesAndTheLastGoodCheckpointSurvives) {
+// A disk that holds one checkpoint but not two is refused before the first step, not after the run.
+TEST_F(FullDisk, ACheckpointDirectoryTooSmallForTwoCheckpointsStopsTheRunAtStart) {
   const std::string cfg = write_config();
   const int64_t one = checkpoint_pages_bytes(cfg);
-  RunResult r = train_on_tmpfs(cfg, one + one / 2, "cont");
+  RunResult r = train_on_tmpfs(cfg, one + one / 2, "small");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("trainer: error: not enough free space in " + (dir_ / "small.mnt/ckpt").string() +
+                          " (checkpoint.dir) for two checkpoints of "),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("HINT: free space there, or set checkpoint.dir"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("epoch 1/2 step"), std::string::npos) << r.output;  // no step ran
+  EXPECT_FALSE(fs::exists(dir_ / "small.run/train_steps.csv"));
+}
+
+// A read-only disk under checkpoint.dir, or under train.run_dir, is found out at start, before any
+// step, with the trainer's message.
+TEST_F(FullDisk, AReadOnlyCheckpointOrRunDirectoryStopsTheRunAtStart) {
+  const std::string cfg = write_config();
+  RunResult ckpt = train_on_tmpfs(cfg, "ro", "ro_ckpt");
+  EXPECT_EQ(ckpt.exit_code, 1) << ckpt.output;
+  EXPECT_NE(
+      ckpt.output.find("trainer: error: cannot create the directory " + (dir_ / "ro_ckpt.mnt/ckpt").string() +
+                       " (checkpoint.dir): Read-only file system. HINT: that file system is mounted "
+                       "read-only"),
+      std::string::npos)
+      << ckpt.output;
+  EXPECT_EQ(ckpt.output.find("epoch 1/2 step"), std::string::npos) << ckpt.output;
+  RunResult run = train_on_tmpfs(cfg, "ro", "ro_run", true);
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_NE(
+      run.output.find("trainer: error: cannot create the directory " + (dir_ / "ro_run.mnt/run").string() +
+                      " (train.run_dir): Read-only file system. HINT: "),
+      std::string::npos)
+      << run.output;
+}
+
+// checkpoint.on_error = "continue" (the default), a disk with room for two checkpoints that fills up
+// as the run goes (keep_last = 3): step-4 and step-8 are written, step-12 fails with ENOSPC and the
+// run trains on; the final checkpoint (step 16) cannot be written there either, so it is written into
+// the run directory instead, and the run exits 1 saying where it is.
+TEST_F(FullDisk, PeriodicFailureContinuesAndTheFinalCheckpointIsRescuedIntoTheRunDirectory) {
+  const std::string cfg = write_config();
+  const int64_t one = checkpoint_pages_bytes(cfg);
+  RunResult r = train_on_tmpfs(cfg, 2 * one + one / 2, "cont");
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("No space left on device"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("earlier checkpoints are intact, training continues"), std::string::npos)
       << r.output;
   EXPECT_EQ(csv_steps(dir_ / "cont.run/train_steps.csv"), 16);  // trained to the end
-  std::vector<std::string> names;
-  for (const auto& d : fs::directory_iterator(dir_ / "cont")) names.push_back(d.path().filename().string());
-  EXPECT_EQ(names, std::vector<std::string>{"step-00000004"});  // no partial or temp checkpoint left
-  EXPECT_EQ(trainer::verify_checkpoint((dir_ / "cont/step-00000004").string()).step, 4);
+  EXPECT_EQ(names_in(dir_ / "cont"),
+            (std::vector<std::string>{".trainer.lock", "step-00000004", "step-00000008"}));
+  EXPECT_EQ(trainer::verify_checkpoint((dir_ / "cont/step-00000008").string()).step, 8);
+  const fs::path rescued = dir_ / "cont.run/rescued-checkpoints/step-00000016";
+  EXPECT_NE(r.output.find("the final checkpoint could not be written: checkpoint " +
+                          (dir_ / "cont.mnt/ckpt/step-00000016").string() + " not written"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("it was written to " + rescued.string() +
+                          " instead. HINT: continue with --resume " + rescued.string()),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(read_file(dir_ / "cont.run/train.log").find("it was written to " + rescued.string()),
+            std::string::npos);
+  EXPECT_EQ(trainer::verify_checkpoint(rescued.string()).step, 16);
   RunResult resumed = run_trainer("train " + cfg + " --set train.run_dir=" + run_dir("again") + " --resume " +
-                                  (dir_ / "cont/step-00000004").string());
+                                  (dir_ / "cont/step-00000008").string());
   EXPECT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("resumed from"), std::string::npos) << resumed.output;
 }
 
-// checkpoint.on_error = "stop": the run ends at the step whose checkpoint failed, with the error.
+// checkpoint.on_error = "stop": the run ends at the step whose checkpoint failed, with the error. On a
+// disk with room for two, step-4 and step-8 are written; step 8 is saved again at the epoch's end
+// (with its evaluation), and that copy no longer fits: the run stops there, the first step-8 intact.
 TEST_F(FullDisk, OnErrorStopEndsTheRunAtTheFailedCheckpoint) {
   const std::string cfg = write_config("on_error = \"stop\"\n");
   const int64_t one = checkpoint_pages_bytes(cfg);
-  RunResult r = train_on_tmpfs(cfg, one + one / 2, "stop");
+  RunResult r = train_on_tmpfs(cfg, 2 * one + one / 2, "stop");
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("step-00000008 not written"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("No space left on device"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("training continues"), std::string::npos) << r.output;
   EXPECT_EQ(csv_steps(dir_ / "stop.run/train_steps.csv"), 8);
   EXPECT_EQ(trainer::verify_checkpoint((dir_ / "stop/step-00000004").string()).step, 4);
-  EXPECT_FALSE(fs::exists(dir_ / "stop/step-00000008"));
+  EXPECT_EQ(trainer::verify_checkpoint((dir_ / "stop/step-00000008").string()).step, 8);
+  EXPECT_FALSE(fs::exists(dir_ / "stop/.step-00000008.tmp"));
 }
 
 }  // namespace

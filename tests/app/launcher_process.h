@@ -19,19 +19,22 @@
 
 #include "app/common/c_string_array.h"
 #include "app/trainer_process.h"
+#include "test_ports.h"
 
 namespace trainer::testing {
 
-// The launcher as a child of the test, its stdout and stderr read into `output` by a thread.
+// The launcher as a child of the test, its stdout and stderr read into `output` by a thread. With
+// another `command` (`train`), any trainer subcommand running in the background.
 class Launcher {
   using Clock = std::chrono::steady_clock;
 
  public:
   // `env`: "NAME=value" entries added to (or replacing those of) the test's environment.
-  explicit Launcher(const std::vector<std::string>& args, const std::vector<std::string>& env = {}) {
+  explicit Launcher(const std::vector<std::string>& args, const std::vector<std::string>& env = {},
+                    const std::string& command = "launch") {
     int fds[2];
     EXPECT_EQ(::pipe(fds), 0);
-    std::vector<std::string> argv_s{trainer_binary(), "launch"};
+    std::vector<std::string> argv_s{trainer_binary(), command};
     argv_s.insert(argv_s.end(), args.begin(), args.end());
     CStringArray argv(std::move(argv_s));
     posix_spawn_file_actions_t fa;
@@ -121,18 +124,9 @@ class Launcher {
   std::thread reader_;
 };
 
-// A TCP port nothing listens on now (the kernel's choice), for the ranks' rendezvous.
-inline int free_ephemeral_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  socklen_t len = sizeof addr;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
+// A TCP port nothing listens on now, reserved for this test process (tests/test_ports.h), for the
+// ranks' rendezvous.
+inline int free_ephemeral_port() { return reserve_port(); }
 
 inline void expect_gone(const std::vector<pid_t>& pids) {
   for (pid_t p : pids) EXPECT_NE(::kill(p, 0), 0) << "rank pid " << p << " still exists";

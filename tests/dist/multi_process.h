@@ -25,6 +25,7 @@
 #include "dist/cpu_comm.h"
 #include "dist/error.h"
 #include "dist/store.h"
+#include "test_ports.h"
 
 namespace trainer::testing {
 
@@ -94,21 +95,9 @@ inline Caught stop_of(const std::function<void()>& fn) {
 
 inline bool port_is_free(int port) { return loopback_port_op(port, ::bind); }
 
-// A port nothing uses right now, with `count` free ports from it on. Chosen below the kernel's
-// ephemeral range (32768+), so no outgoing connection of a test running in parallel can take it
-// between this check and the bind, as a kernel-chosen port could be.
-inline int free_port(int count = 1) {
-  static unsigned state = static_cast<unsigned>(::getpid()) * 2654435761u ^
-                          static_cast<unsigned>(Clock::now().time_since_epoch().count());
-  for (int attempt = 0; attempt < 1000; ++attempt) {
-    state = state * 1103515245u + 12345u;
-    const int port = 20000 + static_cast<int>((state >> 8) % 12000);
-    bool ok = true;
-    for (int i = 0; i < count && ok; ++i) ok = port_is_free(port + i);
-    if (ok) return port;
-  }
-  throw std::runtime_error("no free port found in 20000-32000");
-}
+// A port nothing uses right now, with `count` free ports from it on, reserved for this test process
+// (tests/test_ports.h).
+inline int free_port(int count = 1) { return reserve_port(count); }
 
 struct RankOutcome {
   int exit_code = -1;  // -1 when killed by a signal (or never finished)

@@ -13,6 +13,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "test_ports.h"
+
 namespace trainer::testing {
 
 struct HttpResponse {
@@ -67,17 +69,8 @@ inline HttpResponse http_get(int port, const std::string& path, int timeout_seco
                   timeout_seconds);
 }
 
-// A TCP port on 127.0.0.1 that was free a moment ago (the kernel's choice for port 0).
-inline int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a = loopback(0);
-  if (fd < 0 || ::bind(fd, reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0)
-    throw std::runtime_error("free_port: cannot bind");
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
+// A TCP port on 127.0.0.1 that is free now, reserved for this test process (tests/test_ports.h).
+inline int free_port() { return reserve_port(); }
 
 // Holds a listening socket on 127.0.0.1:port for as long as it lives.
 class PortHolder {

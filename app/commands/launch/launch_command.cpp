@@ -165,6 +165,8 @@ EnvMap launch_child_environment(EnvMap env, const LaunchArgs& a, int local_rank,
   // torchrun's name, which scripts written for torchrun read, and ours (metrics/exporter.h).
   env["TORCHELASTIC_RESTART_COUNT"] = std::to_string(restart_count);
   env["TRAINER_RESTART_COUNT"] = std::to_string(restart_count);
+  // A rank whose launcher died gets SIGTERM (launch_ranks.cpp); with this it can say so in its log.
+  env["TRAINER_LAUNCHER_PID"] = std::to_string(::getpid());
   return env;
 }
 
@@ -325,6 +327,11 @@ int run_launch(const std::vector<std::string>& args) {
   if (a.nnodes > 1 && a.max_restarts > 0) {
     // Its waits for the other nodes (up to 5 minutes) end at once on Ctrl-C or SIGTERM.
     set_store_wait_interrupt([] { return launcher_stop_signal(); });
+    if (a.node_rank != 0)
+      write_fully(STDERR_FILENO, "trainer launch: node " + std::to_string(a.node_rank) + "/" +
+                                     std::to_string(a.nnodes) +
+                                     ": waiting up to 5 min for node 0's launcher on " + a.master_addr + ":" +
+                                     std::to_string(a.master_port + 1) + "\n");
     rendezvous = std::make_unique<LauncherRendezvous>(a, std::chrono::minutes(5));
   }
   std::fflush(stdout);

@@ -2,8 +2,9 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
-#include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -52,15 +53,47 @@ struct Child {
 
 bool failed(int status) { return !(WIFEXITED(status) && WEXITSTATUS(status) == 0); }
 
+// The child's side of spawn(), between fork and exec: only async-signal-safe calls (the launcher may
+// have other threads). The rank gets SIGTERM when the launcher dies (PR_SET_PDEATHSIG), so a launcher
+// killed with SIGKILL leaves no rank training on alone; one whose launcher died before the call took
+// effect stops itself. A failed exec reports its errno on `exec_error`.
+[[noreturn]] void become_rank(pid_t launcher, const int out[2], const int err[2], int exec_error,
+                              const char* exe, char* const* argv, char* const* envp) {
+  ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+  if (::getppid() != launcher) ::_exit(128 + SIGTERM);
+  const int null_fd = ::open("/dev/null", O_RDONLY);
+  if (null_fd < 0 || ::dup2(null_fd, STDIN_FILENO) < 0 || ::dup2(out[1], STDOUT_FILENO) < 0 ||
+      ::dup2(err[1], STDERR_FILENO) < 0) {
+    const int e = errno;
+    [[maybe_unused]] ssize_t n = ::write(exec_error, &e, sizeof e);
+    ::_exit(127);
+  }
+  // Default dispositions (the launcher's handlers write into its own signal pipe); SIGPIPE is ignored
+  // in the launcher, not in the ranks; SIGHUP stays ignored in them under nohup.
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  for (int sig = 1; sig < NSIG; ++sig)
+    if (sig != SIGKILL && sig != SIGSTOP && !(sig == SIGHUP && g_hup_ignored))
+      ::sigaction(sig, &dfl, nullptr);
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  ::execve(exe, argv, envp);
+  const int e = errno;
+  [[maybe_unused]] ssize_t n = ::write(exec_error, &e, sizeof e);
+  ::_exit(127);
+}
+
 // Starts one rank with its stdout/stderr on fresh pipes; stdin is /dev/null (N ranks cannot share it).
+// fork + exec rather than posix_spawn: only a child of our own can set PR_SET_PDEATHSIG before exec.
 void spawn(Child& c, const std::string& exe, const std::vector<std::string>& command, const EnvMap& env) {
-  int out[2], err[2];
+  int out[2], err[2], exec_error[2];
   if (::pipe2(out, O_CLOEXEC) != 0)
     throw std::runtime_error(std::string("launch: pipe: ") + std::strerror(errno));
-  if (::pipe2(err, O_CLOEXEC) != 0) {
-    ::close(out[0]);
-    ::close(out[1]);
-    throw std::runtime_error(std::string("launch: pipe: ") + std::strerror(errno));
+  if (::pipe2(err, O_CLOEXEC) != 0 || ::pipe2(exec_error, O_CLOEXEC) != 0) {
+    const int e = errno;
+    for (int fd : {out[0], out[1], err[0], err[1]}) ::close(fd);
+    throw std::runtime_error(std::string("launch: pipe: ") + std::strerror(e));
   }
   std::vector<std::string> argv_s{exe};
   argv_s.insert(argv_s.end(), command.begin(), command.end());
@@ -69,32 +102,35 @@ void spawn(Child& c, const std::string& exe, const std::vector<std::string>& com
   for (const auto& [k, v] : env) env_s.push_back(k + "=" + v);
   CStringArray envp(std::move(env_s));
 
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&fa, out[1], STDOUT_FILENO);
-  posix_spawn_file_actions_adddup2(&fa, err[1], STDERR_FILENO);
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  sigset_t none, all;
-  sigemptyset(&none);
+  // No signal handler of the launcher may run in the child before it resets them.
+  sigset_t all, old;
   sigfillset(&all);
-  posix_spawnattr_setsigmask(&attr, &none);
-  // SIGPIPE is ignored here, not in the ranks; SIGHUP stays ignored in them under nohup.
-  if (g_hup_ignored) sigdelset(&all, SIGHUP);
-  posix_spawnattr_setsigdefault(&attr, &all);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-  const int rc = ::posix_spawn(&c.pid, exe.c_str(), &fa, &attr, argv.data(), envp.data());
-  posix_spawn_file_actions_destroy(&fa);
-  posix_spawnattr_destroy(&attr);
+  ::pthread_sigmask(SIG_SETMASK, &all, &old);
+  const pid_t launcher = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid == 0) become_rank(launcher, out, err, exec_error[1], exe.c_str(), argv.data(), envp.data());
+  const int fork_errno = errno;
+  ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
   ::close(out[1]);
   ::close(err[1]);
-  if (rc != 0) {
+  ::close(exec_error[1]);
+  int child_errno = 0;
+  if (pid > 0) {
+    // EOF (0 bytes) once exec has closed the CLOEXEC pipe: the rank is running.
+    ssize_t n;
+    while ((n = ::read(exec_error[0], &child_errno, sizeof child_errno)) < 0 && errno == EINTR) {
+    }
+    if (n != static_cast<ssize_t>(sizeof child_errno)) child_errno = 0;
+    if (child_errno != 0) ::waitpid(pid, nullptr, 0);
+  }
+  ::close(exec_error[0]);
+  if (pid < 0 || child_errno != 0) {
     ::close(out[0]);
     ::close(err[0]);
     throw std::runtime_error("launch: cannot start rank " + std::to_string(c.rank) + " (" + exe +
-                             "): " + std::strerror(rc));
+                             "): " + std::strerror(pid < 0 ? fork_errno : child_errno));
   }
+  c.pid = pid;
   ::fcntl(out[0], F_SETFL, O_NONBLOCK);
   ::fcntl(err[0], F_SETFL, O_NONBLOCK);
   c.out_fd = out[0];

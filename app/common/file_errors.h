@@ -1,0 +1,18 @@
+#pragma once
+// File-system errors the user can cause (a path that cannot be created, a read-only or full disk) in
+// the trainer's own words: what could not be done, where, why, and a HINT to act on. The standard
+// library's text ("filesystem error: cannot create directories: Permission denied [...]") names
+// neither the setting behind the path nor what to do.
+#include <filesystem>
+#include <string>
+#include <system_error>
+
+namespace trainer {
+
+// What to do about `code` when it stops a write under a directory the user chose.
+std::string file_error_hint(const std::error_code& code);
+
+// "cannot create directories /x/y: Permission denied. HINT: ..." for a std::filesystem error.
+std::string describe_filesystem_error(const std::filesystem::filesystem_error& e);
+
+}  // namespace trainer
