@@ -29,7 +29,13 @@ TEST_F(RunFaults, TheErrorThatEndsARunIsInTrainLog) {
       "", "ulimit -f 64;");
   ASSERT_EQ(full.exit_code, 1) << full.output;
   const std::string full_log = read_file(dir_ / "full/train.log");
-  EXPECT_NE(full_log.find("trainer: error: checkpoint"), std::string::npos) << full_log;
+  EXPECT_NE(full_log.find("trainer: error: the final checkpoint could not be written: checkpoint "),
+            std::string::npos)
+      << full_log;
+  // Its rescue into the run directory met the same limit: the log says what is on disk instead.
+  EXPECT_NE(full_log.find("; no checkpoint of this run is on disk (training reached step 16). HINT: "),
+            std::string::npos)
+      << full_log;
 }
 
 // Ranks started with different configs stop at start-up: each rank's log file (train.log,
