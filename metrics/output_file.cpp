@@ -10,6 +10,8 @@
 #include <sstream>
 #include <utility>
 
+#include "nn/file_error_hint.h"
+
 namespace trainer {
 namespace {
 
@@ -56,10 +58,11 @@ OutputFile& OutputFile::operator=(OutputFile&& other) noexcept {
 
 void OutputFile::fail(const char* what, int error) const {
   throw OutputFileError("cannot " + std::string(what) + " " + path_ + ": " + std::strerror(error) +
+                        ". HINT: " +
                         (error == ENOSPC || error == EDQUOT || error == EFBIG
-                             ? ". HINT: free space under the run directory (or raise the quota), then "
-                               "resume with --resume auto from the last checkpoint"
-                             : ""));
+                             ? std::string("free space under the run directory (or raise the quota), then "
+                                           "resume with --resume auto from the last checkpoint")
+                             : file_error_hint(error)));
 }
 
 void OutputFile::open(const std::string& path, Mode mode, const FullDiskHook& hook) {
@@ -128,7 +131,8 @@ void write_whole_file(const std::string& path, std::string_view text, const Full
   if (!hooked && ::rename(tmp.c_str(), path.c_str()) != 0) {
     const int error = errno;
     ::unlink(tmp.c_str());
-    throw OutputFileError("cannot replace " + path + ": " + std::strerror(error));
+    throw OutputFileError("cannot replace " + path + ": " + std::strerror(error) +
+                          ". HINT: " + file_error_hint(error));
   }
   if (hooked) return;
   // The rename is durable once the directory is: a power loss must not bring the old file back.

@@ -16,6 +16,8 @@
 #include <set>
 #include <stdexcept>
 
+#include "nn/file_error_hint.h"
+
 namespace trainer {
 
 static_assert(std::endian::native == std::endian::little, "safetensors data is little-endian");
@@ -136,6 +138,12 @@ const std::pair<DType, const char*> kDTypeNames[] = {{DType::f32, "F32"}, {DType
 
 [[noreturn]] void file_error(const std::string& path, const std::string& message) {
   throw std::runtime_error(path + ": " + message);
+}
+
+// A failed system call while writing `path`: `what`, errno's text and what to do about it.
+[[noreturn]] void write_error(const std::string& path, const std::string& what) {
+  const int error = errno;
+  file_error(path, what + ": " + std::strerror(error) + ". HINT: " + file_error_hint(error));
 }
 
 [[noreturn]] void tensor_error(const std::string& path, const std::string& name, const std::string& message) {
@@ -301,7 +309,7 @@ class AtomicFile {
   explicit AtomicFile(const std::string& path) : path_(path) {
     tmp_ = path + ".tmp.XXXXXX";
     fd_ = ::mkstemp(tmp_.data());
-    if (fd_ < 0) file_error(path_, std::string("cannot create a temporary file: ") + std::strerror(errno));
+    if (fd_ < 0) write_error(path_, "cannot create a temporary file");
   }
   ~AtomicFile() {
     if (fd_ >= 0) ::close(fd_);
@@ -315,20 +323,19 @@ class AtomicFile {
     while (n > 0) {
       const ssize_t w = ::write(fd_, p, std::min<size_t>(n, size_t{1} << 30));
       if (w < 0 && errno == EINTR) continue;
-      if (w < 0) file_error(path_, std::string("write failed: ") + std::strerror(errno));
+      if (w < 0) write_error(path_, "write failed");
       p += w;
       n -= static_cast<size_t>(w);
     }
   }
 
   void commit() {
-    if (::fchmod(fd_, 0644) != 0) file_error(path_, std::string("chmod failed: ") + std::strerror(errno));
-    if (::fsync(fd_) != 0) file_error(path_, std::string("fsync failed: ") + std::strerror(errno));
+    if (::fchmod(fd_, 0644) != 0) write_error(path_, "chmod failed");
+    if (::fsync(fd_) != 0) write_error(path_, "fsync failed");
     const int fd = fd_;
     fd_ = -1;
-    if (::close(fd) != 0) file_error(path_, std::string("close failed: ") + std::strerror(errno));
-    if (::rename(tmp_.c_str(), path_.c_str()) != 0)
-      file_error(path_, std::string("rename from ") + tmp_ + " failed: " + std::strerror(errno));
+    if (::close(fd) != 0) write_error(path_, "close failed");
+    if (::rename(tmp_.c_str(), path_.c_str()) != 0) write_error(path_, "rename from " + tmp_ + " failed");
     committed_ = true;
     // Make the rename itself durable.
     std::string dir = std::filesystem::path(path_).parent_path().string();

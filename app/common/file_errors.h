@@ -7,10 +7,9 @@
 #include <string>
 #include <system_error>
 
-namespace trainer {
+#include "nn/file_error_hint.h"
 
-// What to do about `code` when it stops a write under a directory the user chose.
-std::string file_error_hint(const std::error_code& code);
+namespace trainer {
 
 // "cannot create directories /x/y: Permission denied. HINT: ..." for a std::filesystem error.
 std::string describe_filesystem_error(const std::filesystem::filesystem_error& e);

@@ -37,7 +37,7 @@ std::string utc_now() {
 [[noreturn]] void fail(const std::string& what, const std::string& dir, const std::string& setting,
                        const std::error_code& code) {
   throw RunDirectoryError(what + " " + dir + " (" + setting + "): " + code.message() +
-                          ". HINT: " + file_error_hint(code));
+                          ". HINT: " + file_error_hint(code.value()));
 }
 
 // What the holder wrote into the lock file: "pid 123 on host h, since <time>: <command>".

@@ -18,6 +18,7 @@
 #include "app/launcher_process.h"
 #include "app/run_faults.h"
 #include "app/trainer_process.h"
+#include "test_ports.h"
 
 namespace trainer {
 namespace {
@@ -159,6 +160,28 @@ TEST_F(OneRunPerDirectory, TwoRunsCannotShareACheckpointDirectory) {
   EXPECT_TRUE(contains(
       second.output, ckpt + " (checkpoint.dir) is in use by another run: pid " + std::to_string(first.pid())))
       << second.output;
+  ASSERT_EQ(::kill(first.pid(), SIGTERM), 0);
+  EXPECT_EQ(first.wait_exit(60), 128 + SIGTERM) << first.output();
+}
+
+// Two ranks into a taken directory: rank 0 finds it taken and both ranks stop at once with its message
+// (rank 1 does not wait for rank 0 until a timeout).
+TEST_F(OneRunPerDirectory, EveryRankOfARefusedRunStopsWithRankZerosMessage) {
+  const std::string cfg = long_config(), run = run_dir("run");
+  Launcher first({cfg, "--set", "train.run_dir=" + run}, {}, "train");
+  ASSERT_TRUE(first.wait_for_output("epoch 1/100000 step ", 120)) << first.output();
+  const std::string args = "train " + cfg + " --set train.run_dir=" + run + " --set dist.timeout_seconds=120";
+  const auto start = Clock::now();
+  const std::vector<RunResult> ranks =
+      trainer::testing::run_ranks(dir_, trainer::testing::reserve_port(), {args, args});
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 60.0);
+  const std::string taken =
+      run + " (train.run_dir) is in use by another run: pid " + std::to_string(first.pid());
+  EXPECT_EQ(ranks[0].exit_code, 1) << ranks[0].output;
+  EXPECT_TRUE(contains(ranks[0].output, "trainer: error: " + taken)) << ranks[0].output;
+  EXPECT_EQ(ranks[1].exit_code, 1) << ranks[1].output;
+  EXPECT_TRUE(contains(ranks[1].output, "trainer: error: rank 0 stopped the run: " + taken))
+      << ranks[1].output;
   ASSERT_EQ(::kill(first.pid(), SIGTERM), 0);
   EXPECT_EQ(first.wait_exit(60), 128 + SIGTERM) << first.output();
 }

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -120,9 +121,11 @@ TEST(FileErrors, TheLibrarysFilesystemErrorBecomesTheTrainersMessage) {
   EXPECT_EQ(
       describe_filesystem_error(e),
       "cannot create directories /r/run: Permission denied. HINT: this user may not write there: choose a "
-      "directory it owns (train.run_dir, checkpoint.dir) or fix the permissions");
-  EXPECT_TRUE(contains(file_error_hint(std::make_error_code(std::errc::read_only_file_system)), "read-only"));
-  EXPECT_TRUE(contains(file_error_hint(std::make_error_code(std::errc::no_space_on_device)), "free space"));
+      "path it can write (train.run_dir, checkpoint.dir, or the path given on the command line) or fix the "
+      "permissions");
+  EXPECT_TRUE(contains(file_error_hint(EROFS), "read-only"));
+  EXPECT_TRUE(contains(file_error_hint(ENOSPC), "free space"));
+  EXPECT_TRUE(contains(file_error_hint(EIO), "check the path"));
 }
 
 // The estimate covers a real checkpoint (so the start-up check never passes a directory that cannot

@@ -10,6 +10,7 @@
 #include "app/commands/report/report_html.h"
 #include "app/commands/report/report_run.h"
 #include "app/common/cli.h"
+#include "metrics/output_file.h"
 
 namespace trainer {
 namespace {
@@ -63,10 +64,7 @@ int report_command(const std::vector<std::string>& args) {
                         : dirs.size() == 1 ? fs::path(dirs[0]) / "report.html"
                                            : fs::path("report.html");
   const std::string html = report_html(runs);
-  std::ofstream file(path, std::ios::binary);
-  file << html;
-  file.close();
-  if (!file) throw std::runtime_error("report: cannot write " + path.string());
+  write_whole_file(path.string(), html);  // its error names the file, the cause and a HINT
   std::printf("wrote %s (%zu run%s)\n", path.c_str(), runs.size(), runs.size() == 1 ? "" : "s");
   return 0;
 }
