@@ -1,0 +1,107 @@
+// matmul in its four transpositions, and conv2d with both backward kernels over strides, padding,
+// dilation, groups, 1x1 and bias.
+#include "op_case.h"
+
+namespace trainer::op_cases {
+namespace {
+
+OpCase matmul_case(bool trans_a, bool trans_b) {
+  OpCase c;
+  c.name = std::string("matmul") + (trans_a ? " a^T" : " a") + (trans_b ? " b^T" : " b");
+  const int64_t M = 5, K = 7, N = 3;
+  c.inputs = {uniform(trans_a ? Shape{K, M} : Shape{M, K}), uniform(trans_b ? Shape{N, K} : Shape{K, N})};
+  c.run = [=](Backend& b, Tensors& in) { return Tensors{b.matmul(in[0], in[1], trans_a, trans_b)}; };
+  c.gradient = [=](Backend& b, Tensors& in, const Tensor& g) {
+    const Tensor& x = in[0];
+    const Tensor& y = in[1];
+    // y = op(a) op(b): d op(a) = g op(b)^T, d op(b) = op(a)^T g, transposed back where op transposes.
+    const Tensor ga = trans_a ? b.matmul(y, g, trans_b, true) : b.matmul(g, y, false, !trans_b);
+    const Tensor gb = trans_b ? b.matmul(g, x, true, trans_a) : b.matmul(x, g, !trans_a, false);
+    return Tensors{ga, gb};
+  };
+  c.differentiable = {0, 1};
+  c.device_dtypes = {DType::f32, DType::bf16};
+  return c;
+}
+
+struct ConvShape {
+  std::string name;
+  Shape x, w;
+  Conv2dParams p;
+  bool bias = true;
+  bool half = true;  // also run in bf16 channels-last on the device
+};
+
+Conv2dParams params(int stride, int pad, int dilation = 1, int groups = 1) {
+  Conv2dParams p;
+  p.stride_h = p.stride_w = stride;
+  p.pad_h = p.pad_w = pad;
+  p.dilation_h = p.dilation_w = dilation;
+  p.groups = groups;
+  return p;
+}
+
+Shape conv_output(const ConvShape& s) {
+  return {s.x[0], s.w[0],
+          conv_output_size(s.x[2], static_cast<int>(s.w[2]), s.p.stride_h, s.p.pad_h, s.p.dilation_h),
+          conv_output_size(s.x[3], static_cast<int>(s.w[3]), s.p.stride_w, s.p.pad_w, s.p.dilation_w)};
+}
+
+// Inputs x, w, bias, and dy (a fixed gradient for the device comparison of the two backward kernels).
+OpCase conv_case(const ConvShape& s) {
+  OpCase c;
+  c.name = "conv2d " + s.name;
+  c.inputs = {image(s.x), uniform(s.w), uniform({s.w[0]}), image(conv_output(s))};
+  const Conv2dParams p = s.p;
+  const bool bias = s.bias;
+  c.run = [p, bias](Backend& b, Tensors& in) {
+    const Tensor& x = in[0];
+    const Tensor& w = in[1];
+    const Tensor y = b.conv2d(x, w, bias ? in[2] : Tensor(), p);
+    return Tensors{y, b.conv2d_backward_input(in[3], w, x.shape(), p),
+                   b.conv2d_backward_weight(in[3], x, w.shape(), p)};
+  };
+  c.gradient = [p, bias](Backend& b, Tensors& in, const Tensor& g) {
+    const Tensor& x = in[0];
+    const Tensor& w = in[1];
+    Tensors grads{b.conv2d_backward_input(g, w, x.shape(), p), b.conv2d_backward_weight(g, x, w.shape(), p)};
+    if (bias) grads.push_back(b.sum(g, {0, 2, 3}, false));
+    return grads;
+  };
+  c.differentiable = bias ? std::vector<int>{0, 1, 2} : std::vector<int>{0, 1};
+  c.device_dtypes = s.half ? std::vector<DType>{DType::f32, DType::bf16} : std::vector<DType>{DType::f32};
+  c.channels_last = true;
+  c.rtol_f32 = 2e-5;
+  return c;
+}
+
+}  // namespace
+
+std::vector<OpCase> conv_matmul_cases() {
+  std::vector<OpCase> cases;
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) cases.push_back(matmul_case(ta, tb));
+  const std::vector<ConvShape> shapes = {
+      {"3x3 pad 1", {2, 8, 7, 6}, {8, 8, 3, 3}, params(1, 1)},
+      {"3x3 stride 2 pad 1, no bias", {2, 8, 7, 7}, {16, 8, 3, 3}, params(2, 1), false},
+      {"1x1 stride 2", {2, 16, 6, 5}, {8, 16, 1, 1}, params(2, 0)},
+      {"7x7 stride 2 pad 3 stem, 3 channels", {2, 3, 9, 9}, {8, 3, 7, 7}, params(2, 3)},
+      {"3x3 dilation 2 pad 2", {1, 4, 8, 7}, {4, 4, 3, 3}, params(1, 2, 2), true, false},
+      {"3x3 groups 2", {2, 4, 6, 6}, {6, 2, 3, 3}, params(1, 1, 1, 2), true, false},
+      {"depthwise 3x3 (groups = channels)", {2, 8, 5, 6}, {8, 1, 3, 3}, params(1, 1, 1, 8), true, false},
+      {"5x3 kernel, 4x2 pad",
+       {1, 3, 8, 6},
+       {4, 3, 5, 3},
+       [] {
+         Conv2dParams p;
+         p.pad_h = 2, p.pad_w = 1;
+         return p;
+       }(),
+       true,
+       false},
+  };
+  for (const ConvShape& s : shapes) cases.push_back(conv_case(s));
+  return cases;
+}
+
+}  // namespace trainer::op_cases
