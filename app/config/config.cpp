@@ -37,7 +37,7 @@ std::string expected_type() {
     return "an integer";
   else if constexpr (std::is_floating_point_v<T>)
     return "a float";
-  else if constexpr (std::is_same_v<T, std::string> || std::is_same_v<T, Precision>)
+  else if constexpr (std::is_same_v<T, std::string> || Setting<T>)
     return "a string";
   else if constexpr (std::is_same_v<T, std::vector<double>>)
     return "an array of floats";
@@ -121,16 +121,6 @@ std::string read_value(const toml::node& node, const schema::Rule& rule, std::st
   return "";
 }
 
-// train.precision: its names are checked by the rule (one_of), then parsed once into the enum.
-std::string read_value(const toml::node& node, const schema::Rule& rule, Precision& out) {
-  std::string name;
-  if (std::string problem = read_value(node, rule, name); !problem.empty()) return problem;
-  const std::optional<Precision> precision = parse_precision(name);
-  if (!precision) return "unknown precision " + schema::toml_quote(name);  // the rule lists them all
-  out = *precision;
-  return "";
-}
-
 std::string trim(const std::string& text) {
   const auto begin = text.find_first_not_of(" \t");
   if (begin == std::string::npos) return "";
@@ -149,13 +139,13 @@ bool is_section(const std::string& name) {
 std::vector<std::string> string_keys() {
   std::vector<std::string> keys;
   Config defaults;
-  schema::visit_fields(
-      defaults, [&](const char* section, const char* key, auto& member, const schema::Rule&) {
-        using Member = std::decay_t<decltype(member)>;
-        if constexpr (std::is_same_v<Member, std::string> || std::is_same_v<Member, Precision>) {
-          keys.push_back(std::string(section) + "." + key);
-        }
-      });
+  schema::visit_fields(defaults,
+                       [&](const char* section, const char* key, auto& member, const schema::Rule&) {
+                         using Member = std::decay_t<decltype(member)>;
+                         if constexpr (std::is_same_v<Member, std::string> || Setting<Member>) {
+                           keys.push_back(std::string(section) + "." + key);
+                         }
+                       });
   return keys;
 }
 
@@ -190,6 +180,8 @@ class Loader {
     config_.origin[dotted] = where(dotted, *node);
     if constexpr (IsVector<T>::value) {
       read_array(dotted, *node, member, rule);
+    } else if constexpr (Setting<T>) {
+      read_setting(dotted, *node, member, rule);
     } else if (std::string problem = read_value(*node, rule, member); !problem.empty()) {
       report_value(dotted, *node, problem);
     } else if constexpr (std::is_same_v<T, std::string>) {
@@ -201,6 +193,20 @@ class Loader {
   template <typename E>
   void read_array(const std::string& dotted, const toml::node& node, std::vector<E>& member,
                   const schema::Rule& rule);
+
+  // An enumerated setting: its name is checked by the rule (one_of, built from the same table), an old
+  // name replaced, then parsed once into the enum.
+  template <Setting E>
+  void read_setting(const std::string& dotted, const toml::node& node, E& member, const schema::Rule& rule) {
+    std::string name;
+    if (std::string problem = read_value(node, rule, name); !problem.empty())
+      return report_value(dotted, node, problem);
+    replace_alias(dotted, rule, name);
+    const std::optional<E> value = parse_setting<E>(name);
+    if (!value)
+      return report_value(dotted, node, "unknown value " + schema::toml_quote(name));  // the rule lists all
+    member = *value;
+  }
 
   // An old value (schema::Alias) becomes its new one, with one warning saying where it was written.
   void replace_alias(const std::string& dotted, const schema::Rule& rule, std::string& member) {

@@ -11,18 +11,19 @@
 #include <string>
 #include <vector>
 
+#include "app/config/settings.h"
 #include "nn/amp/precision_policy.h"
 
 namespace trainer {
 
 struct ModelConfig {
-  std::string name = "cnn";               // mlp | cnn | resnet18 | resnet34 | resnet50
-  std::string stem = "auto";              // auto | imagenet | cifar; auto = cifar for images <= 64 px
-  int num_classes = 0;                    // 0 = from the dataset
-  int in_channels = 0;                    // 0 = from the dataset
-  double dropout = 0.0;                   // [0, 1)
-  bool sync_bn = false;                   // all-reduce BatchNorm batch statistics across ranks
-  std::string bn_stats_sync = "average";  // average | none: running stats at checkpoint/eval time
+  std::string name = "cnn";                 // mlp | cnn | resnet18 | resnet34 | resnet50
+  StemChoice stem = StemChoice::automatic;  // auto | imagenet | cifar; auto = cifar for images <= 64 px
+  int num_classes = 0;                      // 0 = from the dataset
+  int in_channels = 0;                      // 0 = from the dataset
+  double dropout = 0.0;                     // [0, 1)
+  bool sync_bn = false;                     // all-reduce BatchNorm batch statistics across ranks
+  BnStatsSync bn_stats_sync = BnStatsSync::average;  // average | none: running stats at checkpoint/eval time
   bool operator==(const ModelConfig&) const = default;
 };
 
@@ -44,18 +45,18 @@ struct DataConfig {
   int synthetic_samples = 50000;
   int synthetic_image_size = 32;
   int synthetic_classes = 10;
-  std::string bad_samples = "error";  // error | skip: what an unreadable image does
-  std::string cache = "none";         // none | encoded | decoded: image_folder files kept in memory
+  BadSamplePolicy bad_samples = BadSamplePolicy::error;  // error | skip: what an unreadable image does
+  CacheMode cache = CacheMode::none;  // none | encoded | decoded: image_folder files kept in memory
   std::int64_t cache_bytes = -1;      // per node; -1 = a quarter of MemAvailable
   bool operator==(const DataConfig&) const = default;
 };
 
 struct TrainConfig {
   int epochs = 4;
-  int max_steps = 0;                      // 0 = no limit
-  std::string device = "auto";            // auto | cpu | cuda
-  Precision precision = Precision::fp32;  // TOML: fp32 | tf32 | bf16 | fp16
-  bool deterministic = false;             // bitwise reproducible GPU runs (cuda_set_deterministic)
+  int max_steps = 0;                              // 0 = no limit
+  DeviceChoice device = DeviceChoice::automatic;  // auto | cpu | cuda
+  Precision precision = Precision::fp32;          // TOML: fp32 | tf32 | bf16 | fp16
+  bool deterministic = false;                     // bitwise reproducible GPU runs (cuda_set_deterministic)
   bool cuda_graph = true;       // replay each full-size step as a CUDA graph where the run allows it
   bool cudnn_fusion = false;    // BatchNorm statistics in the convolutions' epilogues where faster
   bool cudnn_batchnorm = true;  // BatchNorm's backward through cuDNN's NHWC batch-norm kernels
@@ -80,9 +81,9 @@ struct OptimConfig {
   bool no_decay_bn_bias = true;  // no weight decay on BatchNorm parameters and biases
   std::vector<double> betas = {0.9, 0.999};
   double eps = 1e-8;
-  double clip_grad_norm = 0.0;      // 0 = off
-  std::string lr_scaling = "none";  // none | linear
-  int base_batch_size = 128;        // linear scaling: lr * global_batch / base_batch_size
+  double clip_grad_norm = 0.0;             // 0 = off
+  LrScaling lr_scaling = LrScaling::none;  // none | linear
+  int base_batch_size = 128;               // linear scaling: lr * global_batch / base_batch_size
   bool operator==(const OptimConfig&) const = default;
 };
 
@@ -98,7 +99,7 @@ struct ScheduleConfig {
 };
 
 struct DistConfig {
-  std::string backend = "auto";  // auto | nccl | tcp (our CpuComm; "gloo" is read as "tcp")
+  CommBackendChoice backend = CommBackendChoice::automatic;  // auto | nccl | tcp ("gloo" is read as "tcp")
   int timeout_seconds = 300;
   int zero_stage = 0;         // 0..2
   std::string nccl_debug;     // NCCL_DEBUG for this run ("" = leave the environment alone)
@@ -116,7 +117,8 @@ struct CheckpointConfig {
   int keep_best = 0;                     // also keep the N checkpoints with the best test top-1
   bool on_signal = true;                 // SIGINT/SIGTERM write a checkpoint before exiting
   bool allow_world_size_change = false;  // resume at another world size, remapped by samples seen
-  std::string on_error = "continue";     // a periodic checkpoint not written (full disk...): continue | stop
+  // a periodic checkpoint not written (full disk...): continue | stop
+  OnCheckpointError on_error = OnCheckpointError::keep_training;
   bool operator==(const CheckpointConfig&) const = default;
 };
 

@@ -18,7 +18,10 @@ std::string toml_value(int value) { return std::to_string(value); }
 std::string toml_value(std::int64_t value) { return std::to_string(value); }
 std::string toml_value(double value) { return schema::toml_float(value); }
 std::string toml_value(const std::string& value) { return schema::toml_quote(value); }
-std::string toml_value(Precision value) { return schema::toml_quote(std::string(precision_name(value))); }
+template <Setting E>
+std::string toml_value(E value) {
+  return schema::toml_quote(setting_name(value));
+}
 
 template <typename E>
 std::string toml_value(const std::vector<E>& values) {

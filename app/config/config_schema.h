@@ -77,12 +77,12 @@ template <typename C, typename Visit>
 void visit_fields(C& c, Visit&& visit) {
   auto& m = c.model;
   visit("model", "name", m.name, one_of({"mlp", "cnn", "resnet18", "resnet34", "resnet50"}));
-  visit("model", "stem", m.stem, one_of({"auto", "imagenet", "cifar"}));
+  visit("model", "stem", m.stem, one_of(setting_names<StemChoice>()));
   visit("model", "num_classes", m.num_classes, or_special(at_least(2), 0, "from the dataset"));
   visit("model", "in_channels", m.in_channels, or_special(at_least(1), 0, "from the dataset"));
   visit("model", "dropout", m.dropout, half_open(0, 1));
   visit("model", "sync_bn", m.sync_bn, any());
-  visit("model", "bn_stats_sync", m.bn_stats_sync, one_of({"average", "none"}));
+  visit("model", "bn_stats_sync", m.bn_stats_sync, one_of(setting_names<BnStatsSync>()));
 
   auto& d = c.data;
   visit("data", "dataset", d.dataset,
@@ -103,15 +103,15 @@ void visit_fields(C& c, Visit&& visit) {
   visit("data", "synthetic_samples", d.synthetic_samples, at_least(1));
   visit("data", "synthetic_image_size", d.synthetic_image_size, at_least(1));
   visit("data", "synthetic_classes", d.synthetic_classes, at_least(2));
-  visit("data", "bad_samples", d.bad_samples, one_of({"error", "skip"}));
-  visit("data", "cache", d.cache, one_of({"none", "encoded", "decoded"}));
+  visit("data", "bad_samples", d.bad_samples, one_of(setting_names<BadSamplePolicy>()));
+  visit("data", "cache", d.cache, one_of(setting_names<CacheMode>()));
   visit("data", "cache_bytes", d.cache_bytes, or_special(at_least(0), -1, "a quarter of MemAvailable"));
 
   auto& t = c.train;
   visit("train", "epochs", t.epochs, at_least(1));
   visit("train", "max_steps", t.max_steps, or_special(at_least(1), 0, "no limit"));
-  visit("train", "device", t.device, one_of({"auto", "cpu", "cuda"}));
-  visit("train", "precision", t.precision, one_of({"fp32", "tf32", "bf16", "fp16"}));
+  visit("train", "device", t.device, one_of(setting_names<DeviceChoice>()));
+  visit("train", "precision", t.precision, one_of(setting_names<Precision>()));
   visit("train", "deterministic", t.deterministic, any());
   visit("train", "cuda_graph", t.cuda_graph, any());
   visit("train", "cudnn_fusion", t.cudnn_fusion, any());
@@ -135,7 +135,7 @@ void visit_fields(C& c, Visit&& visit) {
   visit("optim", "betas", o.betas, exactly(2, half_open(0, 1)));
   visit("optim", "eps", o.eps, greater_than(0));
   visit("optim", "clip_grad_norm", o.clip_grad_norm, at_least(0));
-  visit("optim", "lr_scaling", o.lr_scaling, one_of({"none", "linear"}));
+  visit("optim", "lr_scaling", o.lr_scaling, one_of(setting_names<LrScaling>()));
   visit("optim", "base_batch_size", o.base_batch_size, at_least(1));
 
   auto& s = c.schedule;
@@ -148,7 +148,7 @@ void visit_fields(C& c, Visit&& visit) {
   visit("schedule", "min_lr_factor", s.min_lr_factor, closed(0, 1));
 
   visit("dist", "backend", c.dist.backend,
-        with_alias(one_of({"auto", "nccl", "tcp"}),
+        with_alias(one_of(setting_names<CommBackendChoice>()),
                    {"gloo", "tcp", "the CPU communicator is our own TCP code, not Gloo (dist/README.md)"}));
   visit("dist", "timeout_seconds", c.dist.timeout_seconds, at_least(1));
   visit("dist", "zero_stage", c.dist.zero_stage, closed(0, 2));
@@ -165,7 +165,7 @@ void visit_fields(C& c, Visit&& visit) {
   visit("checkpoint", "keep_best", k.keep_best, at_least(0));
   visit("checkpoint", "on_signal", k.on_signal, any());
   visit("checkpoint", "allow_world_size_change", k.allow_world_size_change, any());
-  visit("checkpoint", "on_error", k.on_error, one_of({"continue", "stop"}));
+  visit("checkpoint", "on_error", k.on_error, one_of(setting_names<OnCheckpointError>()));
 
   visit("metrics", "port", c.metrics.port, closed(0, 65535));
   visit("metrics", "host_label", c.metrics.host_label, any());

@@ -11,7 +11,7 @@ std::string step_graph_blocker(const Config& config, int world_size) {
         "%d ranks and dist.cuda_graph = false: set it to capture the all-reduce too, at the cost of "
         "per-phase step times",
         world_size);
-  if (world_size > 1 && config.dist.backend == "tcp")
+  if (world_size > 1 && config.dist.backend == CommBackendChoice::tcp)
     return "dist.backend = \"tcp\": collectives through the host cannot be captured";
   if (config.train.precision == Precision::fp16 && !loss_scaler_host_reason(config).empty())
     return "train.precision = \"fp16\" with " + loss_scaler_host_reason(config) +

@@ -73,7 +73,7 @@ Datasets open_cifar(const Config& config, CifarVariant variant) {
 // when the node runs several ranks.
 FileCacheOptions file_cache_options(const Config& config) {
   FileCacheOptions cache;
-  if (config.data.cache == "none") return cache;
+  if (config.data.cache == CacheMode::none) return cache;
   cache.budget_bytes = config.data.cache_bytes >= 0
                            ? config.data.cache_bytes
                            : default_cache_bytes(this_host_limits().available_memory);
@@ -122,9 +122,9 @@ Datasets open_image_folder(const Config& config) {
   options.image_size = config.data.image_size > 0 ? config.data.image_size : 224;
   options.channels = in_channels > 0 ? in_channels : 3;
   options.warn = [](const std::string& message) { Log::instance().error(message); };
-  options.bad_samples = parse_bad_sample_policy(config.data.bad_samples);
+  options.bad_samples = config.data.bad_samples;
   options.cache = file_cache_options(config);
-  options.cache_mode = parse_cache_mode(config.data.cache);  // the schema took only the known values
+  options.cache_mode = config.data.cache;
   const int64_t cache_budget = options.cache.budget_bytes;
   try {
     options.train = true;

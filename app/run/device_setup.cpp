@@ -13,11 +13,11 @@
 namespace trainer {
 
 Device setup_device(const Config& config, int local_rank) {
-  const std::string& wanted = config.train.device;
-  if (wanted == "cpu") return Device::cpu();
+  const DeviceChoice wanted = config.train.device;
+  if (wanted == DeviceChoice::cpu) return Device::cpu();
 #ifdef TRAINER_WITH_CUDA
   const int count = cuda_device_count();
-  if (wanted == "auto" && count == 0) return Device::cpu();
+  if (wanted == DeviceChoice::automatic && count == 0) return Device::cpu();
   if (count == 0)
     throw config_error_at(
         config, "train.device",
@@ -33,7 +33,7 @@ Device setup_device(const Config& config, int local_rank) {
   cuda::set_cudnn_batch_norm(policy.cudnn_batch_norm);
   return Device::cuda(local_rank);
 #else
-  if (wanted == "cuda")
+  if (wanted == DeviceChoice::cuda)
     throw config_error_at(
         config, "train.device",
         "'cuda' but this trainer was built without the CUDA backend. HINT: install the CUDA "

@@ -85,7 +85,10 @@ Experiment build_experiment(const Config& config, Device device, bool with_optim
   m.in_channels = config.model.in_channels > 0 ? config.model.in_channels : train.channels();
   m.num_classes = config.model.num_classes > 0 ? config.model.num_classes : train.num_classes();
   m.image_size = train.height();
-  m.stem = config.model.stem == "auto" ? (train.height() <= 64 ? "cifar" : "imagenet") : config.model.stem;
+  const StemChoice stem = config.model.stem != StemChoice::automatic ? config.model.stem
+                          : train.height() <= 64                     ? StemChoice::cifar
+                                                                     : StemChoice::imagenet;
+  m.stem = setting_name(stem);
   m.dropout = config.model.dropout;
   m.seed = static_cast<uint64_t>(config.train.seed);
   e.dropout_generator =
@@ -119,7 +122,7 @@ Experiment build_experiment(const Config& config, Device device, bool with_optim
   if (config.train.max_steps > 0) e.total_steps = std::min<int64_t>(e.total_steps, config.train.max_steps);
 
   e.base_lr = config.optim.lr;
-  if (config.optim.lr_scaling == "linear")
+  if (config.optim.lr_scaling == LrScaling::linear)
     e.base_lr *= static_cast<double>(global_batch(config, e.world_size)) / config.optim.base_batch_size;
 
   if (with_optimizer) {

@@ -15,9 +15,9 @@ unsigned node_cores() { return std::max(1u, std::thread::hardware_concurrency())
 
 // Whether setup_device() puts this rank on a GPU (without initialising the backend).
 bool trains_on_gpu(const Config& config) {
-  if (config.train.device == "cuda") return true;
+  if (config.train.device == DeviceChoice::cuda) return true;
 #ifdef TRAINER_WITH_CUDA
-  if (config.train.device == "auto") return cuda_device_count() > 0;
+  if (config.train.device == DeviceChoice::automatic) return cuda_device_count() > 0;
 #endif
   return false;
 }

@@ -35,7 +35,7 @@ std::string at_chance_warning(const Experiment& e, int64_t steps, double final_t
              "training diverged or did not learn. HINT: ",
              100 * final_top1, kAtChanceMarker, static_cast<long long>(classes),
              static_cast<long long>(steps), static_cast<long long>(e.warmup_steps)) +
-         divergence_hint(e.config.optim.lr_scaling == "linear", global_batch(e.config, e.world_size),
+         divergence_hint(e.config.optim.lr_scaling == LrScaling::linear, global_batch(e.config, e.world_size),
                          e.base_lr);
 }
 

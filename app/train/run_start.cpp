@@ -151,7 +151,7 @@ void export_nccl_settings(const Config& config) {
 
 std::string lr_scaling_note(const Config& config, int world_size) {
   const int64_t global = global_batch(config, world_size);
-  if (config.optim.lr_scaling != "none" || global == config.data.batch_size) return "";
+  if (config.optim.lr_scaling != LrScaling::none || global == config.data.batch_size) return "";
   return fmt(
       "note: optim.lr = %g is used as given for a global batch of %lld (%d rank(s) x batch %lld x %d "
       "accumulated). HINT: to scale it with the global batch (lr x global batch / base batch, the "
@@ -166,7 +166,7 @@ std::string lr_scaling_note(const Config& config, int world_size) {
 DistOptions dist_options(const Config& config, const Device& device, const TrainerBuild& build) {
   DistOptions dopt;
   dopt.device = device;
-  dopt.backend = config.dist.backend;  // the config reads "gloo" as "tcp"
+  dopt.backend = setting_name(config.dist.backend);  // the config reads "gloo" as "tcp"
   dopt.timeout = std::chrono::seconds(config.dist.timeout_seconds);
   dopt.connect_timeout = dopt.timeout;  // a rank that never starts is reported after dist.timeout_seconds
   dopt.build = build.str();

@@ -176,7 +176,7 @@ void save_checkpoint(TrainingRun& run, bool final) {
       // kill hours of training (checkpoint.on_error), but the final one must not fail silently.
       if (final) {
         final_failure = rescue_final_checkpoint(run, err.what());
-      } else if (run.config.checkpoint.on_error == "stop") {
+      } else if (run.config.checkpoint.on_error == OnCheckpointError::stop) {
         throw;
       } else {
         run.log.error(std::string("warning: ") + err.what() +

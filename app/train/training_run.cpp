@@ -126,7 +126,7 @@ void build_model(TrainingRun& run) {
   // SyncBN: batch statistics over all ranks (in place: the optimizer's parameters stay the same).
   if (config.model.sync_bn) convert_sync_batchnorm(*e.model, pg.comm_ptr());
   // Without SyncBN, ranks' running statistics drift apart: average them before eval and checkpoints.
-  run.average_bn_stats = !config.model.sync_bn && config.model.bn_stats_sync == "average";
+  run.average_bn_stats = !config.model.sync_bn && config.model.bn_stats_sync == BnStatsSync::average;
   if (run.world > 1)
     check_ranks_agree(pg, run.build, run.paths.config_toml, e, run.device, run.env, run.dist_options);
   // Every rank starts from rank 0's weights and buffers; gradients are averaged in buckets while

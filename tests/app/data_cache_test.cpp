@@ -50,7 +50,7 @@ TEST_F(DataCache, TheBudgetGoesToTheTrainingSplitFirstAndTheLogSaysHowMuchIsCach
   config.data.image_size = 16;
   EXPECT_EQ(data_cache_report(open_datasets(config, 1)), "");  // data.cache = "none"
 
-  config.data.cache = "encoded";
+  config.data.cache = CacheMode::encoded;
   config.data.cache_bytes = 1 << 20;
   const Datasets data = open_datasets(config, 1);
   const auto& train = dynamic_cast<const ImageFolder&>(*data.train);
@@ -75,7 +75,7 @@ TEST_F(DataCache, DecodedPixelsAreReportedAsSuch) {
   config.data.dataset = "image_folder";
   config.data.root = write_folder().string();
   config.data.image_size = 16;
-  config.data.cache = "decoded";
+  config.data.cache = CacheMode::decoded;
   config.data.cache_bytes = 1 << 20;
   const Datasets data = open_datasets(config, 1);
   const auto& train = dynamic_cast<const ImageFolder&>(*data.train);

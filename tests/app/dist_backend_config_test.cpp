@@ -21,14 +21,14 @@ std::size_t count(const std::string& text, const std::string& part) {
 
 TEST(DistBackendConfig, TcpIsReadSilently) {
   const Config config = load_config("", {"dist.backend=tcp"});
-  EXPECT_EQ(config.dist.backend, "tcp");
+  EXPECT_EQ(config.dist.backend, CommBackendChoice::tcp);
   EXPECT_TRUE(config.warnings.empty());
   EXPECT_EQ(config_table(config).find("warning"), std::string::npos) << config_table(config);
 }
 
 TEST(DistBackendConfig, GlooIsReadAsTcpWithOneWarningNamingWhere) {
   const Config config = load_config("", {"dist.backend=gloo"});
-  EXPECT_EQ(config.dist.backend, "tcp");
+  EXPECT_EQ(config.dist.backend, CommBackendChoice::tcp);
   ASSERT_EQ(config.warnings.size(), 1u);
   const std::string& warning = config.warnings[0];
   EXPECT_NE(warning.find("--set dist.backend=gloo: dist.backend = \"gloo\""), std::string::npos) << warning;

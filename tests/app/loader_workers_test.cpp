@@ -36,9 +36,9 @@ TEST(LoaderWorkers, AGpuRankTakesItsShareLessTheTrainingThread) {
 TEST(LoaderWorkers, TheConfigChoosesByTrainDeviceAndLocalWorldSize) {
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   Config cpu;
-  cpu.train.device = "cpu";
+  cpu.train.device = DeviceChoice::cpu;
   Config gpu;
-  gpu.train.device = "cuda";
+  gpu.train.device = DeviceChoice::cuda;
   EXPECT_EQ(default_loader_workers(cpu, 1), static_cast<int>(std::max(1u, cores / 2)));
   EXPECT_EQ(default_loader_workers(gpu, 1), std::max(1, static_cast<int>(cores) - 1));
   const int per_core = static_cast<int>(cores);  // a rank per core still gets one loader thread
@@ -49,7 +49,7 @@ TEST(LoaderWorkers, TheConfigChoosesByTrainDeviceAndLocalWorldSize) {
 TEST(LoaderWorkers, TheLogLineSaysHowManyAndWhy) {
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   Config gpu;
-  gpu.train.device = "cuda";
+  gpu.train.device = DeviceChoice::cuda;
   const std::string g = loader_workers_reason(gpu, 2);
   EXPECT_NE(g.find(std::to_string(default_loader_workers(true, 2, cores)) + " worker threads per rank"),
             std::string::npos)
@@ -58,7 +58,7 @@ TEST(LoaderWorkers, TheLogLineSaysHowManyAndWhy) {
             std::string::npos)
       << g;
   Config cpu;
-  cpu.train.device = "cpu";
+  cpu.train.device = DeviceChoice::cpu;
   EXPECT_NE(loader_workers_reason(cpu, 2).find("halved for the CPU math library"), std::string::npos);
   cpu.data.workers = 3;
   EXPECT_NE(loader_workers_reason(cpu, 2).find("3 worker threads per rank (data.workers;"), std::string::npos)

@@ -23,7 +23,7 @@ TEST(LrScalingNote, OnlyWhenTheGlobalBatchGrowsAndTheLrIsUsedAsGiven) {
   EXPECT_NE(two.find("optim.lr_scaling = \"linear\""), std::string::npos) << two;
   c.train.grad_accum_steps = 4;
   EXPECT_NE(lr_scaling_note(c, 1).find("global batch of 128 (1 rank(s) x batch 32 x 4"), std::string::npos);
-  c.optim.lr_scaling = "linear";
+  c.optim.lr_scaling = LrScaling::linear;
   EXPECT_EQ(lr_scaling_note(c, 2), "");
 }
 

@@ -37,7 +37,7 @@ TEST(StepGraphBlocker, SeveralRanksAreCapturedOnlyWithDistCudaGraph) {
   EXPECT_NE(blocker_with(
                 [](Config& c) {
                   c.dist.cuda_graph = true;
-                  c.dist.backend = "tcp";  // the parser reads "gloo" as "tcp"
+                  c.dist.backend = CommBackendChoice::tcp;  // the parser reads "gloo" as "tcp"
                 },
                 2)
                 .find("dist.backend = \"tcp\""),

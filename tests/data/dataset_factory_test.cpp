@@ -49,7 +49,7 @@ TEST(DatasetFactory, ShippedConfigsLoad) {
   const Config cifar = load_config(std::string(TRAINER_SOURCE_DIR) + "/configs/cifar10_resnet18.toml");
   EXPECT_EQ(cifar.data.dataset, "cifar10");
   EXPECT_EQ(cifar.model.name, "resnet18");
-  EXPECT_EQ(cifar.model.stem, "cifar");
+  EXPECT_EQ(cifar.model.stem, StemChoice::cifar);
   EXPECT_EQ(cifar.data.batch_size, 128);
   EXPECT_EQ(cifar.data.random_crop_padding, 4);
   EXPECT_TRUE(cifar.data.hflip);
@@ -62,10 +62,10 @@ TEST(DatasetFactory, ShippedConfigsLoad) {
   const Config folder = load_config(std::string(TRAINER_SOURCE_DIR) + "/configs/imagefolder_resnet50.toml");
   EXPECT_EQ(folder.data.dataset, "image_folder");
   EXPECT_EQ(folder.model.name, "resnet50");
-  EXPECT_EQ(folder.model.stem, "imagenet");
+  EXPECT_EQ(folder.model.stem, StemChoice::imagenet);
   EXPECT_EQ(folder.data.image_size, 224);
   EXPECT_EQ(folder.data.batch_size, 64);
-  EXPECT_EQ(folder.optim.lr_scaling, "linear");
+  EXPECT_EQ(folder.optim.lr_scaling, LrScaling::linear);
   EXPECT_EQ(folder.optim.base_batch_size, 256);
   EXPECT_DOUBLE_EQ(folder.schedule.warmup_epochs, 5.0);
   EXPECT_EQ(folder.train.epochs, 90);
