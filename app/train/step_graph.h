@@ -1,7 +1,9 @@
 #pragma once
 // train.cuda_graph: the training step recorded once as a CUDA graph and replayed for every batch of
-// the same shape. On a GPU a resnet18-cifar step at batch 128 is ~3 ms of kernels but hundreds of
-// launches; replaying them as one graph removes the host's launch cost from every step.
+// the same shape. On a GPU a small model's step (resnet18-cifar at batch 128) is a few milliseconds of
+// kernels but hundreds of launches, so the host's launches can take longer than the kernels; replaying
+// them as one graph removes the host's launch cost from every step (figures: bench/PERF_NOTES.md,
+// "Figures moved out of headers (session 14)").
 //
 // What makes a replay equal an eager step: the batch is copied into input tensors the graph reads
 // (the same addresses every replay); the learning rate and AdamW's step-dependent factors are read

@@ -1,8 +1,9 @@
 #pragma once
 // 2-D convolutions through oneDNN (forward, data gradient, weight gradient) for the CPU backend.
 //
-// PyTorch's CPU convolutions run on the same library (Debian's libdnnl), and its JIT kernels reach
-// about twice the img/s of our im2col + OpenBLAS path on resnet18-cifar. Only f32 is taken: oneDNN
+// PyTorch's CPU convolutions run on the same library (Debian's libdnnl), and its JIT kernels on its
+// blocked layouts are much faster than our im2col + OpenBLAS path on resnet18-cifar (figures:
+// bench/PERF_NOTES.md, "CPU: oneDNN convolutions (session 11)"). Only f32 is taken: oneDNN
 // has no f64 convolution, so f64 (the gradient checks, the PyTorch float64 goldens) stays on im2col.
 //
 // Each function returns an undefined tensor when oneDNN does not take the convolution (f64, a shape

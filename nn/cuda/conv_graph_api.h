@@ -18,9 +18,10 @@
 
 namespace trainer::cudnn_conv {
 
-// Graph-API engine configurations timed per convolution: the heuristics' first. A wider search (mode
-// B's list and the configurations' knob neighbours, bench/cudnn_knob_probe) found nothing faster on an
-// H200 with cuDNN 9.19 (bench/PERF_NOTES.md, v11).
+// Graph-API engine configurations timed per convolution: the heuristics' first. Enough because the
+// heuristics rank the fast configurations first: a wider search (mode B's list and the configurations'
+// knob neighbours, bench/cudnn_knob_probe) found nothing faster outside them on the one GPU and cuDNN
+// version it has run on; rerun it on a new GPU or cuDNN (figures: bench/PERF_NOTES.md, v11).
 constexpr size_t kMaxCandidates = 10;
 
 // A one-operation graph with the descriptors it was built from (kept alive with it, as cuDNN's

@@ -1,8 +1,8 @@
 #pragma once
 // train.cudnn_fusion: BatchNorm's batch statistics computed in the preceding convolution's epilogue
 // (cuDNN runtime fusion), so that the BatchNorm does not read the convolution's output once more
-// just to sum it per channel (bench/PERF_NOTES.md v8: resnet18-cifar bf16 on an H200, +3.2% img/s at
-// batch 128, +1.3% at 512).
+// just to sum it per channel: a small gain in img/s on resnet18-cifar bf16, larger at small batches,
+// where that extra pass weighs more (figures: bench/PERF_NOTES.md, v8).
 //
 // How: when a forward convolution runs under a ConvFeedsBatchNormStats hint (nn/fusion_hints.h,
 // set by Conv2d for convolutions that feed a BatchNorm, in training), CudaBackend::conv2d asks
@@ -13,8 +13,9 @@
 // Autograd is unchanged: y is an ordinary convolution output.
 //
 // Where it pays: per convolution shape, the first call (an eager step, never inside a CUDA graph
-// capture) compiles the fused engines cuDNN offers (their kernels are compiled at run time: 0.1-2 s
-// per shape), times the best against the convolution followed by our statistics kernel, and fuses
+// capture) compiles the fused engines cuDNN offers (their kernels are compiled at run time, a
+// start-up cost per shape; figures: bench/PERF_NOTES.md, "Figures moved out of headers (session 14)"),
+// times the best against the convolution followed by our statistics kernel, and fuses
 // from then on only if it is at least 3% faster. Numbers: the fused statistics are sums of y and y^2
 // (mean and E[y^2] - mean^2 in double from f32 sums) where ours are shifted by each channel's first
 // value, so results differ in the last bits, and a channel whose |mean| is far above its spread loses

@@ -1,13 +1,13 @@
 #pragma once
 #include <cstdint>
-// train.cudnn_batchnorm: the batch norm's backward (and, opt-in below, its forward) through cuDNN's
+// train.cudnn_batchnorm: the batch norm's backward (and, where it times faster, its forward: below) through cuDNN's
 // NHWC batch-norm kernels
 // (cudnnBatchNormalizationBackwardEx, CUDNN_BATCHNORM_SPATIAL_PERSISTENT) after our forward: one call
 // for grad_x, grad_gamma and grad_beta instead of our reduction and our elementwise pass, with the
 // fused ReLU's mask applied by cuDNN (CUDNN_BATCHNORM_OPS_BN_ACTIVATION, given our output y; cuDNN
-// does not document whether it masks by y or by its own recomputed pre-activation). On an
-// H200 at batch 512 it is 27-35% faster than ours on resnet18-cifar's large stages
-// (bench/cudnn_bn_probe, bench/PERF_NOTES.md v9).
+// does not document whether it masks by y or by its own recomputed pre-activation). Its backward is
+// clearly faster than ours on large activations (resnet18-cifar's large stages), as
+// bench/cudnn_bn_probe times it (figures: bench/PERF_NOTES.md, v9).
 //
 // CudaBackend::bn_backward_fused takes it for bf16/f16 channels-last 4-D inputs with f32 gamma, beta
 // and statistics, when on and not under train.deterministic (cuDNN documents no determinism for these
@@ -23,10 +23,10 @@ int64_t cudnn_batch_norm_calls();
 
 // The forward (nn/cuda/cudnn_batch_norm_forward.cpp), where cuDNN times faster than ours shape by
 // shape, comes with the option (on unless set off here; nn_bench --cudnn-bn-forward 0 measures
-// without it): +2.3% at resnet18-cifar batch 128, +1.0% at 512, flat at resnet50 on an H200. Its
+// without it): a small gain on resnet18-cifar, larger at small batches, and none at resnet50. Its
 // outputs and statistics match ours layer by layer, and a whole bf16 step with it is no further from
-// the f32 step than ours (CudnnBatchNorm.AResNetStepIsAsCloseToTheF32StepAsOurs; bench/PERF_NOTES.md
-// v14).
+// the f32 step than ours (CudnnBatchNorm.AResNetStepIsAsCloseToTheF32StepAsOurs; figures:
+// bench/PERF_NOTES.md, v14).
 void set_cudnn_batch_norm_forward(bool on);
 // Tests force it on every shape cuDNN takes, without timing, to compare it with ours.
 void force_cudnn_batch_norm_forward(bool on);

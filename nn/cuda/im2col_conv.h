@@ -1,14 +1,15 @@
 #pragma once
 // Convolutions with few input channels (a ResNet's RGB stem) as im2col + one cuBLAS GEMM, where that
 // times faster than cuDNN. cuDNN pads a 3-channel NHWC input to 8 channels and runs ResNet-50's 7x7
-// stem forward on an sm80 kernel: 1.53 ms at batch 256 on an H200 (~105 TFLOP/s on the padded work),
-// plus its padding kernels. Laid out as a [N*OH*OW, kp] matrix of patches (kp = kh*kw*C rounded up to
-// 8: 152 for 7x7x3), the forward is one GEMM against the [Cout, kp] weight that writes the NHWC output
-// directly; the weight gradient is one GEMM of the output gradient against the same patches, rebuilt
-// in the backward (not kept: 976 MB at batch 256). Measured (bench/PERF_NOTES.md v14): ResNet-50's
-// stem forward takes it (+1.5% a step at batch 256), its weight gradient stays on cuDNN, which times
-// faster there. That was with a patch kernel that divided to find each pack's place (0.87 ms); the
-// kernel now steps through a table instead (im2col_patches.h), not yet timed on a GPU.
+// stem forward on an sm80 kernel, most of whose work is then padding, plus its padding kernels: the
+// stem takes long for the little arithmetic it needs. Laid out as a [N*OH*OW, kp] matrix of patches
+// (kp = kh*kw*C rounded up to 8: 152 for 7x7x3), the forward is one GEMM against the [Cout, kp] weight
+// that writes the NHWC output directly; the weight gradient is one GEMM of the output gradient against
+// the same patches, rebuilt in the backward (not kept: 976 MB at batch 256). Measured: ResNet-50's
+// stem forward takes it (a small gain a step), its weight gradient stays on cuDNN, which times faster
+// there (figures: bench/PERF_NOTES.md, v14). That was with a patch kernel that divided to find each
+// pack's place, bound by that index arithmetic; the kernel now steps through a table instead
+// (im2col_patches.h), not yet timed on a GPU.
 //
 // Taken for bf16/f16 channels-last inputs with at most 4 channels and kh*kw*C <= 256, groups 1,
 // outside train.deterministic, when the patch matrix fits in 4 GiB. Each shape and direction is timed against
