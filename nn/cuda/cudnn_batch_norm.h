@@ -1,7 +1,7 @@
 #pragma once
 #include <cstdint>
-// train.cudnn_batchnorm: the batch norm's backward (and, where it times faster, its forward: below) through cuDNN's
-// NHWC batch-norm kernels
+// train.cudnn_batchnorm: the batch norm's backward (and, where it times faster, its forward: below)
+// through cuDNN's NHWC batch-norm kernels
 // (cudnnBatchNormalizationBackwardEx, CUDNN_BATCHNORM_SPATIAL_PERSISTENT) after our forward: one call
 // for grad_x, grad_gamma and grad_beta instead of our reduction and our elementwise pass, with the
 // fused ReLU's mask applied by cuDNN (CUDNN_BATCHNORM_OPS_BN_ACTIVATION, given our output y; cuDNN
