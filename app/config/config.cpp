@@ -375,7 +375,7 @@ void Loader::check_cross_keys() {
     fail("optim.nesterov", "true requires optim.momentum > 0, got optim.momentum = " +
                                schema::format_number(config_.optim.momentum));
   }
-  if (config_.schedule.name == "multistep" && config_.schedule.milestones.empty()) {
+  if (config_.schedule.name == ScheduleKind::multistep && config_.schedule.milestones.empty()) {
     fail(set_by_user("schedule.milestones") ? "schedule.milestones" : "schedule.name",
          "schedule \"multistep\" needs schedule.milestones, e.g. [30, 60, 80]");
   }

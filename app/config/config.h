@@ -73,7 +73,7 @@ struct TrainConfig {
 };
 
 struct OptimConfig {
-  std::string name = "sgd";  // sgd | adamw
+  OptimizerKind name = OptimizerKind::sgd;  // sgd | adamw
   double lr = 0.1;
   double momentum = 0.9;
   bool nesterov = false;
@@ -88,7 +88,7 @@ struct OptimConfig {
 };
 
 struct ScheduleConfig {
-  std::string name = "cosine";  // constant | step | multistep | cosine | onecycle
+  ScheduleKind name = ScheduleKind::cosine;  // constant | step | multistep | cosine | onecycle
   double warmup_epochs = 0.0;
   double warmup_start_factor = 0.1;
   int step_epochs = 30;

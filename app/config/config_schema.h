@@ -126,7 +126,7 @@ void visit_fields(C& c, Visit&& visit) {
   visit("train", "run_dir", t.run_dir, any());
 
   auto& o = c.optim;
-  visit("optim", "name", o.name, one_of({"sgd", "adamw"}));
+  visit("optim", "name", o.name, one_of(setting_names<OptimizerKind>()));
   visit("optim", "lr", o.lr, greater_than(0));
   visit("optim", "momentum", o.momentum, half_open(0, 1));
   visit("optim", "nesterov", o.nesterov, any());
@@ -139,7 +139,7 @@ void visit_fields(C& c, Visit&& visit) {
   visit("optim", "base_batch_size", o.base_batch_size, at_least(1));
 
   auto& s = c.schedule;
-  visit("schedule", "name", s.name, one_of({"constant", "step", "multistep", "cosine", "onecycle"}));
+  visit("schedule", "name", s.name, one_of(setting_names<ScheduleKind>()));
   visit("schedule", "warmup_epochs", s.warmup_epochs, at_least(0));
   visit("schedule", "warmup_start_factor", s.warmup_start_factor, open_closed(0, 1));
   visit("schedule", "step_epochs", s.step_epochs, at_least(1));

@@ -44,6 +44,10 @@ std::string SettingNames<CommBackendChoice>::name(CommBackendChoice v) {
   return "auto";
 }
 
+std::string SettingNames<OptimizerKind>::name(OptimizerKind v) {
+  return v == OptimizerKind::adamw ? "adamw" : "sgd";
+}
+
 std::string SettingNames<OnCheckpointError>::name(OnCheckpointError v) {
   return v == OnCheckpointError::stop ? "stop" : "continue";
 }

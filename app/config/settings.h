@@ -11,6 +11,7 @@
 #include "data/bad_samples.h"
 #include "data/cache_mode.h"
 #include "nn/amp/precision_policy.h"
+#include "nn/optim/lr_schedule.h"
 
 namespace trainer {
 
@@ -20,6 +21,7 @@ enum class DeviceChoice { automatic, cpu, cuda };       // train.device
 enum class LrScaling { none, linear };                  // optim.lr_scaling
 enum class CommBackendChoice { automatic, nccl, tcp };  // dist.backend
 enum class OnCheckpointError { keep_training, stop };   // checkpoint.on_error
+enum class OptimizerKind { sgd, adamw };                // optim.name
 
 // For each enumerated setting: `values`, every value in the order the messages list them, and
 // name(value), its TOML spelling.
@@ -53,6 +55,11 @@ struct SettingNames<CommBackendChoice> {
   static std::string name(CommBackendChoice v);
 };
 template <>
+struct SettingNames<OptimizerKind> {
+  static constexpr OptimizerKind values[] = {OptimizerKind::sgd, OptimizerKind::adamw};
+  static std::string name(OptimizerKind v);
+};
+template <>
 struct SettingNames<OnCheckpointError> {
   static constexpr OnCheckpointError values[] = {OnCheckpointError::keep_training, OnCheckpointError::stop};
   static std::string name(OnCheckpointError v);
@@ -67,6 +74,13 @@ template <>
 struct SettingNames<CacheMode> {
   static constexpr CacheMode values[] = {CacheMode::none, CacheMode::encoded, CacheMode::decoded};
   static std::string name(CacheMode v) { return to_string(v); }
+};
+template <>
+struct SettingNames<ScheduleKind> {
+  static constexpr ScheduleKind values[] = {ScheduleKind::constant, ScheduleKind::step,
+                                            ScheduleKind::multistep, ScheduleKind::cosine,
+                                            ScheduleKind::onecycle};
+  static std::string name(ScheduleKind v) { return std::string(schedule_kind_name(v)); }
 };
 template <>
 struct SettingNames<Precision> {

@@ -14,7 +14,7 @@ namespace {
 
 std::unique_ptr<Optimizer> make_optimizer(const Config& c, Module& model, double lr) {
   const OptimConfig& o = c.optim;
-  if (o.name == "sgd") {
+  if (o.name == OptimizerKind::sgd) {
     SgdOptions s;
     s.lr = lr;
     s.momentum = o.momentum;
@@ -128,7 +128,7 @@ Experiment build_experiment(const Config& config, Device device, bool with_optim
   if (with_optimizer) {
     e.optimizer = make_optimizer(config, *e.model, e.base_lr);
     ScheduleOptions s;
-    s.name = config.schedule.name;
+    s.kind = config.schedule.name;
     s.total_steps = e.schedule_steps;
     s.steps_per_epoch = e.steps_per_epoch;
     s.warmup_steps = static_cast<int64_t>(std::llround(config.schedule.warmup_epochs * e.steps_per_epoch));

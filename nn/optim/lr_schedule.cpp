@@ -14,7 +14,8 @@ constexpr double kOneCycleFinalDivFactor = 1e4;
 constexpr double kOneCyclePctStart = 0.25;
 
 void require(bool ok, const ScheduleOptions& o, const std::string& message) {
-  if (!ok) throw std::invalid_argument("lr schedule '" + o.name + "': " + message);
+  if (!ok)
+    throw std::invalid_argument("lr schedule '" + std::string(schedule_kind_name(o.kind)) + "': " + message);
 }
 
 // PyTorch's _annealing_cos: from start (pct 0) to end (pct 1) along half a cosine.
@@ -25,7 +26,7 @@ double cos_anneal(double start, double end, double pct) {
 class Schedule : public LrSchedule {
  public:
   explicit Schedule(ScheduleOptions o) : o_(std::move(o)) {}
-  std::string name() const override { return o_.name; }
+  std::string name() const override { return std::string(schedule_kind_name(o_.kind)); }
   double factor(int64_t step) const override {
     if (step < 0) throw std::invalid_argument("lr schedule: negative step " + std::to_string(step));
     return warmup(step) * main(step);
@@ -125,28 +126,28 @@ void validate(const ScheduleOptions& o) {
       std::isfinite(o.warmup_start_factor) && o.warmup_start_factor >= 0.0 && o.warmup_start_factor <= 1.0, o,
       "warmup_start_factor must be in [0, 1], got " + std::to_string(o.warmup_start_factor));
   require(o.total_steps >= 0, o, "total_steps must be >= 0, got " + std::to_string(o.total_steps));
-  if (o.name == "step" || o.name == "multistep") {
+  if (o.kind == ScheduleKind::step || o.kind == ScheduleKind::multistep) {
     require(o.steps_per_epoch > 0, o,
             "steps_per_epoch must be > 0, got " + std::to_string(o.steps_per_epoch));
     require(std::isfinite(o.gamma) && o.gamma > 0.0, o, "gamma must be > 0, got " + std::to_string(o.gamma));
   }
-  if (o.name == "step")
+  if (o.kind == ScheduleKind::step)
     require(o.step_epochs > 0, o, "step_epochs must be > 0, got " + std::to_string(o.step_epochs));
-  if (o.name == "multistep") {
+  if (o.kind == ScheduleKind::multistep) {
     for (size_t i = 0; i < o.milestones.size(); ++i) {
       require(o.milestones[i] >= 1, o,
               "milestones must be epochs >= 1, got " + std::to_string(o.milestones[i]));
       require(i == 0 || o.milestones[i] > o.milestones[i - 1], o, "milestones must be strictly increasing");
     }
   }
-  if (o.name == "cosine") {
+  if (o.kind == ScheduleKind::cosine) {
     require(o.total_steps > o.warmup_steps, o,
             "total_steps (" + std::to_string(o.total_steps) + ") must exceed warmup_steps (" +
                 std::to_string(o.warmup_steps) + ")");
     require(std::isfinite(o.min_lr_factor) && o.min_lr_factor >= 0.0, o,
             "min_lr_factor must be >= 0, got " + std::to_string(o.min_lr_factor));
   }
-  if (o.name == "onecycle") {
+  if (o.kind == ScheduleKind::onecycle) {
     if (o.warmup_steps > 0)
       require(o.warmup_steps >= 2 && o.warmup_steps < o.total_steps, o,
               "needs 2 <= warmup_steps < total_steps, got warmup_steps " + std::to_string(o.warmup_steps) +
@@ -160,9 +161,20 @@ void validate(const ScheduleOptions& o) {
 
 }  // namespace
 
-const std::vector<std::string>& lr_schedule_names() {
-  static const std::vector<std::string> names{"constant", "step", "multistep", "cosine", "onecycle"};
-  return names;
+std::string_view schedule_kind_name(ScheduleKind kind) {
+  switch (kind) {
+    case ScheduleKind::step:
+      return "step";
+    case ScheduleKind::multistep:
+      return "multistep";
+    case ScheduleKind::cosine:
+      return "cosine";
+    case ScheduleKind::onecycle:
+      return "onecycle";
+    case ScheduleKind::constant:
+      break;
+  }
+  return "constant";
 }
 
 bool cut_warmup_to_fit(ScheduleOptions& options) {
@@ -172,17 +184,11 @@ bool cut_warmup_to_fit(ScheduleOptions& options) {
 }
 
 std::unique_ptr<LrSchedule> make_lr_schedule(const ScheduleOptions& options) {
-  const auto& names = lr_schedule_names();
-  if (std::find(names.begin(), names.end(), options.name) == names.end()) {
-    std::string known;
-    for (const std::string& n : names) known += (known.empty() ? "" : ", ") + n;
-    throw std::invalid_argument("unknown lr schedule '" + options.name + "' (known: " + known + ")");
-  }
   validate(options);
-  if (options.name == "step") return std::make_unique<StepSchedule>(options);
-  if (options.name == "multistep") return std::make_unique<MultiStepSchedule>(options);
-  if (options.name == "cosine") return std::make_unique<CosineSchedule>(options);
-  if (options.name == "onecycle") return std::make_unique<OneCycleSchedule>(options);
+  if (options.kind == ScheduleKind::step) return std::make_unique<StepSchedule>(options);
+  if (options.kind == ScheduleKind::multistep) return std::make_unique<MultiStepSchedule>(options);
+  if (options.kind == ScheduleKind::cosine) return std::make_unique<CosineSchedule>(options);
+  if (options.kind == ScheduleKind::onecycle) return std::make_unique<OneCycleSchedule>(options);
   return std::make_unique<ConstantSchedule>(options);
 }
 

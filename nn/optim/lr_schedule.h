@@ -16,14 +16,19 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace trainer {
 
+enum class ScheduleKind { constant, step, multistep, cosine, onecycle };
+// "constant", "step", ...: the config's names (schedule.name) and the log's.
+std::string_view schedule_kind_name(ScheduleKind kind);
+
 struct ScheduleOptions {
-  std::string name = "constant";  // constant | step | multistep | cosine | onecycle
-  int64_t total_steps = 0;        // cosine, onecycle
-  int64_t steps_per_epoch = 0;    // step, multistep
+  ScheduleKind kind = ScheduleKind::constant;
+  int64_t total_steps = 0;      // cosine, onecycle
+  int64_t steps_per_epoch = 0;  // step, multistep
   int64_t warmup_steps = 0;
   double warmup_start_factor = 0.1;
   int64_t step_epochs = 30;              // step: decay every this many epochs
@@ -40,9 +45,7 @@ class LrSchedule {
   virtual std::string name() const = 0;
 };
 
-// The known schedule names, in the order error messages list them.
-const std::vector<std::string>& lr_schedule_names();
-// Throws std::invalid_argument for an unknown name (listing the known ones) or inconsistent options.
+// Throws std::invalid_argument for inconsistent options.
 std::unique_ptr<LrSchedule> make_lr_schedule(const ScheduleOptions& options);
 
 // A warm-up at least as long as the whole schedule (total_steps > 0) leaves the schedule no room of its

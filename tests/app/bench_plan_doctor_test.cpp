@@ -232,13 +232,13 @@ TEST(BenchStats, StudentIntervalAndQuantiles) {
 }
 
 TEST(PlanMath, BytesPerParameterAndZeroSharding) {
-  const BytesPerParam fp32 = bytes_per_param("fp32", "sgd", 0.9);
+  const BytesPerParam fp32 = bytes_per_param(OptimizerKind::sgd, 0.9);
   EXPECT_EQ(fp32.weights + fp32.gradients + fp32.master + fp32.optimizer, 12);
-  const BytesPerParam bf16 = bytes_per_param("bf16", "adamw", 0.9);
+  const BytesPerParam bf16 = bytes_per_param(OptimizerKind::adamw, 0.9);
   EXPECT_EQ(bf16.weights, 4);  // autocast: fp32 weights are the master copy
   EXPECT_EQ(bf16.master, 0);
   EXPECT_EQ(bf16.optimizer, 8);
-  EXPECT_EQ(bytes_per_param("fp32", "sgd", 0.0).optimizer, 0);
+  EXPECT_EQ(bytes_per_param(OptimizerKind::sgd, 0.0).optimizer, 0);
   const auto rows = strategy_memory(1000, bf16, 500, 4);
   ASSERT_EQ(rows.size(), 4u);
   EXPECT_DOUBLE_EQ(rows[0].total(), 1000.0 * 16 + 500);

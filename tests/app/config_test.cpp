@@ -61,7 +61,7 @@ TEST_F(ConfigTest, EmptyFileGivesDefaults) {
   EXPECT_DOUBLE_EQ(config.optim.lr, 0.1);
   EXPECT_DOUBLE_EQ(config.optim.weight_decay, 5e-4);
   EXPECT_EQ(config.optim.betas, (std::vector<double>{0.9, 0.999}));
-  EXPECT_EQ(config.schedule.name, "cosine");
+  EXPECT_EQ(config.schedule.name, ScheduleKind::cosine);
   EXPECT_EQ(config.dist.timeout_seconds, 300);
   EXPECT_EQ(config.checkpoint.keep_last, 3);
   EXPECT_EQ(config.metrics.port, 0);
@@ -223,7 +223,7 @@ TEST_F(ConfigTest, OverridesWinAndLaterOnesWinOverEarlier) {
                          "data.root=2024", "checkpoint.dir="});
   EXPECT_EQ(config.train.epochs, 7);
   EXPECT_EQ(config.origin.at("train.epochs"), "--set train.epochs = 7");
-  EXPECT_EQ(config.optim.name, "adamw");  // bare word: not TOML, taken as a string
+  EXPECT_EQ(config.optim.name, OptimizerKind::adamw);  // bare word: not TOML, taken as a string
   EXPECT_EQ(config.origin.at("optim.name"), "--set optim.name=adamw");
   EXPECT_EQ(config.model.name, "mlp");
   EXPECT_EQ(config.data.normalize_mean, std::vector<double>{0.5});

@@ -17,7 +17,7 @@ std::string blocker_with(void (*change)(Config&), int world_size = 1) {
 TEST(StepGraphBlocker, TheDefaultSingleRankRunIsCaptured) {
   EXPECT_EQ(step_graph_blocker(Config{}, 1), "");
   EXPECT_EQ(blocker_with([](Config& c) { c.train.precision = Precision::bf16; }), "");
-  EXPECT_EQ(blocker_with([](Config& c) { c.optim.name = "adamw"; }), "");
+  EXPECT_EQ(blocker_with([](Config& c) { c.optim.name = OptimizerKind::adamw; }), "");
   // fp16 with SGD: the loss scaler decides on the device, inside the captured step.
   EXPECT_EQ(blocker_with([](Config& c) { c.train.precision = Precision::fp16; }), "");
 }
@@ -63,7 +63,7 @@ TEST(StepGraphBlocker, EachFeatureThatNeedsTheHostInAStepNamesItsKey) {
   // fp16 with AdamW or SGD is captured: both skip on the device scaler's flag exactly.
   EXPECT_EQ(blocker_with([](Config& c) {
               c.train.precision = Precision::fp16;
-              c.optim.name = "adamw";
+              c.optim.name = OptimizerKind::adamw;
             }),
             "");
   EXPECT_EQ(blocker_with([](Config& c) { c.train.precision = Precision::fp16; }), "");
@@ -100,7 +100,7 @@ TEST(StepGraphBatches, TheWarmUpShapeIsCapturedAndOtherShapesRunEagerly) {
 TEST(LossScalerHostReason, OnlyClippingAndZeroKeepTheScalerOnTheHost) {
   EXPECT_EQ(loss_scaler_host_reason(Config{}), "");
   Config adamw;
-  adamw.optim.name = "adamw";
+  adamw.optim.name = OptimizerKind::adamw;
   EXPECT_EQ(loss_scaler_host_reason(adamw), "");
   Config clip;
   clip.optim.clip_grad_norm = 1.0;

@@ -57,7 +57,7 @@ TEST(DatasetFactory, ShippedConfigsLoad) {
   EXPECT_DOUBLE_EQ(cifar.optim.weight_decay, 5e-4);
   EXPECT_DOUBLE_EQ(cifar.train.label_smoothing, 0.1);
   EXPECT_EQ(cifar.train.epochs, 30);
-  EXPECT_EQ(cifar.schedule.name, "cosine");
+  EXPECT_EQ(cifar.schedule.name, ScheduleKind::cosine);
 
   const Config folder = load_config(std::string(TRAINER_SOURCE_DIR) + "/configs/imagefolder_resnet50.toml");
   EXPECT_EQ(folder.data.dataset, "image_folder");

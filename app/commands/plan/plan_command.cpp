@@ -212,15 +212,14 @@ DryRun dry_run(const Config& config) {
 
 }  // namespace
 
-BytesPerParam bytes_per_param(const std::string& precision, const std::string& optimizer, double momentum) {
+BytesPerParam bytes_per_param(OptimizerKind optimizer, double momentum) {
   BytesPerParam b;
   // Autocast (nn/amp/autocast.h) keeps the weights and their gradients in fp32: the weights are the
   // master copy, and the half copies the forward pass casts live only during the step (they are part
   // of the measured activations). So every precision stores 4 + 4 bytes per parameter.
-  (void)precision;
   b.weights = b.gradients = 4;
   b.master = 0;
-  b.optimizer = optimizer == "adamw" ? 8 : (momentum > 0 ? 4 : 0);
+  b.optimizer = optimizer == OptimizerKind::adamw ? 8 : (momentum > 0 ? 4 : 0);
   return b;
 }
 
@@ -298,18 +297,20 @@ int plan_command(const std::vector<std::string>& args) {
   const Config dry = dry_run_config(config, &note);
   const DryRun r = dry_run(dry);
   const std::string precision(precision_name(config.train.precision));
-  const BytesPerParam b = bytes_per_param(precision, config.optim.name, config.optim.momentum);
+  const std::string optimizer = setting_name(config.optim.name);
+  const BytesPerParam b = bytes_per_param(config.optim.name, config.optim.momentum);
   int64_t activations = r.activation_bytes;
   const bool half = precision_policy_for(config.train.precision).half();
   std::printf("plan: %s, model %s, %d rank%s, batch %d/rank, precision %s, optimizer %s\n",
               a.config_path.c_str(), config.model.name.c_str(), a.procs, a.procs == 1 ? "" : "s",
-              config.data.batch_size, precision.c_str(), config.optim.name.c_str());
+              config.data.batch_size, precision.c_str(), optimizer.c_str());
   if (!note.empty()) std::printf("note: %s\n", note.c_str());
   std::printf("parameters: %s\n", with_commas(r.params).c_str());
   std::printf(
       "bytes per parameter: weights %d, gradients %d, fp32 master %d, optimizer state %d (%s), total %d\n",
       b.weights, b.gradients, b.master, b.optimizer,
-      config.optim.name == "adamw" ? "AdamW: 2 moments" : (b.optimizer ? "SGD momentum" : "SGD, no momentum"),
+      config.optim.name == OptimizerKind::adamw ? "AdamW: 2 moments"
+                                                : (b.optimizer ? "SGD momentum" : "SGD, no momentum"),
       b.weights + b.gradients + b.master + b.optimizer);
   std::printf(
       "activations: %s measured by a dry-run step on %s (peak %s over %s of weights, buffers and "

@@ -7,14 +7,17 @@
 #include <string>
 #include <vector>
 
+#include "app/config/settings.h"
+
 namespace trainer {
 
 // Bytes of model state per parameter.
 struct BytesPerParam {
   int weights = 4, gradients = 4, master = 0, optimizer = 0;
 };
-// precision: fp32 | tf32 | bf16 | fp16; optimizer: sgd (momentum > 0: one buffer) | adamw (two).
-BytesPerParam bytes_per_param(const std::string& precision, const std::string& optimizer, double momentum);
+// Every precision keeps f32 weights and gradients (autocast); optimizer state: sgd (momentum > 0: one
+// buffer) | adamw (two).
+BytesPerParam bytes_per_param(OptimizerKind optimizer, double momentum);
 
 enum class Strategy { dp, zero1, zero2, zero3 };
 struct StrategyMemory {
