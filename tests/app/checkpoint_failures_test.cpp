@@ -78,12 +78,13 @@ class FullDisk : public CheckpointFailures {
   }
   // Trains with the checkpoints on a tmpfs mounted with `options` ("size=N", "ro"); what it held at the
   // end is copied to `name`. With `run_dir_too`, the run directory is on it as well.
+  // `env`: "NAME=value ..." for the trainer.
   RunResult train_on_tmpfs(const std::string& cfg, const std::string& options, const std::string& name,
-                           bool run_dir_too = false) {
+                           bool run_dir_too = false, const std::string& env = "") {
     const std::string mnt = (dir_ / (name + ".mnt")).string(), copy = (dir_ / name).string();
     fs::create_directories(mnt);
     const std::string run = run_dir_too ? mnt + "/run" : run_dir(name + ".run");
-    const std::string script = "mount -t tmpfs -o " + options + " tmpfs " + mnt + " && " +
+    const std::string script = "mount -t tmpfs -o " + options + " tmpfs " + mnt + " && " + env + " " +
                                trainer::testing::trainer_binary() + " train " + cfg +
                                " --set train.run_dir=" + run + " --set checkpoint.dir=" + mnt +
                                "/ckpt; rc=$?; cp -a " + mnt + "/ckpt " + copy + " 2>/dev/null; exit $rc";
@@ -184,6 +185,28 @@ TEST_F(FullDisk, PeriodicFailureContinuesAndTheFinalCheckpointIsRescuedIntoTheRu
                                   (dir_ / "cont/step-00000008").string());
   EXPECT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("resumed from"), std::string::npos) << resumed.output;
+}
+
+// The at-signal checkpoint is rescued the same way: SIGTERM after step 13 on a disk full since step 8's
+// second save; the run exits 1 (not 143: its checkpoint is not where it was configured) naming the
+// rescued copy, which resumes.
+TEST_F(FullDisk, TheAtSignalCheckpointIsRescuedIntoTheRunDirectoryToo) {
+  const std::string cfg = write_config();
+  const int64_t one = checkpoint_pages_bytes(cfg);
+  const RunResult r = train_on_tmpfs(cfg, "size=" + std::to_string(2 * one + one / 2), "sig", false,
+                                     "TRAINER_TEST_SIGTERM_AT_STEP=13");
+  const std::string& out = r.output;
+  EXPECT_EQ(r.exit_code, 1) << out;
+  EXPECT_NE(out.find("received signal 15 at step 13: writing a checkpoint before exiting"), std::string::npos)
+      << out;
+  const fs::path rescued = dir_ / "sig.run/rescued-checkpoints/step-00000013";
+  EXPECT_NE(out.find("it was written to " + rescued.string() + " instead"), std::string::npos) << out;
+  EXPECT_EQ(trainer::verify_checkpoint(rescued.string()).step, 13);
+  RunResult resumed = run_trainer("train " + cfg + " --set train.run_dir=" + run_dir("sig.more") +
+                                  " --resume " + rescued.string());
+  EXPECT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resumed from " + rescued.string() + ": step 13"), std::string::npos)
+      << resumed.output;
 }
 
 // checkpoint.on_error = "stop": the run ends at the step whose checkpoint failed, with the error. On a
