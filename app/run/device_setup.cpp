@@ -12,7 +12,10 @@
 
 namespace trainer {
 
-Device setup_device(const Config& config, int local_rank) {
+namespace {
+
+// train.device and LOCAL_RANK -> the device, its backend initialised.
+Device pick_device(const Config& config, int local_rank) {
   const DeviceChoice wanted = config.train.device;
   if (wanted == DeviceChoice::cpu) return Device::cpu();
 #ifdef TRAINER_WITH_CUDA
@@ -24,13 +27,6 @@ Device setup_device(const Config& config, int local_rank) {
         "'cuda' but no GPU is visible. HINT: check nvidia-smi and CUDA_VISIBLE_DEVICES, or set "
         "train.device = \"cpu\"");
   init_cuda_backend(local_rank);  // throws with a hint when local_rank >= count
-  // The backend's kernel choices follow the run's one precision policy.
-  const PrecisionPolicy policy = precision_policy(config, Device::cuda(local_rank));
-  cuda_set_allow_tf32(policy.allow_tf32);
-  cuda_set_deterministic(config.train.deterministic);
-  cuda::set_conv_stats_fusion(policy.conv_stats_fusion ? cuda::ConvStatsFusion::where_faster
-                                                       : cuda::ConvStatsFusion::off);
-  cuda::set_cudnn_batch_norm(policy.cudnn_batch_norm);
   return Device::cuda(local_rank);
 #else
   if (wanted == DeviceChoice::cuda)
@@ -41,6 +37,39 @@ Device setup_device(const Config& config, int local_rank) {
   (void)local_rank;
   return Device::cpu();
 #endif
+}
+
+// The backend's kernel choices follow the run's one precision policy.
+void apply_to_backend(const PrecisionPolicy& policy, const Config& config, Device device) {
+#ifdef TRAINER_WITH_CUDA
+  if (!device.is_cuda()) return;
+  cuda_set_allow_tf32(policy.allow_tf32);
+  cuda_set_deterministic(config.train.deterministic);
+  cuda::set_conv_stats_fusion(policy.conv_stats_fusion ? cuda::ConvStatsFusion::where_faster
+                                                       : cuda::ConvStatsFusion::off);
+  cuda::set_cudnn_batch_norm(policy.cudnn_batch_norm);
+#else
+  (void)policy, (void)config, (void)device;
+#endif
+}
+
+// The half dtype the forward pass autocasts to (train.precision "bf16" or "fp16"); none for fp32/tf32.
+std::optional<DType> autocast_dtype_for(const Config& config) {
+  return precision_policy_for(config.train.precision).autocast;
+}
+
+}  // namespace
+
+RunDevice setup_device(const Config& config, int local_rank) {
+  RunDevice run;
+  run.device = pick_device(config, local_rank);
+  run.precision = precision_policy(config, run.device);
+  apply_to_backend(run.precision, config, run.device);
+  return run;
+}
+
+RunDevice cpu_run_device(const Config& config) {
+  return {Device::cpu(), precision_policy(config, Device::cpu())};
 }
 
 std::string gpu_id(Device device) {
@@ -83,10 +112,6 @@ void check_precision(const Config& config, Device device) {
         "'" + std::string(precision_name(config.train.precision)) +
             "' is a GPU precision; the CPU backend trains in fp32 only (it has no fast half "
             "or tf32 arithmetic). HINT: set train.precision = \"fp32\" or train on a GPU");
-}
-
-std::optional<DType> autocast_dtype_for(const Config& config) {
-  return precision_policy_for(config.train.precision).autocast;
 }
 
 PrecisionPolicy precision_policy(const Config& config, Device device) {
@@ -136,10 +161,6 @@ std::string cudnn_batchnorm_state(const Config& config, Device device) {
   const std::string off = cudnn_batchnorm_off_reason(config, device);
   if (!off.empty()) return off;
   return "on: BatchNorm backward through cuDNN's NHWC batch-norm kernels";
-}
-
-MemoryFormat input_memory_format(const Config& config) {
-  return precision_policy_for(config.train.precision).input_format;
 }
 
 }  // namespace trainer

@@ -4,15 +4,26 @@
 #include <string>
 
 #include "app/config/config.h"
+#include "nn/amp/precision_policy.h"
 #include "nn/device.h"
 #include "nn/tensor.h"
 
 namespace trainer {
 
+// The device a run works on and the precision decisions made for it, once (nn/amp/precision_policy.h):
+// every later part takes them from here instead of deriving them from the config again.
+struct RunDevice {
+  Device device;
+  PrecisionPolicy precision;
+};
+
 // "cpu" -> the CPU; "cuda" -> GPU local_rank (an error with a hint when this build has no CUDA backend
 // or there is no such GPU: never a silent fallback to GPU 0 or to the CPU); "auto" -> GPU local_rank
-// when this build has the CUDA backend and a GPU is visible, else the CPU.
-Device setup_device(const Config& config, int local_rank);
+// when this build has the CUDA backend and a GPU is visible, else the CPU. On a GPU the backend's
+// kernel switches (TF32, determinism, cuDNN's fused paths) are set from the policy.
+RunDevice setup_device(const Config& config, int local_rank);
+// The CPU and its policy, for tools and tests that run on the CPU whatever train.device says.
+RunDevice cpu_run_device(const Config& config);
 
 // What names this GPU across hosts and processes ("GPU-" + its UUID, as nvidia-smi -L shows it), or ""
 // for the CPU: ranks compare it so that no two train on one GPU (DistOptions::gpu_id).
@@ -28,13 +39,6 @@ void check_precision(const Config& config, Device device);
 // the precision's own (autocast, TF32, loss scaling, input layout), where fp16's loss scaler decides
 // (loss_scaler_host_reason), and whether cuDNN's fused paths apply (the off reasons below).
 PrecisionPolicy precision_policy(const Config& config, Device device);
-
-// The half dtype the forward pass autocasts to (train.precision "bf16" or "fp16"); none for fp32/tf32.
-std::optional<DType> autocast_dtype_for(const Config& config);
-
-// The layout input batches are given to the model in: channels-last (NHWC) for half precision, where
-// cuDNN's tensor-core kernels want it and every later activation inherits it; NCHW otherwise.
-MemoryFormat input_memory_format(const Config& config);
 
 // Why train.cudnn_fusion does not apply to this run ("off: <the key that stops it>" or "not used: ..."),
 // or "" when it does. setup_device() turns the fusion on exactly when this is empty.

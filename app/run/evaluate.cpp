@@ -38,11 +38,11 @@ EvalMetrics evaluate(Experiment& e, const Dataset& dataset, Comm* comm, int64_t*
   while (auto batch = loader.next()) {
     Tensor x = to_float_normalized(batch->images, e.normalization.mean, e.normalization.std)
                    .to(e.device)
-                   .contiguous(input_memory_format(c));
+                   .contiguous(e.precision.input_format);
     const Tensor labels = batch->labels.to(e.device);
     Tensor logits;
     {
-      AutocastScope autocast(autocast_dtype_for(c));  // evaluate in the precision the model trains in
+      AutocastScope autocast(e.precision.autocast);  // evaluate in the precision the model trains in
       logits = (*e.model)(Variable(x)).data().to(DType::f32);
     }
     // Non-finite outputs (non-finite weights, or fp16 logits that overflowed): no metric is meaningful,

@@ -62,11 +62,12 @@ int64_t global_batch(const Config& config, int world_size) {
   return static_cast<int64_t>(config.data.batch_size) * config.train.grad_accum_steps * world_size;
 }
 
-Experiment build_experiment(const Config& config, Device device, bool with_optimizer, int world_size,
-                            int rank, int local_world_size) {
+Experiment build_experiment(const Config& config, const RunDevice& run_device, bool with_optimizer,
+                            int world_size, int rank, int local_world_size) {
   Experiment e;
   e.config = config;
-  e.device = device;
+  e.device = run_device.device;
+  e.precision = run_device.precision;
   e.world_size = world_size;
   e.rank = rank;
   e.local_world_size = local_world_size;
@@ -103,9 +104,9 @@ Experiment build_experiment(const Config& config, Device device, bool with_optim
   } catch (const std::invalid_argument& err) {
     throw config_error_at(config, "model.name", err.what());
   }
-  e.model->to(device);
+  e.model->to(e.device);
   // A channels-last network keeps its convolution weights channels-last too (see Module::to).
-  if (input_memory_format(config) == MemoryFormat::channels_last) e.model->to(MemoryFormat::channels_last);
+  if (e.precision.input_format == MemoryFormat::channels_last) e.model->to(MemoryFormat::channels_last);
 
   DistributedSampler sampler(train.size(), e.world_size, e.rank, config.data.shuffle, 0,
                              config.data.drop_last);

@@ -7,6 +7,7 @@
 
 #include "app/config/config.h"
 #include "app/run/datasets.h"
+#include "app/run/device_setup.h"
 #include "nn/modules/module.h"
 #include "nn/optim/lr_schedule.h"
 #include "nn/optim/optimizer.h"
@@ -23,6 +24,7 @@ struct Experiment {
   std::unique_ptr<Optimizer> optimizer;
   std::unique_ptr<LrSchedule> schedule;
   Device device;
+  PrecisionPolicy precision;  // decided once for the device (RunDevice)
   int world_size = 1;
   int rank = 0;
   int local_world_size = 1;     // this node's ranks, which share its cores and memory
@@ -41,7 +43,7 @@ int64_t global_batch(const Config& config, int world_size);
 
 // Builds everything with the model on `device`; with_optimizer=false skips the optimizer and schedule
 // (evaluation). local_world_size: the ranks on this node (ProcessEnv::local_world_size, read at start-up).
-Experiment build_experiment(const Config& config, Device device, bool with_optimizer, int world_size = 1,
-                            int rank = 0, int local_world_size = 1);
+Experiment build_experiment(const Config& config, const RunDevice& run_device, bool with_optimizer,
+                            int world_size = 1, int rank = 0, int local_world_size = 1);
 
 }  // namespace trainer

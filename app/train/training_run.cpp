@@ -24,9 +24,10 @@ void join_processes(TrainingRun& run) {
   run.env = process_env();
   export_nccl_settings(config);
   // The device first: NCCL needs it, and LOCAL_RANK picks it (never a silent fallback to GPU 0).
-  run.device = setup_device(config, run.env.local_rank);
-  check_precision(config, run.device);
-  run.precision = precision_policy(config, run.device);
+  const RunDevice run_device = setup_device(config, run.env.local_rank);
+  check_precision(config, run_device.device);
+  run.device = run_device.device;
+  run.precision = run_device.precision;
   run.dist_options = dist_options(config, run.device, run.build);
   run.pg = ProcessGroup::init(run.env, run.dist_options);
   // A failed collective's message says where every rank was (dist/heartbeat.h).
@@ -121,7 +122,8 @@ void check_checkpoint_room(TrainingRun& run) {
 void build_model(TrainingRun& run) {
   const Config& config = run.config;
   ProcessGroup& pg = *run.pg;
-  run.e = build_experiment(config, run.device, true, run.world, run.rank, run.env.local_world_size);
+  run.e = build_experiment(config, {run.device, run.precision}, true, run.world, run.rank,
+                           run.env.local_world_size);
   Experiment& e = run.e;
   // SyncBN: batch statistics over all ranks (in place: the optimizer's parameters stay the same).
   if (config.model.sync_bn) convert_sync_batchnorm(*e.model, pg.comm_ptr());

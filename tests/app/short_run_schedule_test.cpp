@@ -29,13 +29,13 @@ bool mentions(const std::vector<std::string>& notes, const std::string& text) {
   return false;
 }
 
+Experiment on_cpu(const Config& config) { return build_experiment(config, cpu_run_device(config), true); }
+
 TEST(ShortRunSchedule, MaxStepsBelowTheWarmupFollowsTheFullRunsCurve) {
   // 10 epochs x 8 steps, warm-up 2 epochs = 16 steps; the run stops after 5.
-  const Experiment full =
-      build_experiment(small_config({"train.epochs=10", "schedule.warmup_epochs=2"}), Device::cpu(), true);
+  const Experiment full = on_cpu(small_config({"train.epochs=10", "schedule.warmup_epochs=2"}));
   const Experiment short_run =
-      build_experiment(small_config({"train.epochs=10", "schedule.warmup_epochs=2", "train.max_steps=5"}),
-                       Device::cpu(), true);
+      on_cpu(small_config({"train.epochs=10", "schedule.warmup_epochs=2", "train.max_steps=5"}));
   EXPECT_EQ(short_run.total_steps, 5);
   EXPECT_EQ(short_run.schedule_steps, 80);
   EXPECT_EQ(short_run.warmup_steps, 16);
@@ -48,8 +48,7 @@ TEST(ShortRunSchedule, MaxStepsBelowTheWarmupFollowsTheFullRunsCurve) {
 
 TEST(ShortRunSchedule, AWarmupLongerThanTheWholeScheduleIsCutWithANote) {
   // 1 epoch of 8 steps, warm-up 5 epochs = 40 steps: the whole schedule is shorter than the warm-up.
-  const Experiment e =
-      build_experiment(small_config({"train.epochs=1", "schedule.warmup_epochs=5"}), Device::cpu(), true);
+  const Experiment e = on_cpu(small_config({"train.epochs=1", "schedule.warmup_epochs=5"}));
   EXPECT_EQ(e.warmup_steps, 4);
   EXPECT_TRUE(mentions(e.schedule_notes, "warm-up cut to 4 steps"));
   EXPECT_DOUBLE_EQ(e.schedule->factor(4), 1.0);  // the warm-up ends where the cosine starts

@@ -203,7 +203,7 @@ void check_config(Report& r, const std::string& path, const std::vector<std::str
     r.fail("dataset", e.what(), "fix data.root / data.dataset, or benchmark with data.dataset = synthetic");
   }
   try {
-    const Device device = setup_device(config, env.local_rank);
+    const Device device = setup_device(config, env.local_rank).device;
     check_precision(config, device);
     r.pass("device", device.str() + ", precision " + std::string(precision_name(config.train.precision)));
   } catch (const std::exception& e) {

@@ -172,8 +172,9 @@ void reset_peak(Device d) {
 // first still allocated, so peak - baseline is what the step adds: activations, the input batch and
 // temporaries.
 DryRun dry_run(const Config& config) {
-  const Device device = setup_device(config, 0);
-  Experiment e = build_experiment(config, device, false);
+  const RunDevice run_device = setup_device(config, 0);
+  const Device device = run_device.device;
+  Experiment e = build_experiment(config, run_device, false);
   e.model->train();
   const Dataset& train = *e.data.train;
   const int64_t b = config.data.batch_size;
@@ -187,8 +188,8 @@ DryRun dry_run(const Config& config) {
     r.buckets.push_back(numel);
   }
   // On a GPU the step runs as training will (autocast, channels-last); the CPU has fp32 only.
-  const std::optional<DType> half = device.is_cuda() ? autocast_dtype_for(config) : std::nullopt;
-  const MemoryFormat format = device.is_cuda() ? input_memory_format(config) : MemoryFormat::contiguous;
+  const std::optional<DType> half = device.is_cuda() ? run_device.precision.autocast : std::nullopt;
+  const MemoryFormat format = device.is_cuda() ? run_device.precision.input_format : MemoryFormat::contiguous;
   auto step = [&]() {
     Tensor images =
         Tensor::full({b, train.channels(), train.height(), train.width()}, 0.5, DType::f32, device)

@@ -65,7 +65,7 @@ int eval_command(const Args& args) {
   }
   if (a.weights_path.empty()) throw UsageError("eval needs --weights PATH");
   const Config config = load_config(a.config_path, a.overrides);
-  const Device device = setup_device(config, launcher_variable("LOCAL_RANK", 0));
+  const RunDevice device = setup_device(config, launcher_variable("LOCAL_RANK", 0));
   Experiment e = build_experiment(config, device, false, 1, 0, launcher_variable("LOCAL_WORLD_SIZE", 1));
   std::printf(
       "%s\n",
