@@ -134,7 +134,8 @@ std::string rescue_final_checkpoint(TrainingRun& run, const std::string& failure
   if (!same_directory(rescue_dir, run.paths.ckpt_dir)) {
     try {
       CheckpointManager rescue(rescue_dir, run.config.checkpoint);
-      const std::string path = rescue.save(*run.e.model, *run.e.optimizer, run.st, run.paths.config_toml);
+      const std::string path =
+          rescue.save(*run.experiment.model, *run.experiment.optimizer, run.st, run.paths.config_toml);
       return what + "; it was written to " + path + " instead. HINT: continue with --resume " + path +
              " once checkpoint.dir has room, or use its " + "model.safetensors";
     } catch (const std::exception& e) {
@@ -156,7 +157,7 @@ std::string rescue_final_checkpoint(TrainingRun& run, const std::string& failure
 // Only rank 0 writes; the others wait for it, so no rank runs ahead of a checkpoint in progress. A
 // final checkpoint that fails stops every rank (after rank 0's rescue), never silently.
 void save_checkpoint(TrainingRun& run, bool final) {
-  Experiment& e = run.e;
+  Experiment& e = run.experiment;
   ProcessGroup& pg = *run.pg;
   TrainingState& st = run.st;
   if (run.average_bn_stats) average_bn_running_stats(*e.model, pg.comm());
@@ -233,7 +234,7 @@ struct PendingReport {
 
 // The step is done: count it (the loop's decisions -- max_steps, checkpoints -- depend on the count).
 void count_step(TrainingRun& run, const StepResult& result, EpochProgress& progress) {
-  const Experiment& e = run.e;
+  const Experiment& e = run.experiment;
   TrainingState& st = run.st;
   Exporter& exporter = *run.exporter;
   [[maybe_unused]] const Device& device = run.device;  // read by the CUDA build only
@@ -255,7 +256,7 @@ void count_step(TrainingRun& run, const StepResult& result, EpochProgress& progr
 // epoch's loss sum, the progress display on a terminal or a log line every log_every_steps).
 void report_step(TrainingRun& run, int64_t step, int epoch, double loss, double lr, EpochProgress& progress) {
   const Config& config = run.config;
-  const Experiment& e = run.e;
+  const Experiment& e = run.experiment;
   TrainingState& st = run.st;
   StepLog& steps = run.steps;
   Exporter& exporter = *run.exporter;
@@ -365,11 +366,11 @@ std::string evaluate_at_epoch_end(TrainingRun& run, int epoch) {
   st.accuracy = -1;
   if (last || (every > 0 && (epoch + 1) % every == 0)) {
     const auto eval_start = Clock::now();
-    if (run.average_bn_stats) average_bn_running_stats(*run.e.model, run.pg->comm());
+    if (run.average_bn_stats) average_bn_running_stats(*run.experiment.model, run.pg->comm());
     if (run.heartbeat) run.heartbeat->set_phase("evaluation");
     if (last && run.faults.signal.in_final_eval) std::raise(run.faults.signal.signal);
     int64_t skipped = 0;
-    EvalMetrics m = evaluate(run.e, *run.e.data.test, &run.pg->comm(), &skipped);
+    EvalMetrics m = evaluate(run.experiment, *run.experiment.data.test, &run.pg->comm(), &skipped);
     summary.final_test_accuracy = m.top1();
     summary.final_test_top5 = m.top5();
     summary.final_test_loss = m.mean_loss();
@@ -428,7 +429,7 @@ void run_steps(TrainingRun& run, DevicePrefetcher& input, int epoch, EpochProgre
     else
       report_step(run, st.step, epoch, result->loss, result->lr, progress);
     result.reset();
-    if (st.step >= run.e.total_steps) run.loop.done = true;
+    if (st.step >= run.experiment.total_steps) run.loop.done = true;
     const SignalHook& hook = run.faults.signal;
     if (st.step == hook.step) {
       std::raise(hook.signal);  // handled before raise returns, so a second one is a true repeat
@@ -470,13 +471,15 @@ void summarize_epoch(TrainingRun& run, int epoch, const EpochProgress& progress)
                    (run.st.samples_seen - progress.samples_before) / std::max(epoch_seconds, 1e-9)) +
                eval_part);
   run.exporter->add_epoch_end();
-  if (const std::string cached = data_cache_report(run.e.data); !cached.empty()) run.log.line(cached);
+  if (const std::string cached = data_cache_report(run.experiment.data); !cached.empty())
+    run.log.line(cached);
   for (const bool training : {true, false})
-    if (const FileCache* cache = data_cache_of(training ? run.e.data.train.get() : run.e.data.test.get()))
+    if (const FileCache* cache =
+            data_cache_of(training ? run.experiment.data.train.get() : run.experiment.data.test.get()))
       run.exporter->set_data_cache(training, cache->files(), cache->bytes());
-  run.epoch_csv.write_epoch(epoch + 1, run.st.step, run.summary.final_train_loss, run.e.optimizer->lr(),
-                            (run.st.samples_seen - progress.samples_before) / std::max(epoch_seconds, 1e-9),
-                            run.scaler->scale());
+  run.epoch_csv.write_epoch(
+      epoch + 1, run.st.step, run.summary.final_train_loss, run.experiment.optimizer->lr(),
+      (run.st.samples_seen - progress.samples_before) / std::max(epoch_seconds, 1e-9), run.scaler->scale());
 }
 
 // One epoch, st.epoch: its steps from st.batch_in_epoch on, then the train loss over the ranks, the
@@ -487,8 +490,8 @@ EpochEnd run_epoch(TrainingRun& run) {
   run.sampler->set_epoch(epoch);
   LoaderOptions lo = epoch_loader_options(run.config, run.env.local_world_size, epoch, st.batch_in_epoch);
   lo.allocate_batch = batch_allocator_for(input_device(run));
-  DataLoader loader(run.e.data.train, run.sampler->indices_from(st.epoch_sample_offset), lo);
-  const Normalization& norm = run.e.normalization;
+  DataLoader loader(run.experiment.data.train, run.sampler->indices_from(st.epoch_sample_offset), lo);
+  const Normalization& norm = run.experiment.normalization;
   DevicePrefetcher input(loader, input_device(run), {norm.mean, norm.std, run.precision.input_format});
   // Ranks that would run different numbers of steps hang in an all-reduce at the epoch's end: stop
   // here instead, naming them.
@@ -496,8 +499,9 @@ EpochEnd run_epoch(TrainingRun& run) {
   check_epoch_steps(run.pg->comm(), epoch, loader.num_batches() - lo.first_batch,
                     run.faults.epoch_steps.extra_steps(run.rank));
 
-  run.e.model->train();
-  run.e.optimizer->zero_grad();  // micro-batches left over by the previous epoch must not leak into this one
+  run.experiment.model->train();
+  run.experiment.optimizer
+      ->zero_grad();  // micro-batches left over by the previous epoch must not leak into this one
   EpochProgress progress{Clock::now(), st.train_seconds, st.samples_seen};
   run.exporter->set_epoch(epoch + 1);
   run_steps(run, input, epoch, progress);
@@ -546,7 +550,7 @@ int finish_run(TrainingRun& run) {
     summary.weights = run.paths.ckpt_dir + "/final.safetensors";
     if (run.writer) {
       try {
-        save_weights(summary.weights, *run.e.model);
+        save_weights(summary.weights, *run.experiment.model);
       } catch (const std::exception& err) {
         throw CheckpointError("weights " + summary.weights + " not written: " + err.what() +
                               "; the final checkpoint holds the same weights: " + run.paths.ckpt_dir + "/" +
@@ -569,7 +573,7 @@ int finish_run(TrainingRun& run) {
                static_cast<long long>(st.step), format_duration(st.train_seconds).c_str(),
                summary.samples_per_second, 100 * summary.final_test_accuracy, skipped_note.c_str(),
                100 * summary.best_test_accuracy));
-  if (const std::string chance = at_chance_warning(run.e, st.step, st.accuracy); !chance.empty())
+  if (const std::string chance = at_chance_warning(run.experiment, st.step, st.accuracy); !chance.empty())
     log.line("warning: " + chance);  // once: only rank 0 prints its lines
   log.close_file();
   // A failed write of train.log did not stop training (metrics/log.h); the exit status reports it.

@@ -49,7 +49,7 @@ bool fetch_micro_batch(TrainingRun& run, DevicePrefetcher& input, MicroBatch& mb
 
 // What a step's micro-batches add to the counters.
 void count_micro_batch(TrainingRun& run, const MicroBatch& mb, StepResult& result) {
-  run.st.samples_seen += mb.batch->labels.numel() * run.e.world_size;
+  run.st.samples_seen += mb.batch->labels.numel() * run.experiment.world_size;
   result.samples += mb.batch->labels.numel();
   ++run.st.batch_in_epoch;
 }
@@ -88,7 +88,7 @@ class EagerStep : public StepDriver {
     }
     const double loss_value = loss.item();
     end(Phase::forward);
-    check_loss_is_finite(loss_value, run_.st.step + 1, epoch_, run_.e.optimizer->lr());
+    check_loss_is_finite(loss_value, run_.st.step + 1, epoch_, run_.experiment.optimizer->lr());
     result_.loss += loss_value / run_.parts->accum;
   }
   void micro_batch_done(Variable loss, int micro) override {
@@ -109,7 +109,7 @@ class EagerStep : public StepDriver {
     }
   }
   std::optional<double> learning_rate() override {
-    result_.lr = step_lr(run_.e, run_.st);
+    result_.lr = step_lr(run_.experiment, run_.st);
     return result_.lr;
   }
   void skipped() override {
@@ -162,7 +162,7 @@ class CapturedStep : public StepDriver {
 // optimizer's scalars, replay (capturing first, the first time). The loss comes back to the host while
 // the next step runs: the result's pending_loss waits for it.
 StepResult graphed_step(TrainingRun& run, MicroBatch mb) {
-  Experiment& e = run.e;
+  Experiment& e = run.experiment;
   StepGraph& graph = *run.step_graph;
   StepResult result;
   run.timer->begin(Phase::graph);

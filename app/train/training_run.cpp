@@ -105,7 +105,8 @@ bool holds_a_checkpoint(const std::string& dir) {
 void check_checkpoint_room(TrainingRun& run) {
   std::string problem;
   if (run.writer && writes_checkpoints(run.config.checkpoint)) {
-    const int64_t one = checkpoint_bytes(*run.e.model, *run.e.optimizer, run.paths.config_toml.size());
+    const int64_t one =
+        checkpoint_bytes(*run.experiment.model, *run.experiment.optimizer, run.paths.config_toml.size());
     const bool has_one = holds_a_checkpoint(run.paths.ckpt_dir);
     const int64_t count = has_one ? 1 : 2;
     const std::string setting = run.config.checkpoint.dir.empty() ? "train.run_dir" : "checkpoint.dir";
@@ -122,9 +123,9 @@ void check_checkpoint_room(TrainingRun& run) {
 void build_model(TrainingRun& run) {
   const Config& config = run.config;
   ProcessGroup& pg = *run.pg;
-  run.e = build_experiment(config, {run.device, run.precision}, true, run.world, run.rank,
-                           run.env.local_world_size);
-  Experiment& e = run.e;
+  run.experiment = build_experiment(config, {run.device, run.precision}, true, run.world, run.rank,
+                                    run.env.local_world_size);
+  Experiment& e = run.experiment;
   // SyncBN: batch statistics over all ranks (in place: the optimizer's parameters stay the same).
   if (config.model.sync_bn) convert_sync_batchnorm(*e.model, pg.comm_ptr());
   // Without SyncBN, ranks' running statistics drift apart: average them before eval and checkpoints.
@@ -216,8 +217,8 @@ void choose_start(TrainingRun& run) {
       run.log.line("checkpoint: removed " + tmp + ", left by a write that died before its rename");
   const std::string csv_path = paths.run_dir + "/train_steps.csv";
   std::string start_point;
-  run.st = agreed_start(run.config, run.options, run.e, paths.run_dir, paths.ckpt_dir, run.log, *run.pg,
-                        run.dist_options, start_point);
+  run.st = agreed_start(run.config, run.options, run.experiment, paths.run_dir, paths.ckpt_dir, run.log,
+                        *run.pg, run.dist_options, start_point);
   if (run.writer) begin_step_csv(csv_path, start_point, run.st, full_disk);
   if (run.writer) run.steps.csv.open(csv_path, OutputFile::Mode::append, full_disk);
   run.step_times = open_step_times_csv(paths.run_dir, run.st.step, run.writer, run.log, full_disk);
@@ -237,7 +238,7 @@ void set_up_loss_scaling(TrainingRun& run) {
   if (run.precision.loss_scale_on_device) {
     // The policy allows a device loss scaler (as step_graph_blocker does, from the same
     // loss_scaler_host_reason); the optimizer has the last word.
-    Optimizer& optimizer = *run.e.optimizer;
+    Optimizer& optimizer = *run.experiment.optimizer;
     if (!optimizer.skips_exactly_on_device())
       throw std::logic_error("loss scaling: the config allows a device loss scaler but optimizer '" +
                              optimizer.name() + "' cannot skip on a device flag exactly");
@@ -259,7 +260,7 @@ void set_up_step_graph(TrainingRun& run) {
     return;
   }
   run.step_graph = std::make_unique<StepGraph>(&run.pg->comm());
-  run.e.optimizer->use_device_scalars();  // a replayed step reads each step's learning rate there
+  run.experiment.optimizer->use_device_scalars();  // a replayed step reads each step's learning rate there
   run.log.line(std::string("CUDA graph: on: the first full-size step runs eagerly, the next is captured and "
                            "replayed") +
                (run.world > 1 ? " with its gradient all-reduce (each replay is one 'graph' phase, watched "
@@ -279,11 +280,11 @@ void set_up_step(TrainingRun& run) {
   if (config.train.cudnn_fusion) run.log.line("cuDNN fusion: " + cudnn_fusion_state(config, run.device));
   if (config.train.cudnn_batchnorm)
     run.log.line("cuDNN batch norm: " + cudnn_batchnorm_state(config, run.device));
-  run.params = run.e.model->parameters();
+  run.params = run.experiment.model->parameters();
   ProcessGroup& pg = *run.pg;
   run.parts.emplace(StepParts{
-      .model = *run.e.model,
-      .optimizer = *run.e.optimizer,
+      .model = *run.experiment.model,
+      .optimizer = *run.experiment.optimizer,
       .scaler = *run.scaler,
       .reducer = run.reducer,
       .zero = run.zero,
@@ -298,12 +299,12 @@ void set_up_step(TrainingRun& run) {
       })
                                        : std::function<void(Tensor&)>(),
   });
-  run.sampler.emplace(run.e.data.train->size(), run.e.world_size, run.rank, config.data.shuffle,
-                      static_cast<uint64_t>(config.train.seed), config.data.drop_last);
-  run.summary.world_size = run.e.world_size;
+  run.sampler.emplace(run.experiment.data.train->size(), run.experiment.world_size, run.rank,
+                      config.data.shuffle, static_cast<uint64_t>(config.train.seed), config.data.drop_last);
+  run.summary.world_size = run.experiment.world_size;
   run.summary.run_dir = run.paths.run_dir;
   run.summary.best_test_accuracy = run.st.best_accuracy;
-  run.loop.done = run.st.step >= run.e.total_steps;
+  run.loop.done = run.st.step >= run.experiment.total_steps;
   if (Heartbeat* heartbeat = run.heartbeat)
     run.timer->set_phase_observer([heartbeat](Phase p) { heartbeat->set_phase(phase_name(p)); });
   run.fence.emplace(run.comm_failed);

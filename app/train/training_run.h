@@ -105,7 +105,7 @@ struct TrainingRun {
   Log& log;
 
   // ---- model, optimizer, gradients
-  Experiment e;
+  Experiment experiment;
   bool average_bn_stats = false;  // without SyncBN: average the ranks' BN running statistics
   ZeroOptimizer* zero = nullptr;  // dist.zero_stage > 0; null otherwise
   std::optional<GradientReducer> ddp_reducer;
