@@ -1,7 +1,7 @@
 #pragma once
 // Debian's OpenBLAS 0.3.21 does not recognise recent Xeons and falls back to its generic "Prescott"
-// kernels, which are about 5x slower than its AVX-512 ones on the same CPU (sgemm ~7 vs ~35 GFLOP/s
-// measured on this project's machines). OpenBLAS reads OPENBLAS_CORETYPE only when it is loaded, so
+// kernels, several times slower than its AVX-512 ones on the same CPU (figures: bench/PERF_NOTES.md,
+// "Figures moved out of headers"). OpenBLAS reads OPENBLAS_CORETYPE only when it is loaded, so
 // the fix is to re-execute the binary with the variable set. A user's own OPENBLAS_CORETYPE always wins.
 
 namespace trainer {

@@ -6,8 +6,9 @@
 //
 // A workspace may be at most four times the largest operand or 256 MiB, whichever is larger: the
 // tensor-core engines on NCHW data transpose the operands into it (resnet18-cifar at batch 512 needs
-// just over twice its 128 MiB first-stage activation; capped at 256 MiB only FMA kernels remained
-// there, 5x slower). Workspaces come from the caching allocator and live only during the call.
+// just over twice its 128 MiB first-stage activation; a tighter cap left only much slower FMA
+// kernels: figures in bench/PERF_NOTES.md, "Figures moved out of headers"). Workspaces come from the
+// caching allocator and live only during the call.
 #include <cudnn.h>
 
 #include <cstddef>
