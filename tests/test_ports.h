@@ -1,9 +1,10 @@
 #pragma once
 // TCP ports for tests that run beside each other (ctest -j). A port chosen here stays this test
-// process's until it exits: it is reserved with flock() on /tmp/trainer-test-ports/<port>.lock, which
-// every test process takes before using a port, so no two tests pick the same one; and it lies below
-// the kernel's ephemeral range (32768+), so no outgoing connection of any process can take it between
-// the choice and the bind, as a kernel-chosen port could be. The kernel drops a dead test's locks.
+// process's until it exits: it is reserved with flock() on /tmp/trainer-test-ports-<uid>/<port>.lock,
+// which every test process takes before using a port, so no two tests pick the same one; and it lies
+// below the kernel's ephemeral range (ip_local_port_range, 32768+ by default), so no outgoing
+// connection of any process can take it between the choice and the bind, as a kernel-chosen port
+// could be. The kernel drops a dead test's locks.
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <sys/file.h>
@@ -11,8 +12,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <stdexcept>
 #include <string>
 
@@ -34,12 +37,13 @@ inline bool can_bind_loopback(int port) {
 }
 
 // Reserves `port` for this process; false when another test process holds it. The descriptor is kept
-// open (close-on-exec) until the process exits.
+// open (close-on-exec) until the process exits. One folder per user: another user's umask or files
+// cannot stand in the way.
 inline bool reserve_port_lock(int port) {
-  const char* dir = "/tmp/trainer-test-ports";
-  ::mkdir(dir, 01777);
-  const std::string path = std::string(dir) + "/" + std::to_string(port) + ".lock";
-  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+  const std::string dir = "/tmp/trainer-test-ports-" + std::to_string(::getuid());
+  ::mkdir(dir.c_str(), 0700);
+  const std::string path = dir + "/" + std::to_string(port) + ".lock";
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CREAT | O_CLOEXEC, 0600);
   if (fd < 0) return false;
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     ::close(fd);
@@ -48,13 +52,26 @@ inline bool reserve_port_lock(int port) {
   return true;  // fd stays open: the reservation lasts as long as this process
 }
 
-// `count` consecutive ports, reserved for this process and free now; returns the first.
+// The first port of the kernel's range for outgoing connections (ip_local_port_range; 32768 when it
+// cannot be read).
+inline int ephemeral_port_start() {
+  int first = 32768, last = 60999;
+  if (FILE* f = std::fopen("/proc/sys/net/ipv4/ip_local_port_range", "r")) {
+    if (std::fscanf(f, "%d %d", &first, &last) != 2) first = 32768;
+    std::fclose(f);
+  }
+  return first;
+}
+
+// `count` consecutive ports, reserved for this process and free now; returns the first. They lie in
+// the 12,000 ports below the ephemeral range (from 1024 where that range starts lower).
 inline int reserve_port(int count = 1) {
   static unsigned state = static_cast<unsigned>(::getpid()) * 2654435761u ^
                           static_cast<unsigned>(std::chrono::steady_clock::now().time_since_epoch().count());
+  static const int high = std::max(ephemeral_port_start() - count, 2048), low = std::max(high - 12000, 1024);
   for (int attempt = 0; attempt < 2000; ++attempt) {
     state = state * 1103515245u + 12345u;
-    const int port = 20000 + static_cast<int>((state >> 8) % 12000);
+    const int port = low + static_cast<int>((state >> 8) % static_cast<unsigned>(high - low));
     bool ok = true;
     for (int i = 0; i < count && ok; ++i) ok = can_bind_loopback(port + i);
     for (int i = 0; i < count && ok; ++i) ok = reserve_port_lock(port + i);
@@ -62,7 +79,7 @@ inline int reserve_port(int count = 1) {
     for (int i = 0; i < count && ok; ++i) ok = can_bind_loopback(port + i);
     if (ok) return port;
   }
-  throw std::runtime_error("no free port found in 20000-32000");
+  throw std::runtime_error("no free port found below the ephemeral range");
 }
 
 }  // namespace trainer::testing

@@ -238,10 +238,15 @@ void CheckpointManager::prune() {
     int64_t step;
     double accuracy;
   };
+  // Pruning is housekeeping after a checkpoint is safely in place: nothing here may throw and make that
+  // checkpoint look failed (a directory named step-x is not ours; one that cannot be removed stays).
   std::vector<Entry> entries;
-  for (const auto& d : fs::directory_iterator(dir_)) {
+  std::error_code error;
+  for (const auto& d : fs::directory_iterator(dir_, error)) {
     const std::string n = d.path().filename().string();
-    if (!d.is_directory() || n.rfind("step-", 0) != 0) continue;
+    if (!d.is_directory(error) || n.rfind("step-", 0) != 0 || n.size() == 5 || n.size() > 5 + 18 ||
+        n.find_first_not_of("0123456789", 5) != std::string::npos)
+      continue;
     double accuracy = -1;
     try {
       toml::table m = toml::parse_file((d.path() / "checkpoint.toml").string());
@@ -259,7 +264,7 @@ void CheckpointManager::prune() {
   for (size_t i = 0; i < by_acc.size() && i < static_cast<size_t>(config_.keep_best); ++i)
     if (by_acc[i].accuracy >= 0) keep.push_back(by_acc[i].path);
   for (const Entry& e : entries)
-    if (std::find(keep.begin(), keep.end(), e.path) == keep.end()) fs::remove_all(e.path);
+    if (std::find(keep.begin(), keep.end(), e.path) == keep.end()) fs::remove_all(e.path, error);
 }
 
 namespace {

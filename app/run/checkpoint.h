@@ -26,6 +26,10 @@
 
 namespace trainer {
 
+// Where a final (or at-signal) checkpoint goes, inside the run directory, when checkpoint.dir cannot
+// take it; --resume auto looks there too.
+inline constexpr const char* kRescuedCheckpointsDir = "rescued-checkpoints";
+
 class CheckpointError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;

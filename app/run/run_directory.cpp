@@ -52,8 +52,14 @@ std::string holder_of(int fd) {
 }  // namespace
 
 bool same_directory(const std::string& a, const std::string& b) {
-  std::error_code ignored;
-  return fs::weakly_canonical(a, ignored) == fs::weakly_canonical(b, ignored);
+  std::error_code error;
+  // The same inode when both exist (bind mounts and links included), else the same normalised path.
+  const bool same = fs::equivalent(a, b, error);
+  if (!error) return same;
+  const fs::path ca = fs::weakly_canonical(a, error);
+  if (error) return fs::path(a).lexically_normal() == fs::path(b).lexically_normal();
+  const fs::path cb = fs::weakly_canonical(b, error);
+  return !error && ca == cb;
 }
 
 void create_run_directory(const std::string& dir, const std::string& setting) {

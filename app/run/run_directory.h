@@ -18,8 +18,8 @@ class RunDirectoryError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// Whether two paths name one directory (after resolving links and dots; missing parts compared as
-// written).
+// Whether two paths name one directory: the same inode where both exist, else the same path after
+// resolving links and dots.
 bool same_directory(const std::string& a, const std::string& b);
 
 // Creates `dir` (and its parents) if missing; `setting` names the config key it comes from.

@@ -68,12 +68,21 @@ constexpr const char* kFreshStart = "a fresh start";
 // With "auto", broken checkpoints are skipped loudly; when every checkpoint is broken the run stops:
 // starting from scratch would train over them, and an exit status 0 would hide the loss.
 std::optional<std::string> resolve_resume(const std::string& resume, const std::string& ckpt_dir, Log& log,
-                                          const ResumeLimits* limits) {
+                                          const ResumeLimits* limits, const std::string& rescue_dir) {
   if (resume.empty()) return std::nullopt;
   if (resume != "auto") return resume;
   std::vector<std::string> skipped;
   auto found = find_latest_checkpoint(ckpt_dir, &skipped, limits);
   for (const std::string& why : skipped) log.error("warning: skipping broken checkpoint: " + why);
+  // A final checkpoint that checkpoint.dir could not take went to the run directory: the newer wins.
+  std::vector<std::string> rescue_skipped;
+  const auto rescued =
+      rescue_dir.empty() ? std::nullopt : find_latest_checkpoint(rescue_dir, &rescue_skipped, limits);
+  if (rescued && (!found || rescued->state.step > found->state.step)) {
+    log.line("resume auto: " + rescued->path + " (rescued when " + ckpt_dir +
+             " could not take it) is the newest checkpoint");
+    return rescued->path;
+  }
   if (!found && !skipped.empty())
     throw CheckpointError(
         fmt("--resume auto: every checkpoint in %s is broken (%zu, listed above); refusing "
@@ -94,14 +103,16 @@ std::optional<std::string> resolve_resume(const std::string& resume, const std::
 }  // namespace
 
 std::string agreed_resume(const std::string& resume, const std::string& ckpt_dir, int rank, Store* store,
-                          std::chrono::milliseconds timeout, Log& log, const ResumeLimits* limits) {
-  if (resume != "auto" || !store) return resolve_resume(resume, ckpt_dir, log, limits).value_or("");
+                          std::chrono::milliseconds timeout, Log& log, const ResumeLimits* limits,
+                          const std::string& rescue_dir) {
+  if (resume != "auto" || !store)
+    return resolve_resume(resume, ckpt_dir, log, limits, rescue_dir).value_or("");
   // "=" + the choice ("" is a fresh start), or "!" + why rank 0 could not choose: the others must not
   // wait out the timeout for a rank 0 that has failed (a stale NFS handle throws here).
   const std::string key = "trainer/resume_auto";
   if (rank == 0) {
     try {
-      const std::string chosen = resolve_resume(resume, ckpt_dir, log, limits).value_or("");
+      const std::string chosen = resolve_resume(resume, ckpt_dir, log, limits, rescue_dir).value_or("");
       store->set(key, "=" + chosen);
       return chosen;
     } catch (const std::exception& e) {
@@ -177,19 +188,12 @@ DistOptions dist_options(const Config& config, const Device& device, const Train
 }
 
 // With --resume auto and no explicit run_dir, the run continues in the newest run directory of this
-// config (where its checkpoints are); otherwise a fresh run gets a new timestamped directory. Rank 0
-// decides and the others take its choice: ranks start at different seconds.
-std::string choose_run_dir(const Config& config, const TrainOptions& options, ProcessGroup& pg,
-                           const DistOptions& dopt) {
-  std::string run_dir = config.train.run_dir;
-  if (pg.rank() == 0) {
-    if (run_dir.empty() && options.resume == "auto") run_dir = latest_run_dir(config);
-    if (run_dir.empty()) run_dir = default_run_dir(config, std::time(nullptr));
-    if (pg.store()) pg.store()->set("trainer/run_dir", run_dir);
-  } else {
-    run_dir = pg.store()->get("trainer/run_dir", dopt.connect_timeout);
-  }
-  return run_dir;
+// config (where its checkpoints are); otherwise a fresh run gets a new timestamped directory.
+ProposedRunDir propose_run_dir(const Config& config, const TrainOptions& options) {
+  ProposedRunDir proposed{config.train.run_dir, false};
+  if (proposed.path.empty() && options.resume == "auto") proposed.path = latest_run_dir(config);
+  if (proposed.path.empty()) proposed = {default_run_dir(config, std::time(nullptr)), true};
+  return proposed;
 }
 
 // Rank 0 logs to train.log (and the terminal), the others to train.rank<N>.log; the run starts with the
@@ -348,8 +352,8 @@ TrainingState agreed_start(const Config& config, const TrainOptions& options, Ex
   const ResumeLimits limits{e.data.train->size(), config.data.drop_last, config.train.epochs};
   const auto start_here = [&] {
     Store* store = pg.world_size() > 1 ? pg.store() : nullptr;
-    const std::string resume =
-        agreed_resume(options.resume, ckpt_dir, pg.rank(), store, dopt.connect_timeout, log, &limits);
+    const std::string resume = agreed_resume(options.resume, ckpt_dir, pg.rank(), store, dopt.connect_timeout,
+                                             log, &limits, run_dir + "/" + kRescuedCheckpointsDir);
     return start_or_resume(config, resume, e, run_dir, log, start, limits);
   };
   if (pg.world_size() <= 1) return start_here();

@@ -46,10 +46,14 @@ std::string lr_scaling_note(const Config& config, int world_size);
 // ranks compare before connecting.
 DistOptions dist_options(const Config& config, const Device& device, const TrainerBuild& build);
 
-// With --resume auto and no explicit run_dir, the newest run directory of this config; otherwise a new
-// timestamped one. Rank 0 decides and the others take its choice through the store.
-std::string choose_run_dir(const Config& config, const TrainOptions& options, ProcessGroup& pg,
-                           const DistOptions& dopt);
+// train.run_dir; with --resume auto and no explicit run_dir, the newest run directory of this config;
+// otherwise a new timestamped one (`fresh`: the trainer named it, so another name is as good). Rank 0
+// proposes it (ranks start at different seconds) and the others take its final choice.
+struct ProposedRunDir {
+  std::string path;
+  bool fresh = false;
+};
+ProposedRunDir propose_run_dir(const Config& config, const TrainOptions& options);
 
 // Rank 0 logs to train.log (and the terminal), the others to train.rank<N>.log; the run starts with the
 // resolved configuration, which rank 0 also writes to config.toml.
@@ -82,9 +86,11 @@ ExporterOptions exporter_options(const Config& config, const ProcessEnv& env, in
 // nothing. A node that cannot see rank 0's checkpoint at all still stops there, naming it. `store` may
 // be null (one rank); `timeout` bounds the others' wait for rank 0. Checkpoints that do not fit `limits`
 // (when given) are skipped as broken; when every checkpoint is broken it throws CheckpointError
-// instead of starting from scratch.
+// instead of starting from scratch. With "auto", a newer checkpoint in `rescue_dir` (where a final
+// checkpoint goes when checkpoint.dir cannot take it) wins.
 std::string agreed_resume(const std::string& resume, const std::string& ckpt_dir, int rank, Store* store,
-                          std::chrono::milliseconds timeout, Log& log, const ResumeLimits* limits = nullptr);
+                          std::chrono::milliseconds timeout, Log& log, const ResumeLimits* limits = nullptr,
+                          const std::string& rescue_dir = "");
 
 // Where this run starts, loaded on every rank (--resume), then agreed by all ranks (world size > 1):
 // a rank given another checkpoint, started without --resume, or unable to load its checkpoint stops

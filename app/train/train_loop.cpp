@@ -129,7 +129,7 @@ int pending_stop_signal(TrainingRun& run) {
 // the run directory instead, or, when that fails too, says which checkpoint on disk is the newest, so
 // that the run's weights never vanish silently. Returns the message the run then stops with.
 std::string rescue_final_checkpoint(TrainingRun& run, const std::string& failure) {
-  const std::string rescue_dir = run.paths.run_dir + "/rescued-checkpoints";
+  const std::string rescue_dir = run.paths.run_dir + "/" + kRescuedCheckpointsDir;
   std::string what = "the final checkpoint could not be written: " + failure;
   if (!same_directory(rescue_dir, run.paths.ckpt_dir)) {
     try {
@@ -137,25 +137,29 @@ std::string rescue_final_checkpoint(TrainingRun& run, const std::string& failure
       const std::string path =
           rescue.save(*run.experiment.model, *run.experiment.optimizer, run.st, run.paths.config_toml);
       return what + "; it was written to " + path + " instead. HINT: continue with --resume " + path +
-             " once checkpoint.dir has room, or use its " + "model.safetensors";
+             " (or --resume auto) once checkpoint.dir has room, or use its model.safetensors";
     } catch (const std::exception& e) {
       what += "; nor in the run directory: " + std::string(e.what());
     }
   }
-  std::vector<std::string> skipped;
-  const std::optional<CheckpointInfo> newest = find_latest_checkpoint(run.paths.ckpt_dir, &skipped);
-  return what +
-         (newest ? fmt("; the newest weights on disk are step %lld's, in %s (training reached step %lld)",
-                       static_cast<long long>(newest->state.step), newest->path.c_str(),
-                       static_cast<long long>(run.st.step))
-                 : fmt("; no checkpoint of this run is on disk (training reached step %lld)",
-                       static_cast<long long>(run.st.step))) +
-         ". HINT: free space in (or fix the permissions of) " + run.paths.ckpt_dir +
+  const long long reached = static_cast<long long>(run.st.step);
+  try {
+    std::vector<std::string> skipped;
+    const std::optional<CheckpointInfo> newest = find_latest_checkpoint(run.paths.ckpt_dir, &skipped);
+    what += newest ? fmt("; the newest weights on disk are step %lld's, in %s (training reached step %lld)",
+                         static_cast<long long>(newest->state.step), newest->path.c_str(), reached)
+                   : fmt("; no checkpoint of this run is on disk (training reached step %lld)", reached);
+  } catch (const std::exception& e) {
+    what += fmt("; the checkpoints on disk could not be listed (%s; training reached step %lld)", e.what(),
+                reached);
+  }
+  return what + ". HINT: free space in (or fix the permissions of) " + run.paths.ckpt_dir +
          "; --resume auto continues from the newest checkpoint";
 }
 
 // Only rank 0 writes; the others wait for it, so no rank runs ahead of a checkpoint in progress. A
-// final checkpoint that fails stops every rank (after rank 0's rescue), never silently.
+// checkpoint that must not fail -- the final one, or any under checkpoint.on_error = "stop" -- stops every
+// rank together after the barrier (a final one after rank 0's rescue), never rank 0 alone.
 void save_checkpoint(TrainingRun& run, bool final) {
   Experiment& e = run.experiment;
   ProcessGroup& pg = *run.pg;
@@ -164,7 +168,8 @@ void save_checkpoint(TrainingRun& run, bool final) {
   if (run.zero) run.zero->gather_state();  // the full optimizer state, for rank 0 to write
   st.loss_scale = run.scaler->scale();
   st.loss_scale_growth_tracker = run.scaler->growth_tracker();
-  std::string final_failure;
+  const bool must_succeed = final || run.config.checkpoint.on_error == OnCheckpointError::stop;
+  std::string failure;  // rank 0: why this checkpoint stops the run
   if (run.writer) {
     const std::string dropout_state = e.dropout_generator->state();
     st.rng_states.assign(pg.world_size(), dropout_state);
@@ -172,25 +177,24 @@ void save_checkpoint(TrainingRun& run, bool final) {
       if (Heartbeat* h = pg.heartbeat()) h->set_phase("checkpoint");
       const std::string path = run.checkpoints->save(*e.model, *e.optimizer, st, run.paths.config_toml);
       run.log.line("checkpoint: " + path);
-    } catch (const CheckpointError& err) {
+    } catch (const std::exception& err) {
       // The previous checkpoints are intact; by default a periodic failure (full disk, say) must not
       // kill hours of training (checkpoint.on_error), but the final one must not fail silently.
-      if (final) {
-        final_failure = rescue_final_checkpoint(run, err.what());
-      } else if (run.config.checkpoint.on_error == OnCheckpointError::stop) {
-        throw;
-      } else {
+      if (final)
+        failure = rescue_final_checkpoint(run, err.what());
+      else if (must_succeed)
+        failure = err.what();
+      else
         run.log.error(std::string("warning: ") + err.what() +
                       "; earlier checkpoints are intact, training continues");
-      }
     }
   }
   if (Heartbeat* h = pg.heartbeat()) h->set_phase("barrier after the checkpoint");
   pg.comm().barrier();
-  if (final && max_over_ranks(pg, final_failure.empty() ? 0 : 1) != 0)
+  if (must_succeed && max_over_ranks(pg, failure.empty() ? 0 : 1) != 0)
     throw CheckpointError(run.writer
-                              ? final_failure
-                              : "rank 0 could not write the final checkpoint (its train.log says where "
+                              ? failure
+                              : "rank 0 could not write the checkpoint (its train.log says why and where "
                                 "the weights are)");
   run.exporter->add_checkpoint();
 }

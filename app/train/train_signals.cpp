@@ -42,8 +42,13 @@ extern "C" void on_stop_signal(int sig) {
 }  // namespace
 
 void install_stop_handlers() {
-  if (const char* pid = std::getenv("TRAINER_LAUNCHER_PID"))
-    g_launcher_pid = static_cast<pid_t>(std::atol(pid));
+  // Only when that launcher is this process's parent, and not passed on to processes this one starts
+  // (a trainer started by a rank would take every stop for its launcher's death).
+  if (const char* pid = std::getenv("TRAINER_LAUNCHER_PID")) {
+    const pid_t launcher = static_cast<pid_t>(std::atol(pid));
+    if (launcher == ::getppid()) g_launcher_pid = launcher;
+    ::unsetenv("TRAINER_LAUNCHER_PID");
+  }
   std::signal(SIGINT, on_stop_signal);
   std::signal(SIGTERM, on_stop_signal);
   // A closed terminal (or ssh session) sends SIGHUP, whose default action would kill the run without a

@@ -1,5 +1,6 @@
 #include "app/train/training_run.h"
 
+#include <algorithm>
 #include <cctype>
 #include <filesystem>
 #include <fstream>
@@ -39,51 +40,76 @@ void join_processes(TrainingRun& run) {
 }
 
 // Rank 0's verdict on a start-up check, given to every rank, so that all of them stop with its message
-// (the others would otherwise wait for rank 0 in their next collective until it is gone).
-void agree_on_start_check(TrainingRun& run, const std::string& check, const std::string& problem) {
-  std::string verdict = problem;
+// (the others would otherwise wait for rank 0 in their next collective until it is gone). `value`: what
+// rank 0 decided with it (the run directory), returned on every rank.
+std::string agree_on_start_check(TrainingRun& run, const std::string& check, const std::string& problem,
+                                 const std::string& value = "") {
+  std::string verdict = problem, agreed = value;
   if (Store* store = run.pg->store(); store && run.world > 1) {
     const std::string key = "trainer/start_check/" + check;
-    if (run.writer) store->set(key, problem);
-    // Rank 0 serves the store: it must not exit before every rank has read the verdict.
+    if (run.writer) {
+      store->set(key + "/value", value);
+      store->set(key, problem);
+    } else {
+      verdict = store->get(key, run.dist_options.connect_timeout);
+      agreed = store->get(key + "/value", run.dist_options.connect_timeout);
+      if (!verdict.empty()) verdict = "rank 0 stopped the run: " + verdict;
+    }
+    // Rank 0 serves the store: it leaves (and may exit) only once every rank has read the verdict.
     store->barrier(key + "/read", run.rank, run.world, run.dist_options.connect_timeout);
-    if (!run.writer) verdict = store->get(key, run.dist_options.connect_timeout);
-    if (!run.writer && !verdict.empty()) verdict = "rank 0 stopped the run: " + verdict;
   }
   if (!verdict.empty()) throw RunDirectoryError(verdict);
+  return agreed;
+}
+
+// Rank 0: takes train.run_dir's lock; a directory the trainer named itself (a fresh timestamped one)
+// that another run holds -- two runs of one config started in the same second -- gets a suffix instead.
+void lock_run_directory(TrainingRun& run, const ProposedRunDir& proposed, const std::string& command) {
+  for (int attempt = 1;; ++attempt) {
+    run.paths.run_dir = proposed.path + (attempt == 1 ? "" : "-" + std::to_string(attempt));
+    create_run_directory(run.paths.run_dir, "train.run_dir");
+    try {
+      run.run_dir_lock.emplace(run.paths.run_dir, "train.run_dir", command);
+      return;
+    } catch (const RunDirectoryError&) {
+      if (!proposed.fresh || attempt == 100) throw;
+    }
+  }
 }
 
 // Rank 0: creates the run and checkpoint directories, takes their locks and makes sure it can write in
 // both, before anything else is written there.
-void prepare_run_directories(TrainingRun& run) {
-  const RunPaths& paths = run.paths;
+void prepare_run_directories(TrainingRun& run, const ProposedRunDir& proposed) {
+  RunPaths& paths = run.paths;
   const std::string ckpt_setting = run.config.checkpoint.dir.empty() ? "train.run_dir" : "checkpoint.dir";
   const std::string command = "trainer train " + run.config.source_path +
                               (run.options.resume.empty() ? "" : " --resume " + run.options.resume);
-  create_run_directory(paths.run_dir, "train.run_dir");
-  run.run_dir_lock.emplace(paths.run_dir, "train.run_dir", command);
+  lock_run_directory(run, proposed, command);
   check_writable(paths.run_dir, "train.run_dir");
+  paths.ckpt_dir =
+      run.config.checkpoint.dir.empty() ? paths.run_dir + "/checkpoints" : run.config.checkpoint.dir;
   create_run_directory(paths.ckpt_dir, ckpt_setting);
-  if (!run.config.checkpoint.dir.empty() && !same_directory(paths.ckpt_dir, paths.run_dir))
+  // Its own lock too (the default <run_dir>/checkpoints included): another run's checkpoint.dir may
+  // point at it.
+  if (!same_directory(paths.ckpt_dir, paths.run_dir))
     run.ckpt_dir_lock.emplace(paths.ckpt_dir, ckpt_setting, command);
   check_writable(paths.ckpt_dir, ckpt_setting);
 }
 
-// ---- the run directory (agreed by all ranks), the checkpoint directory, train.log
+// ---- the run directory (rank 0's, agreed by all ranks), the checkpoint directory, train.log
 void open_run_directory(TrainingRun& run) {
   const Config& config = run.config;
   RunPaths& paths = run.paths;
-  paths.run_dir = choose_run_dir(config, run.options, *run.pg, run.dist_options);
-  paths.ckpt_dir = config.checkpoint.dir.empty() ? paths.run_dir + "/checkpoints" : config.checkpoint.dir;
   std::string problem;
   if (run.writer) {
     try {
-      prepare_run_directories(run);
+      prepare_run_directories(run, propose_run_dir(config, run.options));
     } catch (const RunDirectoryError& e) {
       problem = e.what();
     }
   }
-  agree_on_start_check(run, "run_directories", problem);
+  paths.run_dir = agree_on_start_check(run, "run_directories", problem, paths.run_dir);
+  paths.ckpt_dir = config.checkpoint.dir.empty() ? paths.run_dir + "/checkpoints" : config.checkpoint.dir;
   paths.config_toml = config_to_toml(config);
   open_run_log(run.log, config, run.env, paths.run_dir, paths.config_toml, run.rank, run.faults.full_disk);
 }
@@ -93,28 +119,40 @@ bool writes_checkpoints(const CheckpointConfig& c) {
   return c.save_final || c.on_signal || c.every_steps > 0 || c.every_epochs > 0;
 }
 
-bool holds_a_checkpoint(const std::string& dir) {
+// The step-<N> checkpoints already in `dir`.
+int64_t checkpoints_in(const std::string& dir) {
   std::error_code ignored;
+  int64_t count = 0;
   for (const auto& d : std::filesystem::directory_iterator(dir, ignored))
-    if (d.is_directory(ignored) && d.path().filename().string().starts_with("step-")) return true;
-  return false;
+    if (d.is_directory(ignored) && d.path().filename().string().starts_with("step-")) ++count;
+  return count;
 }
 
 // A checkpoint directory too small for this model is found out now, not at the end of the run: room
 // for two checkpoints (the one being written and the one kept), one when a checkpoint is already there.
+// Room for fewer than keep_last + keep_best + 1 (the most the directory holds at once, with the one
+// being written) and the final weights is only warned about: the later checkpoints that fail follow
+// checkpoint.on_error.
 void check_checkpoint_room(TrainingRun& run) {
   std::string problem;
-  if (run.writer && writes_checkpoints(run.config.checkpoint)) {
+  const CheckpointConfig& c = run.config.checkpoint;
+  if (run.writer && writes_checkpoints(c)) {
     const int64_t one =
         checkpoint_bytes(*run.experiment.model, *run.experiment.optimizer, run.paths.config_toml.size());
-    const bool has_one = holds_a_checkpoint(run.paths.ckpt_dir);
-    const int64_t count = has_one ? 1 : 2;
-    const std::string setting = run.config.checkpoint.dir.empty() ? "train.run_dir" : "checkpoint.dir";
-    problem = room_problem(run.paths.ckpt_dir, setting, count * one,
-                           has_one ? "one more checkpoint of " + format_bytes(static_cast<double>(one)) +
-                                         " beside the one already there"
-                                   : "two checkpoints of " + format_bytes(static_cast<double>(one)) +
-                                         " (the one being written and the one kept)");
+    const std::string size = format_bytes(static_cast<double>(one));
+    const int64_t existing = checkpoints_in(run.paths.ckpt_dir);
+    const std::string setting = c.dir.empty() ? "train.run_dir" : "checkpoint.dir";
+    problem = room_problem(run.paths.ckpt_dir, setting, (existing > 0 ? 1 : 2) * one,
+                           existing > 0
+                               ? "one more checkpoint of " + size + " beside the one already there"
+                               : "two checkpoints of " + size + " (the one being written and the one kept)");
+    const int64_t at_once = std::max<int64_t>(1, c.keep_last + c.keep_best + 1 - existing);
+    const std::string peak = room_problem(run.paths.ckpt_dir, setting, at_once * one + one / 2,
+                                          std::to_string(at_once) + " more checkpoints of " + size +
+                                              " (checkpoint.keep_last + keep_best + the one being written)");
+    if (problem.empty() && !peak.empty())
+      run.log.error("warning: " + peak +
+                    "; the checkpoints that do not fit will fail and follow checkpoint.on_error");
   }
   agree_on_start_check(run, "checkpoint_room", problem);
 }

@@ -165,6 +165,11 @@ TEST_F(FullDisk, PeriodicFailureContinuesAndTheFinalCheckpointIsRescuedIntoTheRu
   EXPECT_NE(r.output.find("No space left on device"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("earlier checkpoints are intact, training continues"), std::string::npos)
       << r.output;
+  // Room for two at start, not for the four that keep_last = 3 holds at once: a warning, not a stop.
+  EXPECT_NE(r.output.find("warning: not enough free space in " + (dir_ / "cont.mnt/ckpt").string() +
+                          " (checkpoint.dir) for 4 more checkpoints of "),
+            std::string::npos)
+      << r.output;
   EXPECT_EQ(csv_steps(dir_ / "cont.run/train_steps.csv"), 16);  // trained to the end
   EXPECT_EQ(names_in(dir_ / "cont"),
             (std::vector<std::string>{".trainer.lock", "step-00000004", "step-00000008"}));
@@ -181,6 +186,15 @@ TEST_F(FullDisk, PeriodicFailureContinuesAndTheFinalCheckpointIsRescuedIntoTheRu
   EXPECT_NE(read_file(dir_ / "cont.run/train.log").find("it was written to " + rescued.string()),
             std::string::npos);
   EXPECT_EQ(trainer::verify_checkpoint(rescued.string()).step, 16);
+  // --resume auto in that run directory (as `trainer launch --max-restarts` does) takes the rescued
+  // step 16 over checkpoint.dir's step 8.
+  RunResult again = run_trainer("train " + cfg + " --set train.run_dir=" + run_dir("cont.run") +
+                                " --set checkpoint.dir=" + (dir_ / "cont").string() + " --resume auto");
+  EXPECT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_NE(again.output.find("resume auto: " + rescued.string() + " (rescued when "), std::string::npos)
+      << again.output;
+  EXPECT_NE(again.output.find("resumed from " + rescued.string() + ": step 16"), std::string::npos)
+      << again.output;
   RunResult resumed = run_trainer("train " + cfg + " --set train.run_dir=" + run_dir("again") + " --resume " +
                                   (dir_ / "cont/step-00000008").string());
   EXPECT_EQ(resumed.exit_code, 0) << resumed.output;

@@ -29,18 +29,9 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 
-// Two consecutive free ports: the ranks' exporters listen on metrics.port + LOCAL_RANK.
-int free_port_pair() {
-  for (int attempt = 0; attempt < 50; ++attempt) {
-    const int port = testing::free_port();
-    try {
-      testing::PortHolder next(port + 1);
-      return port;
-    } catch (const std::exception&) {
-    }
-  }
-  throw std::runtime_error("no two consecutive free ports");
-}
+// Two consecutive free ports, reserved (tests/test_ports.h): the ranks' exporters listen on
+// metrics.port + LOCAL_RANK.
+int free_port_pair() { return testing::reserve_port(2); }
 
 // A tiny model on synthetic data, far more steps than the test needs: the test stops the ranks once
 // Prometheus has what it needs, so how fast this machine trains does not matter.

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -184,6 +185,28 @@ TEST_F(OneRunPerDirectory, EveryRankOfARefusedRunStopsWithRankZerosMessage) {
       << ranks[1].output;
   ASSERT_EQ(::kill(first.pid(), SIGTERM), 0);
   EXPECT_EQ(first.wait_exit(60), 128 + SIGTERM) << first.output();
+}
+
+// Two runs of one config started together without train.run_dir: the trainer names both directories,
+// so the second of a same-second pair takes a suffix instead of being refused (or, before the lock,
+// writing into the first one's directory).
+TEST_F(OneRunPerDirectory, TwoRunsOfOneConfigStartedTogetherGetADirectoryEach) {
+  const std::string cfg = write_config();
+  const fs::path cwd = dir_ / "cwd";
+  fs::create_directories(cwd);
+  const std::string run =
+      "cd " + cwd.string() + " && " + trainer::testing::trainer_binary() + " train " + cfg;
+  // Both in the background, together; each one's exit status in a file.
+  const std::string script =
+      "(" + run + " > a.out 2>&1; echo $? > a.rc) & (" + run + " > b.out 2>&1; echo $? > b.rc) & wait";
+  ASSERT_EQ(std::system(("bash -c '" + script + "'").c_str()), 0);
+  for (const char* rc : {"a.rc", "b.rc"})
+    EXPECT_EQ(read_file(cwd / rc), "0\n") << read_file(cwd / "a.out") << read_file(cwd / "b.out");
+  std::vector<fs::path> runs;
+  for (const auto& d : fs::directory_iterator(cwd / "runs")) runs.push_back(d.path());
+  ASSERT_EQ(runs.size(), 2u);
+  for (const fs::path& run : runs)
+    EXPECT_EQ(count_of(read_file(run / "train.log"), "resolved configuration"), 1u) << run;
 }
 
 // ---- a run directory that cannot be made

@@ -61,7 +61,9 @@ bool failed(int status) { return !(WIFEXITED(status) && WEXITSTATUS(status) == 0
                               const char* exe, char* const* argv, char* const* envp) {
   ::prctl(PR_SET_PDEATHSIG, SIGTERM);
   if (::getppid() != launcher) ::_exit(128 + SIGTERM);
-  const int null_fd = ::open("/dev/null", O_RDONLY);
+  // The pipes' ends are above 2 (the launcher keeps 0-2 open: ensure_standard_fds), so dup2 always
+  // makes a new descriptor, without the CLOEXEC of the original.
+  const int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   if (null_fd < 0 || ::dup2(null_fd, STDIN_FILENO) < 0 || ::dup2(out[1], STDOUT_FILENO) < 0 ||
       ::dup2(err[1], STDERR_FILENO) < 0) {
     const int e = errno;
@@ -87,12 +89,11 @@ bool failed(int status) { return !(WIFEXITED(status) && WEXITSTATUS(status) == 0
 // Starts one rank with its stdout/stderr on fresh pipes; stdin is /dev/null (N ranks cannot share it).
 // fork + exec rather than posix_spawn: only a child of our own can set PR_SET_PDEATHSIG before exec.
 void spawn(Child& c, const std::string& exe, const std::vector<std::string>& command, const EnvMap& env) {
-  int out[2], err[2], exec_error[2];
-  if (::pipe2(out, O_CLOEXEC) != 0)
-    throw std::runtime_error(std::string("launch: pipe: ") + std::strerror(errno));
-  if (::pipe2(err, O_CLOEXEC) != 0 || ::pipe2(exec_error, O_CLOEXEC) != 0) {
+  int out[2] = {-1, -1}, err[2] = {-1, -1}, exec_error[2] = {-1, -1};
+  if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0 || ::pipe2(exec_error, O_CLOEXEC) != 0) {
     const int e = errno;
-    for (int fd : {out[0], out[1], err[0], err[1]}) ::close(fd);
+    for (int fd : {out[0], out[1], err[0], err[1]})
+      if (fd >= 0) ::close(fd);
     throw std::runtime_error(std::string("launch: pipe: ") + std::strerror(e));
   }
   std::vector<std::string> argv_s{exe};
@@ -226,7 +227,19 @@ std::string LinePrefixer::flush() {
 
 // ---- LauncherSignals ----
 
+namespace {
+
+// A launcher started with 0, 1 or 2 closed would hand those numbers to its pipes, and a rank's dup2
+// onto the same number would keep the pipe's CLOEXEC: /dev/null takes them first.
+void ensure_standard_fds() {
+  for (int fd = 0; fd <= 2; ++fd)
+    if (::fcntl(fd, F_GETFD) == -1 && errno == EBADF) ::open("/dev/null", O_RDWR);  // the lowest free number
+}
+
+}  // namespace
+
 LauncherSignals::LauncherSignals() {
+  ensure_standard_fds();
   if (::pipe2(g_signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0)
     throw std::runtime_error(std::string("launch: pipe: ") + std::strerror(errno));
   struct sigaction sa {};
