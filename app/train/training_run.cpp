@@ -39,6 +39,14 @@ void join_processes(TrainingRun& run) {
   run.heartbeat = run.pg->heartbeat();
 }
 
+// Where the checkpoints go, and the key a message about that directory names.
+std::string checkpoint_dir_for(const Config& config, const std::string& run_dir) {
+  return config.checkpoint.dir.empty() ? run_dir + "/checkpoints" : config.checkpoint.dir;
+}
+const char* checkpoint_dir_setting(const Config& config) {
+  return config.checkpoint.dir.empty() ? "train.run_dir" : "checkpoint.dir";
+}
+
 // Rank 0's verdict on a start-up check, given to every rank, so that all of them stop with its message
 // (the others would otherwise wait for rank 0 in their next collective until it is gone). `value`: what
 // rank 0 decided with it (the run directory), returned on every rank.
@@ -81,13 +89,12 @@ void lock_run_directory(TrainingRun& run, const ProposedRunDir& proposed, const 
 // both, before anything else is written there.
 void prepare_run_directories(TrainingRun& run, const ProposedRunDir& proposed) {
   RunPaths& paths = run.paths;
-  const std::string ckpt_setting = run.config.checkpoint.dir.empty() ? "train.run_dir" : "checkpoint.dir";
+  const std::string ckpt_setting = checkpoint_dir_setting(run.config);
   const std::string command = "trainer train " + run.config.source_path +
                               (run.options.resume.empty() ? "" : " --resume " + run.options.resume);
   lock_run_directory(run, proposed, command);
   check_writable(paths.run_dir, "train.run_dir");
-  paths.ckpt_dir =
-      run.config.checkpoint.dir.empty() ? paths.run_dir + "/checkpoints" : run.config.checkpoint.dir;
+  paths.ckpt_dir = checkpoint_dir_for(run.config, paths.run_dir);
   create_run_directory(paths.ckpt_dir, ckpt_setting);
   // Its own lock too (the default <run_dir>/checkpoints included): another run's checkpoint.dir may
   // point at it.
@@ -109,7 +116,7 @@ void open_run_directory(TrainingRun& run) {
     }
   }
   paths.run_dir = agree_on_start_check(run, "run_directories", problem, paths.run_dir);
-  paths.ckpt_dir = config.checkpoint.dir.empty() ? paths.run_dir + "/checkpoints" : config.checkpoint.dir;
+  paths.ckpt_dir = checkpoint_dir_for(config, paths.run_dir);
   paths.config_toml = config_to_toml(config);
   open_run_log(run.log, config, run.env, paths.run_dir, paths.config_toml, run.rank, run.faults.full_disk);
 }
@@ -141,7 +148,7 @@ void check_checkpoint_room(TrainingRun& run) {
         checkpoint_bytes(*run.experiment.model, *run.experiment.optimizer, run.paths.config_toml.size());
     const std::string size = format_bytes(static_cast<double>(one));
     const int64_t existing = checkpoints_in(run.paths.ckpt_dir);
-    const std::string setting = c.dir.empty() ? "train.run_dir" : "checkpoint.dir";
+    const std::string setting = checkpoint_dir_setting(run.config);
     problem = room_problem(run.paths.ckpt_dir, setting, (existing > 0 ? 1 : 2) * one,
                            existing > 0
                                ? "one more checkpoint of " + size + " beside the one already there"

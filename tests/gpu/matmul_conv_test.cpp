@@ -3,6 +3,7 @@
 // TF32 off (f32 to ~1e-4) and in f64 (tight), plus f16/bf16 against an f32 reference.
 #include <algorithm>
 
+#include "op_cases/op_case.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace trainer {
@@ -58,27 +59,21 @@ struct ConvCase {
   bool bias;
 };
 
-Conv2dParams params(int stride, int pad, int dilation = 1, int groups = 1) {
-  Conv2dParams p;
-  p.stride_h = p.stride_w = stride;
-  p.pad_h = p.pad_w = pad;
-  p.dilation_h = p.dilation_w = dilation;
-  p.groups = groups;
-  return p;
-}
-
 std::vector<ConvCase> conv_cases() {
-  Conv2dParams asym = params(1, 0);
+  Conv2dParams asym = op_cases::conv_params(1, 0);
   asym.stride_h = 2, asym.pad_w = 2, asym.dilation_w = 2;
   return {
-      {{4, 3, 12, 12}, {8, 3, 3, 3}, params(1, 1), true},        // the cnn's layer
-      {{2, 8, 11, 9}, {16, 8, 3, 3}, params(2, 1), true},        // stride 2, odd sizes
-      {{2, 6, 10, 10}, {4, 6, 1, 1}, params(1, 0), false},       // pointwise
-      {{2, 8, 13, 13}, {8, 2, 3, 3}, params(1, 2, 2, 4), true},  // dilation 2, groups 4
-      {{2, 8, 9, 9}, {8, 1, 3, 3}, params(1, 1, 1, 8), false},   // depthwise
-      {{3, 3, 15, 14}, {5, 3, 5, 3}, asym, true},                // asymmetric stride/padding/dilation
-      {{2, 3, 32, 32}, {16, 3, 7, 7}, params(2, 3), false},      // ResNet stem
-      {{4, 1, 28, 28}, {16, 1, 3, 3}, params(1, 1), false},      // grey-scale stem: output keeps x's format
+      {{4, 3, 12, 12}, {8, 3, 3, 3}, op_cases::conv_params(1, 1), true},        // the cnn's layer
+      {{2, 8, 11, 9}, {16, 8, 3, 3}, op_cases::conv_params(2, 1), true},        // stride 2, odd sizes
+      {{2, 6, 10, 10}, {4, 6, 1, 1}, op_cases::conv_params(1, 0), false},       // pointwise
+      {{2, 8, 13, 13}, {8, 2, 3, 3}, op_cases::conv_params(1, 2, 2, 4), true},  // dilation 2, groups 4
+      {{2, 8, 9, 9}, {8, 1, 3, 3}, op_cases::conv_params(1, 1, 1, 8), false},   // depthwise
+      {{3, 3, 15, 14}, {5, 3, 5, 3}, asym, true},  // asymmetric stride/padding/dilation
+      {{2, 3, 32, 32}, {16, 3, 7, 7}, op_cases::conv_params(2, 3), false},  // ResNet stem
+      {{4, 1, 28, 28},
+       {16, 1, 3, 3},
+       op_cases::conv_params(1, 1),
+       false},  // grey-scale stem: output keeps x's format
   };
 }
 
@@ -139,25 +134,28 @@ TEST(CudaConv, StridedInputsAndErrors) {
   const Tensor x = random({2, 4, 9, 9}, gen), w = random({6, 4, 3, 3}, gen);
   // A non-dense input (a spatial slice) is laid out first.
   const Tensor xs = x.slice(3, 0, 9, 2);
-  expect_close_scaled(cpu().conv2d(xs, w, Tensor(), params(1, 1)),
-                      dev().conv2d(x.to(gpu()).slice(3, 0, 9, 2), w.to(gpu()), Tensor(), params(1, 1)), 1e-4,
-                      "conv strided input");
-  EXPECT_THROW(dev().conv2d(x.to(gpu()), random({6, 3, 3, 3}, gen).to(gpu()), Tensor(), params(1, 1)),
+  expect_close_scaled(
+      cpu().conv2d(xs, w, Tensor(), op_cases::conv_params(1, 1)),
+      dev().conv2d(x.to(gpu()).slice(3, 0, 9, 2), w.to(gpu()), Tensor(), op_cases::conv_params(1, 1)), 1e-4,
+      "conv strided input");
+  EXPECT_THROW(
+      dev().conv2d(x.to(gpu()), random({6, 3, 3, 3}, gen).to(gpu()), Tensor(), op_cases::conv_params(1, 1)),
+      std::invalid_argument);
+  EXPECT_THROW(dev().conv2d(x.to(gpu()), w.to(gpu()), Tensor(), op_cases::conv_params(1, 0, 5)),
                std::invalid_argument);
-  EXPECT_THROW(dev().conv2d(x.to(gpu()), w.to(gpu()), Tensor(), params(1, 0, 5)), std::invalid_argument);
 }
 
 TEST(CudaConv, Tf32IsOptIn) {
   REQUIRE_GPU();
   Generator gen(25);
   const Tensor x = random({8, 64, 16, 16}, gen), w = random({64, 64, 3, 3}, gen);
-  const Tensor expected = cpu().conv2d(x, w, Tensor(), params(1, 1));
+  const Tensor expected = cpu().conv2d(x, w, Tensor(), op_cases::conv_params(1, 1));
   cuda_set_allow_tf32(true);
-  const Tensor fast = dev().conv2d(x.to(gpu()), w.to(gpu()), Tensor(), params(1, 1));
+  const Tensor fast = dev().conv2d(x.to(gpu()), w.to(gpu()), Tensor(), op_cases::conv_params(1, 1));
   cuda_set_allow_tf32(false);
   expect_close_scaled(expected, fast, 1e-2, "conv tf32");
-  expect_close_scaled(expected, dev().conv2d(x.to(gpu()), w.to(gpu()), Tensor(), params(1, 1)), 1e-4,
-                      "conv fp32");
+  expect_close_scaled(expected, dev().conv2d(x.to(gpu()), w.to(gpu()), Tensor(), op_cases::conv_params(1, 1)),
+                      1e-4, "conv fp32");
 }
 
 }  // namespace

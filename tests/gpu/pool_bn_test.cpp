@@ -1,6 +1,7 @@
 // Pooling and batch norm against the CPU backend: padding, ceil_mode and count_include_pad, NCHW and
 // channels-last inputs, BN training statistics (including |mean| >> std), apply and both backward
 // kernels, in f32 and f64 (and f16/bf16 for BN against an f32 reference).
+#include "op_cases/op_case.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace trainer {
@@ -8,23 +9,14 @@ namespace {
 
 using namespace gpu_test;
 
-Pool2dParams pool(int k, int s, int pad = 0, bool ceil = false, bool include_pad = true) {
-  Pool2dParams p;
-  p.kernel_h = p.kernel_w = k;
-  p.stride_h = p.stride_w = s;
-  p.pad_h = p.pad_w = pad;
-  p.ceil_mode = ceil;
-  p.count_include_pad = include_pad;
-  return p;
-}
-
 const MemoryFormat kFormats[] = {MemoryFormat::contiguous, MemoryFormat::channels_last};
 
 TEST(CudaPool, MaxPoolAndBackward) {
   REQUIRE_GPU();
   Generator gen(30);
-  const std::vector<Pool2dParams> cases = {pool(2, 2), pool(3, 2, 1), pool(3, 2, 0, true), pool(2, 1),
-                                           pool(3, 3, 1, true)};
+  const std::vector<Pool2dParams> cases = {op_cases::pool_params(2, 2), op_cases::pool_params(3, 2, 1),
+                                           op_cases::pool_params(3, 2, 0, true), op_cases::pool_params(2, 1),
+                                           op_cases::pool_params(3, 3, 1, true)};
   for (DType dtype : {DType::f32, DType::f64})
     for (const Pool2dParams& p : cases)
       for (MemoryFormat f : kFormats) {
@@ -41,9 +33,9 @@ TEST(CudaPool, MaxPoolAndBackward) {
   // NaN wins the window (the last NaN, as on the CPU).
   Tensor x = Tensor::zeros({1, 1, 2, 2});
   x.slice(3, 1, 2).fill_(std::nan(""));
-  const auto [y, idx] = dev().max_pool2d(x.to(gpu()), pool(2, 2));
+  const auto [y, idx] = dev().max_pool2d(x.to(gpu()), op_cases::pool_params(2, 2));
   EXPECT_TRUE(std::isnan(y.item()));
-  EXPECT_EQ(idx.item(), cpu().max_pool2d(x, pool(2, 2)).second.item());
+  EXPECT_EQ(idx.item(), cpu().max_pool2d(x, op_cases::pool_params(2, 2)).second.item());
   EXPECT_EQ(idx.item(), 3.0);
 }
 
@@ -68,7 +60,8 @@ Tensor positions_of(const Tensor& offsets, const Shape& x, const Pool2dParams& p
 TEST(CudaPool, MaxPoolChannelsLastPacksMatchTheCpu) {
   REQUIRE_GPU();
   Generator gen(32);
-  const std::vector<Pool2dParams> cases = {pool(3, 2, 1), pool(2, 2), pool(3, 3, 1, true), pool(2, 1)};
+  const std::vector<Pool2dParams> cases = {op_cases::pool_params(3, 2, 1), op_cases::pool_params(2, 2),
+                                           op_cases::pool_params(3, 3, 1, true), op_cases::pool_params(2, 1)};
   for (DType dtype : {DType::f32, DType::bf16, DType::f16})
     for (const Pool2dParams& p : cases) {
       const std::string what = std::string(dtype_name(dtype)) + " kernel " + std::to_string(p.kernel_h) +
@@ -104,8 +97,9 @@ TEST(CudaPool, MaxPoolPacksInF64AndWithWindowsPast256) {
     Pool2dParams p;
     DType index;
   };
-  const std::vector<Case> cases = {{DType::f64, {2, 4, 9, 8}, pool(3, 2, 1), DType::u8},
-                                   {DType::bf16, {2, 8, 20, 19}, pool(17, 2, 8), DType::i64}};
+  const std::vector<Case> cases = {
+      {DType::f64, {2, 4, 9, 8}, op_cases::pool_params(3, 2, 1), DType::u8},
+      {DType::bf16, {2, 8, 20, 19}, op_cases::pool_params(17, 2, 8), DType::i64}};
   for (const Case& c : cases) {
     const std::string what = std::string(dtype_name(c.dtype)) + " x " + shape_str(c.x);
     const Tensor x = random(c.x, gen, c.dtype);
@@ -128,8 +122,10 @@ TEST(CudaPool, MaxPoolPacksInF64AndWithWindowsPast256) {
 TEST(CudaPool, AvgPoolGlobalPoolAndBackward) {
   REQUIRE_GPU();
   Generator gen(31);
-  const std::vector<Pool2dParams> cases = {pool(2, 2), pool(3, 2, 1), pool(3, 2, 1, true, false),
-                                           pool(3, 2, 0, true), pool(4, 3, 2, true, true)};
+  const std::vector<Pool2dParams> cases = {op_cases::pool_params(2, 2), op_cases::pool_params(3, 2, 1),
+                                           op_cases::pool_params(3, 2, 1, true, false),
+                                           op_cases::pool_params(3, 2, 0, true),
+                                           op_cases::pool_params(4, 3, 2, true, true)};
   for (DType dtype : {DType::f32, DType::f64}) {
     const double tol = dtype == DType::f32 ? 1e-6 : 1e-14;
     for (const Pool2dParams& p : cases)
@@ -154,8 +150,8 @@ TEST(CudaPool, AvgPoolGlobalPoolAndBackward) {
   }
   // Half types against an f32 reference.
   const Tensor h = random({2, 4, 8, 8}, gen, DType::bf16);
-  expect_close(cpu().avg_pool2d(as_f32(h), pool(2, 2)), dev().avg_pool2d(h.to(gpu()), pool(2, 2)), 1e-2, 1e-2,
-               "avg_pool2d bf16");
+  expect_close(cpu().avg_pool2d(as_f32(h), op_cases::pool_params(2, 2)),
+               dev().avg_pool2d(h.to(gpu()), op_cases::pool_params(2, 2)), 1e-2, 1e-2, "avg_pool2d bf16");
 }
 
 struct BnCase {

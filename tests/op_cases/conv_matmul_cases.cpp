@@ -32,15 +32,6 @@ struct ConvShape {
   bool half = true;  // also run in bf16 channels-last on the device
 };
 
-Conv2dParams params(int stride, int pad, int dilation = 1, int groups = 1) {
-  Conv2dParams p;
-  p.stride_h = p.stride_w = stride;
-  p.pad_h = p.pad_w = pad;
-  p.dilation_h = p.dilation_w = dilation;
-  p.groups = groups;
-  return p;
-}
-
 Shape conv_output(const ConvShape& s) {
   return {s.x[0], s.w[0],
           conv_output_size(s.x[2], static_cast<int>(s.w[2]), s.p.stride_h, s.p.pad_h, s.p.dilation_h),
@@ -82,13 +73,13 @@ std::vector<OpCase> conv_matmul_cases() {
   for (bool ta : {false, true})
     for (bool tb : {false, true}) cases.push_back(matmul_case(ta, tb));
   const std::vector<ConvShape> shapes = {
-      {"3x3 pad 1", {2, 8, 7, 6}, {8, 8, 3, 3}, params(1, 1)},
-      {"3x3 stride 2 pad 1, no bias", {2, 8, 7, 7}, {16, 8, 3, 3}, params(2, 1), false},
-      {"1x1 stride 2", {2, 16, 6, 5}, {8, 16, 1, 1}, params(2, 0)},
-      {"7x7 stride 2 pad 3 stem, 3 channels", {2, 3, 9, 9}, {8, 3, 7, 7}, params(2, 3)},
-      {"3x3 dilation 2 pad 2", {1, 4, 8, 7}, {4, 4, 3, 3}, params(1, 2, 2), true, false},
-      {"3x3 groups 2", {2, 4, 6, 6}, {6, 2, 3, 3}, params(1, 1, 1, 2), true, false},
-      {"depthwise 3x3 (groups = channels)", {2, 8, 5, 6}, {8, 1, 3, 3}, params(1, 1, 1, 8), true, false},
+      {"3x3 pad 1", {2, 8, 7, 6}, {8, 8, 3, 3}, conv_params(1, 1)},
+      {"3x3 stride 2 pad 1, no bias", {2, 8, 7, 7}, {16, 8, 3, 3}, conv_params(2, 1), false},
+      {"1x1 stride 2", {2, 16, 6, 5}, {8, 16, 1, 1}, conv_params(2, 0)},
+      {"7x7 stride 2 pad 3 stem, 3 channels", {2, 3, 9, 9}, {8, 3, 7, 7}, conv_params(2, 3)},
+      {"3x3 dilation 2 pad 2", {1, 4, 8, 7}, {4, 4, 3, 3}, conv_params(1, 2, 2), true, false},
+      {"3x3 groups 2", {2, 4, 6, 6}, {6, 2, 3, 3}, conv_params(1, 1, 1, 2), true, false},
+      {"depthwise 3x3 (groups = channels)", {2, 8, 5, 6}, {8, 1, 3, 3}, conv_params(1, 1, 1, 8), true, false},
       {"5x3 kernel, 4x2 pad",
        {1, 3, 8, 6},
        {4, 3, 5, 3},

@@ -83,6 +83,26 @@ struct OpCase {
   std::function<std::string(const Tensors& reference, const Tensors& device)> compare;
 };
 
+// Convolution and pooling parameters in one call, for the table and the older kernel tests alike.
+inline Conv2dParams conv_params(int stride, int pad, int dilation = 1, int groups = 1) {
+  Conv2dParams p;
+  p.stride_h = p.stride_w = stride;
+  p.pad_h = p.pad_w = pad;
+  p.dilation_h = p.dilation_w = dilation;
+  p.groups = groups;
+  return p;
+}
+inline Pool2dParams pool_params(int kernel, int stride, int pad = 0, bool ceil_mode = false,
+                                bool count_include_pad = true) {
+  Pool2dParams p;
+  p.kernel_h = p.kernel_w = kernel;
+  p.stride_h = p.stride_w = stride;
+  p.pad_h = p.pad_w = pad;
+  p.ceil_mode = ceil_mode;
+  p.count_include_pad = count_include_pad;
+  return p;
+}
+
 // Every case of the table, in a fixed order.
 std::vector<OpCase> all_op_cases();
 

@@ -5,16 +5,6 @@
 namespace trainer::op_cases {
 namespace {
 
-Pool2dParams pool(int kernel, int stride, int pad = 0, bool ceil = false, bool include_pad = true) {
-  Pool2dParams p;
-  p.kernel_h = p.kernel_w = kernel;
-  p.stride_h = p.stride_w = stride;
-  p.pad_h = p.pad_w = pad;
-  p.ceil_mode = ceil;
-  p.count_include_pad = include_pad;
-  return p;
-}
-
 std::string pool_text(const Pool2dParams& p) {
   return std::to_string(p.kernel_h) + "x" + std::to_string(p.kernel_w) + " stride " +
          std::to_string(p.stride_h) + " pad " + std::to_string(p.pad_h) + (p.ceil_mode ? " ceil" : "") +
@@ -66,10 +56,11 @@ OpCase avg_pool_case(const Shape& x, const Pool2dParams& p) {
 
 std::vector<OpCase> pool_cases() {
   std::vector<OpCase> cases;
-  for (const Pool2dParams& p : {pool(2, 2), pool(3, 2, 1), pool(3, 2, 0, true), pool(2, 1)})
-    cases.push_back(max_pool_case({2, 8, 7, 6}, p));
   for (const Pool2dParams& p :
-       {pool(2, 2), pool(3, 2, 1), pool(3, 2, 1, true, false), pool(3, 1, 1, false, false)})
+       {pool_params(2, 2), pool_params(3, 2, 1), pool_params(3, 2, 0, true), pool_params(2, 1)})
+    cases.push_back(max_pool_case({2, 8, 7, 6}, p));
+  for (const Pool2dParams& p : {pool_params(2, 2), pool_params(3, 2, 1), pool_params(3, 2, 1, true, false),
+                                pool_params(3, 1, 1, false, false)})
     cases.push_back(avg_pool_case({2, 8, 7, 6}, p));
   {
     OpCase c;
