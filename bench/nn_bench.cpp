@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "app/train/step_function.h"
+#include "dist/data_parallel_step.h"
 #include "nn/amp/autocast.h"
 #include "nn/amp/loss_scaler.h"
 #include "nn/amp/precision_policy.h"
@@ -210,17 +210,6 @@ bool uses_cudnn_batch_norm(const Point& p) {
   return p.cudnn_bn && p.device == "cuda" && precision_policy_for(p.math).half();
 }
 
-// The benchmark's one fixed batch, fed to every step; the last loss kept to wait for the device.
-struct BenchStep : StepDriver {
-  BenchStep(const Tensor& images, const Tensor& labels) : images(images), labels(labels) {}
-  std::optional<StepInput> next(int) override { return StepInput{images, labels}; }
-  // The previous step's loss goes as the new one is made, as it did when the bench had its own step.
-  void forward_done(const Variable& l, int) override { loss = l; }
-  const Tensor& images;
-  const Tensor& labels;
-  Variable loss;
-};
-
 struct Result {
   double images_per_second;
   double peak_mib;     // device memory; 0 on the CPU
@@ -278,7 +267,7 @@ Result run(const Point& p) {
     scaler.keep_on_device(device);
     opt.skip_if(scaler.found_inf_flag());
   }
-  // The trainer's step function (app/train/step_function.h), as bench/torch_reference.py: autocast forward,
+  // The trainer's step function (dist/data_parallel_step.h), as bench/torch_reference.py: autocast forward,
   // scaled backward, unscale + check, step. One process: nothing to reduce.
   const StepParts parts{.model = *model,
                         .optimizer = opt,
@@ -287,9 +276,10 @@ Result run(const Point& p) {
                         .autocast = precision.autocast,
                         .all_ranks_finite = {},
                         .agree_found_inf = {}};
-  BenchStep driver(x, y);
-  auto step = [&] { run_step(parts, driver); };
-  Variable& last_loss = driver.loss;
+  // The benchmark's one fixed batch feeds every step; the last loss is kept to wait for the device.
+  const MicroBatchSource fixed_batch = [&](int) { return std::optional<StepInput>(StepInput{x, y}); };
+  Tensor last_loss;
+  auto step = [&] { last_loss = run_step(parts, fixed_batch, std::nullopt, nullptr).losses.back(); };
   for (int i = 0; i < 3; ++i) step();  // warm-up: allocator, algorithm search, BLAS threads
   (void)last_loss.item();              // waits for the device
   std::function<void()> timed = step;

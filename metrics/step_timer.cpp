@@ -20,32 +20,6 @@ std::string format_ms(double seconds) {
 
 }  // namespace
 
-std::string_view phase_name(Phase p) {
-  switch (p) {
-    case Phase::data_wait:
-      return "data_wait";
-    case Phase::h2d:
-      return "h2d";
-    case Phase::forward:
-      return "forward";
-    case Phase::backward:
-      return "backward";
-    case Phase::allreduce_exposed:
-      return "allreduce_exposed";
-    case Phase::optimizer:
-      return "optimizer";
-    case Phase::graph:
-      return "graph";
-    case Phase::allreduce_total:
-      return "allreduce_total";
-    case Phase::step:
-      return "step";
-    case Phase::other:
-      return "other";
-  }
-  return "unknown";
-}
-
 Timeline default_timeline(Phase p) {
   switch (p) {
     case Phase::data_wait:
@@ -150,6 +124,8 @@ void StepTimer::begin(Phase p, Timeline where) {
   open_mark_[idx(p)] = clock_->mark(where);
   if (phase_observer_) phase_observer_(p);
 }
+
+bool StepTimer::is_open(Phase p) const { return is_timed(p) && open_[idx(p)]; }
 
 void StepTimer::end(Phase p) {
   if (!is_timed(p) || !open_[idx(p)])

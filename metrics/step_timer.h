@@ -36,32 +36,9 @@
 #include <string_view>
 #include <vector>
 
-namespace trainer {
+#include "dist/step_phases.h"
 
-// The phases of a step. The first seven are exclusive: they do not overlap one another, so with `other`
-// they add up to `step` and stack into a breakdown. allreduce_total is the whole communication time,
-// which overlaps backward; allreduce_exposed is the part of it the step waits for after backward.
-enum class Phase : uint8_t {
-  data_wait,          // waiting for the loader's next batch (host)
-  h2d,                // host-to-device copy of the batch and its normalisation
-  forward,            // model forward and loss
-  backward,           // loss.backward(), including bucket all-reduces launched during it
-  allreduce_exposed,  // waiting for gradient all-reduces still running after backward
-  optimizer,          // clipping, unscaling, optimizer.step(), zero_grad()
-  graph,              // forward to optimizer replayed as one CUDA graph (train.cuda_graph); replaces them
-  allreduce_total,    // first all-reduce launch to last completion; overlaps backward
-  step,               // begin_step() to end_step()
-  other,              // step minus the seven exclusive phases (bookkeeping, logging, untimed work); derived
-};
-inline constexpr std::size_t kNumPhases = 10;
-inline constexpr std::array<Phase, 7> kExclusivePhases = {
-    Phase::data_wait,         Phase::h2d,       Phase::forward, Phase::backward,
-    Phase::allreduce_exposed, Phase::optimizer, Phase::graph};
-// Every phase, in enum order; phase_name() gives the label the exporter and the logs use.
-inline constexpr std::array<Phase, kNumPhases> kAllPhases = {
-    Phase::data_wait, Phase::h2d,   Phase::forward,         Phase::backward, Phase::allreduce_exposed,
-    Phase::optimizer, Phase::graph, Phase::allreduce_total, Phase::step,     Phase::other};
-std::string_view phase_name(Phase p);  // "data_wait", "h2d", ...
+namespace trainer {
 
 // Where a phase boundary is timed. The CPU clock has one timeline for all three; a CUDA clock records
 // events on the compute or communication stream and reads the host clock for `host`. Both ends of
@@ -131,7 +108,7 @@ class RollingWindow {
   double sum_ = 0.0;
 };
 
-class StepTimer {
+class StepTimer final : public PhaseTimer {
  public:
   // window: how many resolved steps the rolling statistics cover.
   explicit StepTimer(std::unique_ptr<PhaseClock> clock = std::make_unique<SteadyPhaseClock>(),
@@ -142,9 +119,10 @@ class StepTimer {
 
   void begin_step();
   // Opens an interval of `p` (any phase but step and other) on its default timeline, or on `where`.
-  void begin(Phase p);
+  void begin(Phase p) override;
   void begin(Phase p, Timeline where);
-  void end(Phase p);
+  void end(Phase p) override;
+  bool is_open(Phase p) const override;
   // Adds seconds measured elsewhere (e.g. by the gradient reducer's thread) to this step's `p`.
   // Called with each phase begin() opens (the heartbeat reports it to the other ranks).
   void set_phase_observer(std::function<void(Phase)> observer) { phase_observer_ = std::move(observer); }

@@ -61,8 +61,8 @@ std::string format_duration(double s) {
 // references on the communicator (NCCL 2.26 and later) until it is destroyed, and ncclCommFinalize
 // waits for them: the graph goes first, or shutdown() would wait out the collective timeout.
 void leave_process_group(TrainingRun& run) {
-  run.step_graph.reset();
-  run.pg->shutdown();
+  run.step.graph.reset();
+  run.processes.group->shutdown();
 }
 
 // Where the epoch in progress started, for its rate, ETA and train_seconds.
@@ -74,11 +74,12 @@ struct EpochProgress {
 };
 
 // A resolved step's phase times: to the exporter, and to rank 0's step_times.csv.
-void observe_step(TrainingRun& run, const StepTimes& t) {
-  run.exporter->observe_step(t);
-  OutputFile& csv = run.step_times.file;
+void observe_step(Reporter& reporter, const StepTimes& t) {
+  reporter.exporter->observe_step(t);
+  OutputFile& csv = reporter.step_times.file;
   if (!csv.is_open()) return;
-  std::string row = std::to_string(run.step_times.first_step + t.step) + ',' + fmt("%.9g", t[Phase::step]);
+  std::string row =
+      std::to_string(reporter.step_times.first_step + t.step) + ',' + fmt("%.9g", t[Phase::step]);
   for (Phase p : kAllPhases)
     if (p != Phase::step) row += ',' + fmt("%.9g", t[p]);
   csv.write(row + '\n');
@@ -87,10 +88,11 @@ void observe_step(TrainingRun& run, const StepTimes& t) {
 // The per-step CSVs on disk up to the step reached (fsynced): a checkpoint is followed by rows of
 // every step it holds, so that a run killed after it (SIGKILL, a node failure) resumes with complete
 // CSVs. A failed write (a full disk) stops the run, naming the file.
-void sync_step_csvs(TrainingRun& run) {
-  for (const StepTimes& t : run.timer->flush()) observe_step(run, t);  // a device clock's lagging steps
-  run.steps.csv.sync();
-  run.step_times.file.sync();
+void sync_step_csvs(Reporter& reporter) {
+  for (const StepTimes& t : reporter.timer->flush())
+    observe_step(reporter, t);  // a device clock's lagging steps
+  reporter.steps.csv.sync();
+  reporter.step_times.file.sync();
 }
 
 // Every rank must stop at the same step, or the ones still training wait forever: a stop signal
@@ -100,28 +102,29 @@ void sync_step_csvs(TrainingRun& run) {
 // the same step, so all stop together, one step after the signal, and the host never waits for the
 // device in between.
 int agreed_stop_signal(TrainingRun& run) {
-  if (run.pg->world_size() == 1) return stop_requested();
-  if (run.device.is_cuda()) {
+  if (run.processes.group->world_size() == 1) return stop_requested();
+  if (run.context.device.is_cuda()) {
     const int agreed = run.loop.pending_stop ? static_cast<int>(run.loop.pending_stop()) : 0;
-    if (!run.loop.stop_flag.defined()) run.loop.stop_flag = Tensor::zeros({1}, DType::f32, run.device);
+    if (!run.loop.stop_flag.defined())
+      run.loop.stop_flag = Tensor::zeros({1}, DType::f32, run.context.device);
     run.loop.stop_flag.fill_(static_cast<double>(stop_requested()));
-    run.pg->comm().all_reduce(run.loop.stop_flag, ReduceOp::max);
-    run.loop.pending_stop = run.readback->read_later(run.loop.stop_flag);
+    run.processes.group->comm().all_reduce(run.loop.stop_flag, ReduceOp::max);
+    run.loop.pending_stop = run.step.readback->read_later(run.loop.stop_flag);
     return agreed;
   }
-  run.timer->begin(Phase::allreduce_total, Timeline::compute);
-  run.timer->begin(Phase::allreduce_exposed);
-  const int signal = static_cast<int>(max_over_ranks(*run.pg, stop_requested()));
-  run.timer->end(Phase::allreduce_exposed);
-  run.timer->end(Phase::allreduce_total);
+  run.reporter.timer->begin(Phase::allreduce_total, Timeline::compute);
+  run.reporter.timer->begin(Phase::allreduce_exposed);
+  const int signal = static_cast<int>(max_over_ranks(*run.processes.group, stop_requested()));
+  run.reporter.timer->end(Phase::allreduce_exposed);
+  run.reporter.timer->end(Phase::allreduce_total);
   return signal;
 }
 
 // The agreement launched after an epoch's last step, read at the epoch's end (0 when none is pending).
-int pending_stop_signal(TrainingRun& run) {
-  if (!run.loop.pending_stop) return 0;
-  const int agreed = static_cast<int>(run.loop.pending_stop());
-  run.loop.pending_stop = nullptr;
+int pending_stop_signal(LoopState& loop) {
+  if (!loop.pending_stop) return 0;
+  const int agreed = static_cast<int>(loop.pending_stop());
+  loop.pending_stop = nullptr;
   return agreed;
 }
 
@@ -129,23 +132,23 @@ int pending_stop_signal(TrainingRun& run) {
 // the run directory instead, or, when that fails too, says which checkpoint on disk is the newest, so
 // that the run's weights never vanish silently. Returns the message the run then stops with.
 std::string rescue_final_checkpoint(TrainingRun& run, const std::string& failure) {
-  const std::string rescue_dir = run.paths.run_dir + "/" + kRescuedCheckpointsDir;
+  const std::string rescue_dir = run.files.run_dir + "/" + kRescuedCheckpointsDir;
   std::string what = "the final checkpoint could not be written: " + failure;
-  if (!same_directory(rescue_dir, run.paths.ckpt_dir)) {
+  if (!same_directory(rescue_dir, run.files.ckpt_dir)) {
     try {
-      CheckpointManager rescue(rescue_dir, run.config.checkpoint);
+      CheckpointManager rescue(rescue_dir, run.context.config.checkpoint);
       const std::string path =
-          rescue.save(*run.experiment.model, *run.experiment.optimizer, run.st, run.paths.config_toml);
+          rescue.save(*run.experiment.model, *run.experiment.optimizer, run.state, run.files.config_toml);
       return what + "; it was written to " + path + " instead. HINT: continue with --resume " + path +
              " (or --resume auto) once checkpoint.dir has room, or use its model.safetensors";
     } catch (const std::exception& e) {
       what += "; nor in the run directory: " + std::string(e.what());
     }
   }
-  const long long reached = static_cast<long long>(run.st.step);
+  const long long reached = static_cast<long long>(run.state.step);
   try {
     std::vector<std::string> skipped;
-    const std::optional<CheckpointInfo> newest = find_latest_checkpoint(run.paths.ckpt_dir, &skipped);
+    const std::optional<CheckpointInfo> newest = find_latest_checkpoint(run.files.ckpt_dir, &skipped);
     what += newest ? fmt("; the newest weights on disk are step %lld's, in %s (training reached step %lld)",
                          static_cast<long long>(newest->state.step), newest->path.c_str(), reached)
                    : fmt("; no checkpoint of this run is on disk (training reached step %lld)", reached);
@@ -153,7 +156,7 @@ std::string rescue_final_checkpoint(TrainingRun& run, const std::string& failure
     what += fmt("; the checkpoints on disk could not be listed (%s; training reached step %lld)", e.what(),
                 reached);
   }
-  return what + ". HINT: free space in (or fix the permissions of) " + run.paths.ckpt_dir +
+  return what + ". HINT: free space in (or fix the permissions of) " + run.files.ckpt_dir +
          "; --resume auto continues from the newest checkpoint";
 }
 
@@ -162,21 +165,22 @@ std::string rescue_final_checkpoint(TrainingRun& run, const std::string& failure
 // rank together after the barrier (a final one after rank 0's rescue), never rank 0 alone.
 void save_checkpoint(TrainingRun& run, bool final) {
   Experiment& e = run.experiment;
-  ProcessGroup& pg = *run.pg;
-  TrainingState& st = run.st;
-  if (run.average_bn_stats) average_bn_running_stats(*e.model, pg.comm());
-  if (run.zero) run.zero->gather_state();  // the full optimizer state, for rank 0 to write
-  st.loss_scale = run.scaler->scale();
-  st.loss_scale_growth_tracker = run.scaler->growth_tracker();
-  const bool must_succeed = final || run.config.checkpoint.on_error == OnCheckpointError::stop;
+  ProcessGroup& pg = *run.processes.group;
+  TrainingState& st = run.state;
+  if (run.data_parallel.average_bn_stats) average_bn_running_stats(*e.model, pg.comm());
+  if (run.data_parallel.zero)
+    run.data_parallel.zero->gather_state();  // the full optimizer state, for rank 0 to write
+  st.loss_scale = run.step.scaler->scale();
+  st.loss_scale_growth_tracker = run.step.scaler->growth_tracker();
+  const bool must_succeed = final || run.context.config.checkpoint.on_error == OnCheckpointError::stop;
   std::string failure;  // rank 0: why this checkpoint stops the run
-  if (run.writer) {
+  if (run.context.writer()) {
     const std::string dropout_state = e.dropout_generator->state();
     st.rng_states.assign(pg.world_size(), dropout_state);
     try {
       if (Heartbeat* h = pg.heartbeat()) h->set_phase("checkpoint");
-      const std::string path = run.checkpoints->save(*e.model, *e.optimizer, st, run.paths.config_toml);
-      run.log.line("checkpoint: " + path);
+      const std::string path = run.checkpoints->save(*e.model, *e.optimizer, st, run.files.config_toml);
+      run.reporter.log.line("checkpoint: " + path);
     } catch (const std::exception& err) {
       // The previous checkpoints are intact; by default a periodic failure (full disk, say) must not
       // kill hours of training (checkpoint.on_error), but the final one must not fail silently.
@@ -185,42 +189,42 @@ void save_checkpoint(TrainingRun& run, bool final) {
       else if (must_succeed)
         failure = err.what();
       else
-        run.log.error(std::string("warning: ") + err.what() +
-                      "; earlier checkpoints are intact, training continues");
+        run.reporter.log.error(std::string("warning: ") + err.what() +
+                               "; earlier checkpoints are intact, training continues");
     }
   }
   if (Heartbeat* h = pg.heartbeat()) h->set_phase("barrier after the checkpoint");
   pg.comm().barrier();
   if (must_succeed && max_over_ranks(pg, failure.empty() ? 0 : 1) != 0)
-    throw CheckpointError(run.writer
+    throw CheckpointError(run.context.writer()
                               ? failure
                               : "rank 0 could not write the checkpoint (its train.log says why and where "
                                 "the weights are)");
-  run.exporter->add_checkpoint();
+  run.reporter.exporter->add_checkpoint();
 }
 
 // checkpoint.every_steps: a checkpoint inside the epoch (none after the last step: the final one
 // follows).
-bool checkpoint_due_at_step(const TrainingRun& run) {
-  const int64_t every = run.config.checkpoint.every_steps;
-  return !run.loop.done && every > 0 && run.st.step % every == 0;
+bool checkpoint_due_at_step(const CheckpointConfig& checkpoint, const LoopState& loop,
+                            const TrainingState& state) {
+  return !loop.done && checkpoint.every_steps > 0 && state.step % checkpoint.every_steps == 0;
 }
 
 void save_checkpoint_at_step(TrainingRun& run) {
-  sync_step_csvs(run);
-  run.st.accuracy = -1;
+  sync_step_csvs(run.reporter);
+  run.state.accuracy = -1;
   save_checkpoint(run, false);
 }
 
 // checkpoint.every_epochs: a checkpoint after the epoch's evaluation, resuming at the next epoch.
 void maybe_checkpoint_at_epoch_end(TrainingRun& run, int epoch) {
-  const bool periodic =
-      run.config.checkpoint.every_epochs > 0 && (epoch + 1) % run.config.checkpoint.every_epochs == 0;
+  const bool periodic = run.context.config.checkpoint.every_epochs > 0 &&
+                        (epoch + 1) % run.context.config.checkpoint.every_epochs == 0;
   if (!run.loop.done && periodic) {
-    sync_step_csvs(run);
-    ++run.st.epoch;  // the checkpoint resumes at the next epoch
+    sync_step_csvs(run.reporter);
+    ++run.state.epoch;  // the checkpoint resumes at the next epoch
     save_checkpoint(run, false);
-    --run.st.epoch;
+    --run.state.epoch;
   }
 }
 
@@ -239,12 +243,12 @@ struct PendingReport {
 // The step is done: count it (the loop's decisions -- max_steps, checkpoints -- depend on the count).
 void count_step(TrainingRun& run, const StepResult& result, EpochProgress& progress) {
   const Experiment& e = run.experiment;
-  TrainingState& st = run.st;
-  Exporter& exporter = *run.exporter;
-  [[maybe_unused]] const Device& device = run.device;  // read by the CUDA build only
+  TrainingState& st = run.state;
+  Exporter& exporter = *run.reporter.exporter;
+  [[maybe_unused]] const Device& device = run.context.device;  // read by the CUDA build only
   ++st.step;
   ++progress.steps;
-  if (run.heartbeat) run.heartbeat->set_step(st.step);
+  if (run.processes.heartbeat) run.processes.heartbeat->set_step(st.step);
   exporter.add_step(result.samples);
   exporter.set_learning_rate(result.lr);
   exporter.set_bad_samples_total(e.data.train->skipped_samples());
@@ -258,13 +262,11 @@ void count_step(TrainingRun& run, const StepResult& result, EpochProgress& progr
 
 // Its loss is known: stop if it is not finite, then report it (exporter, rank 0's train_steps.csv, the
 // epoch's loss sum, the progress display on a terminal or a log line every log_every_steps).
-void report_step(TrainingRun& run, int64_t step, int epoch, double loss, double lr, EpochProgress& progress) {
-  const Config& config = run.config;
-  const Experiment& e = run.experiment;
-  TrainingState& st = run.st;
-  StepLog& steps = run.steps;
-  Exporter& exporter = *run.exporter;
-  Log& log = run.log;
+void report_step(Reporter& reporter, const Config& config, const Experiment& e, TrainingState& st,
+                 int64_t step, int epoch, double loss, double lr, EpochProgress& progress) {
+  StepLog& steps = reporter.steps;
+  Exporter& exporter = *reporter.exporter;
+  Log& log = reporter.log;
   exporter.observe_loss(loss);  // before the check: a scrape may still see a NaN
   check_loss_is_finite(loss, step, epoch, lr);
   steps.csv.write(train_steps_row(step, epoch + 1, loss, lr, unix_seconds_now()) + '\n');
@@ -287,10 +289,10 @@ void report_step(TrainingRun& run, int64_t step, int epoch, double loss, double 
   // logged whatever the console is (train.log must not depend on where stdout goes).
   if (log.stdout_is_terminal()) log.transient(status);
   if (step % config.train.log_every_steps == 0) {
-    log.line(status + " | " + run.timer->summary());
+    log.line(status + " | " + reporter.timer->summary());
     // What is written so far reaches the kernel now, so that a full disk is noticed within a log line.
     steps.csv.flush();
-    run.step_times.file.flush();
+    reporter.step_times.file.flush();
     steps.window_loss = 0.0;
     steps.window_steps = 0;
   }
@@ -298,15 +300,16 @@ void report_step(TrainingRun& run, int64_t step, int epoch, double loss, double 
 
 // A device loss scaler's outcome of a step, now on the host: a skipped step is logged and counted as
 // the host scaler does it at once.
-void report_loss_scale(TrainingRun& run, int64_t step, double skipped_steps, double loss_scale) {
-  const int64_t skipped = static_cast<int64_t>(skipped_steps) - run.loop.skipped_steps_reported;
+void report_loss_scale(Reporter& reporter, LoopState& loop, int64_t step, double skipped_steps,
+                       double loss_scale) {
+  const int64_t skipped = static_cast<int64_t>(skipped_steps) - loop.skipped_steps_reported;
   if (skipped > 0) {
-    run.exporter->add_skipped_steps(skipped);
-    run.log.line(fmt("step %lld: inf/NaN gradients, step skipped; loss scale now %g",
-                     static_cast<long long>(step), loss_scale));
-    run.loop.skipped_steps_reported += skipped;
+    reporter.exporter->add_skipped_steps(skipped);
+    reporter.log.line(fmt("step %lld: inf/NaN gradients, step skipped; loss scale now %g",
+                          static_cast<long long>(step), loss_scale));
+    loop.skipped_steps_reported += skipped;
   }
-  run.exporter->set_loss_scale(loss_scale);
+  reporter.exporter->set_loss_scale(loss_scale);
 }
 
 // Reports a pending step, if any (before anything that reads the losses: a checkpoint, the epoch's end).
@@ -314,8 +317,9 @@ void report_pending(TrainingRun& run, std::optional<PendingReport>& pending, Epo
   if (!pending) return;
   const PendingReport p = std::move(*pending);
   pending.reset();
-  if (p.skipped_steps) report_loss_scale(run, p.step, p.skipped_steps(), p.loss_scale());
-  report_step(run, p.step, p.epoch, p.loss(), p.lr, progress);
+  if (p.skipped_steps) report_loss_scale(run.reporter, run.loop, p.step, p.skipped_steps(), p.loss_scale());
+  report_step(run.reporter, run.context.config, run.experiment, run.state, p.step, p.epoch, p.loss(), p.lr,
+              progress);
 }
 
 // The loader options of one epoch, starting at its micro-batch `first_batch` (a resumed epoch).
@@ -338,21 +342,21 @@ LoaderOptions epoch_loader_options(const Config& config, int local_world_size, i
 // A stop signal ended the epoch: flush, checkpoint if checkpoint.on_signal says so, leave the process
 // group in order. The caller exits with 128 + the signal.
 void stop_on_signal(TrainingRun& run) {
-  sync_step_csvs(run);
-  run.log.error(
-      fmt("received signal %d at step %lld", run.loop.stop_signal, static_cast<long long>(run.st.step)) +
+  sync_step_csvs(run.reporter);
+  run.reporter.log.error(
+      fmt("received signal %d at step %lld", run.loop.stop_signal, static_cast<long long>(run.state.step)) +
       (stop_signal_origin().empty() ? "" : " (" + stop_signal_origin() + ")") +
-      (run.config.checkpoint.on_signal ? ": writing a checkpoint before exiting" : ": exiting"));
-  if (run.config.checkpoint.on_signal) save_checkpoint(run, true);
+      (run.context.config.checkpoint.on_signal ? ": writing a checkpoint before exiting" : ": exiting"));
+  if (run.context.config.checkpoint.on_signal) save_checkpoint(run, true);
   leave_process_group(run);
 }
 
 // The epoch's train loss over every rank's batches, not rank 0's alone (one small all-reduce per
 // epoch; every rank gets here, the stop signal being agreed).
-double train_loss_over_ranks(TrainingRun& run) {
+double train_loss_over_ranks(ProcessGroup& pg, const TrainingState& state) {
   Tensor loss_sums =
-      Tensor::from_vector<double>({run.st.epoch_loss_sum, static_cast<double>(run.st.epoch_steps)}, {2});
-  if (run.pg->world_size() > 1) run.pg->comm().all_reduce(loss_sums, ReduceOp::sum);
+      Tensor::from_vector<double>({state.epoch_loss_sum, static_cast<double>(state.epoch_steps)}, {2});
+  if (pg.world_size() > 1) pg.comm().all_reduce(loss_sums, ReduceOp::sum);
   const std::vector<double> sums = loss_sums.to_vector<double>();
   return sums[1] > 0 ? sums[0] / sums[1] : 0.0;
 }
@@ -361,28 +365,30 @@ double train_loss_over_ranks(TrainingRun& run) {
 // summary and stopping the run when train.target_accuracy is reached. Returns the epoch log line's
 // evaluation part ("" without an evaluation).
 std::string evaluate_at_epoch_end(TrainingRun& run, int epoch) {
-  const Config& config = run.config;
-  TrainingState& st = run.st;
-  RunSummary& summary = run.summary;
+  const Config& config = run.context.config;
+  TrainingState& st = run.state;
+  RunSummary& summary = run.reporter.summary;
   const bool last = run.loop.done || epoch + 1 == config.train.epochs;
   const int every = config.train.eval_every_epochs;
   std::string eval_part;
   st.accuracy = -1;
   if (last || (every > 0 && (epoch + 1) % every == 0)) {
     const auto eval_start = Clock::now();
-    if (run.average_bn_stats) average_bn_running_stats(*run.experiment.model, run.pg->comm());
-    if (run.heartbeat) run.heartbeat->set_phase("evaluation");
-    if (last && run.faults.signal.in_final_eval) std::raise(run.faults.signal.signal);
+    if (run.data_parallel.average_bn_stats)
+      average_bn_running_stats(*run.experiment.model, run.processes.group->comm());
+    if (run.processes.heartbeat) run.processes.heartbeat->set_phase("evaluation");
+    if (last && run.context.faults.signal.in_final_eval) std::raise(run.context.faults.signal.signal);
     int64_t skipped = 0;
-    EvalMetrics m = evaluate(run.experiment, *run.experiment.data.test, &run.pg->comm(), &skipped);
+    EvalMetrics m =
+        evaluate(run.experiment, *run.experiment.data.test, &run.processes.group->comm(), &skipped);
     summary.final_test_accuracy = m.top1();
     summary.final_test_top5 = m.top5();
     summary.final_test_loss = m.mean_loss();
     summary.final_test_skipped = skipped;
     st.accuracy = m.top1();
     st.best_accuracy = std::max(st.best_accuracy, m.top1());
-    run.exporter->set_eval(m.top1(), m.top5(), m.mean_loss());
-    run.epoch_csv.set_eval({m.mean_loss(), m.top1(), m.top5(), m.auc()});
+    run.reporter.exporter->set_eval(m.top1(), m.top5(), m.mean_loss());
+    run.reporter.epoch_csv.set_eval({m.mean_loss(), m.top1(), m.top5(), m.auc()});
     summary.best_test_accuracy = st.best_accuracy;
     eval_part =
         fmt(" | test loss %.4f top1 %.2f%% top5 %.2f%%", m.mean_loss(), 100 * m.top1(), 100 * m.top5());
@@ -410,13 +416,13 @@ enum class EpochEnd {
 // The epoch's batches come from the rank's shard, from micro-batch st.batch_in_epoch on (a resumed
 // epoch). data.gpu_input_pipeline: pinned batches; batch k+1 uploads on a copy stream during step k and
 // is normalised on the device. Otherwise the host normalises and the copy in train_step is synchronous.
-Device input_device(const TrainingRun& run) {
-  return run.device.is_cuda() && run.config.data.gpu_input_pipeline ? run.device : Device::cpu();
+Device input_device(const RunContext& context) {
+  return context.device.is_cuda() && context.config.data.gpu_input_pipeline ? context.device : Device::cpu();
 }
 
 // The epoch's steps, until the loader runs out, the run is done or a stop signal is agreed on.
 void run_steps(TrainingRun& run, DevicePrefetcher& input, int epoch, EpochProgress& progress) {
-  TrainingState& st = run.st;
+  TrainingState& st = run.state;
   std::optional<PendingReport> pending;  // the last GPU step, reported once the next one is queued
   while (!run.loop.done) {
     std::optional<StepResult> result = train_step(run, input, epoch);
@@ -431,10 +437,11 @@ void run_steps(TrainingRun& run, DevicePrefetcher& input, int epoch, EpochProgre
                               std::move(result->pending_skipped_steps),
                               std::move(result->pending_loss_scale)};
     else
-      report_step(run, st.step, epoch, result->loss, result->lr, progress);
+      report_step(run.reporter, run.context.config, run.experiment, st, st.step, epoch, result->loss,
+                  result->lr, progress);
     result.reset();
     if (st.step >= run.experiment.total_steps) run.loop.done = true;
-    const SignalHook& hook = run.faults.signal;
+    const SignalHook& hook = run.context.faults.signal;
     if (st.step == hook.step) {
       std::raise(hook.signal);  // handled before raise returns, so a second one is a true repeat
       if (hook.twice) std::raise(hook.signal);
@@ -443,10 +450,10 @@ void run_steps(TrainingRun& run, DevicePrefetcher& input, int epoch, EpochProgre
     // The step ends once the device has finished the step before it (the host stays at most one step
     // ahead), after the stop-signal agreement: step times measured on the host then add up to the
     // device's time (trainer bench's img/s come from them).
-    run.fence->step_queued(run.device);
-    if (auto t = run.timer->end_step()) observe_step(run, *t);
+    run.step.fence->step_queued(run.context.device);
+    if (auto t = run.reporter.timer->end_step()) observe_step(run.reporter, *t);
     if (run.loop.stop_signal != 0) break;
-    if (checkpoint_due_at_step(run)) {
+    if (checkpoint_due_at_step(run.context.config.checkpoint, run.loop, run.state)) {
       report_pending(run, pending, progress);  // the checkpoint holds the epoch's loss sum
       save_checkpoint_at_step(run);
     }
@@ -457,57 +464,61 @@ void run_steps(TrainingRun& run, DevicePrefetcher& input, int epoch, EpochProgre
 // After the epoch's last step: the stop agreement still on its way, the epoch's time, the timer's
 // lagging steps. The epoch's collectives follow (train loss, stop, eval).
 void end_epoch_steps(TrainingRun& run, const EpochProgress& progress) {
-  if (!run.loop.stop_signal) run.loop.stop_signal = pending_stop_signal(run);
-  run.st.train_seconds = progress.seconds_before + seconds_since(progress.start);
-  if (run.heartbeat) run.heartbeat->set_phase("epoch end");
-  run.timer->discard_step();
-  for (const auto& t : run.timer->flush()) observe_step(run, t);
+  if (!run.loop.stop_signal) run.loop.stop_signal = pending_stop_signal(run.loop);
+  run.state.train_seconds = progress.seconds_before + seconds_since(progress.start);
+  if (run.processes.heartbeat) run.processes.heartbeat->set_phase("epoch end");
+  run.reporter.timer->discard_step();
+  for (const auto& t : run.reporter.timer->flush()) observe_step(run.reporter, t);
 }
 
 // The epoch's train loss over the ranks, its evaluation and its log line.
 void summarize_epoch(TrainingRun& run, int epoch, const EpochProgress& progress) {
   const double epoch_seconds = seconds_since(progress.start);
-  run.summary.final_train_loss = train_loss_over_ranks(run);
-  run.summary.epochs = epoch + 1;
+  run.reporter.summary.final_train_loss = train_loss_over_ranks(*run.processes.group, run.state);
+  run.reporter.summary.epochs = epoch + 1;
   const std::string eval_part = evaluate_at_epoch_end(run, epoch);
-  run.log.line(fmt("epoch %d/%d: train loss %.4f, %.1fs, %.0f img/s", epoch + 1, run.config.train.epochs,
-                   run.summary.final_train_loss, epoch_seconds,
-                   (run.st.samples_seen - progress.samples_before) / std::max(epoch_seconds, 1e-9)) +
-               eval_part);
-  run.exporter->add_epoch_end();
+  run.reporter.log.line(
+      fmt("epoch %d/%d: train loss %.4f, %.1fs, %.0f img/s", epoch + 1, run.context.config.train.epochs,
+          run.reporter.summary.final_train_loss, epoch_seconds,
+          (run.state.samples_seen - progress.samples_before) / std::max(epoch_seconds, 1e-9)) +
+      eval_part);
+  run.reporter.exporter->add_epoch_end();
   if (const std::string cached = data_cache_report(run.experiment.data); !cached.empty())
-    run.log.line(cached);
+    run.reporter.log.line(cached);
   for (const bool training : {true, false})
     if (const FileCache* cache =
             data_cache_of(training ? run.experiment.data.train.get() : run.experiment.data.test.get()))
-      run.exporter->set_data_cache(training, cache->files(), cache->bytes());
-  run.epoch_csv.write_epoch(
-      epoch + 1, run.st.step, run.summary.final_train_loss, run.experiment.optimizer->lr(),
-      (run.st.samples_seen - progress.samples_before) / std::max(epoch_seconds, 1e-9), run.scaler->scale());
+      run.reporter.exporter->set_data_cache(training, cache->files(), cache->bytes());
+  run.reporter.epoch_csv.write_epoch(
+      epoch + 1, run.state.step, run.reporter.summary.final_train_loss, run.experiment.optimizer->lr(),
+      (run.state.samples_seen - progress.samples_before) / std::max(epoch_seconds, 1e-9),
+      run.step.scaler->scale());
 }
 
 // One epoch, st.epoch: its steps from st.batch_in_epoch on, then the train loss over the ranks, the
 // evaluation, the epoch's log line and a periodic checkpoint.
 EpochEnd run_epoch(TrainingRun& run) {
-  TrainingState& st = run.st;
+  TrainingState& st = run.state;
   const int epoch = static_cast<int>(st.epoch);
   run.sampler->set_epoch(epoch);
-  LoaderOptions lo = epoch_loader_options(run.config, run.env.local_world_size, epoch, st.batch_in_epoch);
-  lo.allocate_batch = batch_allocator_for(input_device(run));
+  LoaderOptions lo =
+      epoch_loader_options(run.context.config, run.context.env.local_world_size, epoch, st.batch_in_epoch);
+  lo.allocate_batch = batch_allocator_for(input_device(run.context));
   DataLoader loader(run.experiment.data.train, run.sampler->indices_from(st.epoch_sample_offset), lo);
   const Normalization& norm = run.experiment.normalization;
-  DevicePrefetcher input(loader, input_device(run), {norm.mean, norm.std, run.precision.input_format});
+  DevicePrefetcher input(loader, input_device(run.context),
+                         {norm.mean, norm.std, run.context.precision.input_format});
   // Ranks that would run different numbers of steps hang in an all-reduce at the epoch's end: stop
   // here instead, naming them.
-  if (run.heartbeat) run.heartbeat->set_phase("epoch start (step-count check)");
-  check_epoch_steps(run.pg->comm(), epoch, loader.num_batches() - lo.first_batch,
-                    run.faults.epoch_steps.extra_steps(run.rank));
+  if (run.processes.heartbeat) run.processes.heartbeat->set_phase("epoch start (step-count check)");
+  check_epoch_steps(run.processes.group->comm(), epoch, loader.num_batches() - lo.first_batch,
+                    run.context.faults.epoch_steps.extra_steps(run.context.rank()));
 
   run.experiment.model->train();
   run.experiment.optimizer
       ->zero_grad();  // micro-batches left over by the previous epoch must not leak into this one
   EpochProgress progress{Clock::now(), st.train_seconds, st.samples_seen};
-  run.exporter->set_epoch(epoch + 1);
+  run.reporter.exporter->set_epoch(epoch + 1);
   run_steps(run, input, epoch, progress);
   end_epoch_steps(run, progress);
   if (run.loop.stop_signal) {
@@ -531,9 +542,9 @@ EpochEnd run_epoch(TrainingRun& run) {
 // Returns the exit code: 0; 1 when train.log could not be written in full; 128 + a stop signal received
 // after the last step.
 int finish_run(TrainingRun& run) {
-  TrainingState& st = run.st;
-  RunSummary& summary = run.summary;
-  Log& log = run.log;
+  TrainingState& st = run.state;
+  RunSummary& summary = run.reporter.summary;
+  Log& log = run.reporter.log;
   // A stop signal after the last step's agreement (during the final evaluation, typically) finds the
   // training complete: the final checkpoint, weights and summary are still written (seconds), and the
   // exit status 128 + the signal says that the stop was received. (Each rank reads its own signal.)
@@ -543,30 +554,30 @@ int finish_run(TrainingRun& run) {
         fmt("received signal %d after the last step (final evaluation) at step %lld: the training is "
             "complete; writing the final checkpoint, weights and summary, then exiting with %d",
             late_signal, static_cast<long long>(st.step), 128 + late_signal));
-  run.steps.csv.close();
-  run.step_times.file.close();
-  run.epoch_csv.close();
+  run.reporter.steps.csv.close();
+  run.reporter.step_times.file.close();
+  run.reporter.epoch_csv.close();
   summary.steps = st.step;
   summary.train_seconds = st.train_seconds;
   summary.samples_per_second = st.samples_seen / std::max(st.train_seconds, 1e-9);
-  if (run.config.checkpoint.save_final) {
+  if (run.context.config.checkpoint.save_final) {
     save_checkpoint(run, true);
-    summary.weights = run.paths.ckpt_dir + "/final.safetensors";
-    if (run.writer) {
+    summary.weights = run.files.ckpt_dir + "/final.safetensors";
+    if (run.context.writer()) {
       try {
         save_weights(summary.weights, *run.experiment.model);
       } catch (const std::exception& err) {
         throw CheckpointError("weights " + summary.weights + " not written: " + err.what() +
-                              "; the final checkpoint holds the same weights: " + run.paths.ckpt_dir + "/" +
+                              "; the final checkpoint holds the same weights: " + run.files.ckpt_dir + "/" +
                               fmt("step-%08lld", static_cast<long long>(st.step)) + "/model.safetensors");
       }
       log.line("weights: " + summary.weights);
     }
   }
-  if (run.writer) {
-    write_summary(run.paths.run_dir + "/summary.json", summary, run.faults.full_disk);
-    if (!run.options.summary_path.empty())
-      write_summary(run.options.summary_path, summary, run.faults.full_disk);
+  if (run.context.writer()) {
+    write_summary(run.files.run_dir + "/summary.json", summary, run.context.faults.full_disk);
+    if (!run.context.options.summary_path.empty())
+      write_summary(run.context.options.summary_path, summary, run.context.faults.full_disk);
   }
   leave_process_group(run);
   const std::string skipped_note =
@@ -598,7 +609,7 @@ int run_training(const Config& config, const TrainOptions& options) {
   // From here a stop signal is the loop's to handle (finish the step, checkpoint): the store's waits
   // (the checkpoint's barriers among them) must run to their end.
   set_store_wait_interrupt(nullptr);
-  for (; run->st.epoch < config.train.epochs && !run->loop.done; ++run->st.epoch) {
+  for (; run->state.epoch < config.train.epochs && !run->loop.done; ++run->state.epoch) {
     const EpochEnd end = run_epoch(*run);
     if (end == EpochEnd::stopped_by_signal) return 128 + run->loop.stop_signal;
     if (end == EpochEnd::cut_short) break;  // max_steps ended the run inside this epoch

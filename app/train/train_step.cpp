@@ -29,11 +29,11 @@ namespace {
 // data_wait and h2d: the next micro-batch on the device, in the model's input layout. False when the
 // loader has run out.
 bool fetch_micro_batch(TrainingRun& run, DevicePrefetcher& input, MicroBatch& mb) {
-  StepTimer& timer = *run.timer;
-  const StallHook& stall = run.faults.stall;
+  StepTimer& timer = *run.reporter.timer;
+  const StallHook& stall = run.context.faults.stall;
   if (!timer.in_step()) timer.begin_step();
   timer.begin(Phase::data_wait);
-  if (run.rank == stall.rank && run.st.step == stall.step)
+  if (run.context.rank() == stall.rank && run.state.step == stall.step)
     std::this_thread::sleep_for(std::chrono::duration<double>(stall.seconds));
   mb.batch = input.next();
   timer.end(Phase::data_wait);
@@ -41,154 +41,137 @@ bool fetch_micro_batch(TrainingRun& run, DevicePrefetcher& input, MicroBatch& mb
   timer.begin(Phase::h2d);
   mb.on_device = input.to_device(*mb.batch);
   // no-ops on the GPU pipeline
-  mb.images = mb.on_device.images.to(run.device).contiguous(run.precision.input_format);
-  mb.labels = mb.on_device.labels.to(run.device);
+  mb.images = mb.on_device.images.to(run.context.device).contiguous(run.context.precision.input_format);
+  mb.labels = mb.on_device.labels.to(run.context.device);
   timer.end(Phase::h2d);
   return true;
 }
 
-// What a step's micro-batches add to the counters.
+// What a step's micro-batch adds to the counters.
 void count_micro_batch(TrainingRun& run, const MicroBatch& mb, StepResult& result) {
-  run.st.samples_seen += mb.batch->labels.numel() * run.experiment.world_size;
+  run.state.samples_seen += mb.batch->labels.numel() * run.experiment.world_size;
   result.samples += mb.batch->labels.numel();
-  ++run.st.batch_in_epoch;
+  ++run.state.batch_in_epoch;
 }
 
-// The schedule's learning rate for the step after st.step.
-double step_lr(const Experiment& e, const TrainingState& st) {
-  return e.base_lr * e.schedule->factor(st.step);
+// The schedule's learning rate for the step after state.step.
+double step_lr(const Experiment& e, const TrainingState& state) {
+  return e.base_lr * e.schedule->factor(state.step);
 }
 
 // The device loss scaler's outcome of the step just queued, read back while the next one runs.
 void read_scaler_later(TrainingRun& run, StepResult& result) {
-  result.pending_skipped_steps = run.readback->read_later(run.scaler->device_skipped());
-  result.pending_loss_scale = run.readback->read_later(run.scaler->device_scale());
+  result.pending_skipped_steps = run.step.readback->read_later(run.step.scaler->device_skipped());
+  result.pending_loss_scale = run.step.readback->read_later(run.step.scaler->device_scale());
 }
 
-// An eager step: batches from the loader, every phase timed. On the CPU each loss is read and checked
-// before backward; on a GPU it is read back while the next step runs (a read here would leave the
-// device idle while the host queues backward), so a non-finite loss stops the run one step later, when
-// the step is reported.
-class EagerStep : public StepDriver {
- public:
-  EagerStep(TrainingRun& run, DevicePrefetcher& input, int epoch, MicroBatch first)
-      : run_(run), input_(input), epoch_(epoch), current_(std::move(first)) {}
+// TRAINER_TEST_INF_GRAD: one rank's gradient turns inf at one step, after the reduce, as a bad batch's
+// would (every rank must then skip the step together). Empty at every other step.
+std::function<void()> inf_grad_hook(TrainingRun& run) {
+  const InfGradHook& hook = run.context.faults.inf_grad;
+  if (run.context.rank() != hook.rank || run.state.step + 1 != hook.step || run.step.params.empty())
+    return {};
+  return [&params = run.step.params] {
+    Variable first = params.front();  // a handle: its gradient is the parameter's
+    if (first.grad().defined()) first.grad().fill_(std::numeric_limits<double>::infinity());
+  };
+}
 
-  std::optional<StepInput> next(int micro) override {
-    if (micro > 0 && !fetch_micro_batch(run_, input_, current_)) return std::nullopt;
-    return StepInput{current_.images, current_.labels};
+// The step's losses: on the CPU read now (free); on a GPU read back while the next step runs (a read
+// here would leave the device idle while the host queues the next step), so a non-finite loss stops the
+// run one step later, when the step is reported.
+void take_losses(TrainingRun& run, const std::vector<Tensor>& losses, StepResult& result) {
+  const double accum = static_cast<double>(losses.size());
+  if (!run.context.device.is_cuda()) {
+    for (const Tensor& loss : losses) result.loss += loss.item() / accum;
+    return;
   }
-  void begin(Phase phase) override { run_.timer->begin(phase); }
-  void end(Phase phase) override { run_.timer->end(phase); }
-  void forward_done(const Variable& loss, int) override {
-    if (run_.device.is_cuda()) {
-      pending_.push_back(run_.readback->read_later(loss.data()));
-      end(Phase::forward);
-      return;
+  std::vector<std::function<double()>> pending;
+  for (const Tensor& loss : losses) pending.push_back(run.step.readback->read_later(loss));
+  result.pending_loss = [pending = std::move(pending), accum] {
+    double mean = 0.0;
+    for (const auto& loss : pending) mean += loss() / accum;
+    return mean;
+  };
+}
+
+// The loss scaler's word on the step: a host scaler's skipped step is logged and counted now, a device
+// scaler's outcome comes back with the loss.
+void take_loss_scale(TrainingRun& run, const StepOutcome& outcome, StepResult& result) {
+  Reporter& reporter = run.reporter;
+  if (outcome.end == StepOutcome::End::skipped) {
+    reporter.exporter->add_skipped_steps(1);
+    reporter.log.line(fmt("step %lld: inf/NaN gradients at loss scale %g, step skipped",
+                          static_cast<long long>(run.state.step + 1), outcome.loss_scale));
+  }
+  if (run.step.scaler->on_device())
+    read_scaler_later(run, result);
+  else
+    reporter.exporter->set_loss_scale(run.step.scaler->scale());
+}
+
+// An eager step: micro-batches from the loader (the first already fetched), every phase timed.
+std::optional<StepResult> eager_step(TrainingRun& run, DevicePrefetcher& input, int epoch, MicroBatch first) {
+  StepResult result;
+  MicroBatch current = std::move(first);
+  const MicroBatchSource next = [&](int micro) -> std::optional<StepInput> {
+    if (micro > 0) {
+      current = MicroBatch{};  // its tensors go before the next micro-batch's are made
+      if (!fetch_micro_batch(run, input, current)) return std::nullopt;
     }
-    const double loss_value = loss.item();
-    end(Phase::forward);
-    check_loss_is_finite(loss_value, run_.st.step + 1, epoch_, run_.experiment.optimizer->lr());
-    result_.loss += loss_value / run_.parts->accum;
-  }
-  void micro_batch_done(Variable loss, int micro) override {
-    current_.loss = std::move(loss);
-    count_micro_batch(run_, current_, result_);
-    if (micro + 1 == run_.parts->accum)
-      result_.last = std::move(current_);
-    else
-      current_ = MicroBatch{};  // its tensors go before the next micro-batch's are made
-  }
-  void reduced() override {
-    if (run_.allreduce.open) run_.timer->end(Phase::allreduce_total);
-    run_.allreduce.open = false;
-    const InfGradHook& inf_grad = run_.faults.inf_grad;
-    if (run_.rank == inf_grad.rank && run_.st.step + 1 == inf_grad.step && !run_.params.empty()) {
-      Variable first = run_.params.front();  // a handle: its gradient is the parameter's
-      if (first.grad().defined()) first.grad().fill_(std::numeric_limits<double>::infinity());
-    }
-  }
-  std::optional<double> learning_rate() override {
-    result_.lr = step_lr(run_.experiment, run_.st);
-    return result_.lr;
-  }
-  void skipped() override {
-    run_.exporter->add_skipped_steps(1);
-    run_.log.line(fmt("step %lld: inf/NaN gradients at loss scale %g, step skipped",
-                      static_cast<long long>(run_.st.step + 1), run_.scaler->scale()));
-  }
-  void scaler_updated() override {
-    if (run_.scaler->on_device())
-      read_scaler_later(run_, result_);
-    else
-      run_.exporter->set_loss_scale(run_.scaler->scale());
-  }
+    count_micro_batch(run, current, result);
+    return StepInput{current.images, current.labels};
+  };
+  result.lr = step_lr(run.experiment, run.state);
+  const StepOutcome outcome =
+      run_step(*run.step.parts, next, result.lr, &*run.reporter.timer, inf_grad_hook(run));
+  if (outcome.end == StepOutcome::End::input_ran_out) return std::nullopt;
+  if (outcome.end == StepOutcome::End::non_finite_loss)
+    check_loss_is_finite(outcome.losses.back().item(), run.state.step + 1, epoch,
+                         run.experiment.optimizer->lr());
+  take_losses(run, outcome.losses, result);
+  take_loss_scale(run, outcome, result);
+  result.last = std::move(current);
+  return result;
+}
 
-  // The step's result, once run_step() has returned true.
-  StepResult result() && {
-    if (!pending_.empty())
-      result_.pending_loss = [pending = std::move(pending_), accum = run_.parts->accum] {
-        double mean = 0.0;
-        for (const auto& loss : pending) mean += loss() / accum;
-        return mean;
-      };
-    return std::move(result_);
-  }
-
- private:
-  TrainingRun& run_;
-  DevicePrefetcher& input_;
-  int epoch_;
-  MicroBatch current_;
-  StepResult result_;
-  std::vector<std::function<double()>> pending_;  // the micro-batches' losses on their way to the host
-};
-
-// The step being captured as a CUDA graph: the graph's own input tensors, nothing timed (a CUDA event
-// recorded in a capture cannot be timed), the learning rate already on the device.
-class CapturedStep : public StepDriver {
- public:
-  explicit CapturedStep(const StepGraph& graph) : graph_(graph) {}
-  std::optional<StepInput> next(int) override { return StepInput{graph_.images(), graph_.labels()}; }
-  void micro_batch_done(Variable loss, int) override { loss_ = std::move(loss); }
-  const Variable& loss() const { return loss_; }
-
- private:
-  const StepGraph& graph_;
-  Variable loss_;
-};
+// Records the step as a CUDA graph and runs it: the graph's own input tensors, nothing timed (a CUDA
+// event recorded in a capture cannot be timed), the learning rate already on the device.
+void capture_step(TrainingRun& run, StepGraph& graph) {
+  // Inside a replay the all-reduce is not timed apart from the step: the observer that opens
+  // allreduce_total sits the capture out.
+  PauseFirstLaunchObserver untimed(*run.data_parallel.reducer);
+  const MicroBatchSource graph_inputs = [&graph](int) {
+    return std::optional<StepInput>(StepInput{graph.images(), graph.labels()});
+  };
+  // Several ranks: the buckets' all-reduces and copies back are captured too.
+  graph.capture_and_run(
+      [&] { return run_step(*run.step.parts, graph_inputs, std::nullopt, nullptr).losses.back(); });
+  run.reporter.log.line(fmt("CUDA graph: step %lld captured (%zu nodes%s); full-size batches replay it",
+                            static_cast<long long>(run.state.step + 1), graph.nodes(),
+                            run.data_parallel.reducer->active() ? ", with the gradient all-reduce" : ""));
+}
 
 // One step of one fetched batch as a CUDA graph: copy it into the graph's inputs, stage the
 // optimizer's scalars, replay (capturing first, the first time). The loss comes back to the host while
 // the next step runs: the result's pending_loss waits for it.
 StepResult graphed_step(TrainingRun& run, MicroBatch mb) {
-  Experiment& e = run.experiment;
-  StepGraph& graph = *run.step_graph;
+  Optimizer& optimizer = *run.experiment.optimizer;
+  StepGraph& graph = *run.step.graph;
   StepResult result;
-  run.timer->begin(Phase::graph);
+  run.reporter.timer->begin(Phase::graph);
   graph.load(mb.images, mb.labels);
-  const double lr = step_lr(e, run.st);
-  set_step_lr(*e.optimizer, lr);  // the graph reads it from the device (use_device_scalars)
+  result.lr = step_lr(run.experiment, run.state);
+  set_step_lr(optimizer, result.lr);  // the graph reads it from the device (use_device_scalars)
   if (graph.captured()) {
     graph.replay();
-    e.optimizer->count_replayed_step();
+    optimizer.count_replayed_step();
   } else {
-    // Inside a replay the all-reduce is not timed apart from the step: the observer that opens
-    // allreduce_total sits the capture out.
-    PauseFirstLaunchObserver untimed(*run.reducer);
-    graph.capture_and_run([&] {
-      CapturedStep captured(graph);
-      run_step(*run.parts, captured);  // several ranks: the buckets' all-reduces and copies back too
-      return captured.loss().data();
-    });
-    run.log.line(fmt("CUDA graph: step %lld captured (%zu nodes%s); full-size batches replay it",
-                     static_cast<long long>(run.st.step + 1), graph.nodes(),
-                     run.reducer->active() ? ", with the gradient all-reduce" : ""));
+    capture_step(run, graph);
   }
-  result.pending_loss = run.readback->read_later(graph.loss());
-  if (run.scaler->on_device()) read_scaler_later(run, result);
-  run.timer->end(Phase::graph);
-  result.lr = lr;
+  result.pending_loss = run.step.readback->read_later(graph.loss());
+  if (run.step.scaler->on_device()) read_scaler_later(run, result);
+  run.reporter.timer->end(Phase::graph);
   count_micro_batch(run, mb, result);
   result.last = std::move(mb);
   return result;
@@ -199,13 +182,11 @@ StepResult graphed_step(TrainingRun& run, MicroBatch mb) {
 std::optional<StepResult> train_step(TrainingRun& run, DevicePrefetcher& input, int epoch) {
   MicroBatch first;
   if (!fetch_micro_batch(run, input, first)) return std::nullopt;
-  if (StepGraph* graph = run.step_graph.get()) {  // accum is 1 (step_graph_blocker)
+  if (StepGraph* graph = run.step.graph.get()) {  // accum is 1 (step_graph_blocker)
     if (graph->accepts(first.images, first.labels)) return graphed_step(run, std::move(first));
     graph->note_eager_step(first.images, first.labels);
   }
-  EagerStep step(run, input, epoch, std::move(first));
-  if (!run_step(*run.parts, step)) return std::nullopt;
-  return std::move(step).result();
+  return eager_step(run, input, epoch, std::move(first));
 }
 
 }  // namespace trainer

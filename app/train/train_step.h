@@ -1,16 +1,16 @@
 #pragma once
 // One optimizer step of `trainer train`: grad_accum_steps micro-batches of data -> forward -> backward,
 // then the gradient all-reduce and the optimizer. The device work is the step function
-// (app/train/step_function.h), run eagerly or recorded once as a CUDA graph and replayed; this file feeds it
-// the batches, times its phases and reads its loss back. The bookkeeping around a step (counters, CSV,
-// metrics, log, checkpoints) stays in app/train/train_loop.cpp.
+// (dist/data_parallel_step.h), run eagerly or recorded once as a CUDA graph and replayed; this file feeds
+// it the batches and its phase timer, and reads its loss back. The bookkeeping around a step (counters,
+// CSV, metrics, log, checkpoints) stays in app/train/train_loop.cpp.
 #include <cstdint>
 #include <functional>
 #include <optional>
 #include <vector>
 
 #include "data/device_prefetcher.h"
-#include "nn/autograd/variable.h"
+#include "nn/tensor.h"
 
 namespace trainer {
 
@@ -22,7 +22,6 @@ struct MicroBatch {
   DeviceBatch on_device;
   Tensor images;  // the model's input
   Tensor labels;
-  Variable loss;
 };
 
 struct StepResult {
@@ -44,9 +43,9 @@ struct StepResult {
 // (0-based) and the learning rate, with a hint.
 void check_loss_is_finite(double loss, int64_t step, int epoch, double lr);
 
-// Runs one optimizer step (the step function, app/train/step_function.h) on the next micro-batches of
-// `input`, timing each phase in run.timer. Counts
-// the consumed samples and micro-batches in run.st (run.st.step is left to the caller). Returns nullopt when
+// Runs one optimizer step (the step function, dist/data_parallel_step.h) on the next micro-batches of
+// `input`, timing each phase in the run's timer. Counts the consumed samples and micro-batches in the
+// run's state (state.step is left to the caller). Returns nullopt when
 // the loader ran out before the step was complete: the step's timing is still open (the caller
 // discards it) and its gradients are left for the next epoch's zero_grad(). Throws std::runtime_error
 // when a CPU step's loss is not finite (before its update; a GPU step's is checked when it is reported,

@@ -19,24 +19,31 @@
 namespace trainer {
 namespace {
 
-// ---- processes: who we are (torchrun / SLURM / OpenMPI variables), the device, the others
-void join_processes(TrainingRun& run) {
-  const Config& config = run.config;
-  run.env = process_env();
+// ---- who we are (torchrun / SLURM / OpenMPI variables) and the device, before connecting to the others
+RunContext make_run_context(const Config& config, const TrainOptions& options) {
+  const ProcessEnv env = process_env();
   export_nccl_settings(config);
   // The device first: NCCL needs it, and LOCAL_RANK picks it (never a silent fallback to GPU 0).
-  const RunDevice run_device = setup_device(config, run.env.local_rank);
+  const RunDevice run_device = setup_device(config, env.local_rank);
   check_precision(config, run_device.device);
-  run.device = run_device.device;
-  run.precision = run_device.precision;
-  run.dist_options = dist_options(config, run.device, run.build);
-  run.pg = ProcessGroup::init(run.env, run.dist_options);
+  const TrainerBuild build = trainer_build();
+  return RunContext{.config = config,
+                    .options = options,
+                    .faults = fault_injection_from_env(),
+                    .build = build,
+                    .env = env,
+                    .device = run_device.device,
+                    .precision = run_device.precision,
+                    .dist_options = dist_options(config, run_device.device, build)};
+}
+
+// ---- the other processes
+void join_processes(TrainingRun& run) {
+  Processes& processes = run.processes;
+  processes.group = ProcessGroup::init(run.context.env, run.context.dist_options);
   // A failed collective's message says where every rank was (dist/heartbeat.h).
-  run.describe_ranks_on_failure.emplace(run.pg->heartbeat());
-  run.rank = run.pg->rank();
-  run.world = run.pg->world_size();
-  run.writer = run.rank == 0;
-  run.heartbeat = run.pg->heartbeat();
+  processes.describe_ranks_on_failure.emplace(processes.group->heartbeat());
+  processes.heartbeat = processes.group->heartbeat();
 }
 
 // Where the checkpoints go, and the key a message about that directory names.
@@ -53,18 +60,19 @@ const char* checkpoint_dir_setting(const Config& config) {
 std::string agree_on_start_check(TrainingRun& run, const std::string& check, const std::string& problem,
                                  const std::string& value = "") {
   std::string verdict = problem, agreed = value;
-  if (Store* store = run.pg->store(); store && run.world > 1) {
+  if (Store* store = run.processes.group->store(); store && run.context.world() > 1) {
     const std::string key = "trainer/start_check/" + check;
-    if (run.writer) {
+    if (run.context.writer()) {
       store->set(key + "/value", value);
       store->set(key, problem);
     } else {
-      verdict = store->get(key, run.dist_options.connect_timeout);
-      agreed = store->get(key + "/value", run.dist_options.connect_timeout);
+      verdict = store->get(key, run.context.dist_options.connect_timeout);
+      agreed = store->get(key + "/value", run.context.dist_options.connect_timeout);
       if (!verdict.empty()) verdict = "rank 0 stopped the run: " + verdict;
     }
     // Rank 0 serves the store: it leaves (and may exit) only once every rank has read the verdict.
-    store->barrier(key + "/read", run.rank, run.world, run.dist_options.connect_timeout);
+    store->barrier(key + "/read", run.context.rank(), run.context.world(),
+                   run.context.dist_options.connect_timeout);
   }
   if (!verdict.empty()) throw RunDirectoryError(verdict);
   return agreed;
@@ -74,10 +82,10 @@ std::string agree_on_start_check(TrainingRun& run, const std::string& check, con
 // that another run holds -- two runs of one config started in the same second -- gets a suffix instead.
 void lock_run_directory(TrainingRun& run, const ProposedRunDir& proposed, const std::string& command) {
   for (int attempt = 1;; ++attempt) {
-    run.paths.run_dir = proposed.path + (attempt == 1 ? "" : "-" + std::to_string(attempt));
-    create_run_directory(run.paths.run_dir, "train.run_dir");
+    run.files.run_dir = proposed.path + (attempt == 1 ? "" : "-" + std::to_string(attempt));
+    create_run_directory(run.files.run_dir, "train.run_dir");
     try {
-      run.run_dir_lock.emplace(run.paths.run_dir, "train.run_dir", command);
+      run.files.run_dir_lock.emplace(run.files.run_dir, "train.run_dir", command);
       return;
     } catch (const RunDirectoryError&) {
       if (!proposed.fresh || attempt == 100) throw;
@@ -88,29 +96,30 @@ void lock_run_directory(TrainingRun& run, const ProposedRunDir& proposed, const 
 // Rank 0: creates the run and checkpoint directories, takes their locks and makes sure it can write in
 // both, before anything else is written there.
 void prepare_run_directories(TrainingRun& run, const ProposedRunDir& proposed) {
-  RunPaths& paths = run.paths;
-  const std::string ckpt_setting = checkpoint_dir_setting(run.config);
-  const std::string command = "trainer train " + run.config.source_path +
-                              (run.options.resume.empty() ? "" : " --resume " + run.options.resume);
+  RunFiles& paths = run.files;
+  const std::string ckpt_setting = checkpoint_dir_setting(run.context.config);
+  const std::string command =
+      "trainer train " + run.context.config.source_path +
+      (run.context.options.resume.empty() ? "" : " --resume " + run.context.options.resume);
   lock_run_directory(run, proposed, command);
   check_writable(paths.run_dir, "train.run_dir");
-  paths.ckpt_dir = checkpoint_dir_for(run.config, paths.run_dir);
+  paths.ckpt_dir = checkpoint_dir_for(run.context.config, paths.run_dir);
   create_run_directory(paths.ckpt_dir, ckpt_setting);
   // Its own lock too (the default <run_dir>/checkpoints included): another run's checkpoint.dir may
   // point at it.
   if (!same_directory(paths.ckpt_dir, paths.run_dir))
-    run.ckpt_dir_lock.emplace(paths.ckpt_dir, ckpt_setting, command);
+    run.files.ckpt_dir_lock.emplace(paths.ckpt_dir, ckpt_setting, command);
   check_writable(paths.ckpt_dir, ckpt_setting);
 }
 
 // ---- the run directory (rank 0's, agreed by all ranks), the checkpoint directory, train.log
 void open_run_directory(TrainingRun& run) {
-  const Config& config = run.config;
-  RunPaths& paths = run.paths;
+  const Config& config = run.context.config;
+  RunFiles& paths = run.files;
   std::string problem;
-  if (run.writer) {
+  if (run.context.writer()) {
     try {
-      prepare_run_directories(run, propose_run_dir(config, run.options));
+      prepare_run_directories(run, propose_run_dir(config, run.context.options));
     } catch (const RunDirectoryError& e) {
       problem = e.what();
     }
@@ -118,7 +127,8 @@ void open_run_directory(TrainingRun& run) {
   paths.run_dir = agree_on_start_check(run, "run_directories", problem, paths.run_dir);
   paths.ckpt_dir = checkpoint_dir_for(config, paths.run_dir);
   paths.config_toml = config_to_toml(config);
-  open_run_log(run.log, config, run.env, paths.run_dir, paths.config_toml, run.rank, run.faults.full_disk);
+  open_run_log(run.reporter.log, config, run.context.env, paths.run_dir, paths.config_toml,
+               run.context.rank(), run.context.faults.full_disk);
 }
 
 // Whether this run writes any checkpoint at all.
@@ -142,81 +152,88 @@ int64_t checkpoints_in(const std::string& dir) {
 // checkpoint.on_error.
 void check_checkpoint_room(TrainingRun& run) {
   std::string problem;
-  const CheckpointConfig& c = run.config.checkpoint;
-  if (run.writer && writes_checkpoints(c)) {
+  const CheckpointConfig& c = run.context.config.checkpoint;
+  if (run.context.writer() && writes_checkpoints(c)) {
     const int64_t one =
-        checkpoint_bytes(*run.experiment.model, *run.experiment.optimizer, run.paths.config_toml.size());
+        checkpoint_bytes(*run.experiment.model, *run.experiment.optimizer, run.files.config_toml.size());
     const std::string size = format_bytes(static_cast<double>(one));
-    const int64_t existing = checkpoints_in(run.paths.ckpt_dir);
-    const std::string setting = checkpoint_dir_setting(run.config);
-    problem = room_problem(run.paths.ckpt_dir, setting, (existing > 0 ? 1 : 2) * one,
+    const int64_t existing = checkpoints_in(run.files.ckpt_dir);
+    const std::string setting = checkpoint_dir_setting(run.context.config);
+    problem = room_problem(run.files.ckpt_dir, setting, (existing > 0 ? 1 : 2) * one,
                            existing > 0
                                ? "one more checkpoint of " + size + " beside the one already there"
                                : "two checkpoints of " + size + " (the one being written and the one kept)");
     const int64_t at_once = std::max<int64_t>(1, c.keep_last + c.keep_best + 1 - existing);
-    const std::string peak = room_problem(run.paths.ckpt_dir, setting, at_once * one + one / 2,
+    const std::string peak = room_problem(run.files.ckpt_dir, setting, at_once * one + one / 2,
                                           std::to_string(at_once) + " more checkpoints of " + size +
                                               " (checkpoint.keep_last + keep_best + the one being written)");
     if (problem.empty() && !peak.empty())
-      run.log.error("warning: " + peak +
-                    "; the checkpoints that do not fit will fail and follow checkpoint.on_error");
+      run.reporter.log.error("warning: " + peak +
+                             "; the checkpoints that do not fit will fail and follow checkpoint.on_error");
   }
   agree_on_start_check(run, "checkpoint_room", problem);
 }
 
 // ---- model, optimizer and the gradients' path, the same on every rank
 void build_model(TrainingRun& run) {
-  const Config& config = run.config;
-  ProcessGroup& pg = *run.pg;
-  run.experiment = build_experiment(config, {run.device, run.precision}, true, run.world, run.rank,
-                                    run.env.local_world_size);
+  const RunContext& context = run.context;
+  const Config& config = context.config;
+  ProcessGroup& pg = *run.processes.group;
+  DataParallel& data_parallel = run.data_parallel;
+  Log& log = run.reporter.log;
+  run.experiment = build_experiment(config, {context.device, context.precision}, true, context.world(),
+                                    context.rank(), context.env.local_world_size);
   Experiment& e = run.experiment;
   // SyncBN: batch statistics over all ranks (in place: the optimizer's parameters stay the same).
   if (config.model.sync_bn) convert_sync_batchnorm(*e.model, pg.comm_ptr());
   // Without SyncBN, ranks' running statistics drift apart: average them before eval and checkpoints.
-  run.average_bn_stats = !config.model.sync_bn && config.model.bn_stats_sync == BnStatsSync::average;
-  if (run.world > 1)
-    check_ranks_agree(pg, run.build, run.paths.config_toml, e, run.device, run.env, run.dist_options);
+  data_parallel.average_bn_stats =
+      !config.model.sync_bn && config.model.bn_stats_sync == BnStatsSync::average;
+  if (context.world() > 1)
+    check_ranks_agree(pg, context.build, run.files.config_toml, e, context.device, context.env,
+                      context.dist_options);
   // Every rank starts from rank 0's weights and buffers; gradients are averaged in buckets while
   // backward runs (nothing happens at world size 1).
   broadcast_state(pg.comm(), e.model->state_dict());
-  run.zero = wrap_in_zero_optimizer(config, e, pg, run.log);
-  run.ddp_reducer.emplace(run.zero ? std::make_shared<SingleProcessComm>() : pg.comm_ptr(),
-                          e.model->named_parameters());
-  run.reducer = run.zero && run.zero->gradient_reducer() ? run.zero->gradient_reducer() : &*run.ddp_reducer;
-  log_run_description(run.log, config, e, run.device, run.paths.run_dir, run.build);
-  run.log.line(loader_workers_reason(config, run.env.local_world_size));
-  const std::string workers_warning = loader_workers_warning(config.data.workers, run.env.local_world_size,
-                                                             std::thread::hardware_concurrency());
-  if (!workers_warning.empty()) run.log.error(workers_warning);
-  const std::string lr_note = lr_scaling_note(config, run.world);
-  if (!lr_note.empty()) run.log.line(lr_note);
+  ZeroOptimizer* zero = data_parallel.zero = wrap_in_zero_optimizer(config, e, pg, log);
+  data_parallel.ddp_reducer.emplace(zero ? std::make_shared<SingleProcessComm>() : pg.comm_ptr(),
+                                    e.model->named_parameters());
+  data_parallel.reducer =
+      zero && zero->gradient_reducer() ? zero->gradient_reducer() : &*data_parallel.ddp_reducer;
+  log_run_description(log, config, e, context.device, run.files.run_dir, context.build);
+  log.line(loader_workers_reason(config, context.env.local_world_size));
+  const std::string workers_warning = loader_workers_warning(
+      config.data.workers, context.env.local_world_size, std::thread::hardware_concurrency());
+  if (!workers_warning.empty()) log.error(workers_warning);
+  const std::string lr_note = lr_scaling_note(config, context.world());
+  if (!lr_note.empty()) log.line(lr_note);
 }
 
 // ---- observability: per-phase step times, exported per rank for Prometheus
 void start_metrics(TrainingRun& run) {
-  run.exporter = std::make_unique<Exporter>(
-      exporter_options(run.config, run.env, run.rank, run.build, run.paths.run_dir));
-  Exporter& exporter = *run.exporter;
-  if (exporter.enabled()) run.log.line("metrics: " + exporter.url());
+  const RunContext& context = run.context;
+  Reporter& reporter = run.reporter;
+  reporter.exporter = std::make_unique<Exporter>(
+      exporter_options(context.config, context.env, context.rank(), context.build, run.files.run_dir));
+  Exporter& exporter = *reporter.exporter;
+  if (exporter.enabled()) reporter.log.line("metrics: " + exporter.url());
   // NVML's utilisation of this rank's GPU, read once a second on a thread of its own.
   const GpuUtilization& gpu =
-      run.gpu_utilization.emplace(exporter.enabled() ? gpu_pci_bus_id(run.device) : "");
+      reporter.gpu_utilization.emplace(exporter.enabled() ? gpu_pci_bus_id(context.device) : "");
   if (gpu.available())
-    run.gpu_utilization_reader.emplace([&gpu] { return gpu.read(); },
-                                       [&exporter](double u) { exporter.set_gpu_utilization(u); },
-                                       std::chrono::seconds(1));
-  if (exporter.enabled() && run.device.is_cuda())
-    run.log.line(gpu.available() ? "GPU utilisation: exported from NVML (trainer_gpu_utilization_ratio)"
-                                 : "GPU utilisation: not exported: " + gpu.why_unavailable());
-  StepTimer& timer = run.timer.emplace(phase_clock_for(run.device, run.pg->comm()));  // CUDA events on a GPU
+    reporter.gpu_utilization_reader.emplace([&gpu] { return gpu.read(); },
+                                            [&exporter](double u) { exporter.set_gpu_utilization(u); },
+                                            std::chrono::seconds(1));
+  if (exporter.enabled() && context.device.is_cuda())
+    reporter.log.line(gpu.available() ? "GPU utilisation: exported from NVML (trainer_gpu_utilization_ratio)"
+                                      : "GPU utilisation: not exported: " + gpu.why_unavailable());
+  // CUDA events on a GPU
+  StepTimer& timer = reporter.timer.emplace(phase_clock_for(context.device, run.processes.group->comm()));
   // allreduce_total: from the moment the first gradient bucket is launched (its gradients are ready on
-  // the compute stream) to the end of finish() (the compute stream has waited for the last bucket).
-  // Both ends on the compute timeline; on the CPU both are host times.
-  run.reducer->set_first_launch_observer([&timer, &window = run.allreduce] {
-    timer.begin(Phase::allreduce_total, Timeline::compute);
-    window.open = true;
-  });
+  // the compute stream) to the end of the reduce (the compute stream has waited for the last bucket;
+  // run_step closes it). Both ends on the compute timeline; on the CPU both are host times.
+  run.data_parallel.reducer->set_first_launch_observer(
+      [&timer] { timer.begin(Phase::allreduce_total, Timeline::compute); });
 }
 
 StepTimesCsv open_step_times_csv(const std::string& run_dir, int64_t first_step, bool writer, Log& log,
@@ -253,21 +270,23 @@ StepTimesCsv open_step_times_csv(const std::string& run_dir, int64_t first_step,
 
 // ---- where to start: a fresh run, or exactly where a checkpoint left off; the per-step CSVs
 void choose_start(TrainingRun& run) {
-  const RunPaths& paths = run.paths;
-  const FullDiskHook& full_disk = run.faults.full_disk;
-  CheckpointManager& checkpoints =
-      run.checkpoints.emplace(paths.ckpt_dir, run.config.checkpoint, run.faults.crash_before_rename_step);
-  if (run.writer)
+  const RunFiles& paths = run.files;
+  const FullDiskHook& full_disk = run.context.faults.full_disk;
+  CheckpointManager& checkpoints = run.checkpoints.emplace(paths.ckpt_dir, run.context.config.checkpoint,
+                                                           run.context.faults.crash_before_rename_step);
+  if (run.context.writer())
     for (const std::string& tmp : checkpoints.remove_stale_temps())
-      run.log.line("checkpoint: removed " + tmp + ", left by a write that died before its rename");
+      run.reporter.log.line("checkpoint: removed " + tmp + ", left by a write that died before its rename");
   const std::string csv_path = paths.run_dir + "/train_steps.csv";
   std::string start_point;
-  run.st = agreed_start(run.config, run.options, run.experiment, paths.run_dir, paths.ckpt_dir, run.log,
-                        *run.pg, run.dist_options, start_point);
-  if (run.writer) begin_step_csv(csv_path, start_point, run.st, full_disk);
-  if (run.writer) run.steps.csv.open(csv_path, OutputFile::Mode::append, full_disk);
-  run.step_times = open_step_times_csv(paths.run_dir, run.st.step, run.writer, run.log, full_disk);
-  if (run.writer) run.epoch_csv.open(paths.run_dir, run.st.step, full_disk);
+  run.state =
+      agreed_start(run.context.config, run.context.options, run.experiment, paths.run_dir, paths.ckpt_dir,
+                   run.reporter.log, *run.processes.group, run.context.dist_options, start_point);
+  if (run.context.writer()) begin_step_csv(csv_path, start_point, run.state, full_disk);
+  if (run.context.writer()) run.reporter.steps.csv.open(csv_path, OutputFile::Mode::append, full_disk);
+  run.reporter.step_times =
+      open_step_times_csv(paths.run_dir, run.state.step, run.context.writer(), run.reporter.log, full_disk);
+  if (run.context.writer()) run.reporter.epoch_csv.open(paths.run_dir, run.state.step, full_disk);
 }
 
 // ---- fp16's dynamic loss scaling (every other precision runs with the scaler disabled, scale 1). On
@@ -275,84 +294,92 @@ void choose_start(TrainingRun& run) {
 // for the host's verdict, and the step can be captured.
 void set_up_loss_scaling(TrainingRun& run) {
   LossScalerOptions so;
-  so.enabled = run.precision.loss_scaling;
-  so.init_scale = run.config.train.loss_scale_init;
-  LossScaler& scaler = run.scaler.emplace(so);
-  if (run.st.loss_scale > 0) scaler.load_state(run.st.loss_scale, run.st.loss_scale_growth_tracker);
-  if (!so.enabled || !run.device.is_cuda()) return;
-  if (run.precision.loss_scale_on_device) {
+  so.enabled = run.context.precision.loss_scaling;
+  so.init_scale = run.context.config.train.loss_scale_init;
+  LossScaler& scaler = run.step.scaler.emplace(so);
+  if (run.state.loss_scale > 0) scaler.load_state(run.state.loss_scale, run.state.loss_scale_growth_tracker);
+  if (!so.enabled || !run.context.device.is_cuda()) return;
+  if (run.context.precision.loss_scale_on_device) {
     // The policy allows a device loss scaler (as step_graph_blocker does, from the same
     // loss_scaler_host_reason); the optimizer has the last word.
     Optimizer& optimizer = *run.experiment.optimizer;
     if (!optimizer.skips_exactly_on_device())
       throw std::logic_error("loss scaling: the config allows a device loss scaler but optimizer '" +
                              optimizer.name() + "' cannot skip on a device flag exactly");
-    scaler.keep_on_device(run.device);
+    scaler.keep_on_device(run.context.device);
     optimizer.skip_if(scaler.found_inf_flag());
-    run.log.line("loss scaling: on the device (skipped steps are reported one step late)");
+    run.reporter.log.line("loss scaling: on the device (skipped steps are reported one step late)");
   } else {
-    run.log.line("loss scaling: on the host, one synchronisation per step (" +
-                 run.precision.loss_scale_host_reason + ")");
+    run.reporter.log.line("loss scaling: on the host, one synchronisation per step (" +
+                          run.context.precision.loss_scale_host_reason + ")");
   }
 }
 
 // train.cuda_graph: full-size steps replay a CUDA graph, unless the run needs the host inside a step.
 void set_up_step_graph(TrainingRun& run) {
-  if (!run.device.is_cuda()) return;
-  const std::string blocker = step_graph_blocker(run.config, run.world);
+  if (!run.context.device.is_cuda()) return;
+  const std::string blocker = step_graph_blocker(run.context.config, run.context.world());
   if (!blocker.empty()) {
-    run.log.line("CUDA graph: off, every step runs eagerly (" + blocker + ")");
+    run.reporter.log.line("CUDA graph: off, every step runs eagerly (" + blocker + ")");
     return;
   }
-  run.step_graph = std::make_unique<StepGraph>(&run.pg->comm());
+  run.step.graph = std::make_unique<StepGraph>(&run.processes.group->comm());
   run.experiment.optimizer->use_device_scalars();  // a replayed step reads each step's learning rate there
-  run.log.line(std::string("CUDA graph: on: the first full-size step runs eagerly, the next is captured and "
-                           "replayed") +
-               (run.world > 1 ? " with its gradient all-reduce (each replay is one 'graph' phase, watched "
-                                "as one unit by the NCCL watchdog)"
-                              : ""));
+  run.reporter.log.line(
+      std::string("CUDA graph: on: the first full-size step runs eagerly, the next is captured and "
+                  "replayed") +
+      (run.context.world() > 1 ? " with its gradient all-reduce (each replay is one 'graph' phase, watched "
+                                 "as one unit by the NCCL watchdog)"
+                               : ""));
 }
 
 // ---- the step: its parts, the losses' way back to the host, the sampler, the loop's state
 void set_up_step(TrainingRun& run) {
-  const Config& config = run.config;
+  const RunContext& context = run.context;
+  const Config& config = context.config;
+  StepMachinery& step = run.step;
+  Reporter& reporter = run.reporter;
+  ProcessGroup& pg = *run.processes.group;
   // Several GPUs: the loop's device waits can sit behind NCCL kernels that a dead peer leaves spinning;
   // they poll the communicator's failure instead of blocking in the driver.
-  if (run.device.is_cuda() && run.world > 1)
-    run.comm_failed = [&comm = run.pg->comm()] { comm.throw_if_failed(); };
-  run.readback = std::make_unique<HostReadback>(run.comm_failed);
+  if (context.device.is_cuda() && context.world() > 1)
+    step.comm_failed = [&comm = pg.comm()] { comm.throw_if_failed(); };
+  step.readback = std::make_unique<HostReadback>(step.comm_failed);
   set_up_step_graph(run);
-  if (config.train.cudnn_fusion) run.log.line("cuDNN fusion: " + cudnn_fusion_state(config, run.device));
+  if (config.train.cudnn_fusion)
+    reporter.log.line("cuDNN fusion: " + cudnn_fusion_state(config, context.device));
   if (config.train.cudnn_batchnorm)
-    run.log.line("cuDNN batch norm: " + cudnn_batchnorm_state(config, run.device));
-  run.params = run.experiment.model->parameters();
-  ProcessGroup& pg = *run.pg;
-  run.parts.emplace(StepParts{
+    reporter.log.line("cuDNN batch norm: " + cudnn_batchnorm_state(config, context.device));
+  step.params = run.experiment.model->parameters();
+  step.parts.emplace(StepParts{
       .model = *run.experiment.model,
       .optimizer = *run.experiment.optimizer,
-      .scaler = *run.scaler,
-      .reducer = run.reducer,
-      .zero = run.zero,
-      .params = run.params,
-      .autocast = run.precision.autocast,
+      .scaler = *step.scaler,
+      .reducer = run.data_parallel.reducer,
+      .zero = run.data_parallel.zero,
+      .params = step.params,
+      .autocast = context.precision.autocast,
       .label_smoothing = config.train.label_smoothing,
       .clip_grad_norm = config.optim.clip_grad_norm,
       .accum = config.train.grad_accum_steps,
+      // On the CPU a loss read costs nothing: a NaN stops the run before its update. A GPU's losses come
+      // back while the next step runs (app/train/train_step.cpp).
+      .check_losses_on_host = !context.device.is_cuda(),
       .all_ranks_finite = [&pg](bool local) { return max_over_ranks(pg, local ? 0 : 1) == 0; },
-      .agree_found_inf = run.world > 1 ? std::function<void(Tensor&)>([&pg](Tensor& flag) {
+      .agree_found_inf = context.world() > 1 ? std::function<void(Tensor&)>([&pg](Tensor& flag) {
         pg.comm().all_reduce(flag, ReduceOp::max);
       })
-                                       : std::function<void(Tensor&)>(),
+                                             : std::function<void(Tensor&)>(),
   });
-  run.sampler.emplace(run.experiment.data.train->size(), run.experiment.world_size, run.rank,
+  run.sampler.emplace(run.experiment.data.train->size(), run.experiment.world_size, context.rank(),
                       config.data.shuffle, static_cast<uint64_t>(config.train.seed), config.data.drop_last);
-  run.summary.world_size = run.experiment.world_size;
-  run.summary.run_dir = run.paths.run_dir;
-  run.summary.best_test_accuracy = run.st.best_accuracy;
-  run.loop.done = run.st.step >= run.experiment.total_steps;
-  if (Heartbeat* heartbeat = run.heartbeat)
-    run.timer->set_phase_observer([heartbeat](Phase p) { heartbeat->set_phase(phase_name(p)); });
-  run.fence.emplace(run.comm_failed);
+  reporter.summary.world_size = run.experiment.world_size;
+  reporter.summary.run_dir = run.files.run_dir;
+  reporter.summary.best_test_accuracy = run.state.best_accuracy;
+  run.loop.done = run.state.step >= run.experiment.total_steps;
+  if (Heartbeat* heartbeat = run.processes.heartbeat)
+    reporter.timer->set_phase_observer([heartbeat](Phase p) { heartbeat->set_phase(phase_name(p)); });
+  step.fence.emplace(step.comm_failed);
 }
 
 }  // namespace
@@ -364,12 +391,8 @@ int64_t max_over_ranks(ProcessGroup& pg, int64_t local) {
   return static_cast<int64_t>(value.item());
 }
 
-TrainingRun::TrainingRun(const Config& config_, const TrainOptions& options_)
-    : config(config_),
-      options(options_),
-      faults(fault_injection_from_env()),
-      build(trainer_build()),
-      log(Log::instance()) {}
+TrainingRun::TrainingRun(const Config& config, const TrainOptions& options)
+    : context(make_run_context(config, options)), reporter{.log = Log::instance()} {}
 
 std::unique_ptr<TrainingRun> start_run(const Config& config, const TrainOptions& options) {
   auto run = std::make_unique<TrainingRun>(config, options);

@@ -1,10 +1,9 @@
 #pragma once
-// TrainingRun: the one owner of everything a `trainer train` run is made of -- its settings (read once),
-// process group, device, model and optimizer, gradient reducer, loss scaler, data sampler, step timer,
-// exporter, checkpoints and logs -- and of the loop's state. start_run() builds it in named phases;
-// run_training (app/train/train_loop.cpp) then reads as a straight line over it. Members are declared in the
-// order they are built and so destroyed in reverse: the CUDA graph before the process group, the
-// reducer before the communicator.
+// TrainingRun: everything a `trainer train` run is made of, as a few owned parts that say what they are --
+// the fixed context (settings, rank, device, precision policy), the processes, the run's files, the
+// experiment (data, model, optimizer), the data-parallel machinery, the reporter (log, metrics, CSVs,
+// summary), the checkpoints, the training state, the step's machinery and the loop's state. start_run()
+// builds it in named phases; the loop (app/train/train_loop.cpp) passes each function the parts it uses.
 #include <functional>
 #include <memory>
 #include <optional>
@@ -18,11 +17,11 @@
 #include "app/run/run_directory.h"
 #include "app/train/fault_injection.h"
 #include "app/train/host_readback.h"
-#include "app/train/step_function.h"
 #include "app/train/step_graph.h"
 #include "app/train/summary.h"
 #include "app/train/train_loop.h"
 #include "data/distributed_sampler.h"
+#include "dist/data_parallel_step.h"
 #include "dist/gradient_reducer.h"
 #include "dist/heartbeat.h"
 #include "dist/process_env.h"
@@ -39,11 +38,45 @@
 
 namespace trainer {
 
-// Where the run writes, decided once all ranks agree on it.
-struct RunPaths {
+// Who and where this process is: the settings (read once), this rank among the others, its device and
+// the precision policy decided for it. Fixed before the processes connect; every part reads it.
+struct RunContext {
+  const Config& config;
+  const TrainOptions& options;
+  FaultInjection faults;  // TRAINER_TEST_* hooks
+  TrainerBuild build;
+  ProcessEnv env;
+  Device device;
+  PrecisionPolicy precision;
+  DistOptions dist_options;
+
+  int rank() const { return env.rank; }
+  int world() const { return env.world_size; }
+  bool writer() const { return env.rank == 0; }  // writes checkpoints, the summary and the shared files
+};
+
+// The job's processes: the process group, and what a failed collective's message says about the others.
+struct Processes {
+  std::unique_ptr<ProcessGroup> group;
+  std::optional<DescribeRanksOnFailure> describe_ranks_on_failure;
+  Heartbeat* heartbeat = nullptr;  // tells the other ranks where this one is; null at world size 1
+};
+
+// Where the run writes, decided once all ranks agree on it. Rank 0 holds train.run_dir (and a
+// checkpoint.dir of its own) for the run's whole life.
+struct RunFiles {
   std::string run_dir;
   std::string ckpt_dir;
   std::string config_toml;  // the resolved config, as every checkpoint stores it
+  std::optional<DirectoryLock> run_dir_lock, ckpt_dir_lock;
+};
+
+// How gradients and statistics travel between the ranks.
+struct DataParallel {
+  bool average_bn_stats = false;  // without SyncBN: average the ranks' BN running statistics
+  ZeroOptimizer* zero = nullptr;  // dist.zero_stage > 0; null otherwise
+  std::optional<GradientReducer> ddp_reducer;
+  GradientReducer* reducer = nullptr;  // the DDP reducer, or ZeRO stage 2's own
 };
 
 // Train-step bookkeeping for the progress display and the per-step CSV.
@@ -60,10 +93,32 @@ struct StepTimesCsv {
   int64_t first_step = 0;
 };
 
-// The allreduce_total phase spans from the first gradient bucket's launch (the reducer's observer
-// opens it) to the end of the step's reduce (the step closes it).
-struct AllreduceWindow {
-  bool open = false;
+// What the run tells as it goes: the log, the exporter (Prometheus) and GPU utilisation, the phase
+// timer, rank 0's CSVs and the summary.
+struct Reporter {
+  Log& log;
+  std::unique_ptr<Exporter> exporter;
+  std::optional<GpuUtilization> gpu_utilization;
+  std::optional<PeriodicReader> gpu_utilization_reader;
+  std::optional<StepTimer> timer;
+  StepLog steps;  // rank 0's losses only (each rank's loss is of its own shard; the weights are the same)
+  StepTimesCsv step_times;
+  EpochMetricsCsv epoch_csv;  // rank 0's metrics.csv (metrics/run_csv.h)
+  RunSummary summary;
+};
+
+// The step and what surrounds it on the device: its parts, the loss scaler, the losses' way back to the
+// host, the fence that keeps the host at most one step ahead, the captured step.
+struct StepMachinery {
+  std::optional<LossScaler> scaler;
+  WaitCheck comm_failed;                   // several GPUs: device waits poll the communicator's failure
+  std::unique_ptr<HostReadback> readback;  // losses (and the stop agreement) come back asynchronously
+  std::vector<Variable> params;
+  std::optional<StepParts> parts;  // what the step function works on
+  std::optional<StepFence> fence;  // GPUs: the host stays at most one step ahead of the device
+  // train.cuda_graph: the captured step; null when every step runs eagerly. It goes before the process
+  // group (leave_process_group, and the destructor's order).
+  std::unique_ptr<StepGraph> graph;
 };
 
 // The loop's decisions between steps and epochs.
@@ -77,67 +132,24 @@ struct LoopState {
   Tensor stop_flag;
 };
 
+// A `trainer train` run, made of its parts. Declared in the order they are built and so destroyed in
+// reverse: the step (its CUDA graph) before the process group, the reducer before the communicator.
 struct TrainingRun {
   TrainingRun(const Config& config, const TrainOptions& options);
   TrainingRun(const TrainingRun&) = delete;
   TrainingRun& operator=(const TrainingRun&) = delete;
 
-  // ---- settings, read once
-  const Config& config;
-  const TrainOptions& options;
-  const FaultInjection faults;  // TRAINER_TEST_* hooks
-  const TrainerBuild build;
-  ProcessEnv env;
-  Device device;
-  PrecisionPolicy precision;
-  DistOptions dist_options;
-
-  // ---- processes
-  std::unique_ptr<ProcessGroup> pg;
-  std::optional<DescribeRanksOnFailure> describe_ranks_on_failure;
-  int rank = 0;
-  int world = 1;
-  bool writer = false;             // rank 0: writes checkpoints, the summary and the shared files
-  Heartbeat* heartbeat = nullptr;  // tells the other ranks where this one is; null at world size 1
-  RunPaths paths;
-  // Rank 0 holds train.run_dir (and a checkpoint.dir of its own) for the run's whole life.
-  std::optional<DirectoryLock> run_dir_lock, ckpt_dir_lock;
-  Log& log;
-
-  // ---- model, optimizer, gradients
+  const RunContext context;
+  Processes processes;
+  RunFiles files;
   Experiment experiment;
-  bool average_bn_stats = false;  // without SyncBN: average the ranks' BN running statistics
-  ZeroOptimizer* zero = nullptr;  // dist.zero_stage > 0; null otherwise
-  std::optional<GradientReducer> ddp_reducer;
-  GradientReducer* reducer = nullptr;  // the DDP reducer, or ZeRO stage 2's own
-
-  // ---- observability
-  std::unique_ptr<Exporter> exporter;
-  std::optional<GpuUtilization> gpu_utilization;
-  std::optional<PeriodicReader> gpu_utilization_reader;
-  std::optional<StepTimer> timer;
-  AllreduceWindow allreduce;
-
-  // ---- where to start, and what is written as the run goes
+  DataParallel data_parallel;
+  Reporter reporter;
   std::optional<CheckpointManager> checkpoints;
-  TrainingState st;
-  StepLog steps;  // rank 0's losses only (each rank's loss is of its own shard; the weights are the same)
-  StepTimesCsv step_times;
-  EpochMetricsCsv epoch_csv;  // rank 0's metrics.csv (metrics/run_csv.h)
-
-  // ---- the step
-  std::optional<LossScaler> scaler;
-  WaitCheck comm_failed;                   // several GPUs: device waits poll the communicator's failure
-  std::unique_ptr<HostReadback> readback;  // losses (and the stop agreement) come back asynchronously
-  std::vector<Variable> params;
-  std::optional<StepParts> parts;  // what the step function works on
+  TrainingState state;  // where training is: step, epoch, samples, losses (what a checkpoint holds)
+  StepMachinery step;
   std::optional<DistributedSampler> sampler;
-  RunSummary summary;
   LoopState loop;
-  std::optional<StepFence> fence;  // GPUs: the host stays at most one step ahead of the device
-  // train.cuda_graph: the captured step; null when every step runs eagerly. Declared last: it goes
-  // before the process group (leave_process_group, and the destructor's order).
-  std::unique_ptr<StepGraph> step_graph;
 };
 
 // Builds the run: processes and device, run directory and log, model and optimizer, metrics, the start
