@@ -141,6 +141,94 @@ std::string value_text(double v) {
   return fmt("%.3g", v);
 }
 
+// Data units to SVG pixels inside the plot frame.
+struct PlotScale {
+  Axis xa, ya;
+  int plot_w = 0, plot_height = 0;
+  double px(double x) const { return kLeft + (x - xa.lo) / (xa.hi - xa.lo) * plot_w; }
+  double py(double y) const { return kTop + plot_height - (y - ya.lo) / (ya.hi - ya.lo) * plot_height; }
+};
+
+PlotScale line_chart_scale(const SvgChart& c) {
+  Range xr, yr;
+  for (const SvgSeries& s : c.series) {
+    for (size_t i = 0; i < s.x.size() && i < s.y.size(); ++i) {
+      if (!std::isfinite(s.y[i])) continue;
+      xr.add(s.x[i]);
+      yr.add(s.y[i]);
+      if (i < s.y_low.size()) yr.add(s.y_low[i]);
+      if (i < s.y_high.size()) yr.add(s.y_high[i]);
+    }
+  }
+  for (const SvgFlag& f : c.flags) xr.add(f.x);
+  if (!c.flags.empty() && yr.empty()) yr = {0, 1};
+  // Whole-number x (epochs, processes): room after the last one, so its marker and bar clear the frame.
+  if (c.integer_x && !xr.empty()) xr.hi += 0.04 * std::max(xr.hi - std::min(xr.lo, 0.0), 1.0);
+  const Axis xa = make_axis(xr, c.integer_x && xr.lo >= 0 && xr.lo <= 1, c.integer_x);
+  // Headroom above the highest point, so that a marker and its value label clear the frame.
+  if (!yr.empty()) yr.hi += 0.06 * std::max(yr.hi - std::min(yr.lo, c.y_from_zero ? 0.0 : yr.lo), 1e-12);
+  if (!yr.empty() && std::isfinite(c.y_cap) && yr.hi > c.y_cap) yr.hi = std::max(c.y_cap, yr.lo);
+  const Axis ya = make_axis(yr, c.y_from_zero, false);
+  return {xa, ya, c.width - kLeft - kRight, c.plot_height};
+}
+
+std::vector<LegendEntry> line_chart_legend(const SvgChart& c) {
+  std::vector<LegendEntry> legend;
+  for (const SvgSeries& s : c.series)
+    legend.push_back({s.name, s.colour, s.dashed ? Swatch::dashed : Swatch::line});
+  if (!c.flags.empty()) legend.push_back({"no value (the reason beside it)", "#555", Swatch::cross});
+  return legend;
+}
+
+std::string error_bars_svg(const SvgSeries& s, const PlotScale& p) {
+  std::string out;
+  for (size_t i = 0; i < s.x.size() && i < s.y_low.size() && i < s.y_high.size(); ++i) {
+    if (!std::isfinite(s.y_low[i]) || !std::isfinite(s.y_high[i]) || s.y_high[i] <= s.y_low[i]) continue;
+    const double x = p.px(s.x[i]), lo = p.py(s.y_low[i]), hi = p.py(s.y_high[i]);
+    out +=
+        fmt("<path class=\"interval\" d=\"M%.1f %.1fV%.1fM%.1f %.1fH%.1fM%.1f %.1fH%.1f\" stroke=\"%s\" "
+            "stroke-width=\"2\" fill=\"none\"/>",
+            x, lo, hi, x - 6, lo, x + 6, x - 6, hi, x + 6, s.colour.c_str());
+  }
+  return out;
+}
+
+std::string series_svg(const SvgSeries& s, const PlotScale& p) {
+  std::string out = "<g class=\"series\" data-series=\"" + xml_escape(s.id) + "\">";
+  std::vector<std::pair<double, double>> pts;
+  for (size_t i = 0; i < s.x.size() && i < s.y.size(); ++i)
+    if (std::isfinite(s.x[i]) && std::isfinite(s.y[i])) pts.push_back({s.x[i], s.y[i]});
+  // Error bars first, so the line and markers sit on top.
+  out += error_bars_svg(s, p);
+  if (pts.size() >= 2) {
+    out += "<polyline fill=\"none\" stroke=\"" + s.colour +
+           "\" stroke-width=\"2\" stroke-linejoin=\"round\"" + (s.dashed ? " stroke-dasharray=\"6 4\"" : "") +
+           " points=\"";
+    for (const auto& [x, y] : pts) out += num(p.px(x)) + "," + num(p.py(y)) + " ";
+    out += "\"/>";
+  }
+  const bool single = pts.size() == 1;
+  if (s.markers || single)
+    for (const auto& [x, y] : pts)
+      out += fmt("<circle cx=\"%.1f\" cy=\"%.1f\" r=\"%d\" fill=\"%s\" stroke=\"#fff\"/>", p.px(x), p.py(y),
+                 single ? 6 : 4, s.colour.c_str());
+  if (single)
+    out += fmt("<text x=\"%.1f\" y=\"%.1f\" font-size=\"13\" fill=\"%s\">", p.px(pts[0].first) + 10,
+               p.py(pts[0].second) - 8, s.colour.c_str()) +
+           value_text(pts[0].second) + "</text>";
+  return out + "</g>";
+}
+
+std::string flag_svg(const SvgFlag& f, const PlotScale& p) {
+  const double x = p.px(f.x), y = kTop + p.plot_height - 10.0;
+  return fmt("<g class=\"flag\" data-series=\"flag\"><path d=\"M%.1f %.1fl10 10m0 -10l-10 10\" stroke=\"%s\" "
+             "stroke-width=\"3\"/>",
+             x - 5, y - 5, f.colour.c_str()) +
+         fmt("<text transform=\"translate(%.1f %.1f) rotate(-90)\" font-size=\"13\" fill=\"%s\">", x + 4.5,
+             y - 10, f.colour.c_str()) +
+         xml_escape(f.text) + "</text></g>";
+}
+
 }  // namespace
 
 std::vector<double> round_ticks(double lo, double hi, int target, bool integer) {
@@ -216,85 +304,19 @@ const char* series_colour(size_t k) {
 }
 
 std::string line_chart_svg(const SvgChart& c) {
-  Range xr, yr;
-  for (const SvgSeries& s : c.series) {
-    for (size_t i = 0; i < s.x.size() && i < s.y.size(); ++i) {
-      if (!std::isfinite(s.y[i])) continue;
-      xr.add(s.x[i]);
-      yr.add(s.y[i]);
-      if (i < s.y_low.size()) yr.add(s.y_low[i]);
-      if (i < s.y_high.size()) yr.add(s.y_high[i]);
-    }
-  }
-  for (const SvgFlag& f : c.flags) xr.add(f.x);
-  if (!c.flags.empty() && yr.empty()) yr = {0, 1};
-  // Whole-number x (epochs, processes): room after the last one, so its marker and bar clear the frame.
-  if (c.integer_x && !xr.empty()) xr.hi += 0.04 * std::max(xr.hi - std::min(xr.lo, 0.0), 1.0);
-  const Axis xa = make_axis(xr, c.integer_x && xr.lo >= 0 && xr.lo <= 1, c.integer_x);
-  // Headroom above the highest point, so that a marker and its value label clear the frame.
-  if (!yr.empty()) yr.hi += 0.06 * std::max(yr.hi - std::min(yr.lo, c.y_from_zero ? 0.0 : yr.lo), 1e-12);
-  if (!yr.empty() && std::isfinite(c.y_cap) && yr.hi > c.y_cap) yr.hi = std::max(c.y_cap, yr.lo);
-  const Axis ya = make_axis(yr, c.y_from_zero, false);
-  const int plot_w = c.width - kLeft - kRight;
-  auto px = [&](double x) { return kLeft + (x - xa.lo) / (xa.hi - xa.lo) * plot_w; };
-  auto py = [&](double y) { return kTop + c.plot_height - (y - ya.lo) / (ya.hi - ya.lo) * c.plot_height; };
-
-  std::vector<LegendEntry> legend;
-  for (const SvgSeries& s : c.series)
-    legend.push_back({s.name, s.colour, s.dashed ? Swatch::dashed : Swatch::line});
-  if (!c.flags.empty()) legend.push_back({"no value (the reason beside it)", "#555", Swatch::cross});
+  const PlotScale scale = line_chart_scale(c);
   int rows = 0;
   const int legend_y = kTop + c.plot_height + kBottom + 16;
-  const std::string legend_part = legend_svg(legend, c.width, legend_y, rows);
+  const std::string legend_part = legend_svg(line_chart_legend(c), c.width, legend_y, rows);
   const int height = legend_y + (rows - 1) * kLegendRow + 12;
 
   std::string out = svg_open(c.width, height, c.title);
   const bool empty = c.series.empty() && c.flags.empty();
-  out += frame_svg(c.title, c.x_label, c.y_label, c.width, c.plot_height, empty ? Axis{} : xa,
-                   empty ? Axis{} : ya, false);
+  out += frame_svg(c.title, c.x_label, c.y_label, c.width, c.plot_height, empty ? Axis{} : scale.xa,
+                   empty ? Axis{} : scale.ya, false);
   if (empty) out += no_data_svg(c.width, c.plot_height);
-  for (const SvgSeries& s : c.series) {
-    out += "<g class=\"series\" data-series=\"" + xml_escape(s.id) + "\">";
-    std::vector<std::pair<double, double>> pts;
-    for (size_t i = 0; i < s.x.size() && i < s.y.size(); ++i)
-      if (std::isfinite(s.x[i]) && std::isfinite(s.y[i])) pts.push_back({s.x[i], s.y[i]});
-    // Error bars first, so the line and markers sit on top.
-    for (size_t i = 0; i < s.x.size() && i < s.y_low.size() && i < s.y_high.size(); ++i) {
-      if (!std::isfinite(s.y_low[i]) || !std::isfinite(s.y_high[i]) || s.y_high[i] <= s.y_low[i]) continue;
-      const double x = px(s.x[i]), lo = py(s.y_low[i]), hi = py(s.y_high[i]);
-      out +=
-          fmt("<path class=\"interval\" d=\"M%.1f %.1fV%.1fM%.1f %.1fH%.1fM%.1f %.1fH%.1f\" stroke=\"%s\" "
-              "stroke-width=\"2\" fill=\"none\"/>",
-              x, lo, hi, x - 6, lo, x + 6, x - 6, hi, x + 6, s.colour.c_str());
-    }
-    if (pts.size() >= 2) {
-      out += "<polyline fill=\"none\" stroke=\"" + s.colour +
-             "\" stroke-width=\"2\" stroke-linejoin=\"round\"" +
-             (s.dashed ? " stroke-dasharray=\"6 4\"" : "") + " points=\"";
-      for (const auto& [x, y] : pts) out += num(px(x)) + "," + num(py(y)) + " ";
-      out += "\"/>";
-    }
-    const bool single = pts.size() == 1;
-    if (s.markers || single)
-      for (const auto& [x, y] : pts)
-        out += fmt("<circle cx=\"%.1f\" cy=\"%.1f\" r=\"%d\" fill=\"%s\" stroke=\"#fff\"/>", px(x), py(y),
-                   single ? 6 : 4, s.colour.c_str());
-    if (single)
-      out += fmt("<text x=\"%.1f\" y=\"%.1f\" font-size=\"13\" fill=\"%s\">", px(pts[0].first) + 10,
-                 py(pts[0].second) - 8, s.colour.c_str()) +
-             value_text(pts[0].second) + "</text>";
-    out += "</g>";
-  }
-  for (const SvgFlag& f : c.flags) {
-    const double x = px(f.x), y = kTop + c.plot_height - 10.0;
-    out +=
-        fmt("<g class=\"flag\" data-series=\"flag\"><path d=\"M%.1f %.1fl10 10m0 -10l-10 10\" stroke=\"%s\" "
-            "stroke-width=\"3\"/>",
-            x - 5, y - 5, f.colour.c_str()) +
-        fmt("<text transform=\"translate(%.1f %.1f) rotate(-90)\" font-size=\"13\" fill=\"%s\">", x + 4.5,
-            y - 10, f.colour.c_str()) +
-        xml_escape(f.text) + "</text></g>";
-  }
+  for (const SvgSeries& s : c.series) out += series_svg(s, scale);
+  for (const SvgFlag& f : c.flags) out += flag_svg(f, scale);
   out += legend_part;
   return out + "</svg>";
 }

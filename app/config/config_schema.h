@@ -71,11 +71,10 @@ inline constexpr const char* kDefaultOrigin = "(default)";
 inline constexpr const char* kSections[] = {"model",    "data", "train",      "optim",
                                             "schedule", "dist", "checkpoint", "metrics"};
 
-// Calls visit(section, key, member, rule) for every key in schema (and file) order. C is Config or
-// const Config, so one list serves readers and writers.
-template <typename C, typename Visit>
-void visit_fields(C& c, Visit&& visit) {
-  auto& m = c.model;
+// One visitor per [table], each taking that table's struct (const or not) and calling
+// visit(section, key, member, rule) for its keys in schema (and file) order.
+template <typename Model, typename Visit>
+void visit_model_fields(Model& m, Visit&& visit) {
   visit("model", "name", m.name, one_of({"mlp", "cnn", "resnet18", "resnet34", "resnet50"}));
   visit("model", "stem", m.stem, one_of(setting_names<StemChoice>()));
   visit("model", "num_classes", m.num_classes, or_special(at_least(2), 0, "from the dataset"));
@@ -83,8 +82,10 @@ void visit_fields(C& c, Visit&& visit) {
   visit("model", "dropout", m.dropout, half_open(0, 1));
   visit("model", "sync_bn", m.sync_bn, any());
   visit("model", "bn_stats_sync", m.bn_stats_sync, one_of(setting_names<BnStatsSync>()));
+}
 
-  auto& d = c.data;
+template <typename Data, typename Visit>
+void visit_data_fields(Data& d, Visit&& visit) {
   visit("data", "dataset", d.dataset,
         one_of({"fashion_mnist", "cifar10", "cifar100", "image_folder", "synthetic"}));
   visit("data", "root", d.root, any());
@@ -106,8 +107,10 @@ void visit_fields(C& c, Visit&& visit) {
   visit("data", "bad_samples", d.bad_samples, one_of(setting_names<BadSamplePolicy>()));
   visit("data", "cache", d.cache, one_of(setting_names<CacheMode>()));
   visit("data", "cache_bytes", d.cache_bytes, or_special(at_least(0), -1, "a quarter of MemAvailable"));
+}
 
-  auto& t = c.train;
+template <typename Train, typename Visit>
+void visit_train_fields(Train& t, Visit&& visit) {
   visit("train", "epochs", t.epochs, at_least(1));
   visit("train", "max_steps", t.max_steps, or_special(at_least(1), 0, "no limit"));
   visit("train", "device", t.device, one_of(setting_names<DeviceChoice>()));
@@ -124,8 +127,10 @@ void visit_fields(C& c, Visit&& visit) {
   visit("train", "eval_every_epochs", t.eval_every_epochs, at_least(0));
   visit("train", "target_accuracy", t.target_accuracy, closed(0, 1));
   visit("train", "run_dir", t.run_dir, any());
+}
 
-  auto& o = c.optim;
+template <typename Optim, typename Visit>
+void visit_optim_fields(Optim& o, Visit&& visit) {
   visit("optim", "name", o.name, one_of(setting_names<OptimizerKind>()));
   visit("optim", "lr", o.lr, greater_than(0));
   visit("optim", "momentum", o.momentum, half_open(0, 1));
@@ -137,8 +142,10 @@ void visit_fields(C& c, Visit&& visit) {
   visit("optim", "clip_grad_norm", o.clip_grad_norm, at_least(0));
   visit("optim", "lr_scaling", o.lr_scaling, one_of(setting_names<LrScaling>()));
   visit("optim", "base_batch_size", o.base_batch_size, at_least(1));
+}
 
-  auto& s = c.schedule;
+template <typename Schedule, typename Visit>
+void visit_schedule_fields(Schedule& s, Visit&& visit) {
   visit("schedule", "name", s.name, one_of(setting_names<ScheduleKind>()));
   visit("schedule", "warmup_epochs", s.warmup_epochs, at_least(0));
   visit("schedule", "warmup_start_factor", s.warmup_start_factor, open_closed(0, 1));
@@ -146,17 +153,22 @@ void visit_fields(C& c, Visit&& visit) {
   visit("schedule", "milestones", s.milestones, increasing(at_least(1)));
   visit("schedule", "gamma", s.gamma, greater_than(0));
   visit("schedule", "min_lr_factor", s.min_lr_factor, closed(0, 1));
+}
 
-  visit("dist", "backend", c.dist.backend,
+template <typename Dist, typename Visit>
+void visit_dist_fields(Dist& d, Visit&& visit) {
+  visit("dist", "backend", d.backend,
         with_alias(one_of(setting_names<CommBackendChoice>()),
                    {"gloo", "tcp", "the CPU communicator is our own TCP code, not Gloo (dist/README.md)"}));
-  visit("dist", "timeout_seconds", c.dist.timeout_seconds, at_least(1));
-  visit("dist", "zero_stage", c.dist.zero_stage, closed(0, 2));
-  visit("dist", "nccl_debug", c.dist.nccl_debug, one_of({"", "VERSION", "WARN", "INFO", "TRACE"}));
-  visit("dist", "socket_ifname", c.dist.socket_ifname, any());
-  visit("dist", "cuda_graph", c.dist.cuda_graph, any());
+  visit("dist", "timeout_seconds", d.timeout_seconds, at_least(1));
+  visit("dist", "zero_stage", d.zero_stage, closed(0, 2));
+  visit("dist", "nccl_debug", d.nccl_debug, one_of({"", "VERSION", "WARN", "INFO", "TRACE"}));
+  visit("dist", "socket_ifname", d.socket_ifname, any());
+  visit("dist", "cuda_graph", d.cuda_graph, any());
+}
 
-  auto& k = c.checkpoint;
+template <typename Checkpoint, typename Visit>
+void visit_checkpoint_fields(Checkpoint& k, Visit&& visit) {
   visit("checkpoint", "dir", k.dir, any());
   visit("checkpoint", "every_steps", k.every_steps, at_least(0));
   visit("checkpoint", "every_epochs", k.every_epochs, at_least(0));
@@ -166,11 +178,28 @@ void visit_fields(C& c, Visit&& visit) {
   visit("checkpoint", "on_signal", k.on_signal, any());
   visit("checkpoint", "allow_world_size_change", k.allow_world_size_change, any());
   visit("checkpoint", "on_error", k.on_error, one_of(setting_names<OnCheckpointError>()));
+}
 
-  visit("metrics", "port", c.metrics.port, closed(0, 65535));
-  visit("metrics", "host_label", c.metrics.host_label, any());
-  visit("metrics", "bind", c.metrics.bind, any());
-  visit("metrics", "run", c.metrics.run, any());
+template <typename Metrics, typename Visit>
+void visit_metrics_fields(Metrics& m, Visit&& visit) {
+  visit("metrics", "port", m.port, closed(0, 65535));
+  visit("metrics", "host_label", m.host_label, any());
+  visit("metrics", "bind", m.bind, any());
+  visit("metrics", "run", m.run, any());
+}
+
+// Calls visit(section, key, member, rule) for every key in schema (and file) order. C is Config or
+// const Config, so one list serves readers and writers.
+template <typename C, typename Visit>
+void visit_fields(C& c, Visit&& visit) {
+  visit_model_fields(c.model, visit);
+  visit_data_fields(c.data, visit);
+  visit_train_fields(c.train, visit);
+  visit_optim_fields(c.optim, visit);
+  visit_schedule_fields(c.schedule, visit);
+  visit_dist_fields(c.dist, visit);
+  visit_checkpoint_fields(c.checkpoint, visit);
+  visit_metrics_fields(c.metrics, visit);
 }
 
 }  // namespace trainer::config_schema

@@ -219,8 +219,9 @@ Datasets open_datasets(const Config& config, int local_world_size) {
   return data;
 }
 
-void check_data_fits_host(const Config& config, const Datasets& data, const HostLimits& host,
-                          int local_world_size) {
+namespace {
+
+void check_worker_count(const Config& config, const HostLimits& host) {
   const DataConfig& d = config.data;
   const int64_t most_workers = max_loader_workers(host);
   if (d.workers > most_workers)
@@ -233,61 +234,90 @@ void check_data_fits_host(const Config& config, const Datasets& data, const Host
                  ? ", and half of RLIMIT_NPROC (" + std::to_string(host.max_user_threads) + ")"
                  : std::string()) +
             "). HINT: set data.workers = -1 to share the cores between the node's ranks");
+}
 
-  const int64_t train_size = data.train->size(), test_size = data.test->size();
+void check_batch_within_training_set(const Config& config, const Dataset& train) {
+  const DataConfig& d = config.data;
+  const int64_t train_size = train.size();
   if (!d.drop_last && d.batch_size > train_size)
     throw config_error_at(
         config, "data.batch_size",
         "is " + std::to_string(d.batch_size) + ", larger than the " + std::to_string(train_size) +
-            " samples of the training set (" + data.train->name() +
+            " samples of the training set (" + train.name() +
             "): with data.drop_last = false every step would take the whole set as one batch. HINT: set "
             "data.batch_size to at most " +
             std::to_string(train_size));
-  if (host.available_memory <= 0) return;  // unknown: nothing to compare with
-  // Half of the host's memory (the rest: model, activations), shared by the node's ranks, which all
-  // run this check against the same MemAvailable.
+}
+
+// Half of the host's memory (the rest: model, activations), shared by the node's ranks, which all
+// run this check against the same MemAvailable.
+struct MemoryBudget {
+  double bytes = 0;
+  std::string available;  // for the messages: MemAvailable and who shares it
+};
+
+MemoryBudget rank_memory_budget(const HostLimits& host, int local_world_size) {
   const int64_t local_ranks = std::max(1, local_world_size);
   const double budget = 0.5 * static_cast<double>(host.available_memory) / static_cast<double>(local_ranks);
   const std::string available =
       format_bytes(static_cast<double>(host.available_memory)) +
       (local_ranks > 1 ? " (shared by this node's " + std::to_string(local_ranks) + " ranks)"
                        : std::string());
+  return {budget, available};
+}
 
-  // The sampler's epoch order and this rank's share of it, and the evaluation shard: 8 bytes an index.
+// The sampler's epoch order and this rank's share of it, and the evaluation shard: 8 bytes an index.
+void check_index_memory(const Config& config, const Datasets& data, const MemoryBudget& budget) {
+  const int64_t train_size = data.train->size(), test_size = data.test->size();
   const double index_bytes = 8.0 * (2.0 * static_cast<double>(train_size) + static_cast<double>(test_size));
-  if (index_bytes > budget) {
-    const bool synthetic = d.dataset == "synthetic";
-    throw config_error_at(
-        config, synthetic ? "data.synthetic_samples" : "data.root",
-        "the " + std::to_string(train_size) + " training and " + std::to_string(test_size) +
-            " test samples need " + format_bytes(index_bytes) +
-            " of sample indices (8 bytes each, twice for the training order), more than half of the " +
-            available + " of memory available on this host. HINT: " +
-            (synthetic ? "lower data.synthetic_samples"
-                       : "use a smaller dataset or a host with more memory"));
-  }
+  if (index_bytes <= budget.bytes) return;
+  const bool synthetic = config.data.dataset == "synthetic";
+  throw config_error_at(
+      config, synthetic ? "data.synthetic_samples" : "data.root",
+      "the " + std::to_string(train_size) + " training and " + std::to_string(test_size) +
+          " test samples need " + format_bytes(index_bytes) +
+          " of sample indices (8 bytes each, twice for the training order), more than half of the " +
+          budget.available + " of memory available on this host. HINT: " +
+          (synthetic ? "lower data.synthetic_samples" : "use a smaller dataset or a host with more memory"));
+}
 
-  // Batches in flight: the loader's queue (data.prefetch_batches, at least one per worker) and the one in
-  // use as uint8, plus the float32 copy the step normalises it into (4 bytes a value).
+// The loader's queue: data.prefetch_batches, at least one per worker.
+int64_t queued_batches(const Config& config, int local_world_size) {
+  const DataConfig& d = config.data;
   const int64_t workers =
       d.workers < 0 ? default_loader_workers(config, local_world_size) : std::max(d.workers, 1);
-  const int64_t queued =
-      std::max<int64_t>(d.prefetch_batches > 0 ? d.prefetch_batches : 2 * workers, workers);
-  const auto check_batches = [&](const char* key, int64_t batch_size, const Dataset& dataset) {
-    const int64_t batch = std::min(batch_size, dataset.size());
-    const double bytes = static_cast<double>(batch) * static_cast<double>(dataset.sample_bytes()) *
-                         (static_cast<double>(queued + 1) + 4.0);
-    if (bytes <= budget) return;
-    throw config_error_at(
-        config, key,
-        std::to_string(queued + 1) + " batches of " + std::to_string(batch) + " images of " +
-            std::to_string(dataset.height()) + "x" + std::to_string(dataset.width()) + "x" +
-            std::to_string(dataset.channels()) + " in flight and one as float32 need " + format_bytes(bytes) +
-            ", more than half of the " + available + " of memory available on this host. HINT: lower " + key +
-            " (or data.prefetch_batches)");
-  };
-  check_batches("data.batch_size", d.batch_size, *data.train);
-  check_batches("data.eval_batch_size", d.eval_batch_size, *data.test);
+  return std::max<int64_t>(d.prefetch_batches > 0 ? d.prefetch_batches : 2 * workers, workers);
+}
+
+// Batches in flight: the queued ones and the one in use as uint8, plus the float32 copy the step
+// normalises it into (4 bytes a value).
+void check_batch_memory(const Config& config, const char* key, int64_t batch_size, const Dataset& dataset,
+                        int64_t queued, const MemoryBudget& budget) {
+  const int64_t batch = std::min(batch_size, dataset.size());
+  const double bytes = static_cast<double>(batch) * static_cast<double>(dataset.sample_bytes()) *
+                       (static_cast<double>(queued + 1) + 4.0);
+  if (bytes <= budget.bytes) return;
+  throw config_error_at(config, key,
+                        std::to_string(queued + 1) + " batches of " + std::to_string(batch) + " images of " +
+                            std::to_string(dataset.height()) + "x" + std::to_string(dataset.width()) + "x" +
+                            std::to_string(dataset.channels()) + " in flight and one as float32 need " +
+                            format_bytes(bytes) + ", more than half of the " + budget.available +
+                            " of memory available on this host. HINT: lower " + key +
+                            " (or data.prefetch_batches)");
+}
+
+}  // namespace
+
+void check_data_fits_host(const Config& config, const Datasets& data, const HostLimits& host,
+                          int local_world_size) {
+  check_worker_count(config, host);
+  check_batch_within_training_set(config, *data.train);
+  if (host.available_memory <= 0) return;  // unknown: nothing to compare with
+  const MemoryBudget budget = rank_memory_budget(host, local_world_size);
+  check_index_memory(config, data, budget);
+  const int64_t queued = queued_batches(config, local_world_size);
+  check_batch_memory(config, "data.batch_size", config.data.batch_size, *data.train, queued, budget);
+  check_batch_memory(config, "data.eval_batch_size", config.data.eval_batch_size, *data.test, queued, budget);
 }
 
 Normalization resolved_normalization(const Config& config, const Dataset& dataset) {

@@ -56,22 +56,8 @@ std::vector<std::string> schedule_notes(const Config& c, const Experiment& e, Sc
   return notes;
 }
 
-}  // namespace
-
-int64_t global_batch(const Config& config, int world_size) {
-  return static_cast<int64_t>(config.data.batch_size) * config.train.grad_accum_steps * world_size;
-}
-
-Experiment build_experiment(const Config& config, const RunDevice& run_device, bool with_optimizer,
-                            int world_size, int rank, int local_world_size) {
-  Experiment e;
-  e.config = config;
-  e.device = run_device.device;
-  e.precision = run_device.precision;
-  e.world_size = world_size;
-  e.rank = rank;
-  e.local_world_size = local_world_size;
-  e.data = open_datasets(config, local_world_size);
+void open_data(Experiment& e, const Config& config) {
+  e.data = open_datasets(config, e.local_world_size);
   const Dataset& train = *e.data.train;
   e.normalization = resolved_normalization(config, train);
   if (!e.normalization.mean.empty() && e.normalization.mean.size() != 1 &&
@@ -80,7 +66,10 @@ Experiment build_experiment(const Config& config, const RunDevice& run_device, b
                           "has " + std::to_string(e.normalization.mean.size()) +
                               " values but the dataset has " + std::to_string(train.channels()) +
                               " channels");
+}
 
+void build_model(Experiment& e, const Config& config) {
+  const Dataset& train = *e.data.train;
   ModelOptions m;
   m.name = config.model.name;
   m.in_channels = config.model.in_channels > 0 ? config.model.in_channels : train.channels();
@@ -107,8 +96,11 @@ Experiment build_experiment(const Config& config, const RunDevice& run_device, b
   e.model->to(e.device);
   // A channels-last network keeps its convolution weights channels-last too (see Module::to).
   if (e.precision.input_format == MemoryFormat::channels_last) e.model->to(MemoryFormat::channels_last);
+}
 
-  DistributedSampler sampler(train.size(), e.world_size, e.rank, config.data.shuffle, 0,
+// Steps per epoch come from this rank's share of the samples, as the sampler will deal them.
+void count_steps(Experiment& e, const Config& config) {
+  DistributedSampler sampler(e.data.train->size(), e.world_size, e.rank, config.data.shuffle, 0,
                              config.data.drop_last);
   const int64_t batches =
       steps_per_epoch(sampler.num_samples(), config.data.batch_size, config.data.drop_last);
@@ -121,27 +113,52 @@ Experiment build_experiment(const Config& config, const RunDevice& run_device, b
   e.schedule_steps = e.steps_per_epoch * config.train.epochs;
   e.total_steps = e.schedule_steps;
   if (config.train.max_steps > 0) e.total_steps = std::min<int64_t>(e.total_steps, config.train.max_steps);
+}
 
-  e.base_lr = config.optim.lr;
+double scaled_base_lr(const Config& config, int world_size) {
+  double lr = config.optim.lr;
   if (config.optim.lr_scaling == LrScaling::linear)
-    e.base_lr *= static_cast<double>(global_batch(config, e.world_size)) / config.optim.base_batch_size;
+    lr *= static_cast<double>(global_batch(config, world_size)) / config.optim.base_batch_size;
+  return lr;
+}
 
-  if (with_optimizer) {
-    e.optimizer = make_optimizer(config, *e.model, e.base_lr);
-    ScheduleOptions s;
-    s.kind = config.schedule.name;
-    s.total_steps = e.schedule_steps;
-    s.steps_per_epoch = e.steps_per_epoch;
-    s.warmup_steps = static_cast<int64_t>(std::llround(config.schedule.warmup_epochs * e.steps_per_epoch));
-    e.schedule_notes = schedule_notes(config, e, s);
-    e.warmup_steps = s.warmup_steps;
-    s.warmup_start_factor = config.schedule.warmup_start_factor;
-    s.step_epochs = config.schedule.step_epochs;
-    s.milestones.assign(config.schedule.milestones.begin(), config.schedule.milestones.end());
-    s.gamma = config.schedule.gamma;
-    s.min_lr_factor = config.schedule.min_lr_factor;
-    e.schedule = make_lr_schedule(s);
-  }
+void build_optimizer_and_schedule(Experiment& e, const Config& config) {
+  e.optimizer = make_optimizer(config, *e.model, e.base_lr);
+  ScheduleOptions s;
+  s.kind = config.schedule.name;
+  s.total_steps = e.schedule_steps;
+  s.steps_per_epoch = e.steps_per_epoch;
+  s.warmup_steps = static_cast<int64_t>(std::llround(config.schedule.warmup_epochs * e.steps_per_epoch));
+  e.schedule_notes = schedule_notes(config, e, s);
+  e.warmup_steps = s.warmup_steps;
+  s.warmup_start_factor = config.schedule.warmup_start_factor;
+  s.step_epochs = config.schedule.step_epochs;
+  s.milestones.assign(config.schedule.milestones.begin(), config.schedule.milestones.end());
+  s.gamma = config.schedule.gamma;
+  s.min_lr_factor = config.schedule.min_lr_factor;
+  e.schedule = make_lr_schedule(s);
+}
+
+}  // namespace
+
+int64_t global_batch(const Config& config, int world_size) {
+  return static_cast<int64_t>(config.data.batch_size) * config.train.grad_accum_steps * world_size;
+}
+
+Experiment build_experiment(const Config& config, const RunDevice& run_device, bool with_optimizer,
+                            int world_size, int rank, int local_world_size) {
+  Experiment e;
+  e.config = config;
+  e.device = run_device.device;
+  e.precision = run_device.precision;
+  e.world_size = world_size;
+  e.rank = rank;
+  e.local_world_size = local_world_size;
+  open_data(e, config);
+  build_model(e, config);
+  count_steps(e, config);
+  e.base_lr = scaled_base_lr(config, e.world_size);
+  if (with_optimizer) build_optimizer_and_schedule(e, config);
   return e;
 }
 

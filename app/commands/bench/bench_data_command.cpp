@@ -203,33 +203,21 @@ void print_table(const std::vector<LoaderBenchPoint>& points) {
                 p.images_per_second_per_core(), p.batches_per_second());
 }
 
-}  // namespace
+// --root as given, or JPEGs generated into the scratch directory when there is none.
+std::string jpeg_input_dir(const BenchDataArgs& a, const ScratchDir& scratch) {
+  if (!a.root.empty()) return a.root;
+  const std::string jpeg_dir = (scratch.path() / "jpeg").string();
+  std::printf("writing %lld %lldx%lld JPEGs to %s\n", static_cast<long long>(a.images),
+              static_cast<long long>(a.jpeg_size), static_cast<long long>(a.jpeg_size), jpeg_dir.c_str());
+  std::fflush(stdout);
+  write_synthetic_jpeg_folder(jpeg_dir, a.images, a.jpeg_size, 1);
+  return jpeg_dir;
+}
 
-int bench_data_command(const std::vector<std::string>& args) {
-  const BenchDataArgs a = parse(args);
-  if (a.help) {
-    std::fputs(kBenchDataUsage, stdout);
-    return 0;
-  }
-  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  const int many = a.workers > 0 ? a.workers : static_cast<int>(cores);
-  std::vector<int> worker_counts = {1};
-  if (many != 1) worker_counts.push_back(many);
-  const fs::path out_dir = a.out.empty() ? fs::path(default_out_dir()) : fs::path(a.out);
-  fs::create_directories(out_dir);
-  ScratchDir scratch;
+// JPEG decode + RandomResizedCrop; with a cache, its filling and its reading epochs apart.
+std::vector<LoaderBenchPoint> bench_jpeg(const BenchDataArgs& a, const std::string& jpeg_dir,
+                                         const std::vector<int>& worker_counts, unsigned cores) {
   std::vector<LoaderBenchPoint> points;
-
-  // (a) JPEG decode + RandomResizedCrop.
-  std::string jpeg_dir = a.root;
-  std::string jpeg_source = a.root.empty() ? "generated" : a.root;
-  if (a.root.empty()) {
-    jpeg_dir = (scratch.path() / "jpeg").string();
-    std::printf("writing %lld %lldx%lld JPEGs to %s\n", static_cast<long long>(a.images),
-                static_cast<long long>(a.jpeg_size), static_cast<long long>(a.jpeg_size), jpeg_dir.c_str());
-    std::fflush(stdout);
-    write_synthetic_jpeg_folder(jpeg_dir, a.images, a.jpeg_size, 1);
-  }
   ImageFolderOptions folder;
   folder.image_size = a.crop;
   folder.train = true;
@@ -260,8 +248,13 @@ int bench_data_command(const std::vector<std::string>& args) {
                 to_string(a.cache), static_cast<long long>(images->cache()->files()),
                 static_cast<long long>(images->size()), static_cast<double>(images->cache()->bytes()) / 1e6);
   }
+  return points;
+}
 
-  // (b) CIFAR-shaped batches with crop + flip.
+// CIFAR-shaped batches with crop + flip, at every batch size.
+std::vector<LoaderBenchPoint> bench_cifar(const BenchDataArgs& a, const ScratchDir& scratch,
+                                          const std::vector<int>& worker_counts, unsigned cores) {
+  std::vector<LoaderBenchPoint> points;
   const std::string cifar_dir = (scratch.path() / "cifar").string();
   write_synthetic_cifar10(cifar_dir, a.cifar_samples, 2);
   const auto cifar = std::make_shared<Cifar>(CifarVariant::cifar10, cifar_dir, "train");
@@ -274,6 +267,29 @@ int bench_data_command(const std::vector<std::string>& args) {
       lo.seed = 1;
       points.push_back(time_loader("cifar_crop_flip", cifar, lo, cifar->size(), static_cast<int>(cores)));
     }
+  return points;
+}
+
+}  // namespace
+
+int bench_data_command(const std::vector<std::string>& args) {
+  const BenchDataArgs a = parse(args);
+  if (a.help) {
+    std::fputs(kBenchDataUsage, stdout);
+    return 0;
+  }
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  const int many = a.workers > 0 ? a.workers : static_cast<int>(cores);
+  std::vector<int> worker_counts = {1};
+  if (many != 1) worker_counts.push_back(many);
+  const fs::path out_dir = a.out.empty() ? fs::path(default_out_dir()) : fs::path(a.out);
+  fs::create_directories(out_dir);
+  ScratchDir scratch;
+
+  const std::string jpeg_source = a.root.empty() ? "generated" : a.root;
+  std::vector<LoaderBenchPoint> points = bench_jpeg(a, jpeg_input_dir(a, scratch), worker_counts, cores);
+  const std::vector<LoaderBenchPoint> cifar_points = bench_cifar(a, scratch, worker_counts, cores);
+  points.insert(points.end(), cifar_points.begin(), cifar_points.end());
 
   print_table(points);
   write_csv(out_dir / "loader_bench.csv", points);

@@ -71,25 +71,38 @@ std::string hyphenated(std::string flag) {
 const std::set<std::string> kValueFlags = {"--nproc-per-node", "--nnodes",      "--node-rank",
                                            "--master-addr",    "--master-port", "--max-restarts"};
 
-std::string self_executable() {
-  char buf[4096];
-  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
-  if (n <= 0) return "/proc/self/exe";
-  return std::string(buf, static_cast<size_t>(n));
+// What LaunchArgs cannot tell validation: whether a flag was given at all (a default can equal a
+// given value) and whether `--` came.
+struct SeenFlags {
+  bool separator = false, master_addr = false, nproc = false;
+};
+
+void apply_launch_option(LaunchArgs& a, SeenFlags& seen, const std::string& name, const std::string& value) {
+  if (name == "--nproc-per-node") {
+    a.nproc_per_node = parse_int(name, value);
+    seen.nproc = true;
+  } else if (name == "--nnodes") {
+    a.nnodes = parse_int(name, value);
+  } else if (name == "--node-rank") {
+    a.node_rank = parse_int(name, value);
+  } else if (name == "--master-addr") {
+    if (value.empty()) throw UsageError("--master-addr needs a host name or address");
+    a.master_addr = value;
+    seen.master_addr = true;
+  } else if (name == "--master-port") {
+    a.master_port = parse_int(name, value);
+  } else if (name == "--max-restarts") {
+    a.max_restarts = parse_int(name, value);
+  }
 }
 
-}  // namespace
-
-// ---- arguments and environment ----
-
-LaunchArgs parse_launch_args(const std::vector<std::string>& args) {
-  LaunchArgs a;
-  bool saw_separator = false, saw_master_addr = false, saw_nproc = false;
+// Reads the options before `--` into a; returns the index of the command's first argument.
+size_t read_launch_options(const std::vector<std::string>& args, LaunchArgs& a, SeenFlags& seen) {
   size_t i = 0;
   for (; i < args.size(); ++i) {
     const std::string& arg = args[i];
     if (arg == "--") {
-      saw_separator = true;
+      seen.separator = true;
       ++i;
       break;
     }
@@ -111,26 +124,13 @@ LaunchArgs parse_launch_args(const std::vector<std::string>& args) {
       if (i + 1 >= args.size() || args[i + 1] == "--") throw UsageError(given + " needs a value");
       value = args[++i];
     }
-    if (name == "--nproc-per-node") {
-      a.nproc_per_node = parse_int(name, value);
-      saw_nproc = true;
-    } else if (name == "--nnodes") {
-      a.nnodes = parse_int(name, value);
-    } else if (name == "--node-rank") {
-      a.node_rank = parse_int(name, value);
-    } else if (name == "--master-addr") {
-      if (value.empty()) throw UsageError("--master-addr needs a host name or address");
-      a.master_addr = value;
-      saw_master_addr = true;
-    } else if (name == "--master-port") {
-      a.master_port = parse_int(name, value);
-    } else if (name == "--max-restarts") {
-      a.max_restarts = parse_int(name, value);
-    }
+    apply_launch_option(a, seen, name, value);
   }
-  if (a.help) return a;
-  a.command.assign(args.begin() + static_cast<std::ptrdiff_t>(i), args.end());
-  if (!saw_nproc) throw UsageError("--nproc-per-node N is required (the number of ranks on this node)");
+  return i;
+}
+
+void check_launch_args(const LaunchArgs& a, const SeenFlags& seen) {
+  if (!seen.nproc) throw UsageError("--nproc-per-node N is required (the number of ranks on this node)");
   if (a.nproc_per_node < 1 || a.nproc_per_node > 4096)
     throw UsageError("--nproc-per-node must be between 1 and 4096, got " + std::to_string(a.nproc_per_node));
   if (a.nnodes < 1) throw UsageError("--nnodes must be at least 1, got " + std::to_string(a.nnodes));
@@ -139,18 +139,38 @@ LaunchArgs parse_launch_args(const std::vector<std::string>& args) {
                      std::to_string(a.nnodes) + "), got " + std::to_string(a.node_rank));
   if (a.master_port < 1 || a.master_port > 65535)
     throw UsageError("--master-port must be between 1 and 65535, got " + std::to_string(a.master_port));
-  if (a.nnodes > 1 && !saw_master_addr)
+  if (a.nnodes > 1 && !seen.master_addr)
     throw UsageError("--nnodes " + std::to_string(a.nnodes) +
                      " needs --master-addr HOST (the host of node rank 0); 127.0.0.1 reaches only this node");
   if (a.max_restarts < 0)
     throw UsageError("--max-restarts must be 0 or more, got " + std::to_string(a.max_restarts));
   if (static_cast<long long>(a.nnodes) * a.nproc_per_node > (1 << 20))
     throw UsageError("--nnodes x --nproc-per-node is too large");
-  if (!saw_separator)
+  if (!seen.separator)
     throw UsageError(
         "missing `--` and the command to run: trainer launch --nproc-per-node N -- train CONFIG");
   if (a.command.empty()) throw UsageError("nothing to run after `--`: e.g. -- train CONFIG");
   if (a.command[0] == "launch") throw UsageError("the command after `--` cannot be launch itself");
+}
+
+std::string self_executable() {
+  char buf[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return "/proc/self/exe";
+  return std::string(buf, static_cast<size_t>(n));
+}
+
+}  // namespace
+
+// ---- arguments and environment ----
+
+LaunchArgs parse_launch_args(const std::vector<std::string>& args) {
+  LaunchArgs a;
+  SeenFlags seen;
+  const size_t command_start = read_launch_options(args, a, seen);
+  if (a.help) return a;
+  a.command.assign(args.begin() + static_cast<std::ptrdiff_t>(command_start), args.end());
+  check_launch_args(a, seen);
   return a;
 }
 
