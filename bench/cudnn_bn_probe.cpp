@@ -20,18 +20,14 @@
 #include <functional>
 #include <string>
 
-#include "bench/probe_args.h"
-
-#ifdef TRAINER_WITH_CUDA
 #include "bench/cudnn/relative_difference.h"
+#include "bench/probe_args.h"
 #include "nn/backend.h"
 #include "nn/cuda/conv_stats_graph.h"
 #include "nn/cuda/cuda_backend.h"
 #include "nn/random.h"
 #include "nn/tensor.h"
-#endif
 
-#ifdef TRAINER_WITH_CUDA
 namespace trainer {
 namespace {
 
@@ -203,14 +199,9 @@ void probe(DType dtype, const Shape& shape, bool residual, Generator& gen) {
 
 }  // namespace
 }  // namespace trainer
-#endif
 
 int main(int argc, char** argv) {
   const trainer::bench::ProbeArgs args = trainer::bench::parse_probe_args(argc, argv);
-#ifndef TRAINER_WITH_CUDA
-  (void)args;
-  return trainer::bench::needs_cuda_build("cudnn_bn_probe");
-#else
   using namespace trainer;
   init_cuda_backend(0);
   Generator gen(7);
@@ -229,5 +220,4 @@ int main(int argc, char** argv) {
       }
   }
   return 0;
-#endif
 }

@@ -4,20 +4,10 @@
 // the per-channel sum and sum of squares fused into its epilogue (the dedicated genstats operation and
 // the generic reductions of runtime fusion). See bench/cudnn/conv_stats_fusion_probe.h.
 //   cudnn_fusion_probe [--batch 512] [--dtype bf16|f16|both]
-#include "bench/probe_args.h"
-
-#ifdef TRAINER_WITH_CUDA
 #include "bench/conv_probe_layers.h"
 #include "bench/cudnn/conv_stats_fusion_probe.h"
-#endif
 
 int main(int argc, char** argv) {
-#ifdef TRAINER_WITH_CUDA
   using namespace trainer;
   return bench::run_conv_probe(argc, argv, bench::resnet18_cifar_convs(), 48, bench::probe_conv_stats_fusion);
-#else
-  (void)argc;
-  (void)argv;
-  return trainer::bench::needs_cuda_build("cudnn_fusion_probe");
-#endif
 }

@@ -4,20 +4,10 @@
 // the wide search (also mode B and the knob neighbours, up to 160). See
 // bench/cudnn/knob_search_probe.h. This was TRAINER_CUDNN_SEARCH=wide inside the trainer.
 //   cudnn_knob_probe [--batch 512] [--dtype bf16|f16|both]
-#include "bench/probe_args.h"
-
-#ifdef TRAINER_WITH_CUDA
 #include "bench/conv_probe_layers.h"
 #include "bench/cudnn/knob_search_probe.h"
-#endif
 
 int main(int argc, char** argv) {
-#ifdef TRAINER_WITH_CUDA
   using namespace trainer;
   return bench::run_conv_probe(argc, argv, bench::resnet18_cifar_convs(), 34, bench::probe_knob_search);
-#else
-  (void)argc;
-  (void)argv;
-  return trainer::bench::needs_cuda_build("cudnn_knob_probe");
-#endif
 }

@@ -6,23 +6,13 @@
 //   cudnn_prologue_probe [--batch 512] [--dtype bf16|f16|both]
 #include <vector>
 
-#include "bench/probe_args.h"
-
-#ifdef TRAINER_WITH_CUDA
 #include "bench/conv_probe_layers.h"
 #include "bench/cudnn/conv_prologue_probe.h"
-#endif
 
 int main(int argc, char** argv) {
-#ifdef TRAINER_WITH_CUDA
   using namespace trainer;
   // The convolutions whose input is a BatchNorm + ReLU output: all but the stem (its input is the image).
   const std::vector<bench::ConvProbeLayer> all = bench::resnet18_cifar_convs();
   const std::vector<bench::ConvProbeLayer> layers(all.begin() + 1, all.end());
   return bench::run_conv_probe(argc, argv, layers, 62, bench::probe_conv_prologue_fusion);
-#else
-  (void)argc;
-  (void)argv;
-  return trainer::bench::needs_cuda_build("cudnn_prologue_probe");
-#endif
 }

@@ -2,7 +2,6 @@
 // The command line of the cuDNN probes (bench/cudnn_fusion_probe, bench/cudnn_bn_probe,
 // bench/cudnn_prologue_probe):
 //   [--batch 512] [--dtype bf16|f16|both]
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -23,12 +22,6 @@ inline ProbeArgs parse_probe_args(int argc, char** argv) {
     if (std::strcmp(argv[i], "--dtype") == 0) a.dtypes = argv[i + 1];
   }
   return a;
-}
-
-// What a probe does in a build without the CUDA backend: says so and exits with 2.
-inline int needs_cuda_build(const char* probe) {
-  std::fprintf(stderr, "%s needs a CUDA build of the trainer\n", probe);
-  return 2;
 }
 
 }  // namespace trainer::bench

@@ -3,12 +3,12 @@
 // of generic ops it was (before, tests/dist/sync_bn_composed.h) against the fused kernels (after),
 // with BatchNorm2d as the floor. Eager steps: the host launches every kernel, as in a run without
 // dist.cuda_graph. Times are wall-clock per step over --iters steps after --warmup, the device
-// synchronised at both ends.
+// synchronised at both ends. Built with the CUDA backend only (CMakeLists.txt).
 //   build/sync_bn_bench                                   CPU, f32, batch 8 (a smoke test)
 //   build/sync_bn_bench --device cuda --batch 128 --comm nccl
 //   build/sync_bn_bench --device cuda --batch 128 --comm nccl --dtype bf16 --layout cl
 // --comm single: SingleProcessComm (the all-reduce is free); nccl: a real one-rank NCCL communicator
-// (CUDA only), so the all-reduce's launch and its stream handoff count as in a job.
+// (--device cuda), so the all-reduce's launch and its stream handoff count as in a job.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -18,14 +18,12 @@
 #include <vector>
 
 #include "dist/comm.h"
+#include "dist/nccl_comm.h"
 #include "dist/store.h"
 #include "dist/sync_batch_norm.h"
+#include "nn/cuda/cuda_backend.h"
 #include "nn/random.h"
 #include "tests/dist/sync_bn_composed.h"
-#ifdef TRAINER_WITH_CUDA
-#include "dist/nccl_comm.h"
-#include "nn/cuda/cuda_backend.h"
-#endif
 
 namespace {
 
@@ -48,11 +46,7 @@ struct Shape4 {
 constexpr Shape4 kResnet18Cifar[] = {{64, 32, 5}, {128, 16, 5}, {256, 8, 5}, {512, 4, 5}};
 
 void sync_device(Device device) {
-#ifdef TRAINER_WITH_CUDA
   if (device.is_cuda()) cuda_synchronize();
-#else
-  (void)device;
-#endif
 }
 
 // Microseconds per forward + backward of `f` on one layer of `bn`.
@@ -73,7 +67,6 @@ double time_layer(BatchNorm2d& bn, const Forward& f, const Tensor& x, const Tens
 
 std::shared_ptr<Comm> make_comm(const Options& o, std::unique_ptr<Store>& store) {
   if (o.comm == "single") return std::make_shared<SingleProcessComm>();
-#ifdef TRAINER_WITH_CUDA
   if (o.comm == "nccl" && o.device == "cuda") {
     TcpStoreOptions so;
     so.host = so.bind_host = "127.0.0.1";
@@ -87,23 +80,15 @@ std::shared_ptr<Comm> make_comm(const Options& o, std::unique_ptr<Store>& store)
     store = std::move(tcp);
     return comm;
   }
-#endif
-  (void)store;
-  std::fprintf(stderr, "sync_bn_bench: --comm %s needs --device cuda and a CUDA build (or use single)\n",
-               o.comm.c_str());
+  std::fprintf(stderr, "sync_bn_bench: --comm %s needs --device cuda (or use single)\n", o.comm.c_str());
   std::exit(2);
 }
 
 int run(const Options& o) {
   Device device = Device::cpu();
   if (o.device == "cuda") {
-#ifdef TRAINER_WITH_CUDA
     init_cuda_backend(0);
     device = Device::cuda(0);
-#else
-    std::fprintf(stderr, "sync_bn_bench: this build has no CUDA backend\n");
-    return 2;
-#endif
   }
   const DType dtype = o.dtype == "bf16" ? DType::bf16 : o.dtype == "f16" ? DType::f16 : DType::f32;
   const MemoryFormat format = o.layout == "cl" ? MemoryFormat::channels_last : MemoryFormat::contiguous;

@@ -5,57 +5,41 @@
 #include <utility>
 
 #include "data/normalize.h"
-
-#ifdef TRAINER_WITH_CUDA
-#include "nn/cuda/copy_stream.h"
-#include "nn/cuda/normalize_input.h"
-#include "nn/cuda/pinned_allocator.h"
-#endif
+#include "nn/runtime.h"
 
 namespace trainer {
 
-#ifdef TRAINER_WITH_CUDA
 struct DevicePrefetcher::GpuState {
   struct InFlight {
     Batch batch;  // host tensors; the upload holds its own references until its copy completed
-    cuda::AsyncUpload upload;
+    runtime::Upload upload;
   };
   bool started = false;
   std::optional<InFlight> current;  // returned by next(), being consumed
   std::optional<InFlight> ahead;    // its upload queued behind current's
   // Declared last: destroyed first, so in-flight copies finish before the uploads let go of memory.
-  cuda::CopyStream stream;
+  runtime::CopyStream stream;
 
   std::optional<InFlight> load(DataLoader& loader) {
     std::optional<Batch> batch = loader.next();
     if (!batch) return std::nullopt;
-    cuda::AsyncUpload upload = stream.upload({batch->images, batch->labels});
+    runtime::Upload upload = stream.upload({batch->images, batch->labels});
     return InFlight{std::move(*batch), std::move(upload)};
   }
 };
-#else
-struct DevicePrefetcher::GpuState {};
-#endif
 
 BatchAllocator batch_allocator_for(Device device) {
-#ifdef TRAINER_WITH_CUDA
-  if (device.is_cuda())
-    return [](const Shape& shape, DType dtype) {
-      return Tensor::empty_from(cuda::pinned_host_allocator(), shape, dtype);
-    };
-#endif
-  (void)device;
-  return {};
+  Allocator* pinned = device.is_cuda() ? runtime::pinned_host_allocator() : nullptr;
+  if (!pinned) return {};
+  return [pinned](const Shape& shape, DType dtype) { return Tensor::empty_from(*pinned, shape, dtype); };
 }
 
 DevicePrefetcher::DevicePrefetcher(DataLoader& loader, Device device, InputNormalization normalization)
     : loader_(loader), device_(device), normalization_(std::move(normalization)) {
   if (device_.is_cuda()) {
-#ifdef TRAINER_WITH_CUDA
+    if (!runtime::cuda_built())
+      throw std::invalid_argument("DevicePrefetcher: this build has no CUDA backend");
     gpu_ = std::make_unique<GpuState>();
-#else
-    throw std::invalid_argument("DevicePrefetcher: this build has no CUDA backend");
-#endif
   }
 }
 
@@ -63,7 +47,6 @@ DevicePrefetcher::~DevicePrefetcher() = default;
 
 std::optional<Batch> DevicePrefetcher::next() {
   if (!gpu_) return loader_.next();
-#ifdef TRAINER_WITH_CUDA
   GpuState& g = *gpu_;
   if (!g.started) {
     g.ahead = g.load(loader_);
@@ -76,9 +59,6 @@ std::optional<Batch> DevicePrefetcher::next() {
   if (!g.current) return std::nullopt;
   g.ahead = g.load(loader_);
   return g.current->batch;
-#else
-  return std::nullopt;
-#endif
 }
 
 DeviceBatch DevicePrefetcher::to_device(const Batch& batch) {
@@ -89,18 +69,14 @@ DeviceBatch DevicePrefetcher::to_device(const Batch& batch) {
                 .contiguous(normalization_.format),
             batch.labels.to(device_)};
   }
-#ifdef TRAINER_WITH_CUDA
   GpuState& g = *gpu_;
   if (!g.current || g.current->batch.batch_index != batch.batch_index)
     throw std::logic_error("DevicePrefetcher::to_device: batch " + std::to_string(batch.batch_index) +
                            " is not the batch next() returned last");
   const std::vector<Tensor>& on_device = g.current->upload.device_tensors_for_compute();
-  return {
-      cuda::normalize_u8_nhwc(on_device[0], normalization_.mean, normalization_.std, normalization_.format),
-      on_device[1]};
-#else
-  return {};
-#endif
+  return {runtime::normalize_u8_nhwc(on_device[0], normalization_.mean, normalization_.std,
+                                     normalization_.format),
+          on_device[1]};
 }
 
 }  // namespace trainer

@@ -6,7 +6,7 @@
 //   next() returns batch k, whose u8 upload was queued on the copy stream one call earlier, and
 //          queues batch k+1's upload (it then runs while the compute stream works on batch k);
 //   to_device(batch k) makes the compute stream wait for k's copy event and normalises there
-//          (nn/cuda/normalize_input.h): u8 crosses the bus, a quarter of the bytes of f32.
+//          (nn/runtime.h's normalize_u8_nhwc): u8 crosses the bus, a quarter of the bytes of f32.
 //
 // The loader's batches should then sit in pinned memory (batch_allocator_for), so that the copies are
 // DMA transfers that overlap with kernels. Batches equal the CPU path's bit for bit.
@@ -36,7 +36,7 @@ struct InputNormalization {
 
 class DevicePrefetcher {
  public:
-  // loader must outlive the prefetcher. With a CUDA device, init_cuda_backend must have run.
+  // loader must outlive the prefetcher. With a CUDA device, runtime::init_device must have run.
   DevicePrefetcher(DataLoader& loader, Device device, InputNormalization normalization);
   ~DevicePrefetcher();
   DevicePrefetcher(const DevicePrefetcher&) = delete;
@@ -52,7 +52,7 @@ class DevicePrefetcher {
   Device device() const { return device_; }
 
  private:
-  struct GpuState;  // the copy stream and the uploads in flight (CUDA builds only)
+  struct GpuState;  // the copy stream and the uploads in flight (on a GPU only)
 
   DataLoader& loader_;
   Device device_;

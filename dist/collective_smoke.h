@@ -54,10 +54,9 @@ CollectiveSmoke cpu_all_reduce_smoke(int ranks, const std::vector<size_t>& sizes
 // 16 MiB (CPU), the largest last.
 CollectiveSmoke local_all_reduce_smoke(int visible_gpus, std::chrono::milliseconds timeout);
 
-#ifdef TRAINER_WITH_CUDA
-// Every visible GPU, one NCCL communicator each, from this thread. Needs 2 or more GPUs.
+// Every visible GPU, one NCCL communicator each, from this thread. Needs 2 or more GPUs; throws DistError
+// in a build without CUDA (dist/nccl_unavailable.cpp).
 CollectiveSmoke nccl_all_reduce_smoke(const std::vector<size_t>& sizes, int iterations,
                                       std::chrono::milliseconds timeout);
-#endif
 
 }  // namespace trainer

@@ -1,7 +1,6 @@
 // NCCL half of the collective smoke test (see dist/collective_smoke.h): every visible GPU from one
 // process, in NCCL's non-blocking mode so that set-up and collectives can be bounded and aborted.
-#ifdef TRAINER_WITH_CUDA
-
+// Built with the CUDA backend only (CMake leaves it out otherwise; dist/nccl_unavailable.cpp stands in).
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
@@ -230,5 +229,3 @@ CollectiveSmoke nccl_all_reduce_smoke(const std::vector<size_t>& sizes, int iter
 }
 
 }  // namespace trainer
-
-#endif  // TRAINER_WITH_CUDA

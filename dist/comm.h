@@ -29,6 +29,7 @@
 #include <string_view>
 #include <vector>
 
+#include "nn/runtime.h"
 #include "nn/tensor.h"
 
 namespace trainer {
@@ -90,6 +91,9 @@ class Comm {
   // calls this: the replay is watched as one unit, with a collective's timeout and failure handling,
   // and `what` names it in the error. A no-op for communicators whose collectives are never captured.
   virtual void watch_graph_replay(const std::string& what) { (void)what; }
+  // The device stream its collectives run on, so that timing can put its marks there (the step timer's
+  // all-reduce phase); none for communicators that queue nothing on a device stream of their own.
+  virtual runtime::Stream stream() const { return {}; }
   // Orderly end: a last collective so that no rank closes its connections while another still
   // communicates, then closes them. Every rank calls it once after its last collective; without it, a
   // rank that exits early can make a slower rank's last collective fail.

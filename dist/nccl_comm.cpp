@@ -1,6 +1,5 @@
 // NCCL behind the Comm interface; see dist/nccl_comm.h for the stream protocol and failure handling.
-#ifdef TRAINER_WITH_CUDA
-
+// Built with the CUDA backend only (CMake leaves it out otherwise).
 #include "dist/nccl_comm.h"
 
 #include <cuda_runtime.h>
@@ -672,7 +671,7 @@ NcclComm::~NcclComm() {
 
 int NcclComm::rank() const { return impl_->rank; }
 int NcclComm::world_size() const { return impl_->world; }
-void* NcclComm::stream() const { return impl_->stream; }
+runtime::Stream NcclComm::stream() const { return runtime::Stream(impl_->stream); }
 
 void NcclComm::set_timeout(std::chrono::milliseconds timeout) {
   std::lock_guard<std::mutex> lock(impl_->mutex);
@@ -887,5 +886,3 @@ void NcclComm::shutdown() {
 }
 
 }  // namespace trainer
-
-#endif  // TRAINER_WITH_CUDA

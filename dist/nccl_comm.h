@@ -1,7 +1,8 @@
 #pragma once
 // The GPU communicator: NCCL collectives on device tensors, behind the same Comm interface as CpuComm.
-// Built only with the CUDA backend (TRAINER_WITH_CUDA); this header is plain C++ (no CUDA or NCCL
-// types), so code that merely creates one needs neither header.
+// Built only with the CUDA backend (CMake leaves nccl_comm.cpp out otherwise); this header is plain C++
+// (no CUDA or NCCL types). Code that merely creates one goes through dist/nccl_backend.h, which every
+// build links.
 //
 // Streams. Every collective runs on the communicator's own (high-priority) stream, never on the
 // compute stream, so NCCL kernels overlap backward:
@@ -60,40 +61,15 @@
 //   NCCL_NVLS_ENABLE=0   NVLink SHARP needs multicast objects that containers and some drivers do not
 //                        grant; with it on, communicator set-up can fail or hang on NVSwitch hosts.
 //   NCCL_DEBUG=WARN      NCCL's own reason for a failure in the log (INFO for topology details).
-#ifdef TRAINER_WITH_CUDA
-
 #include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "dist/comm.h"
+#include "dist/nccl_backend.h"
 
 namespace trainer {
-
-class Store;
-
-struct NcclCommOptions {
-  // Store keys live under "nccl/<name>/": several communicators can share one store.
-  std::string name = "default";
-  // The CUDA device of this rank (LOCAL_RANK); init_cuda_backend(device) must have run.
-  int device = 0;
-  std::chrono::milliseconds timeout{std::chrono::minutes(10)};          // each collective
-  std::chrono::milliseconds connect_timeout{std::chrono::seconds(30)};  // the rendezvous + NCCL set-up
-  // A store connection of the watchdog's own (the main one can be held for minutes by a blocking wait):
-  // used to publish this rank's failure and to notice another rank's. Null: failures still end every
-  // wait, but other ranks only notice through their own timeout.
-  std::shared_ptr<Store> watchdog_store;
-  std::chrono::milliseconds watchdog_interval{std::chrono::milliseconds(50)};
-  // Dead peers (needs watchdog_store and every rank's dist/heartbeat.h records in it; 0 = off): while a
-  // collective has been pending for over a second, the watchdog reads the heartbeats once a second, and
-  // a rank whose record has not changed for this long (or rank 0, when its store stops answering) fails
-  // the communicator at once with a message naming it. NCCL itself never notices a peer killed while
-  // its kernels wait on NVLink or shared memory.
-  std::chrono::milliseconds peer_silent_after{0};
-  // Bound on ncclCommAbort (it blocks); past it the rank goes on with its error without it.
-  std::chrono::milliseconds abort_limit{std::chrono::seconds(10)};
-};
 
 class NcclComm : public Comm {
  public:
@@ -122,8 +98,8 @@ class NcclComm : public Comm {
   void throw_if_failed() const override;
   void shutdown() override;
 
-  // The communication stream, as a cudaStream_t.
-  void* stream() const;
+  // The communication stream (a cudaStream_t inside).
+  runtime::Stream stream() const override;
   // Collectives and graph replays the watchdog is waiting for (tests).
   size_t pending_count() const;
   // Collectives recorded by a capture whose tensors are still held (until the next graph replay is
@@ -138,5 +114,3 @@ class NcclComm : public Comm {
 };
 
 }  // namespace trainer
-
-#endif  // TRAINER_WITH_CUDA

@@ -5,9 +5,8 @@
 #include "dist/consistency.h"
 #include "dist/cpu_comm.h"
 #include "dist/error.h"
-#ifdef TRAINER_WITH_CUDA
-#include "dist/nccl_comm.h"
-#endif
+#include "dist/nccl_backend.h"
+#include "nn/runtime.h"
 
 namespace trainer {
 namespace {
@@ -25,21 +24,17 @@ std::string resolve_comm_backend(const DistOptions& options) {
                     "'. HINT: use \"auto\" (NCCL on GPUs, our TCP collectives otherwise), "
                     "\"nccl\" or \"tcp\"");
   if (b == "tcp") return "tcp";
-#ifdef TRAINER_WITH_CUDA
+  if (!runtime::cuda_built() && (b == "nccl" || options.device.is_cuda()))
+    throw DistError("distributed backend \"" + b + "\" with device " + options.device.str() +
+                    ": this trainer was built without CUDA, so NCCL is not available. HINT: rebuild with "
+                    "-DTRAINER_CUDA=ON on a host with the CUDA toolkit, or train on the CPU with the "
+                    "\"tcp\" backend");
   if (options.device.is_cuda()) return "nccl";
   if (b == "nccl")
     throw DistError("distributed backend \"nccl\" needs the model on a GPU, but the device is " +
                     options.device.str() +
                     ". HINT: train on a CUDA device, or set the distributed backend to \"auto\" or \"tcp\"");
   return "tcp";
-#else
-  if (b == "nccl" || options.device.is_cuda())
-    throw DistError("distributed backend \"" + b + "\" with device " + options.device.str() +
-                    ": this trainer was built without CUDA, so NCCL is not available. HINT: rebuild with "
-                    "-DTRAINER_CUDA=ON on a host with the CUDA toolkit, or train on the CPU with the "
-                    "\"tcp\" backend");
-  return "tcp";
-#endif
 }
 
 std::unique_ptr<ProcessGroup> ProcessGroup::init(const ProcessEnv& env, const DistOptions& options) {
@@ -93,7 +88,6 @@ std::unique_ptr<ProcessGroup> ProcessGroup::init(const ProcessEnv& env, const Di
                        /*distinct=*/true});
     check_consistency(*pg->store_, env.rank, env.world_size, items, options.connect_timeout, "build");
     if (backend == "nccl") {
-#ifdef TRAINER_WITH_CUDA
       NcclCommOptions no;
       no.name = "default";
       no.device = options.device.index;
@@ -106,8 +100,7 @@ std::unique_ptr<ProcessGroup> ProcessGroup::init(const ProcessEnv& env, const Di
       wo.is_server = false;
       wo.reply_timeout = std::chrono::seconds(3);
       no.watchdog_store = std::make_shared<TcpStore>(wo);
-      pg->comm_ = NcclComm::create(*pg->store_, env.rank, env.world_size, no);
-#endif
+      pg->comm_ = create_nccl_comm(*pg->store_, env.rank, env.world_size, no);
     } else {
       CpuCommOptions co;
       co.name = "default";

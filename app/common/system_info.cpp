@@ -6,18 +6,14 @@
 #include <algorithm>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <thread>
 
+#include "dist/nccl_backend.h"
 #include "dist/process_env.h"
-#ifdef TRAINER_WITH_CUDA
-#include <cuda_runtime_api.h>
-#include <nccl.h>
-
-#include "nn/cuda/cuda_backend.h"
-#endif
+#include "nn/runtime.h"
 
 namespace trainer {
-#ifdef TRAINER_WITH_CUDA
 namespace {
 
 std::string version_string(int v) {  // CUDA encodes 13.0 as 13000
@@ -25,7 +21,6 @@ std::string version_string(int v) {  // CUDA encodes 13.0 as 13000
 }
 
 }  // namespace
-#endif
 
 SystemInfo system_info() {
   SystemInfo s;
@@ -44,21 +39,15 @@ SystemInfo system_info() {
   s.blas_core = openblas_get_corename();
   const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
   s.cuda_visible_devices = visible ? visible : "(unset)";
-#ifdef TRAINER_WITH_CUDA
-  s.cuda_build = true;
-  int v = 0;
-  if (cudaDriverGetVersion(&v) == cudaSuccess) s.cuda_driver_version = version_string(v);
-  if (cudaRuntimeGetVersion(&v) == cudaSuccess) s.cuda_runtime_version = version_string(v);
-  if (ncclGetVersion(&v) == ncclSuccess)  // NCCL >= 2.9 encodes 2.28.9 as 22809
-    s.nccl_runtime_version =
-        std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100);
-  const int n = cuda_device_count();
-  for (int i = 0; i < n; ++i) {
-    cudaDeviceProp p{};
-    if (cudaGetDeviceProperties(&p, i) != cudaSuccess) continue;
-    s.gpus.push_back({i, p.name, static_cast<int64_t>(p.totalGlobalMem), p.major, p.minor});
-  }
-#endif
+  s.cuda_build = runtime::cuda_built();
+  const runtime::BackendVersions v = runtime::backend_versions();
+  s.cuda_driver_version = version_string(v.cuda_driver);
+  s.cuda_runtime_version = version_string(v.cuda_runtime);
+  s.nccl_runtime_version = nccl_loaded_version();
+  const int n = runtime::device_count();
+  for (int i = 0; i < n; ++i)
+    if (const std::optional<runtime::GpuProperties> p = runtime::gpu_properties(i))
+      s.gpus.push_back({i, p->name, p->total_memory_bytes, p->major, p->minor});
   for (const auto& [k, val] : current_environment())
     if (k.rfind("NCCL_", 0) == 0) s.nccl_env.emplace_back(k, val);
   return s;

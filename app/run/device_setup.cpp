@@ -1,14 +1,9 @@
 #include "app/run/device_setup.h"
 
-#include <cstdio>
+#include <stdexcept>
 
 #include "app/run/capture_rules.h"
-
-#ifdef TRAINER_WITH_CUDA
-#include "nn/cuda/conv_stats_fusion.h"
-#include "nn/cuda/cuda_backend.h"
-#include "nn/cuda/cudnn_batch_norm.h"
-#endif
+#include "nn/runtime.h"
 
 namespace trainer {
 
@@ -18,39 +13,32 @@ namespace {
 Device pick_device(const Config& config, int local_rank) {
   const DeviceChoice wanted = config.train.device;
   if (wanted == DeviceChoice::cpu) return Device::cpu();
-#ifdef TRAINER_WITH_CUDA
-  const int count = cuda_device_count();
+  if (!runtime::cuda_built()) {
+    if (wanted == DeviceChoice::cuda)
+      throw config_error_at(
+          config, "train.device",
+          "'cuda' but this trainer was built without the CUDA backend. HINT: install the CUDA "
+          "toolkit in /usr/local/cuda and rebuild, or set train.device = \"cpu\"");
+    return Device::cpu();
+  }
+  const int count = runtime::device_count();
   if (wanted == DeviceChoice::automatic && count == 0) return Device::cpu();
   if (count == 0)
     throw config_error_at(
         config, "train.device",
         "'cuda' but no GPU is visible. HINT: check nvidia-smi and CUDA_VISIBLE_DEVICES, or set "
         "train.device = \"cpu\"");
-  init_cuda_backend(local_rank);  // throws with a hint when local_rank >= count
+  runtime::init_device(local_rank);  // throws with a hint when local_rank >= count
   return Device::cuda(local_rank);
-#else
-  if (wanted == DeviceChoice::cuda)
-    throw config_error_at(
-        config, "train.device",
-        "'cuda' but this trainer was built without the CUDA backend. HINT: install the CUDA "
-        "toolkit in /usr/local/cuda and rebuild, or set train.device = \"cpu\"");
-  (void)local_rank;
-  return Device::cpu();
-#endif
 }
 
 // The backend's kernel choices follow the run's one precision policy.
 void apply_to_backend(const PrecisionPolicy& policy, const Config& config, Device device) {
-#ifdef TRAINER_WITH_CUDA
   if (!device.is_cuda()) return;
-  cuda_set_allow_tf32(policy.allow_tf32);
-  cuda_set_deterministic(config.train.deterministic);
-  cuda::set_conv_stats_fusion(policy.conv_stats_fusion ? cuda::ConvStatsFusion::where_faster
-                                                       : cuda::ConvStatsFusion::off);
-  cuda::set_cudnn_batch_norm(policy.cudnn_batch_norm);
-#else
-  (void)policy, (void)config, (void)device;
-#endif
+  runtime::apply_backend_options({.allow_tf32 = policy.allow_tf32,
+                                  .deterministic = config.train.deterministic,
+                                  .conv_stats_fusion = policy.conv_stats_fusion,
+                                  .cudnn_batch_norm = policy.cudnn_batch_norm});
 }
 
 // The half dtype the forward pass autocasts to (train.precision "bf16" or "fp16"); none for fp32/tf32.
@@ -74,35 +62,16 @@ RunDevice cpu_run_device(const Config& config) {
 
 std::string gpu_id(Device device) {
   if (!device.is_cuda()) return "";
-#ifdef TRAINER_WITH_CUDA
-  cudaDeviceProp prop{};
-  CUDA_CHECK(cudaGetDeviceProperties(&prop, device.index));
-  // nvidia-smi's form: GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx.
-  std::string id = "GPU-";
-  for (int i = 0; i < 16; ++i) {
-    char hex[3];
-    std::snprintf(hex, sizeof hex, "%02x", static_cast<unsigned char>(prop.uuid.bytes[i]));
-    id += hex;
-    if (i == 3 || i == 5 || i == 7 || i == 9) id += '-';
-  }
-  return id;
-#else
-  return "";
-#endif
+  return runtime::gpu_uuid(device.index);
 }
 
 std::string gpu_pci_bus_id(Device device) {
   if (!device.is_cuda()) return "";
-#ifdef TRAINER_WITH_CUDA
-  char id[32] = {};
-  if (cudaDeviceGetPCIBusId(id, sizeof id, device.index) != cudaSuccess) {
-    cudaGetLastError();
-    return "";
+  try {
+    return runtime::pci_bus_id(device.index);
+  } catch (const std::runtime_error&) {
+    return "";  // NVML then goes without this GPU's utilisation; the run does not stop for it
   }
-  return id;
-#else
-  return "";
-#endif
 }
 
 void check_precision(const Config& config, Device device) {

@@ -3,9 +3,7 @@
 #include <algorithm>
 #include <thread>
 
-#ifdef TRAINER_WITH_CUDA
-#include "nn/cuda/cuda_backend.h"
-#endif
+#include "nn/runtime.h"
 
 namespace trainer {
 
@@ -16,9 +14,7 @@ unsigned node_cores() { return std::max(1u, std::thread::hardware_concurrency())
 // Whether setup_device() puts this rank on a GPU (without initialising the backend).
 bool trains_on_gpu(const Config& config) {
   if (config.train.device == DeviceChoice::cuda) return true;
-#ifdef TRAINER_WITH_CUDA
-  if (config.train.device == DeviceChoice::automatic) return cuda_device_count() > 0;
-#endif
+  if (config.train.device == DeviceChoice::automatic) return runtime::device_count() > 0;
   return false;
 }
 

@@ -8,6 +8,7 @@
 #include <memory>
 #include <vector>
 
+#include "nn/runtime.h"
 #include "nn/tensor.h"
 
 namespace trainer {
@@ -49,7 +50,7 @@ class StepFence {
   void step_queued(Device device);
 
  private:
-  void* events_[2] = {nullptr, nullptr};  // cudaEvent_t, recorded alternately (created when first recorded)
+  runtime::Event events_[2];  // recorded alternately (made on the device when first recorded)
   int next_ = 0;
   WaitCheck failed_;
 };

@@ -3,19 +3,13 @@
 #include <stdexcept>
 
 #include "dist/comm.h"
-#ifdef TRAINER_WITH_CUDA
-#include "nn/cuda/cuda_graph.h"
-#endif
+#include "nn/runtime.h"
 
 namespace trainer {
 
-#ifdef TRAINER_WITH_CUDA
 struct StepGraph::Graph {
-  cuda::CudaGraph graph;
+  runtime::Graph graph;
 };
-#else
-struct StepGraph::Graph {};
-#endif
 
 StepGraph::StepGraph(Comm* comm) : comm_(comm), graph_(std::make_unique<Graph>()) {}
 StepGraph::~StepGraph() = default;
@@ -42,11 +36,11 @@ void StepGraph::load(const Tensor& images, const Tensor& labels) {
   labels_.copy_(labels);
 }
 
-#ifdef TRAINER_WITH_CUDA
 bool StepGraph::captured() const { return graph_->graph.captured(); }
 size_t StepGraph::nodes() const { return graph_->graph.nodes(); }
 
 void StepGraph::capture_and_run(const std::function<Tensor()>& step) {
+  if (!runtime::cuda_built()) throw std::runtime_error("CUDA graphs need a CUDA build of the trainer");
   if (!images_.defined()) throw std::logic_error("StepGraph::capture_and_run before load()");
   Tensor loss;
   graph_->graph.capture([&] { loss = step(); });
@@ -58,15 +52,6 @@ void StepGraph::replay() {
   graph_->graph.replay();
   watch_replay();
 }
-
-#else
-bool StepGraph::captured() const { return false; }
-size_t StepGraph::nodes() const { return 0; }
-void StepGraph::capture_and_run(const std::function<Tensor()>&) {
-  throw std::runtime_error("CUDA graphs need a CUDA build of the trainer");
-}
-void StepGraph::replay() { throw std::logic_error("StepGraph::replay without a CUDA build"); }
-#endif
 
 void StepGraph::watch_replay() {
   if (comm_ && comm_->world_size() > 1) comm_->watch_graph_replay("the training step's CUDA graph");

@@ -64,7 +64,7 @@ class StepGraph {
   size_t nodes() const;
 
  private:
-  struct Graph;  // the CUDA graph (CUDA builds only)
+  struct Graph;  // the device graph (nn/runtime.h)
   void watch_replay();
   Comm* comm_;
   std::unique_ptr<Graph> graph_;  // destroyed last: the tensors below live in its memory pool

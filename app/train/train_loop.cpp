@@ -35,10 +35,8 @@
 #include "metrics/run_csv.h"
 #include "metrics/step_timer.h"
 #include "nn/amp/loss_scaler.h"
+#include "nn/runtime.h"
 #include "nn/safetensors.h"
-#ifdef TRAINER_WITH_CUDA
-#include "nn/cuda/caching_allocator.h"
-#endif
 
 namespace trainer {
 namespace {
@@ -245,19 +243,17 @@ void count_step(TrainingRun& run, const StepResult& result, EpochProgress& progr
   const Experiment& e = run.experiment;
   TrainingState& st = run.state;
   Exporter& exporter = *run.reporter.exporter;
-  [[maybe_unused]] const Device& device = run.context.device;  // read by the CUDA build only
+  const Device& device = run.context.device;
   ++st.step;
   ++progress.steps;
   if (run.processes.heartbeat) run.processes.heartbeat->set_step(st.step);
   exporter.add_step(result.samples);
   exporter.set_learning_rate(result.lr);
   exporter.set_bad_samples_total(e.data.train->skipped_samples());
-#ifdef TRAINER_WITH_CUDA
   if (device.is_cuda()) {
-    const CudaMemoryStats mem = cuda_memory_stats();
+    const runtime::DeviceMemoryStats mem = runtime::device_memory_stats();
     exporter.set_device_memory({mem.allocated_bytes, mem.reserved_bytes, mem.peak_allocated_bytes});
   }
-#endif
 }
 
 // Its loss is known: stop if it is not finite, then report it (exporter, rank 0's train_steps.csv, the

@@ -37,8 +37,8 @@ TEST_F(Nccl, IsARealNcclCommunicatorOfOneRank) {
   EXPECT_EQ(comm_->backend_name(), "nccl");
   EXPECT_EQ(comm_->rank(), 0);
   EXPECT_EQ(comm_->world_size(), 1);
-  EXPECT_NE(comm_->stream(), nullptr);
-  EXPECT_NE(comm_->stream(), static_cast<void*>(cuda_stream()));
+  EXPECT_NE(comm_->stream().handle(), nullptr);
+  EXPECT_NE(comm_->stream().handle(), static_cast<void*>(cuda_stream()));
 }
 
 TEST_F(Nccl, AllReduceSumAvgMaxOnDevice) {

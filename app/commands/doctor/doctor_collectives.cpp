@@ -6,6 +6,7 @@
 
 #include "app/commands/doctor/gpu_topology.h"
 #include "dist/collective_smoke.h"
+#include "nn/runtime.h"
 
 namespace trainer {
 namespace {
@@ -96,12 +97,11 @@ void check_collectives(DoctorReport& r, const SystemInfo& s, std::chrono::millis
                  "multi-GPU training uses NCCL the same way; fix this before a long run");
     return;
   }
-#ifdef TRAINER_WITH_CUDA
-  r.skip("nccl allreduce",
-         std::to_string(gpus) + " GPU(s) visible, needs 2 or more; testing the tcp communicator instead");
-#else
-  r.skip("nccl allreduce", "CPU-only build; testing the tcp communicator instead");
-#endif
+  if (runtime::cuda_built())
+    r.skip("nccl allreduce",
+           std::to_string(gpus) + " GPU(s) visible, needs 2 or more; testing the tcp communicator instead");
+  else
+    r.skip("nccl allreduce", "CPU-only build; testing the tcp communicator instead");
   report_smoke(r, smoke, "tcp communicator, 2 ranks (threads of this process, on 127.0.0.1)",
                "CPU data parallelism uses this communicator: check that loopback TCP works (firewall, "
                "ulimit -n) and that the machine is not overloaded");

@@ -1,46 +1,27 @@
 #include "app/commands/doctor/gpu_topology.h"
 
-#ifdef TRAINER_WITH_CUDA
-#include <cuda_runtime_api.h>
-#endif
+#include <stdexcept>
+
+#include "nn/runtime.h"
 
 namespace trainer {
 
 GpuTopology gpu_topology() {
   GpuTopology t;
-#ifdef TRAINER_WITH_CUDA
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) return t;
-  auto failed = [&](cudaError_t e, const char* what) {
-    if (e == cudaSuccess) return false;
+  const int n = runtime::device_count();
+  try {
+    for (int d = 0; d < n; ++d) t.pci_bus_ids.push_back(runtime::pci_bus_id(d));
+    t.links.assign(n, std::vector<PeerLink>(n));
+    for (int from = 0; from < n; ++from)
+      for (int to = 0; to < n; ++to) {
+        if (from == to) continue;
+        const runtime::PeerAccess a = runtime::peer_access(from, to);
+        t.links[from][to] = {a.access, a.performance_rank, a.native_atomics};
+      }
+  } catch (const std::runtime_error& e) {
     t = GpuTopology{};
-    t.error = std::string(what) + ": " + cudaGetErrorString(e);
-    return true;
-  };
-  for (int d = 0; d < n; ++d) {
-    char bus[32] = {};
-    if (failed(cudaDeviceGetPCIBusId(bus, sizeof bus, d), "cudaDeviceGetPCIBusId")) return t;
-    t.pci_bus_ids.emplace_back(bus);
+    t.error = e.what();  // "<the CUDA call>: <its error>"
   }
-  t.links.assign(n, std::vector<PeerLink>(n));
-  for (int from = 0; from < n; ++from)
-    for (int to = 0; to < n; ++to) {
-      if (from == to) continue;
-      PeerLink& l = t.links[from][to];
-      int v = 0;
-      if (failed(cudaDeviceCanAccessPeer(&v, from, to), "cudaDeviceCanAccessPeer")) return t;
-      l.access = v != 0;
-      if (!l.access) continue;
-      if (failed(cudaDeviceGetP2PAttribute(&v, cudaDevP2PAttrPerformanceRank, from, to),
-                 "cudaDeviceGetP2PAttribute"))
-        return t;
-      l.performance_rank = v;
-      if (failed(cudaDeviceGetP2PAttribute(&v, cudaDevP2PAttrNativeAtomicSupported, from, to),
-                 "cudaDeviceGetP2PAttribute"))
-        return t;
-      l.native_atomics = v != 0;
-    }
-#endif
   return t;
 }
 

@@ -19,10 +19,7 @@
 #include "nn/allocator.h"
 #include "nn/amp/autocast.h"
 #include "nn/functional.h"
-#ifdef TRAINER_WITH_CUDA
-#include "nn/cuda/caching_allocator.h"
-#include "nn/cuda/cuda_backend.h"
-#endif
+#include "nn/runtime.h"
 
 namespace trainer {
 namespace {
@@ -144,27 +141,15 @@ struct DryRun {
 };
 
 int64_t allocated_now(Device d) {
-#ifdef TRAINER_WITH_CUDA
-  if (d.is_cuda()) return cuda_memory_stats().allocated_bytes;
-#endif
-  (void)d;
-  return cpu_memory_stats().allocated_bytes;
+  return d.is_cuda() ? runtime::device_memory_stats().allocated_bytes : cpu_memory_stats().allocated_bytes;
 }
 int64_t peak_now(Device d) {
-#ifdef TRAINER_WITH_CUDA
-  if (d.is_cuda()) {
-    cuda_synchronize();
-    return cuda_memory_stats().peak_allocated_bytes;
-  }
-#endif
-  (void)d;
-  return cpu_memory_stats().peak_allocated_bytes;
+  if (!d.is_cuda()) return cpu_memory_stats().peak_allocated_bytes;
+  runtime::synchronize();
+  return runtime::device_memory_stats().peak_allocated_bytes;
 }
 void reset_peak(Device d) {
-#ifdef TRAINER_WITH_CUDA
-  if (d.is_cuda()) return cuda_reset_peak_memory_stats();
-#endif
-  (void)d;
+  if (d.is_cuda()) return runtime::reset_peak_device_memory();
   cpu_reset_peak_memory_stats();
 }
 
@@ -287,24 +272,15 @@ void print_all_reduce_estimate(const PlanArgs& a, int64_t params, const BytesPer
 
 }  // namespace
 
-int plan_command(const std::vector<std::string>& args) {
-  const PlanArgs a = parse_plan_args(args);
-  if (a.help) {
-    std::cout << kPlanUsage;
-    return 0;
-  }
-  const Config config = load_config(a.config_path, a.overrides);
-  std::string note;
-  const Config dry = dry_run_config(config, &note);
-  const DryRun r = dry_run(dry);
+namespace {
+
+// The header lines: the run planned, the parameters, the bytes per parameter and the measured activations.
+void print_inputs(const PlanArgs& a, const Config& config, const std::string& note, const DryRun& r,
+                  const BytesPerParam& b) {
   const std::string precision(precision_name(config.train.precision));
-  const std::string optimizer = setting_name(config.optim.name);
-  const BytesPerParam b = bytes_per_param(config.optim.name, config.optim.momentum);
-  int64_t activations = r.activation_bytes;
-  const bool half = precision_policy_for(config.train.precision).half();
   std::printf("plan: %s, model %s, %d rank%s, batch %d/rank, precision %s, optimizer %s\n",
               a.config_path.c_str(), config.model.name.c_str(), a.procs, a.procs == 1 ? "" : "s",
-              config.data.batch_size, precision.c_str(), optimizer.c_str());
+              config.data.batch_size, precision.c_str(), setting_name(config.optim.name).c_str());
   if (!note.empty()) std::printf("note: %s\n", note.c_str());
   std::printf("parameters: %s\n", with_commas(r.params).c_str());
   std::printf(
@@ -316,18 +292,29 @@ int plan_command(const std::vector<std::string>& args) {
   std::printf(
       "activations: %s measured by a dry-run step on %s (peak %s over %s of weights, buffers and "
       "gradients)\n",
-      mib(static_cast<double>(activations)).c_str(), r.device.c_str(),
+      mib(static_cast<double>(r.activation_bytes)).c_str(), r.device.c_str(),
       mib(static_cast<double>(r.peak_bytes)).c_str(), mib(static_cast<double>(r.baseline_bytes)).c_str());
+}
+
+// The dry run's activations as the estimate for the configured precision: the CPU measures fp32 only,
+// so a half precision is estimated at half of them.
+int64_t estimated_activations(const Config& config, const DryRun& r) {
+  int64_t activations = r.activation_bytes;
+  const bool half = precision_policy_for(config.train.precision).half();
   if (half && r.device == "cpu") {
     activations /= 2;
     std::printf("note: the CPU computes in fp32 only; activations halved to %s as the estimate for %s\n",
-                mib(static_cast<double>(activations)).c_str(), precision.c_str());
+                mib(static_cast<double>(activations)).c_str(),
+                std::string(precision_name(config.train.precision)).c_str());
   }
-  const std::vector<StrategyMemory> rows = strategy_memory(r.params, b, activations, a.procs, r.buckets);
-  std::printf("\nper-rank memory at %d rank%s:\n%-8s %12s %12s %12s %14s %12s %12s\n", a.procs,
-              a.procs == 1 ? "" : "s", "strategy", "weights", "gradients", "fp32 master", "optim state",
+  return activations;
+}
+
+// The per-rank memory table, the config's own stage marked, and its optimizer state in bytes.
+void print_strategy_table(const std::vector<StrategyMemory>& rows, int procs, int stage) {
+  std::printf("\nper-rank memory at %d rank%s:\n%-8s %12s %12s %12s %14s %12s %12s\n", procs,
+              procs == 1 ? "" : "s", "strategy", "weights", "gradients", "fp32 master", "optim state",
               "activations", "total");
-  const int stage = config.dist.zero_stage;
   for (const StrategyMemory& m : rows)
     std::printf("%-8s %12s %12s %12s %14s %12s %12s%s\n", m.name.c_str(), mib(m.weights).c_str(),
                 mib(m.gradients).c_str(), mib(m.master).c_str(), mib(m.optimizer).c_str(),
@@ -338,23 +325,21 @@ int plan_command(const std::vector<std::string>& args) {
   std::printf("\ndist.zero_stage = %d (%s): optimizer state %s bytes per rank, %s unsharded\n", stage,
               rows[stage].name.c_str(), with_commas(std::llround(rows[stage].optimizer)).c_str(),
               with_commas(std::llround(rows[0].optimizer)).c_str());
+}
 
-  print_all_reduce_estimate(a, r.params, b);
-
+// The simplest strategy that fits the device memory (--device-memory, else the GPU's) with 10% headroom.
+void print_recommendation(const PlanArgs& a, const DryRun& r, const std::vector<StrategyMemory>& rows) {
   double memory = a.device_memory_gib * 1024.0 * 1024.0 * 1024.0;
   std::string memory_source = "--device-memory";
-#ifdef TRAINER_WITH_CUDA
   if (memory == 0 && r.device.rfind("cuda", 0) == 0) {
-    size_t free_b = 0, total_b = 0;
-    if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) {
-      memory = static_cast<double>(total_b);
+    if (const std::optional<int64_t> total = runtime::device_total_memory()) {
+      memory = static_cast<double>(*total);
       memory_source = "the GPU's memory";
     }
   }
-#endif
   if (memory == 0) {
     std::printf("\nrecommendation: give --device-memory GiB to get one\n");
-    return 0;
+    return;
   }
   const double usable = memory * 0.9;
   for (const StrategyMemory& m : rows) {
@@ -362,7 +347,7 @@ int plan_command(const std::vector<std::string>& args) {
       std::printf("\nrecommendation: %s (%s per rank fits %s of %.3g GiB, %s, with 10%% headroom)\n",
                   m.name.c_str(), mib(m.total()).c_str(), mib(usable).c_str(),
                   memory / (1024.0 * 1024 * 1024), memory_source.c_str());
-      return 0;
+      return;
     }
   }
   std::printf(
@@ -370,6 +355,27 @@ int plan_command(const std::vector<std::string>& args) {
       "smaller data.batch_size with train.grad_accum_steps to keep the global batch, activation "
       "checkpointing (not implemented yet), or more ranks\n",
       mib(usable).c_str(), memory / (1024.0 * 1024 * 1024), mib(rows.back().total()).c_str());
+}
+
+}  // namespace
+
+int plan_command(const std::vector<std::string>& args) {
+  const PlanArgs a = parse_plan_args(args);
+  if (a.help) {
+    std::cout << kPlanUsage;
+    return 0;
+  }
+  const Config config = load_config(a.config_path, a.overrides);
+  std::string note;
+  const Config dry = dry_run_config(config, &note);
+  const DryRun r = dry_run(dry);
+  const BytesPerParam b = bytes_per_param(config.optim.name, config.optim.momentum);
+  print_inputs(a, config, note, r, b);
+  const int64_t activations = estimated_activations(config, r);
+  const std::vector<StrategyMemory> rows = strategy_memory(r.params, b, activations, a.procs, r.buckets);
+  print_strategy_table(rows, a.procs, config.dist.zero_stage);
+  print_all_reduce_estimate(a, r.params, b);
+  print_recommendation(a, r, rows);
   return 0;
 }
 

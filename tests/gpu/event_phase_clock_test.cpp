@@ -1,8 +1,8 @@
-// StepTimer on CUDA events: device phases are timed on their streams and read one step later.
-// Built with the CUDA backend only; skipped on a machine without a GPU.
-#include "metrics/cuda_event_clock.h"
+// StepTimer on device events (metrics/event_phase_clock.h): device phases are timed on their streams
+// and read one step later. Built with the CUDA backend only; skipped on a machine without a GPU.
+#include "metrics/event_phase_clock.h"
 
-#if defined(TRAINER_WITH_CUDA) && TRAINER_WITH_CUDA
+#include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -21,7 +21,7 @@ void busy(void* buf, std::size_t bytes, int times, cudaStream_t s) {
   for (int i = 0; i < times; ++i) ASSERT_EQ(cudaMemsetAsync(buf, i & 0xff, bytes, s), cudaSuccess);
 }
 
-TEST(CudaEventClock, TimesDevicePhasesOneStepLater) {
+TEST(EventPhaseClock, TimesDevicePhasesOneStepLater) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
   cudaStream_t compute = nullptr, comm = nullptr;
@@ -35,8 +35,8 @@ TEST(CudaEventClock, TimesDevicePhasesOneStepLater) {
   busy(buf, bytes, 2, compute);  // warm up
   ASSERT_EQ(cudaStreamSynchronize(compute), cudaSuccess);
   {
-    auto clock = std::make_unique<CudaEventClock>(compute, comm);
-    CudaEventClock* events = clock.get();
+    auto clock = std::make_unique<EventPhaseClock>(runtime::Stream(compute), runtime::Stream(comm));
+    EventPhaseClock* events = clock.get();
     StepTimer timer(std::move(clock));
     std::vector<StepTimes> resolved;
     std::size_t events_after_two_steps = 0;
@@ -67,7 +67,7 @@ TEST(CudaEventClock, TimesDevicePhasesOneStepLater) {
     }
     EXPECT_EQ(events->events_created(), events_after_two_steps) << "events are reused";
     for (const StepTimes& t : timer.flush()) resolved.push_back(t);
-    std::printf("CudaEventClock: %s\n", timer.summary().c_str());
+    std::printf("EventPhaseClock: %s\n", timer.summary().c_str());
     ASSERT_EQ(resolved.size(), 4u);
     for (std::size_t i = 0; i < resolved.size(); ++i) {
       const StepTimes& t = resolved[i];
@@ -90,4 +90,3 @@ TEST(CudaEventClock, TimesDevicePhasesOneStepLater) {
 
 }  // namespace
 }  // namespace trainer
-#endif
