@@ -15,10 +15,8 @@
 #include "nn/models/registry.h"
 #include "nn/optim/sgd.h"
 #include "nn/random.h"
+#include "nn/runtime.h"
 #include "nn/safetensors.h"
-#ifdef TRAINER_WITH_CUDA
-#include "nn/cuda/cuda_backend.h"
-#endif
 
 int main(int argc, char** argv) {
   using namespace trainer;
@@ -40,16 +38,14 @@ int main(int argc, char** argv) {
   }
   std::filesystem::create_directories(out);
   Device device = Device::cpu();
-#ifdef TRAINER_WITH_CUDA
-  if (device_name == "cuda") {
-    init_cuda_backend(0);
-    cuda_set_allow_tf32(false);
-    device = Device::cuda(0);
-  }
-#endif
-  if (device_name != "cpu" && device.is_cpu()) {
+  if (device_name != "cpu" && !runtime::cuda_built()) {
     std::fprintf(stderr, "parity_step: no CUDA backend in this build\n");
     return 1;
+  }
+  if (device_name == "cuda") {
+    runtime::init_device(0);
+    runtime::apply_backend_options({});  // TF32 off, as scripts/torch_parity.py runs PyTorch
+    device = Device::cuda(0);
   }
   ModelOptions m;
   m.name = "resnet18";

@@ -35,16 +35,45 @@ void init_device(int index);
 // Waits for the work queued on the compute stream: what measures a step must not measure half of it.
 void synchronize();
 
-// The backend's kernel switches, decided once per run by its PrecisionPolicy (app/run/device_setup.h).
+// The backend's kernel choices: state of the CUDA backend, set once per run from its PrecisionPolicy
+// (app/run/device_setup.h) and logged as one line (describe_backend_options). Tests and benchmarks set
+// them the same way, through a whole options value (ScopedBackendOptions), never a switch of their own.
 struct BackendOptions {
   bool allow_tf32 = false;         // TF32 tensor-core math for f32 matmul and convolution
   bool deterministic = false;      // train.deterministic: bitwise reproducible kernels
   bool conv_stats_fusion = false;  // BatchNorm statistics in cuDNN convolution epilogues, where faster
-  bool cudnn_batch_norm = false;   // BatchNorm through cuDNN's NHWC kernels
+  bool cudnn_batch_norm = false;   // BatchNorm's backward through cuDNN's NHWC kernels
+  bool cudnn_batch_norm_forward =
+      true;  // with cudnn_batch_norm: its forward too, shape by shape where faster
+  // Tests: take the path wherever it applies, without timing it against ours.
+  bool force_conv_stats_fusion = false;
+  bool force_cudnn_batch_norm_forward = false;
+  bool force_im2col_conv = false;
+  bool operator==(const BackendOptions&) const = default;
 };
-// Sets them on the CUDA backend (after init_device): one call, so the run's policy is applied in one
-// place. Nothing to set on the CPU.
+// Sets them on the CUDA backend: one call, so the run's policy is applied in one place. Kept (and
+// ignored) on the CPU.
 void apply_backend_options(const BackendOptions& options);
+const BackendOptions& backend_options();
+// "tf32 off, deterministic off, cuDNN fusion where faster, cuDNN batch norm on (forward where faster)".
+std::string describe_backend_options(const BackendOptions& options);
+
+// Options for a scope: `change` edits a copy of the current ones, which apply until the scope ends.
+class ScopedBackendOptions {
+ public:
+  template <class Change>
+  explicit ScopedBackendOptions(Change change) : saved_(backend_options()) {
+    BackendOptions options = saved_;
+    change(options);
+    apply_backend_options(options);
+  }
+  ~ScopedBackendOptions() { apply_backend_options(saved_); }
+  ScopedBackendOptions(const ScopedBackendOptions&) = delete;
+  ScopedBackendOptions& operator=(const ScopedBackendOptions&) = delete;
+
+ private:
+  BackendOptions saved_;
+};
 
 // ---- Streams and events
 
@@ -131,8 +160,14 @@ struct DeviceMemoryStats {
   int64_t allocated_bytes = 0;       // in blocks handed out
   int64_t reserved_bytes = 0;        // in segments obtained from the driver
   int64_t peak_allocated_bytes = 0;  // since start or the last reset_peak_device_memory()
+  int64_t peak_reserved_bytes = 0;
+  int64_t device_mallocs = 0;  // segments obtained from the driver so far (nn_bench: should stay flat)
+  int64_t device_frees = 0;
 };
 DeviceMemoryStats device_memory_stats();
+// One line on how the convolutions seen so far run (cuDNN graph-API plans, legacy algorithms,
+// workspace), for nn_bench; "" on the CPU.
+std::string convolution_summary();
 void reset_peak_device_memory();
 // The current GPU's total memory, for `trainer plan`'s default budget; nullopt without one.
 std::optional<int64_t> device_total_memory();

@@ -20,7 +20,13 @@ bool cuda_built() { return false; }
 int device_count() { return 0; }
 void init_device(int index) { no_cuda("GPU " + std::to_string(index)); }
 void synchronize() {}
-void apply_backend_options(const BackendOptions&) {}
+// Kept for backend_options() and ScopedBackendOptions; no CPU kernel reads them.
+BackendOptions& cpu_backend_options() {
+  static BackendOptions options;
+  return options;
+}
+void apply_backend_options(const BackendOptions& options) { cpu_backend_options() = options; }
+const BackendOptions& backend_options() { return cpu_backend_options(); }
 Stream compute_stream() { return {}; }
 
 // ---- Event
@@ -67,6 +73,7 @@ double ScalarReadback::value(const FailurePoll&) const { return impl_->value; }
 // ---- Device memory
 
 DeviceMemoryStats device_memory_stats() { return {}; }
+std::string convolution_summary() { return ""; }
 void reset_peak_device_memory() {}
 std::optional<int64_t> device_total_memory() { return std::nullopt; }
 

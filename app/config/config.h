@@ -56,7 +56,7 @@ struct TrainConfig {
   int max_steps = 0;                              // 0 = no limit
   DeviceChoice device = DeviceChoice::automatic;  // auto | cpu | cuda
   Precision precision = Precision::fp32;          // TOML: fp32 | tf32 | bf16 | fp16
-  bool deterministic = false;                     // bitwise reproducible GPU runs (cuda_set_deterministic)
+  bool deterministic = false;   // bitwise reproducible GPU runs (BackendOptions::deterministic)
   bool cuda_graph = true;       // replay each full-size step as a CUDA graph where the run allows it
   bool cudnn_fusion = false;    // BatchNorm statistics in the convolutions' epilogues where faster
   bool cudnn_batchnorm = true;  // BatchNorm's backward through cuDNN's NHWC batch-norm kernels

@@ -15,6 +15,7 @@
 #include "dist/consistency.h"
 #include "dist/sync_batch_norm.h"
 #include "nn/format_bytes.h"
+#include "nn/runtime.h"
 
 namespace trainer {
 namespace {
@@ -346,6 +347,9 @@ void set_up_step(TrainingRun& run) {
     step.comm_failed = [&comm = pg.comm()] { comm.throw_if_failed(); };
   step.readback = std::make_unique<HostReadback>(step.comm_failed);
   set_up_step_graph(run);
+  // The backend's kernel choices, set once from the precision policy (app/run/device_setup.cpp).
+  if (context.device.is_cuda())
+    reporter.log.line("CUDA backend: " + runtime::describe_backend_options(runtime::backend_options()));
   if (config.train.cudnn_fusion)
     reporter.log.line("cuDNN fusion: " + cudnn_fusion_state(config, context.device));
   if (config.train.cudnn_batchnorm)

@@ -14,8 +14,6 @@ namespace {
 
 CudaContext g_context;
 bool g_initialised = false;
-bool g_allow_tf32 = false;
-bool g_deterministic = false;
 std::mutex g_init_mutex;
 thread_local int t_current_device = -1;
 
@@ -129,11 +127,10 @@ bool cuda_stream_capturing() {
   return status != cudaStreamCaptureStatusNone;
 }
 
-void cuda_set_allow_tf32(bool allow) { g_allow_tf32 = allow; }
-bool cuda_allow_tf32() { return g_allow_tf32; }
-
-void cuda_set_deterministic(bool deterministic) { g_deterministic = deterministic; }
-bool cuda_deterministic() { return g_deterministic; }
+const runtime::BackendOptions& cuda_options() { return g_context.options; }
+void cuda_set_options(const runtime::BackendOptions& options) { g_context.options = options; }
+bool cuda_allow_tf32() { return g_context.options.allow_tf32; }
+bool cuda_deterministic() { return g_context.options.deterministic; }
 
 void init_cuda_backend(int device_index) {
   std::lock_guard<std::mutex> lock(g_init_mutex);
@@ -175,6 +172,7 @@ void init_cuda_backend(int device_index) {
   CUBLAS_CHECK(cublasSetWorkspace(ctx.cublas, workspace, kCublasWorkspace));
   CUDNN_CHECK(cudnnCreate(&ctx.cudnn));
   CUDNN_CHECK(cudnnSetStream(ctx.cudnn, ctx.stream));
+  ctx.options = g_context.options;  // set before the device was (tests, benchmarks)
   g_context = ctx;
   g_initialised = true;
   // Leaked on purpose: tensors in static storage may be freed after main returns.

@@ -1,6 +1,6 @@
 #pragma once
 // A convolution through cuDNN's graph (backend) API: the convolution as a one-operation graph, the
-// heuristics' engine configurations that keep the numerics (no TF32 unless cuda_set_allow_tf32(true),
+// heuristics' engine configurations that keep the numerics (no TF32 unless BackendOptions::allow_tf32,
 // never down-converted inputs or reduced-precision reductions), finalised and timed on the call's
 // buffers. This reaches the tensor-core engines that PyTorch uses (with TF32 the legacy API mostly
 // offers FMA kernels), and a cached execution plan costs one cudnnBackendExecute per call. The

@@ -23,7 +23,6 @@ using namespace conv_stats;
 
 constexpr double kRequiredGain = 0.97;                 // fused time / ours, at most
 constexpr int64_t kMaxWorkspace = int64_t{256} << 20;  // as the convolutions' floor
-std::atomic<int> g_mode{static_cast<int>(ConvStatsFusion::off)};
 std::atomic<int64_t> g_fused{0}, g_from_sums{0};
 
 // The sums of the last fused convolution, with its output (held, so its storage cannot be reused for
@@ -141,8 +140,12 @@ std::unique_ptr<Decision> decide(const Tensor& x, const Tensor& w, const Conv2dP
 
 }  // namespace
 
-void set_conv_stats_fusion(ConvStatsFusion mode) { g_mode = static_cast<int>(mode); }
-ConvStatsFusion conv_stats_fusion() { return static_cast<ConvStatsFusion>(g_mode.load()); }
+ConvStatsFusion conv_stats_fusion() {
+  const runtime::BackendOptions& o = cuda_options();
+  return o.force_conv_stats_fusion ? ConvStatsFusion::always
+         : o.conv_stats_fusion     ? ConvStatsFusion::where_faster
+                                   : ConvStatsFusion::off;
+}
 int64_t fused_convolutions() { return g_fused; }
 int64_t batch_norms_from_sums() { return g_from_sums; }
 

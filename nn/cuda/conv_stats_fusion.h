@@ -34,9 +34,9 @@ namespace trainer::cuda {
 enum class ConvStatsFusion {
   off,           // the default
   where_faster,  // train.cudnn_fusion: fuse the shapes where the fused engine timed >= 3% faster
-  always,        // wherever a fused engine runs (tests)
+  always,        // wherever a fused engine runs (tests: force_conv_stats_fusion)
 };
-void set_conv_stats_fusion(ConvStatsFusion mode);
+// From the backend's options (runtime::BackendOptions::conv_stats_fusion and its force_).
 ConvStatsFusion conv_stats_fusion();
 
 // For every forward convolution (CudaBackend::conv2d): drops the sums kept by the previous one, then,

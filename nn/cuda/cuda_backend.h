@@ -12,6 +12,7 @@
 
 #include "nn/backend.h"
 #include "nn/backend_overrides.h"
+#include "nn/runtime.h"
 
 namespace trainer {
 
@@ -22,6 +23,9 @@ struct CudaContext {
   cublasHandle_t cublas = nullptr;
   cudnnHandle_t cudnn = nullptr;
   int sm_count = 1;  // multiprocessors, for sizing grid-stride launches
+  // The kernel choices (TF32, determinism, cuDNN's fused paths), set by runtime::apply_backend_options;
+  // kept across init_cuda_backend.
+  runtime::BackendOptions options;
 };
 
 // The context; throws if init_cuda_backend() has not run.
@@ -39,15 +43,16 @@ cudaStream_t cuda_stream();
 void cuda_synchronize();
 // Whether the compute stream is recording a CUDA graph (then nothing may be timed or read back).
 bool cuda_stream_capturing();
+// The backend's options (runtime::BackendOptions); readable before init_cuda_backend.
+const runtime::BackendOptions& cuda_options();
+void cuda_set_options(const runtime::BackendOptions& options);
 // TF32 tensor-core math for f32 matmul and convolution (precision = "tf32"). Off by default: f32
 // results then match the CPU to ~1e-5 relative.
-void cuda_set_allow_tf32(bool allow);
 bool cuda_allow_tf32();
 // Bitwise reproducible results across runs and processes (train.deterministic), like PyTorch's
 // torch.use_deterministic_algorithms + cudnn.deterministic: convolutions use only engines cuDNN marks
 // deterministic, chosen by cuDNN's heuristic order instead of by timing (timings differ between runs,
 // and so would the algorithm and its rounding); max-pool backward accumulates exactly. Costs speed.
-void cuda_set_deterministic(bool deterministic);
 bool cuda_deterministic();
 // One line on how the convolutions seen so far run (graph-API plans, legacy algorithms, workspace).
 std::string cuda_conv_summary();

@@ -19,7 +19,6 @@ namespace trainer {
 namespace cuda {
 namespace {
 
-std::atomic<bool> g_on{false};
 std::atomic<int64_t> g_calls{0};
 
 constexpr cudnnBatchNormMode_t kMode = kBnMode;
@@ -77,8 +76,7 @@ ShapePlan& plan_for(const Tensor& x, bool relu) {
 
 }  // namespace
 
-void set_cudnn_batch_norm(bool on) { g_on = on; }
-bool cudnn_batch_norm_enabled() { return g_on; }
+bool cudnn_batch_norm_enabled() { return cuda_options().cudnn_batch_norm; }
 int64_t cudnn_batch_norm_calls() { return g_calls; }
 
 }  // namespace cuda

@@ -16,20 +16,18 @@
 
 namespace trainer::cuda {
 
-void set_cudnn_batch_norm(bool on);
+// runtime::BackendOptions::cudnn_batch_norm.
 bool cudnn_batch_norm_enabled();
 // Backward calls cuDNN has run so far (tests: that the option took effect).
 int64_t cudnn_batch_norm_calls();
 
 // The forward (nn/cuda/cudnn_batch_norm_forward.cpp), where cuDNN times faster than ours shape by
-// shape, comes with the option (on unless set off here; nn_bench --cudnn-bn-forward 0 measures
-// without it): a small gain on resnet18-cifar, larger at small batches, and none at resnet50. Its
-// outputs and statistics match ours layer by layer, and a whole bf16 step with it is no further from
-// the f32 step than ours (CudnnBatchNorm.AResNetStepIsAsCloseToTheF32StepAsOurs; figures:
-// bench/PERF_NOTES.md, v14).
-void set_cudnn_batch_norm_forward(bool on);
-// Tests force it on every shape cuDNN takes, without timing, to compare it with ours.
-void force_cudnn_batch_norm_forward(bool on);
+// shape, comes with the option (BackendOptions::cudnn_batch_norm_forward, on unless set off;
+// nn_bench --cudnn-bn-forward 0 measures without it): a small gain on resnet18-cifar, larger at small
+// batches, and none at resnet50. Its outputs and statistics match ours layer by layer, and a whole bf16 step
+// with it is no further from the f32 step than ours (CudnnBatchNorm.AResNetStepIsAsCloseToTheF32StepAsOurs;
+// figures: bench/PERF_NOTES.md, v14). Tests force it on every shape cuDNN takes, without timing, to compare
+// it with ours (BackendOptions::force_cudnn_batch_norm_forward).
 int64_t cudnn_batch_norm_forward_calls();
 
 }  // namespace trainer::cuda

@@ -33,7 +33,6 @@ constexpr cudnnBatchNormMode_t kMode = kBnMode;
 
 enum class Choice { untimed, ours, cudnn };
 
-std::atomic<bool> g_on{true}, g_forced{false};
 std::atomic<int64_t> g_calls{0};
 
 // One input shape and epilogue: descriptors, workspace and reserve sizes, and which forward won.
@@ -77,8 +76,6 @@ ForwardPlan& plan_for(const Tensor& x, bool relu, bool residual) {
 
 }  // namespace
 
-void set_cudnn_batch_norm_forward(bool on) { g_on = on; }
-void force_cudnn_batch_norm_forward(bool on) { g_forced = on; }
 int64_t cudnn_batch_norm_forward_calls() { return g_calls; }
 
 }  // namespace cuda
@@ -88,7 +85,10 @@ std::optional<BnForward> CudaBackend::bn_forward_fused(const Tensor& x, const Te
                                                        Tensor& running_var, double momentum, double eps,
                                                        const BnEpilogue& epilogue) {
   using namespace cuda;
-  if (!cudnn_batch_norm_enabled() || !(g_on || g_forced) || cuda_deterministic()) return std::nullopt;
+  if (!cudnn_batch_norm_enabled() ||
+      !(cuda_options().cudnn_batch_norm_forward || cuda_options().force_cudnn_batch_norm_forward) ||
+      cuda_deterministic())
+    return std::nullopt;
   const MemoryFormat cl = MemoryFormat::channels_last;
   if (x.dim() != 4 || (x.dtype() != DType::bf16 && x.dtype() != DType::f16) || !x.is_contiguous(cl) ||
       x.device() != current_device() || eps < CUDNN_BN_MIN_EPSILON)
@@ -106,7 +106,8 @@ std::optional<BnForward> CudaBackend::bn_forward_fused(const Tensor& x, const Te
   // PyTorch's limits for cuDNN's batch norm in training (int32 counts, N at most 880801).
   if (x.numel() >= std::numeric_limits<int32_t>::max() || x.size(0) > 880801) return std::nullopt;
   ForwardPlan& p = plan_for(x, epilogue.relu, residual);
-  if (!p.supported || (p.choice == Choice::ours && !g_forced)) return std::nullopt;
+  if (!p.supported || (p.choice == Choice::ours && !cuda_options().force_cudnn_batch_norm_forward))
+    return std::nullopt;
 
   auto run_cudnn = [&](Tensor& y, Tensor& mean, Tensor& invstd, Tensor& rm, Tensor& rv) {
     y = Tensor::empty(x.shape(), x.dtype(), x.device(), cl);
@@ -126,7 +127,7 @@ std::optional<BnForward> CudaBackend::bn_forward_fused(const Tensor& x, const Te
                static_cast<size_t>(reserve.numel())) == CUDNN_STATUS_SUCCESS;
   };
 
-  if (p.choice == Choice::untimed && !g_forced) {
+  if (p.choice == Choice::untimed && !cuda_options().force_cudnn_batch_norm_forward) {
     if (cuda_stream_capturing()) return std::nullopt;  // timed at an eager call, if one comes
     // Both forwards on scratch running statistics, so timing moves nothing the run keeps.
     Tensor rm = running_mean.clone(), rv = running_var.clone(), y, mean, invstd;

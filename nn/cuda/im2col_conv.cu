@@ -17,7 +17,6 @@ namespace {
 
 constexpr int64_t kMaxChannels = 4;
 constexpr int64_t kMaxPatchBytes = int64_t{4} << 30;
-std::atomic<bool> g_forced{false};
 std::atomic<int64_t> g_calls{0};
 
 Patches patches_for(const Shape& x, const Shape& w_shape, const Conv2dParams& p, const Shape& y) {
@@ -144,7 +143,7 @@ using Key = std::tuple<int, Shape, Shape, int, int, int, int, int, int, DType>;
 // Whether this shape and direction runs im2col: forced, or timed once against cuDNN at an eager call.
 bool chosen(int direction, const Tensor& x, const Shape& w_shape, const Conv2dParams& p,
             const std::function<Tensor()>& im2col_run, const std::function<Tensor()>& cudnn) {
-  if (g_forced) return true;
+  if (cuda_options().force_im2col_conv) return true;
   static std::mutex mutex;
   static auto* choices = new std::map<Key, Choice>();  // leaked: kept to exit
   const Key key{direction, x.shape(), w_shape,      p.stride_h,   p.stride_w,
@@ -207,7 +206,6 @@ std::optional<Tensor> im2col_conv_backward_weight(const Tensor& grad_y, const Te
   return run_or_decline(run);
 }
 
-void force_im2col_conv(bool on) { g_forced = on; }
 int64_t im2col_conv_calls() { return g_calls; }
 
 }  // namespace trainer::cuda

@@ -34,8 +34,7 @@ std::optional<Tensor> im2col_conv_backward_weight(const Tensor& grad_y, const Te
                                                   const Conv2dParams& p, MemoryFormat format,
                                                   const std::function<Tensor()>& cudnn);
 
-// Tests: run the im2col path wherever it applies, without timing.
-void force_im2col_conv(bool on);
+// Tests run the im2col path wherever it applies, without timing: BackendOptions::force_im2col_conv.
 // Calls the im2col path has run (forward and weight gradient).
 int64_t im2col_conv_calls();
 

@@ -45,13 +45,8 @@ int device_count() { return cuda_device_count(); }
 void init_device(int index) { init_cuda_backend(index); }
 void synchronize() { cuda_synchronize(); }
 
-void apply_backend_options(const BackendOptions& options) {
-  cuda_set_allow_tf32(options.allow_tf32);
-  cuda_set_deterministic(options.deterministic);
-  cuda::set_conv_stats_fusion(options.conv_stats_fusion ? cuda::ConvStatsFusion::where_faster
-                                                        : cuda::ConvStatsFusion::off);
-  cuda::set_cudnn_batch_norm(options.cudnn_batch_norm);
-}
+void apply_backend_options(const BackendOptions& options) { cuda_set_options(options); }
+const BackendOptions& backend_options() { return cuda_options(); }
 
 Stream compute_stream() { return Stream(cuda_stream()); }
 
@@ -136,8 +131,11 @@ double ScalarReadback::value(const FailurePoll& failed) const {
 
 DeviceMemoryStats device_memory_stats() {
   const CudaMemoryStats m = cuda_memory_stats();
-  return {m.allocated_bytes, m.reserved_bytes, m.peak_allocated_bytes};
+  return {m.allocated_bytes,     m.reserved_bytes, m.peak_allocated_bytes,
+          m.peak_reserved_bytes, m.device_mallocs, m.device_frees};
 }
+
+std::string convolution_summary() { return cuda_conv_summary(); }
 
 void reset_peak_device_memory() { cuda_reset_peak_memory_stats(); }
 

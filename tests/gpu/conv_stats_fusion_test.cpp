@@ -16,6 +16,7 @@
 #include "nn/fusion_hints.h"
 #include "nn/modules/batch_norm.h"
 #include "nn/optim/sgd.h"
+#include "tests/gpu/backend_options.h"
 #include "tests/gpu/gpu_test_util.h"
 #include "tests/gpu/graph_steps.h"
 
@@ -27,8 +28,16 @@ using namespace gpu_test;
 // Sets the fusion mode for a test and restores "off" after it.
 class FusionMode {
  public:
-  explicit FusionMode(cuda::ConvStatsFusion mode) { cuda::set_conv_stats_fusion(mode); }
-  ~FusionMode() { cuda::set_conv_stats_fusion(cuda::ConvStatsFusion::off); }
+  explicit FusionMode(cuda::ConvStatsFusion mode) {
+    testing::set_backend_option(&runtime::BackendOptions::conv_stats_fusion,
+                                mode != cuda::ConvStatsFusion::off);
+    testing::set_backend_option(&runtime::BackendOptions::force_conv_stats_fusion,
+                                mode == cuda::ConvStatsFusion::always);
+  }
+  ~FusionMode() {
+    testing::set_backend_option(&runtime::BackendOptions::conv_stats_fusion, false);
+    testing::set_backend_option(&runtime::BackendOptions::force_conv_stats_fusion, false);
+  }
 };
 
 Tensor input_batch(uint64_t seed, int64_t n = 16) {
@@ -50,7 +59,7 @@ std::vector<BatchNorm2d*> batch_norms(Module& model) {
 
 TEST(ConvStatsFusion, BatchNormsTakeTheFusedSumsAndMatchTheUnfusedStatistics) {
   REQUIRE_GPU();
-  cuda_set_deterministic(false);
+  testing::set_backend_option(&runtime::BackendOptions::deterministic, false);
   auto fused_model = gpu_model("resnet18", 3, 32, "cifar", 5);
   auto plain_model = gpu_model("resnet18", 3, 32, "cifar", 5);
   const Tensor x = input_batch(1);
@@ -84,9 +93,9 @@ TEST(ConvStatsFusion, NothingIsFusedWhenOffUnderDeterminismOrInEvaluation) {
   EXPECT_EQ(cuda::fused_convolutions(), f0);
   {
     const FusionMode on(cuda::ConvStatsFusion::always);
-    cuda_set_deterministic(true);
+    testing::set_backend_option(&runtime::BackendOptions::deterministic, true);
     forward_bf16(*model, x);
-    cuda_set_deterministic(false);
+    testing::set_backend_option(&runtime::BackendOptions::deterministic, false);
     EXPECT_EQ(cuda::fused_convolutions(), f0);
     model->eval();
     forward_bf16(*model, x);
@@ -96,7 +105,7 @@ TEST(ConvStatsFusion, NothingIsFusedWhenOffUnderDeterminismOrInEvaluation) {
 
 TEST(ConvStatsFusion, SumsThatNoBatchNormTakesAreDroppedAtTheNextConvolution) {
   REQUIRE_GPU();
-  cuda_set_deterministic(false);
+  testing::set_backend_option(&runtime::BackendOptions::deterministic, false);
   const FusionMode on(cuda::ConvStatsFusion::always);
   Generator gen(3);
   const Tensor x = on_gpu(random({8, 64, 16, 16}, gen).to(DType::bf16), MemoryFormat::channels_last);
@@ -164,7 +173,7 @@ std::vector<double> losses(bool fusion) {
 
 TEST(ConvStatsFusion, TrainingStepsReplayedFromAGraphFollowTheUnfusedLosses) {
   REQUIRE_GPU();
-  cuda_set_deterministic(false);
+  testing::set_backend_option(&runtime::BackendOptions::deterministic, false);
   const std::vector<double> fused = losses(true), plain = losses(false);
   ASSERT_EQ(fused.size(), plain.size());
   for (size_t i = 0; i < fused.size(); ++i) {

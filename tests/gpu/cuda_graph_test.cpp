@@ -7,6 +7,7 @@
 #include "nn/cuda/caching_allocator.h"
 #include "nn/functional.h"
 #include "nn/optim/sgd.h"
+#include "tests/gpu/backend_options.h"
 #include "tests/gpu/gpu_test_util.h"
 #include "tests/gpu/graph_steps.h"
 
@@ -44,13 +45,13 @@ std::vector<double> losses(bool graph, std::optional<DType> half) {
 
 TEST(CudaGraph, ReplaysGiveTheEagerLossSequence) {
   REQUIRE_GPU();
-  cuda_set_deterministic(true);
+  testing::set_backend_option(&runtime::BackendOptions::deterministic, true);
   for (std::optional<DType> half : {std::optional<DType>(), std::optional<DType>(DType::bf16)}) {
     const std::vector<double> eager = losses(false, half), replayed = losses(true, half);
     EXPECT_EQ(eager, replayed) << (half ? "bf16" : "fp32");
     EXPECT_NE(eager[10], eager[11]) << "each replay must read the batch copied in before it";
   }
-  cuda_set_deterministic(false);
+  testing::set_backend_option(&runtime::BackendOptions::deterministic, false);
 }
 
 TEST(CudaGraph, MemoryOfTheGraphIsNotHandedToEagerWork) {

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "nn/optim/sgd.h"
+#include "tests/gpu/backend_options.h"
 #include "tests/gpu/gpu_test_util.h"
 #include "tests/gpu/graph_steps.h"
 
@@ -29,8 +30,10 @@ using namespace gpu_test;
 // Sets the option for a scope and turns it off after it.
 class CudnnBatchNormMode {
  public:
-  explicit CudnnBatchNormMode(bool on = true) { cuda::set_cudnn_batch_norm(on); }
-  ~CudnnBatchNormMode() { cuda::set_cudnn_batch_norm(false); }
+  explicit CudnnBatchNormMode(bool on = true) {
+    testing::set_backend_option(&runtime::BackendOptions::cudnn_batch_norm, on);
+  }
+  ~CudnnBatchNormMode() { testing::set_backend_option(&runtime::BackendOptions::cudnn_batch_norm, false); }
 };
 
 struct BnCase {
@@ -55,11 +58,15 @@ BnCase bn_case(DType dtype, const Shape& shape, bool relu, Generator& gen,
 // output, for the plain, ReLU and residual-add + ReLU epilogues; a residual without a ReLU is declined.
 TEST(CudnnBatchNorm, ForwardGivesOurKernelsOutputAndStatistics) {
   REQUIRE_GPU();
-  cuda_set_deterministic(false);
+  testing::set_backend_option(&runtime::BackendOptions::deterministic, false);
   const CudnnBatchNormMode on;
   struct ForceForward {  // off again however the test ends
-    ForceForward() { cuda::force_cudnn_batch_norm_forward(true); }
-    ~ForceForward() { cuda::force_cudnn_batch_norm_forward(false); }
+    ForceForward() {
+      testing::set_backend_option(&runtime::BackendOptions::force_cudnn_batch_norm_forward, true);
+    }
+    ~ForceForward() {
+      testing::set_backend_option(&runtime::BackendOptions::force_cudnn_batch_norm_forward, false);
+    }
   } force;
   Generator gen(40);
   const int64_t calls = cuda::cudnn_batch_norm_forward_calls();
@@ -107,7 +114,7 @@ TEST(CudnnBatchNorm, ForwardGivesOurKernelsOutputAndStatistics) {
 
 TEST(CudnnBatchNorm, BackwardGivesOurKernelsGradients) {
   REQUIRE_GPU();
-  cuda_set_deterministic(false);
+  testing::set_backend_option(&runtime::BackendOptions::deterministic, false);
   const CudnnBatchNormMode on;
   Generator gen(41);
   for (DType dtype : {DType::bf16, DType::f16})
@@ -147,13 +154,13 @@ TEST(CudnnBatchNorm, DeclinedWhenOffDeterministicOrNotHalfChannelsLast) {
   auto fused = [&](const BnCase& k) {
     return dev().bn_backward_fused(k.dy, k.x, k.mean, k.invstd, k.gamma, k.beta, k.y, 1e-5).has_value();
   };
-  cuda_set_deterministic(false);
+  testing::set_backend_option(&runtime::BackendOptions::deterministic, false);
   EXPECT_FALSE(fused(c));  // off
   const CudnnBatchNormMode on;
   EXPECT_TRUE(fused(c));
-  cuda_set_deterministic(true);
+  testing::set_backend_option(&runtime::BackendOptions::deterministic, true);
   EXPECT_FALSE(fused(c));
-  cuda_set_deterministic(false);
+  testing::set_backend_option(&runtime::BackendOptions::deterministic, false);
   EXPECT_FALSE(fused(bn_case(DType::f32, {8, 16, 4, 4}, true, gen)));
   EXPECT_FALSE(fused(bn_case(DType::bf16, {8, 16, 4, 4}, true, gen, MemoryFormat::contiguous)));
   BnCase half_gamma = c;  // affine parameters of a model cast to bf16
@@ -169,13 +176,13 @@ TEST(CudnnBatchNorm, DeclinedWhenOffDeterministicOrNotHalfChannelsLast) {
 std::vector<std::pair<std::string, Tensor>> one_step_gradients(bool cudnn_bn, bool cudnn_forward = false,
                                                                std::optional<DType> half = DType::bf16) {
   const CudnnBatchNormMode mode(cudnn_bn);
-  cuda::force_cudnn_batch_norm_forward(cudnn_forward);
+  testing::set_backend_option(&runtime::BackendOptions::force_cudnn_batch_norm_forward, cudnn_forward);
   auto model = gpu_model("resnet18", 3, 32, "cifar", 8);
   Generator gen(12);
   CifarBatch b = cifar_batch(gen, 32, DType::bf16);
   random_labels(b.y, gen);
   autocast_loss(*model, b.x, b.y, half).backward();
-  cuda::force_cudnn_batch_norm_forward(false);
+  testing::set_backend_option(&runtime::BackendOptions::force_cudnn_batch_norm_forward, false);
   std::vector<std::pair<std::string, Tensor>> grads;
   for (const NamedParameter& p : model->named_parameters())
     grads.emplace_back(p.name, p.param.grad().to(Device::cpu()).to(DType::f32));
@@ -226,7 +233,7 @@ double relative_l2(const std::vector<std::pair<std::string, Tensor>>& grads,
 // distance.
 TEST(CudnnBatchNorm, AResNetStepIsAsCloseToTheF32StepAsOurs) {
   REQUIRE_GPU();
-  cuda_set_deterministic(false);
+  testing::set_backend_option(&runtime::BackendOptions::deterministic, false);
   const auto f32 = one_step_gradients(false, false, std::nullopt);
   const auto ours = one_step_gradients(false);
   const int64_t calls = cuda::cudnn_batch_norm_calls(),
@@ -286,7 +293,7 @@ std::vector<double> resnet_losses(bool cudnn_bn, int capture_at) {
 
 TEST(CudnnBatchNorm, TrainingStepsFollowOursAndReplayTheEagerLosses) {
   REQUIRE_GPU();
-  cuda_set_deterministic(false);
+  testing::set_backend_option(&runtime::BackendOptions::deterministic, false);
   const int64_t calls = cuda::cudnn_batch_norm_calls();
   const std::vector<double> ours = resnet_losses(false, 3), eager = resnet_losses(true, -1),
                             replayed = resnet_losses(true, 3);

@@ -5,6 +5,7 @@
 #include "nn/functional.h"
 #include "nn/models/registry.h"
 #include "nn/optim/sgd.h"
+#include "tests/gpu/backend_options.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace trainer {
@@ -41,7 +42,7 @@ RunResult train(bool channels_last) {
 
 TEST(Deterministic, TwoRunsGiveTheSameBits) {
   REQUIRE_GPU();
-  cuda_set_deterministic(true);
+  testing::set_backend_option(&runtime::BackendOptions::deterministic, true);
   for (bool cl : {false, true}) {
     const RunResult a = train(cl), b = train(cl);
     EXPECT_EQ(a.losses, b.losses) << (cl ? "channels-last" : "nchw");
@@ -50,12 +51,12 @@ TEST(Deterministic, TwoRunsGiveTheSameBits) {
       EXPECT_EQ(0, std::memcmp(a.weights[i].data(), b.weights[i].data(), a.weights[i].size() * sizeof(float)))
           << "parameter " << i << (cl ? " channels-last" : " nchw");
   }
-  cuda_set_deterministic(false);
+  testing::set_backend_option(&runtime::BackendOptions::deterministic, false);
 }
 
 TEST(Deterministic, MaxPoolBackwardMatchesTheCpuWithOverlappingWindows) {
   REQUIRE_GPU();
-  cuda_set_deterministic(true);
+  testing::set_backend_option(&runtime::BackendOptions::deterministic, true);
   Generator gen(4);
   const Tensor x = random({2, 3, 9, 9}, gen);
   Pool2dParams p;
@@ -68,7 +69,7 @@ TEST(Deterministic, MaxPoolBackwardMatchesTheCpuWithOverlappingWindows) {
   expect_close(cpu().max_pool2d_backward(g, idx, x.shape(), p),
                dev().max_pool2d_backward(on_gpu(g), idxg, x.shape(), p), 1e-6, 1e-7,
                "max_pool2d_backward, deterministic");
-  cuda_set_deterministic(false);
+  testing::set_backend_option(&runtime::BackendOptions::deterministic, false);
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 #include "nn/functional.h"
 #include "nn/models/registry.h"
 #include "nn/optim/sgd.h"
+#include "tests/gpu/backend_options.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace trainer {
@@ -44,7 +45,7 @@ std::vector<double> train_cnn(Device device, MemoryFormat format, std::vector<do
 
 TEST(CudaEndToEnd, CnnSgdStepsMatchTheCpu) {
   REQUIRE_GPU();
-  cuda_set_allow_tf32(false);
+  testing::set_backend_option(&runtime::BackendOptions::allow_tf32, false);
   std::vector<double> w_cpu, w_gpu, w_gpu_cl;
   const std::vector<double> cpu_losses = train_cnn(Device::cpu(), MemoryFormat::contiguous, &w_cpu);
   const std::vector<double> gpu_losses = train_cnn(gpu(), MemoryFormat::contiguous, &w_gpu);

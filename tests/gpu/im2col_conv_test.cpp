@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/gpu/backend_options.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace trainer {
@@ -46,10 +47,10 @@ void expect_near_scale(const Tensor& expected, const Tensor& actual, double rtol
 
 TEST(Im2colConv, ForcedPathGivesTheCpuConvolutionAndWeightGradient) {
   REQUIRE_GPU();
-  cuda_set_deterministic(false);
+  testing::set_backend_option(&runtime::BackendOptions::deterministic, false);
   struct Force {
-    Force() { cuda::force_im2col_conv(true); }
-    ~Force() { cuda::force_im2col_conv(false); }
+    Force() { testing::set_backend_option(&runtime::BackendOptions::force_im2col_conv, true); }
+    ~Force() { testing::set_backend_option(&runtime::BackendOptions::force_im2col_conv, false); }
   } force;
   const std::vector<StemCase> cases = {
       {{4, 3, 32, 32}, {16, 3, 7, 7}, conv(2, 2, 3, 3)},    // ResNet-50's stem: k = 147, padded to 152
@@ -90,13 +91,13 @@ TEST(Im2colConv, ForcedPathGivesTheCpuConvolutionAndWeightGradient) {
 // train.deterministic.
 TEST(Im2colConv, DeclinedOutsideItsCases) {
   REQUIRE_GPU();
-  cuda_set_deterministic(false);
+  testing::set_backend_option(&runtime::BackendOptions::deterministic, false);
   Generator gen(71);
   const auto ran = [&](const Tensor& x, const Tensor& w, const Conv2dParams& p) {
-    cuda::force_im2col_conv(true);
+    testing::set_backend_option(&runtime::BackendOptions::force_im2col_conv, true);
     const int64_t before = cuda::im2col_conv_calls();
     dev().conv2d(x, w, Tensor(), p);
-    cuda::force_im2col_conv(false);
+    testing::set_backend_option(&runtime::BackendOptions::force_im2col_conv, false);
     return cuda::im2col_conv_calls() > before;
   };
   const Conv2dParams p = conv(1, 1, 1, 1);
@@ -118,9 +119,9 @@ TEST(Im2colConv, DeclinedOutsideItsCases) {
   Conv2dParams grouped = p;
   grouped.groups = 2;
   EXPECT_FALSE(ran(x_of(4, DType::bf16, cl), on_gpu(random({4, 2, 3, 3}, gen).to(DType::bf16)), grouped));
-  cuda_set_deterministic(true);
+  testing::set_backend_option(&runtime::BackendOptions::deterministic, true);
   EXPECT_FALSE(ran(x_of(3, DType::bf16, cl), w_of(3, DType::bf16), p));
-  cuda_set_deterministic(false);
+  testing::set_backend_option(&runtime::BackendOptions::deterministic, false);
 }
 
 }  // namespace

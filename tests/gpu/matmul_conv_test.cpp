@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "op_cases/op_case.h"
+#include "tests/gpu/backend_options.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace trainer {
@@ -20,7 +21,7 @@ void expect_close_scaled(const Tensor& expected, const Tensor& actual, double rt
 
 TEST(CudaMatmul, AllTransposesAndViews) {
   REQUIRE_GPU();
-  cuda_set_allow_tf32(false);
+  testing::set_backend_option(&runtime::BackendOptions::allow_tf32, false);
   Generator gen(20);
   const int64_t m = 37, k = 53, n = 29;
   for (DType dtype : {DType::f32, DType::f64})
@@ -104,7 +105,7 @@ void run_conv_case(const ConvCase& c, DType dtype, MemoryFormat format, double t
 
 TEST(CudaConv, Float32NchwAndNhwc) {
   REQUIRE_GPU();
-  cuda_set_allow_tf32(false);
+  testing::set_backend_option(&runtime::BackendOptions::allow_tf32, false);
   Generator gen(21);
   for (const ConvCase& c : conv_cases())
     for (MemoryFormat f : {MemoryFormat::contiguous, MemoryFormat::channels_last})
@@ -150,9 +151,9 @@ TEST(CudaConv, Tf32IsOptIn) {
   Generator gen(25);
   const Tensor x = random({8, 64, 16, 16}, gen), w = random({64, 64, 3, 3}, gen);
   const Tensor expected = cpu().conv2d(x, w, Tensor(), op_cases::conv_params(1, 1));
-  cuda_set_allow_tf32(true);
+  testing::set_backend_option(&runtime::BackendOptions::allow_tf32, true);
   const Tensor fast = dev().conv2d(x.to(gpu()), w.to(gpu()), Tensor(), op_cases::conv_params(1, 1));
-  cuda_set_allow_tf32(false);
+  testing::set_backend_option(&runtime::BackendOptions::allow_tf32, false);
   expect_close_scaled(expected, fast, 1e-2, "conv tf32");
   expect_close_scaled(expected, dev().conv2d(x.to(gpu()), w.to(gpu()), Tensor(), op_cases::conv_params(1, 1)),
                       1e-4, "conv fp32");

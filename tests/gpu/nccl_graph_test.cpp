@@ -28,6 +28,7 @@
 #include "nn/cuda/cuda_graph.h"
 #include "nn/functional.h"
 #include "nn/optim/sgd.h"
+#include "tests/gpu/backend_options.h"
 #include "tests/gpu/gpu_test_util.h"
 #include "tests/gpu/graph_steps.h"
 #include "tests/gpu/nccl_test_util.h"
@@ -179,14 +180,14 @@ std::vector<double> reduced_losses(const std::shared_ptr<NcclComm>& nccl, bool g
 }
 
 TEST_F(NcclGraph, AStepWithTheGradientAllReduceReplaysToTheEagerLossesBitwise) {
-  cuda_set_deterministic(true);
+  testing::set_backend_option(&runtime::BackendOptions::deterministic, true);
   for (StepOptions options : {StepOptions{}, StepOptions{.sync_bn = true}, StepOptions{.fp16 = true}}) {
     const std::vector<double> eager = reduced_losses(comm_, false, options);
     const std::vector<double> replayed = reduced_losses(comm_, true, options);
     EXPECT_EQ(eager, replayed) << "sync_bn " << options.sync_bn << " fp16 " << options.fp16;
     EXPECT_TRUE(watchdog_drained());
   }
-  cuda_set_deterministic(false);
+  testing::set_backend_option(&runtime::BackendOptions::deterministic, false);
 }
 
 }  // namespace

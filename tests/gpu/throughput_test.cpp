@@ -8,6 +8,7 @@
 #include "nn/functional.h"
 #include "nn/models/registry.h"
 #include "nn/optim/sgd.h"
+#include "tests/gpu/backend_options.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace trainer {
@@ -16,7 +17,7 @@ namespace {
 using namespace gpu_test;
 
 double images_per_second(const std::string& name, int64_t batch, MemoryFormat format, bool tf32) {
-  cuda_set_allow_tf32(tf32);
+  testing::set_backend_option(&runtime::BackendOptions::allow_tf32, tf32);
   ModelOptions o;
   o.name = name;
   o.stem = "cifar";
@@ -50,7 +51,7 @@ double images_per_second(const std::string& name, int64_t batch, MemoryFormat fo
   last_loss = loss.item();  // synchronises
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_TRUE(std::isfinite(last_loss));
-  cuda_set_allow_tf32(false);
+  testing::set_backend_option(&runtime::BackendOptions::allow_tf32, false);
   const double ips = iters * batch / seconds;
   std::printf("%-9s batch %4lld %-13s %-4s %9.0f img/s  peak %6.0f MiB\n", name.c_str(),
               static_cast<long long>(batch), format == MemoryFormat::channels_last ? "channels_last" : "nchw",
