@@ -35,7 +35,7 @@ struct InputSpec {
   int64_t classes = 0;
   // The input's dtype whatever the case runs in (i64 labels and counters, f64 sync-BN buffers, the f32
   // loss scale); nullopt: the dtype under test.
-  std::optional<DType> fixed_dtype;
+  std::optional<DType> fixed_dtype = std::nullopt;  // initialised: brace lists that leave it out warn otherwise
   // A 4-D image tensor: laid out channels-last on the device runs that ask for it.
   bool image = false;
 };
