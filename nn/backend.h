@@ -19,7 +19,9 @@ namespace trainer {
 class Generator;
 
 enum class BinaryOp : uint8_t { add, sub, mul, div };
-enum class UnaryOp : uint8_t { neg, relu, sigmoid, exp, log, sqrt, square, abs };
+// gelu_erf is x * Phi(x) (torch.nn.GELU's default, approximate='none'); gelu_tanh is its tanh
+// approximation (approximate='tanh').
+enum class UnaryOp : uint8_t { neg, relu, sigmoid, exp, log, sqrt, square, abs, gelu_erf, gelu_tanh };
 
 struct Conv2dParams {
   int stride_h = 1, stride_w = 1;

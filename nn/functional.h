@@ -32,6 +32,10 @@ Variable exp(const Variable& a);
 Variable log(const Variable& a);
 Variable sqrt(const Variable& a);
 Variable square(const Variable& a);
+// torch.nn.functional.gelu: x * Phi(x) (erf, PyTorch's default approximate='none'), or its tanh
+// approximation (approximate='tanh'). Like relu, it runs in the dtype it is given under autocast.
+enum class GeluApproximation : uint8_t { none, tanh };
+Variable gelu(const Variable& a, GeluApproximation approximate = GeluApproximation::none);
 
 // ---- reductions (nn/functional/reduce.cpp); empty dims reduce over everything
 Variable sum(const Variable& a, const std::vector<int>& dims = {}, bool keepdim = false);
