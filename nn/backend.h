@@ -19,7 +19,9 @@ namespace trainer {
 class Generator;
 
 enum class BinaryOp : uint8_t { add, sub, mul, div };
-enum class UnaryOp : uint8_t { neg, relu, sigmoid, exp, log, sqrt, square, abs };
+// gelu_erf is x * Phi(x) (torch.nn.GELU's default, approximate='none'); gelu_tanh is its tanh
+// approximation (approximate='tanh').
+enum class UnaryOp : uint8_t { neg, relu, sigmoid, exp, log, sqrt, square, abs, gelu_erf, gelu_tanh };
 
 struct Conv2dParams {
   int stride_h = 1, stride_w = 1;
@@ -55,6 +57,17 @@ struct BnGrads {
 // bn_forward_fused's result: the output and the statistics bn_train_stats would have returned.
 struct BnForward {
   Tensor y, mean, invstd;
+};
+
+// layer_norm's result: the output and, per row, the statistics its backward needs (as PyTorch saves
+// them): the mean and rstd = 1 / sqrt(biased var + eps), [rows] in accumulate_dtype(x).
+struct LayerNormForward {
+  Tensor y, mean, rstd;
+};
+
+// layer_norm_backward's result; grad_gamma and grad_beta are undefined where gamma was.
+struct LayerNormGrads {
+  Tensor grad_x, grad_gamma, grad_beta;
 };
 
 // device_scalars (CUDA only, for captured steps; see Optimizer::use_device_scalars): where the
@@ -234,6 +247,26 @@ class Backend {
   virtual std::pair<Tensor, Tensor> sync_bn_local_grad_sums(const Tensor& grad_y, const Tensor& x,
                                                             const Tensor& mean, const Tensor& invstd,
                                                             const Tensor& global_stats, Tensor& packed) = 0;
+
+  // ---- layer norm (nn/cpu/layer_norm.cpp). x must be dense (contiguous in its memory format); its
+  // memory is read as [rows, normalized_size] and each row normalised: y = (x - mean) * rstd * gamma +
+  // beta. That is the last dimension of a contiguous tensor, and the channels of a channels-last
+  // [N, C, H, W] one (ConvNeXt's LayerNorm2d) with no transpose. y has x's shape and layout. gamma and
+  // beta are [normalized_size], in x's dtype or accumulate_dtype(x), or undefined (no affine map).
+  // Computed in f32 for half inputs (f64 on the CPU for f32 ones).
+  virtual LayerNormForward layer_norm(const Tensor& x, int64_t normalized_size, const Tensor& gamma,
+                                      const Tensor& beta, double eps) = 0;
+  // The gradients of layer_norm given its saved statistics: grad_x in x's dtype and layout (grad_y is
+  // read as x is), grad_gamma = sum over rows of grad_y * xhat and grad_beta = sum of grad_y, both
+  // [normalized_size] in accumulate_dtype(x) and computed only when gamma is defined.
+  virtual LayerNormGrads layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& mean,
+                                             const Tensor& rstd, const Tensor& gamma) = 0;
+
+  // ---- softmax over the last dimension (nn/cpu/softmax.cpp): y = exp(x - max) / sum(exp(x - max))
+  // per row, in x's dtype, contiguous; half inputs compute in f32.
+  virtual Tensor softmax(const Tensor& x) = 0;
+  // grad_x = y * (grad_y - sum over the row of grad_y * y), from the forward's output y.
+  virtual Tensor softmax_backward(const Tensor& grad_y, const Tensor& y) = 0;
 
   // ---- loss (nn/cpu/loss.cpp). logits [N, K], targets i64 [N].
   // Cross-entropy with label smoothing via a fused log-softmax; returns {per-sample loss [N],

@@ -28,7 +28,7 @@
                                 const Conv2dParams& p) override;                                             \
   std::pair<Tensor, Tensor> max_pool2d(const Tensor& x, const Pool2dParams& p) override;                     \
   Tensor max_pool2d_backward(const Tensor& grad_y, const Tensor& indices, const Shape& x_shape,              \
-                             const Pool2dParams& p) override;                                              \
+                             const Pool2dParams& p) override;                                                \
   Tensor avg_pool2d(const Tensor& x, const Pool2dParams& p) override;                                        \
   Tensor avg_pool2d_backward(const Tensor& grad_y, const Shape& x_shape, const Pool2dParams& p) override;    \
   Tensor global_avg_pool(const Tensor& x) override;                                                          \
@@ -50,6 +50,12 @@
   std::pair<Tensor, Tensor> sync_bn_local_grad_sums(const Tensor& grad_y, const Tensor& x,                   \
                                                     const Tensor& mean, const Tensor& invstd,                \
                                                     const Tensor& global_stats, Tensor& packed) override;    \
+  LayerNormForward layer_norm(const Tensor& x, int64_t normalized_size, const Tensor& gamma,                 \
+                              const Tensor& beta, double eps) override;                                      \
+  LayerNormGrads layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& mean,              \
+                                     const Tensor& rstd, const Tensor& gamma) override;                      \
+  Tensor softmax(const Tensor& x) override;                                                                  \
+  Tensor softmax_backward(const Tensor& grad_y, const Tensor& y) override;                                   \
   std::pair<Tensor, Tensor> cross_entropy(const Tensor& logits, const Tensor& targets,                       \
                                           double label_smoothing) override;                                  \
   Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& probs, const Tensor& targets,         \

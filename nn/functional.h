@@ -32,6 +32,10 @@ Variable exp(const Variable& a);
 Variable log(const Variable& a);
 Variable sqrt(const Variable& a);
 Variable square(const Variable& a);
+// torch.nn.functional.gelu: x * Phi(x) (erf, PyTorch's default approximate='none'), or its tanh
+// approximation (approximate='tanh'). Like relu, it runs in the dtype it is given under autocast.
+enum class GeluApproximation : uint8_t { none, tanh };
+Variable gelu(const Variable& a, GeluApproximation approximate = GeluApproximation::none);
 
 // ---- reductions (nn/functional/reduce.cpp); empty dims reduce over everything
 Variable sum(const Variable& a, const std::vector<int>& dims = {}, bool keepdim = false);
@@ -59,7 +63,8 @@ Variable max_pool2d(const Variable& x, const Pool2dParams& p);
 Variable avg_pool2d(const Variable& x, const Pool2dParams& p);
 Variable global_avg_pool(const Variable& x);  // [N, C, H, W] -> [N, C]
 
-// ---- normalisation and regularisation (nn/functional/batch_norm.cpp, nn/functional/dropout.cpp)
+// ---- normalisation and regularisation (nn/functional/batch_norm.cpp, nn/functional/dropout.cpp,
+// nn/functional/layer_norm.cpp)
 // Training mode normalises with batch statistics and updates running_mean/running_var in place
 // (momentum as PyTorch: running = (1 - m) * running + m * batch; unbiased variance); evaluation
 // mode uses the running statistics. weight/bias may be undefined. With a residual and/or relu the
@@ -69,6 +74,19 @@ Variable batch_norm(const Variable& x, const Variable& weight, const Variable& b
                     Tensor& running_var, bool training, double momentum, double eps,
                     const Variable& residual = Variable(), bool relu = false);
 Variable dropout(const Variable& x, double p, bool training, Generator& gen);
+// torch.nn.functional.layer_norm over one dimension of size normalized_size: the dimension innermost in
+// memory, which is the last one of a contiguous tensor (a transformer's [..., C]) and C of a
+// channels-last [N, C, H, W] tensor (ConvNeXt's LayerNorm2d, with no permute); a 4-D tensor whose
+// memory order is the same in both formats reads as suggest_memory_format() says. Any other layout, or a
+// normalized dimension whose size is not normalized_size, throws std::invalid_argument (make the input
+// .contiguous() or .contiguous(channels_last) first). weight/bias [normalized_size] or undefined. The
+// result has x's dtype and layout. Under autocast a half x stays half (see nn/functional/layer_norm.cpp).
+Variable layer_norm(const Variable& x, int64_t normalized_size, const Variable& weight, const Variable& bias,
+                    double eps = 1e-5);
+
+// ---- softmax (nn/functional/softmax.cpp): torch.softmax(x, dim=-1), numerically stable (the row's
+// maximum is subtracted). Any layout; the result is contiguous, in x's dtype.
+Variable softmax(const Variable& x);
 
 // ---- loss and metrics (nn/functional/loss.cpp). logits [N, K], targets i64 [N].
 // Mean cross-entropy with label smoothing (PyTorch's CrossEntropyLoss(label_smoothing=...)).

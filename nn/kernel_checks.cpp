@@ -104,4 +104,91 @@ int64_t check_sync_bn_global_stats(const Tensor& packed, DType stats, const Tens
   return (packed.numel() - 1) / 2;
 }
 
+namespace {
+
+std::string dtype_text(DType d) { return std::string(dtype_name(d)); }
+
+void check_floating(const Tensor& t, const char* op, const char* name) {
+  const DType d = t.dtype();
+  if (d != DType::f32 && d != DType::f64 && !is_half(d))
+    throw std::invalid_argument(std::string(op) + ": " + name + " must be floating, got " + dtype_text(d));
+}
+
+void check_layer_norm_parameter(const Tensor& p, const Tensor& x, int64_t normalized_size, const char* op,
+                                const char* name) {
+  if (!p.defined()) return;
+  if (p.dim() != 1 || p.size(0) != normalized_size)
+    throw std::invalid_argument(std::string(op) + ": " + name + " must have shape [" +
+                                std::to_string(normalized_size) + "], got " + shape_str(p.shape()));
+  const DType wide = accumulate_dtype(x.dtype());
+  if (p.dtype() != x.dtype() && p.dtype() != wide)
+    throw std::invalid_argument(std::string(op) + ": " + name + " must be " + dtype_text(x.dtype()) +
+                                (wide != x.dtype() ? " or " + dtype_text(wide) : std::string()) +
+                                " beside a " + dtype_text(x.dtype()) + " input, got " +
+                                dtype_text(p.dtype()));
+  if (p.device() != x.device())
+    throw std::invalid_argument(std::string(op) + ": " + name + " is on another device than the input");
+}
+
+void check_row_statistic(const Tensor& s, const Tensor& x, int64_t rows, const char* op, const char* name) {
+  if (s.numel() != rows || s.dtype() != accumulate_dtype(x.dtype()) || !s.is_contiguous() ||
+      s.device() != x.device())
+    throw std::invalid_argument(std::string(op) + ": " + name + " must be a contiguous " +
+                                dtype_text(accumulate_dtype(x.dtype())) + " tensor of " +
+                                std::to_string(rows) + " values on the input's device (layer_norm's), got " +
+                                dtype_text(s.dtype()) + " " + shape_str(s.shape()));
+}
+
+}  // namespace
+
+int64_t check_layer_norm(const Tensor& x, int64_t normalized_size, const Tensor& gamma, const Tensor& beta,
+                         const char* op) {
+  check_floating(x, op, "input");
+  if (!x.is_contiguous(x.suggest_memory_format()))
+    throw std::invalid_argument(std::string(op) +
+                                ": input must be dense (contiguous or channels-last), got " +
+                                shape_str(x.shape()) + " with strides " + shape_str(x.strides()));
+  if (normalized_size < 1 || x.numel() % normalized_size != 0)
+    throw std::invalid_argument(std::string(op) + ": normalized_size " + std::to_string(normalized_size) +
+                                " does not divide the input " + shape_str(x.shape()) + " into rows");
+  if (beta.defined() && !gamma.defined())
+    throw std::invalid_argument(std::string(op) + ": a bias without a weight");
+  check_layer_norm_parameter(gamma, x, normalized_size, op, "weight");
+  check_layer_norm_parameter(beta, x, normalized_size, op, "bias");
+  return x.numel() / normalized_size;
+}
+
+int64_t check_layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& mean,
+                                  const Tensor& rstd, const Tensor& gamma, const char* op) {
+  const int64_t rows = mean.numel();
+  if (rows == 0 ? x.numel() != 0 : x.numel() % rows != 0)
+    throw std::invalid_argument(std::string(op) + ": " + std::to_string(rows) +
+                                " row statistics do not divide the input " + shape_str(x.shape()));
+  const int64_t normalized_size = rows == 0 ? (gamma.defined() ? gamma.numel() : 1) : x.numel() / rows;
+  check_layer_norm(x, normalized_size, gamma, Tensor(), op);
+  if (grad_y.shape() != x.shape() || grad_y.dtype() != x.dtype() || grad_y.device() != x.device())
+    throw std::invalid_argument(std::string(op) + ": grad_y must be a " + dtype_text(x.dtype()) + " " +
+                                shape_str(x.shape()) + " tensor on the input's device, got " +
+                                dtype_text(grad_y.dtype()) + " " + shape_str(grad_y.shape()));
+  check_row_statistic(mean, x, rows, op, "mean");
+  check_row_statistic(rstd, x, rows, op, "rstd");
+  return normalized_size;
+}
+
+int64_t check_softmax(const Tensor& x, const char* op) {
+  check_floating(x, op, "input");
+  if (x.dim() < 1)
+    throw std::invalid_argument(std::string(op) + ": input must have a dimension to normalise");
+  return x.size(x.dim() - 1);
+}
+
+int64_t check_softmax_backward(const Tensor& grad_y, const Tensor& y, const char* op) {
+  const int64_t n = check_softmax(y, op);
+  if (grad_y.shape() != y.shape() || grad_y.dtype() != y.dtype() || grad_y.device() != y.device())
+    throw std::invalid_argument(std::string(op) + ": grad_y must be a " + dtype_text(y.dtype()) + " " +
+                                shape_str(y.shape()) + " tensor on the output's device, got " +
+                                dtype_text(grad_y.dtype()) + " " + shape_str(grad_y.shape()));
+  return n;
+}
+
 }  // namespace trainer

@@ -39,4 +39,18 @@ AdamWScalars adamw_scalars(const AdamWParams& p);  // throws unless p.step >= 1
 int64_t check_sync_bn_global_stats(const Tensor& packed, DType stats, const Tensor& running_mean,
                                    const Tensor& running_var);
 
+// layer_norm's arguments: x dense (contiguous in its memory format) and floating, normalized_size >= 1
+// dividing its element count, gamma and beta [normalized_size] in x's dtype or accumulate_dtype(x), or
+// undefined (gamma alone, or both; not beta alone). Returns the row count.
+int64_t check_layer_norm(const Tensor& x, int64_t normalized_size, const Tensor& gamma, const Tensor& beta,
+                         const char* op);
+// layer_norm_backward's: x as above, grad_y of x's shape and dtype, mean and rstd [rows] in
+// accumulate_dtype(x), gamma as above. Returns normalized_size (the row length).
+int64_t check_layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& mean,
+                                  const Tensor& rstd, const Tensor& gamma, const char* op);
+// softmax's input: a floating tensor of at least one dimension. Returns the row length (its last size).
+int64_t check_softmax(const Tensor& x, const char* op);
+// softmax_backward's: grad_y and y of one shape and dtype. Returns the row length.
+int64_t check_softmax_backward(const Tensor& grad_y, const Tensor& y, const char* op);
+
 }  // namespace trainer

@@ -202,4 +202,12 @@ __device__ T block_sum(T v) {
   return block_reduce(v, SumOp{}, T(0));
 }
 
+// Threads for a kernel that gives each row of n values one block (layer norm, softmax): a warp for
+// short rows, doubled while every thread still gets two values or more, at most 512.
+inline int row_block_threads(int64_t n) {
+  int threads = 32;
+  while (threads < 512 && 2 * static_cast<int64_t>(threads) < n) threads *= 2;
+  return threads;
+}
+
 }  // namespace trainer::cuda

@@ -63,12 +63,15 @@ Variable scalar_op(const char* name, BinaryOp op, const Variable& a, double s, b
 
 Variable unary_op(const char* name, UnaryOp op, const Variable& a) {
   Tensor y = be(a).unary(op, a.data());
-  const Tensor x = a.data();
-  // relu's backward only needs y; keeping x too would hold an extra activation alive.
-  const bool needs_x = op == UnaryOp::log || op == UnaryOp::square || op == UnaryOp::abs;
-  Tensor saved_x = needs_x ? x : Tensor();
-  return record_op(name, y, {a}, [op, saved_x, y](const Tensor& g) -> std::vector<Tensor> {
-    return {backend_for(g).unary_backward(op, g, saved_x, y)};
+  // Each backward keeps only what its formula reads (elementwise_math.h): relu's needs y alone, and
+  // keeping x too would hold an extra activation alive until backward.
+  const bool needs_x = op == UnaryOp::log || op == UnaryOp::square || op == UnaryOp::abs ||
+                       op == UnaryOp::gelu_erf || op == UnaryOp::gelu_tanh;
+  const bool needs_y =
+      op == UnaryOp::relu || op == UnaryOp::sigmoid || op == UnaryOp::exp || op == UnaryOp::sqrt;
+  Tensor saved_x = needs_x ? a.data() : Tensor(), saved_y = needs_y ? y : Tensor();
+  return record_op(name, y, {a}, [op, saved_x, saved_y](const Tensor& g) -> std::vector<Tensor> {
+    return {backend_for(g).unary_backward(op, g, saved_x, saved_y)};
   });
 }
 
@@ -91,5 +94,9 @@ Variable exp(const Variable& a) { return unary_op("exp", UnaryOp::exp, a); }
 Variable log(const Variable& a) { return unary_op("log", UnaryOp::log, a); }
 Variable sqrt(const Variable& a) { return unary_op("sqrt", UnaryOp::sqrt, a); }
 Variable square(const Variable& a) { return unary_op("square", UnaryOp::square, a); }
+Variable gelu(const Variable& a, GeluApproximation approximate) {
+  return approximate == GeluApproximation::tanh ? unary_op("gelu_tanh", UnaryOp::gelu_tanh, a)
+                                                : unary_op("gelu", UnaryOp::gelu_erf, a);
+}
 
 }  // namespace trainer::F

@@ -6,6 +6,8 @@ namespace trainer {
 
 Variable ReLU::forward(const Variable& x) { return F::relu(x); }
 
+Variable GELU::forward(const Variable& x) { return F::gelu(x, approximate_); }
+
 Variable Flatten::forward(const Variable& x) { return F::flatten(x, start_dim_); }
 
 }  // namespace trainer

@@ -1,5 +1,6 @@
 #pragma once
-// Layers without parameters or state: ReLU, Flatten, Identity.
+// Layers without parameters or state: ReLU, GELU, Flatten, Identity.
+#include "nn/functional.h"
 #include "nn/modules/module.h"
 
 namespace trainer {
@@ -7,6 +8,16 @@ namespace trainer {
 class ReLU : public Module {
  public:
   Variable forward(const Variable& x) override;
+};
+
+// As torch.nn.GELU(approximate='none' or 'tanh').
+class GELU : public Module {
+ public:
+  explicit GELU(F::GeluApproximation approximate = F::GeluApproximation::none) : approximate_(approximate) {}
+  Variable forward(const Variable& x) override;
+
+ private:
+  F::GeluApproximation approximate_;
 };
 
 // [N, d1, d2, ...] -> [N, d1 * d2 * ...] for start_dim 1, as torch.nn.Flatten.

@@ -4,6 +4,7 @@
 #include "nn/modules/batch_norm.h"
 #include "nn/modules/conv.h"
 #include "nn/modules/dropout.h"
+#include "nn/modules/layer_norm.h"
 #include "nn/modules/linear.h"
 #include "nn/modules/module.h"
 #include "nn/modules/pooling.h"

@@ -34,6 +34,10 @@ const char* unary_name(UnaryOp op) {
       return "sqrt";
     case UnaryOp::square:
       return "square";
+    case UnaryOp::gelu_erf:
+      return "gelu_erf";
+    case UnaryOp::gelu_tanh:
+      return "gelu_tanh";
     default:
       return "abs";
   }
@@ -172,7 +176,7 @@ std::vector<OpCase> elementwise_cases() {
   for (BinaryOp op : {BinaryOp::add, BinaryOp::sub, BinaryOp::mul, BinaryOp::div})
     for (bool first : {false, true}) cases.push_back(binary_scalar_case(op, first));
   for (UnaryOp op : {UnaryOp::neg, UnaryOp::relu, UnaryOp::sigmoid, UnaryOp::exp, UnaryOp::log, UnaryOp::sqrt,
-                     UnaryOp::square, UnaryOp::abs}) {
+                     UnaryOp::square, UnaryOp::abs, UnaryOp::gelu_erf, UnaryOp::gelu_tanh}) {
     cases.push_back(unary_case(op));
     cases.push_back(unary_backward_case(op));
   }

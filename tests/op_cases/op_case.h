@@ -35,7 +35,8 @@ struct InputSpec {
   int64_t classes = 0;
   // The input's dtype whatever the case runs in (i64 labels and counters, f64 sync-BN buffers, the f32
   // loss scale); nullopt: the dtype under test.
-  std::optional<DType> fixed_dtype;
+  std::optional<DType> fixed_dtype =
+      std::nullopt;  // initialised: brace lists that leave it out warn otherwise
   // A 4-D image tensor: laid out channels-last on the device runs that ask for it.
   bool image = false;
 };
@@ -113,6 +114,7 @@ std::vector<OpCase> conv_matmul_cases();
 std::vector<OpCase> pool_cases();
 std::vector<OpCase> batch_norm_cases();
 std::vector<OpCase> loss_optim_cases();
+std::vector<OpCase> transformer_cases();
 
 // The case's inputs, drawn from `seed` in f64 (fixed dtypes as given), on the host.
 Tensors make_inputs(const OpCase& c, uint64_t seed);

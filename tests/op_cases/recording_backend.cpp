@@ -205,6 +205,29 @@ std::pair<Tensor, Tensor> RecordingBackend::sync_bn_local_grad_sums(const Tensor
   return inner_.sync_bn_local_grad_sums(grad_y, x, mean, invstd, global_stats, packed);
 }
 
+LayerNormForward RecordingBackend::layer_norm(const Tensor& x, int64_t normalized_size, const Tensor& gamma,
+                                              const Tensor& beta, double eps) {
+  called_.insert("layer_norm");
+  return inner_.layer_norm(x, normalized_size, gamma, beta, eps);
+}
+
+LayerNormGrads RecordingBackend::layer_norm_backward(const Tensor& grad_y, const Tensor& x,
+                                                     const Tensor& mean, const Tensor& rstd,
+                                                     const Tensor& gamma) {
+  called_.insert("layer_norm_backward");
+  return inner_.layer_norm_backward(grad_y, x, mean, rstd, gamma);
+}
+
+Tensor RecordingBackend::softmax(const Tensor& x) {
+  called_.insert("softmax");
+  return inner_.softmax(x);
+}
+
+Tensor RecordingBackend::softmax_backward(const Tensor& grad_y, const Tensor& y) {
+  called_.insert("softmax_backward");
+  return inner_.softmax_backward(grad_y, y);
+}
+
 std::pair<Tensor, Tensor> RecordingBackend::cross_entropy(const Tensor& logits, const Tensor& targets,
                                                           double label_smoothing) {
   called_.insert("cross_entropy");

@@ -66,6 +66,12 @@ class RecordingBackend final : public Backend {
   std::pair<Tensor, Tensor> sync_bn_local_grad_sums(const Tensor& grad_y, const Tensor& x, const Tensor& mean,
                                                     const Tensor& invstd, const Tensor& global_stats,
                                                     Tensor& packed) override;
+  LayerNormForward layer_norm(const Tensor& x, int64_t normalized_size, const Tensor& gamma,
+                              const Tensor& beta, double eps) override;
+  LayerNormGrads layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& mean,
+                                     const Tensor& rstd, const Tensor& gamma) override;
+  Tensor softmax(const Tensor& x) override;
+  Tensor softmax_backward(const Tensor& grad_y, const Tensor& y) override;
   std::pair<Tensor, Tensor> cross_entropy(const Tensor& logits, const Tensor& targets,
                                           double label_smoothing) override;
   Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& probs, const Tensor& targets,

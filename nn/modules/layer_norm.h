@@ -1,0 +1,40 @@
+#pragma once
+// Layer normalisation with a weight [C] (ones) and a bias [C] (zeros) when elementwise_affine, as
+// torch.nn.LayerNorm(C) -- over the last dimension of [..., C] (a transformer's tokens) -- or, with
+// LayerNormOver::channels, over C of an [N, C, H, W] batch, as torchvision's ConvNeXt LayerNorm2d
+// (which permutes to NHWC, normalises the last dimension and permutes back). The parameter names
+// match torchvision's, so state dicts load unchanged.
+#include <cstdint>
+
+#include "nn/modules/module.h"
+
+namespace trainer {
+
+enum class LayerNormOver : uint8_t { last_dim, channels };
+
+class LayerNorm : public Module {
+ public:
+  // torch.nn.LayerNorm's default eps; torchvision's ViT and ConvNeXt pass 1e-6.
+  explicit LayerNorm(int64_t normalized_size, double eps = 1e-5, bool elementwise_affine = true,
+                     LayerNormOver over = LayerNormOver::last_dim);
+  // last_dim: [..., C] -> same, in any layout (a layout other than contiguous is copied first).
+  // channels: [N, C, H, W] -> same in channels-last memory, where the channels of a pixel are adjacent
+  // and normalising them needs no permute; a contiguous input is converted once (a channels-last
+  // network never is).
+  Variable forward(const Variable& x) override;
+  void reset_parameters();  // weight 1, bias 0
+
+  int64_t normalized_size() const { return normalized_size_; }
+  double eps() const { return eps_; }
+  LayerNormOver over() const { return over_; }
+  Variable& weight() { return weight_; }  // undefined without elementwise_affine
+  Variable& bias() { return bias_; }
+
+ private:
+  int64_t normalized_size_;
+  double eps_;
+  LayerNormOver over_;
+  Variable weight_, bias_;
+};
+
+}  // namespace trainer

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The transformer ops against PyTorch in float64 (scripts/torch_parity_ops.py). Run by ctest
+# (torch_parity_ops); exits 77, which ctest reports as skipped, where PyTorch is not installed
+# (Debian's python3-torch) or build/ops_parity was not built.
+#   scripts/torch_parity_ops.sh BUILD_DIR
+set -euo pipefail
+build=${1:?BUILD_DIR}
+here=$(cd "$(dirname "$0")" && pwd)
+if ! python3 -c 'import torch' 2>/dev/null; then
+  echo "torch_parity_ops: PyTorch not found (apt-get install python3-torch): skipped"
+  exit 77
+fi
+if [[ ! -x $build/ops_parity ]]; then
+  echo "torch_parity_ops: $build/ops_parity not built (cmake --build $build --target ops_parity): skipped"
+  exit 77
+fi
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+"$build/ops_parity" "$out"
+python3 "$here/torch_parity_ops.py" "$out"

@@ -1,0 +1,140 @@
+// The ops a ViT or ConvNeXt adds to a ResNet's: layer norm (over the last dimension, and over the
+// channels of a channels-last image batch), softmax over the last dimension, and GELU in both forms
+// over the range where its curve bends (the elementwise family checks them on [-1, 1] like every
+// unary op). Each case runs its backward on a listed dy too, so the device comparison covers it.
+#include "op_case.h"
+
+namespace trainer::op_cases {
+namespace {
+
+constexpr double kEps = 1e-5;
+
+// The input as layer_norm reads it: the normalised dimension innermost in memory.
+Tensor normalised_layout(const Tensor& x, bool over_channels) {
+  return over_channels ? x.contiguous(MemoryFormat::channels_last) : x;
+}
+
+InputSpec values(Shape shape, bool image_batch, double lo, double hi) {
+  InputSpec s = image_batch ? image(std::move(shape)) : uniform(std::move(shape));
+  s.lo = lo, s.hi = hi;
+  return s;
+}
+
+struct LayerNormSetup {
+  Shape x;
+  int64_t normalized_size;
+  bool affine = true;
+  bool over_channels = false;  // x is [N, C, H, W], normalised over C in channels-last memory
+  double lo = -2.0, hi = 3.0;
+};
+
+// Inputs: x, [gamma, beta,] dy. Outputs: y, mean, rstd, then the gradients for dy.
+OpCase layer_norm_case(const std::string& what, const LayerNormSetup& s) {
+  OpCase c;
+  c.name = "layer_norm and layer_norm_backward " + what;
+  c.inputs = {values(s.x, s.over_channels, s.lo, s.hi)};
+  if (s.affine) {
+    c.inputs.push_back(uniform({s.normalized_size}, 0.5, 1.5));
+    c.inputs.push_back(uniform({s.normalized_size}));
+  }
+  c.inputs.push_back(values(s.x, s.over_channels, -1.0, 1.0));  // dy
+  auto forward = [s](Backend& b, Tensors& in) {
+    const Tensor gamma = s.affine ? in[1] : Tensor(), beta = s.affine ? in[2] : Tensor();
+    return b.layer_norm(normalised_layout(in[0], s.over_channels), s.normalized_size, gamma, beta, kEps);
+  };
+  // dy is passed in its own layout: the kernels read it as they read x.
+  auto backward = [s](Backend& b, Tensors& in, const LayerNormForward& f, const Tensor& dy) {
+    const LayerNormGrads g = b.layer_norm_backward(dy, normalised_layout(in[0], s.over_channels), f.mean,
+                                                   f.rstd, s.affine ? in[1] : Tensor());
+    Tensors grads{g.grad_x};
+    if (s.affine) grads.push_back(g.grad_gamma), grads.push_back(g.grad_beta);
+    return grads;
+  };
+  c.run = [forward, backward](Backend& b, Tensors& in) {
+    const LayerNormForward f = forward(b, in);
+    Tensors out{f.y, f.mean, f.rstd};
+    for (const Tensor& g : backward(b, in, f, in.back())) out.push_back(g);
+    return out;
+  };
+  c.gradient = [forward, backward](Backend& b, Tensors& in, const Tensor& g) {
+    return backward(b, in, forward(b, in), g);
+  };
+  c.differentiable = s.affine ? std::vector<int>{0, 1, 2} : std::vector<int>{0};
+  c.device_dtypes = {DType::f32, DType::bf16, DType::f16};
+  c.channels_last = s.over_channels;
+  c.rtol_f32 = 2e-5;
+  return c;
+}
+
+// Inputs: x, dy. Outputs: y and the gradient for dy. `transposed`: x is read through a transposed
+// view (the kernels accept any layout).
+OpCase softmax_case(const std::string& what, Shape shape, double lo, double hi, bool transposed = false) {
+  OpCase c;
+  c.name = "softmax and softmax_backward " + what;
+  const Shape x_shape = transposed ? Shape{shape[1], shape[0]} : shape;
+  c.inputs = {uniform(x_shape, lo, hi), uniform(shape)};
+  auto view = [transposed](const Tensor& x) { return transposed ? x.permute({1, 0}) : x; };
+  c.run = [view](Backend& b, Tensors& in) {
+    const Tensor y = b.softmax(view(in[0]));
+    return Tensors{y, b.softmax_backward(in[1], y)};
+  };
+  c.gradient = [view, transposed](Backend& b, Tensors& in, const Tensor& g) {
+    const Tensor grad = b.softmax_backward(g, b.softmax(view(in[0])));
+    return Tensors{transposed ? grad.permute({1, 0}) : grad};
+  };
+  c.differentiable = {0};
+  c.device_dtypes = {DType::f32, DType::bf16, DType::f16};
+  return c;
+}
+
+// Inputs: x, dy. Outputs: gelu(x) and its gradient for dy.
+OpCase gelu_case(UnaryOp op) {
+  OpCase c;
+  c.name = std::string(op == UnaryOp::gelu_erf ? "gelu erf form" : "gelu tanh form") +
+           " and its backward over [-5, 5]";
+  c.inputs = {uniform({3, 41}, -5.0, 5.0), uniform({3, 41})};
+  c.run = [op](Backend& b, Tensors& in) {
+    const Tensor y = b.unary(op, in[0]);
+    return Tensors{y, b.unary_backward(op, in[1], in[0], y)};
+  };
+  c.gradient = [op](Backend& b, Tensors& in, const Tensor& g) {
+    return Tensors{b.unary_backward(op, g, in[0], b.unary(op, in[0]))};
+  };
+  c.differentiable = {0};
+  c.device_dtypes = {DType::f32, DType::bf16, DType::f16};
+  return c;
+}
+
+}  // namespace
+
+std::vector<OpCase> transformer_cases() {
+  std::vector<OpCase> cases;
+  cases.push_back(layer_norm_case("over the last dim of 3x5x37", {.x = {3, 5, 37}, .normalized_size = 37}));
+  cases.push_back(layer_norm_case("over the last dim of 2x384", {.x = {2, 384}, .normalized_size = 384}));
+  // Rows longer than a block's threads: several values per thread on the GPU.
+  cases.push_back(layer_norm_case("over the last dim of 3x1500", {.x = {3, 1500}, .normalized_size = 1500}));
+  cases.push_back(layer_norm_case("without weight and bias, 3x5x37",
+                                  {.x = {3, 5, 37}, .normalized_size = 37, .affine = false}));
+  cases.push_back(layer_norm_case("over the channels of a channels-last 4x7x3x5",
+                                  {.x = {4, 7, 3, 5}, .normalized_size = 7, .over_channels = true}));
+  {
+    // Rows whose mean is far from zero against their spread: a one-pass E[x^2] - mean^2 would cancel.
+    OpCase c = layer_norm_case("of rows around 50, 4x64",
+                               {.x = {4, 64}, .normalized_size = 64, .lo = 50.0, .hi = 52.0});
+    c.device_dtypes = {DType::f32};  // a half dtype keeps 2 or 3 bits of these values' spread
+    c.rtol_f32 = 1e-4;
+    cases.push_back(c);
+  }
+  cases.push_back(softmax_case("over the last dim of 3x5x37", {3, 5, 37}, -3.0, 3.0));
+  cases.push_back(softmax_case("over the last dim of 2x384", {2, 384}, -3.0, 3.0));
+  cases.push_back(softmax_case("over the last dim of 4x1500", {4, 1500}, -3.0, 3.0));
+  // exp(200) overflows f32: only the subtracted maximum keeps these finite.
+  cases.push_back(softmax_case("of logits in [-100, 200], 4x50", {4, 50}, -100.0, 200.0));
+  cases.push_back(softmax_case("of a transposed 37x6 view", {6, 37}, -3.0, 3.0, true));
+  cases.push_back(softmax_case("of rows of one, 4x1", {4, 1}, -3.0, 3.0));
+  cases.push_back(gelu_case(UnaryOp::gelu_erf));
+  cases.push_back(gelu_case(UnaryOp::gelu_tanh));
+  return cases;
+}
+
+}  // namespace trainer::op_cases
