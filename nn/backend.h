@@ -151,6 +151,10 @@ class Backend {
 
   // ---- matmul (nn/cpu/matmul.cpp): op(a) @ op(b) for 2-D tensors.
   virtual Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) = 0;
+  // op(a[i]) @ op(b[i]) for each i of 3-D tensors: a [B, M, K] ([B, K, M] with trans_a), b [B, K, N]
+  // ([B, N, K] with trans_b) -> [B, M, N], contiguous (attention's q k^T and p v per head). A batch
+  // of transposed matrices (a permuted view) is read in place.
+  virtual Tensor bmm(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) = 0;
 
   // ---- convolution (nn/cpu/conv.cpp). x [N, C, H, W], w [O, C/groups, KH, KW], bias [O] or undefined.
   virtual Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p) = 0;

@@ -54,6 +54,9 @@ Variable to_dtype(const Variable& a, DType dtype, std::optional<MemoryFormat> fo
 
 // ---- matmul (nn/functional/matmul.cpp)
 Variable matmul(const Variable& a, const Variable& b);  // [M, K] @ [K, N]
+// Batched: [B, M, K] @ [B, K, N] -> [B, M, N], one product per batch entry. Permuted views (a batch
+// of transposed matrices, k^T in attention) are read in place. Autocast as matmul.
+Variable bmm(const Variable& a, const Variable& b);
 // y = x @ weight^T + bias; x [N, in], weight [out, in], bias [out] or undefined.
 Variable linear(const Variable& x, const Variable& weight, const Variable& bias);
 

@@ -1,5 +1,6 @@
 #include "nn/kernel_checks.h"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -189,6 +190,36 @@ int64_t check_softmax_backward(const Tensor& grad_y, const Tensor& y, const char
                                 shape_str(y.shape()) + " tensor on the output's device, got " +
                                 dtype_text(grad_y.dtype()) + " " + shape_str(grad_y.shape()));
   return n;
+}
+
+BmmSizes check_bmm(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, const char* op) {
+  auto shapes = [&] {
+    return shape_str(a.shape()) + (trans_a ? "^T" : "") + " @ " + shape_str(b.shape()) +
+           (trans_b ? "^T" : "");
+  };
+  if (a.dim() != 3 || b.dim() != 3)
+    throw std::invalid_argument(std::string(op) + ": expects 3-D tensors [batch, rows, cols], got " +
+                                shapes());
+  if (a.dtype() != b.dtype())
+    throw std::invalid_argument(std::string(op) + ": dtype mismatch, " + dtype_text(a.dtype()) + " and " +
+                                dtype_text(b.dtype()));
+  if (a.size(0) != b.size(0))
+    throw std::invalid_argument(std::string(op) + ": batch sizes differ: " + shapes());
+  const BmmSizes s{a.size(0), a.size(trans_a ? 2 : 1), a.size(trans_a ? 1 : 2), b.size(trans_b ? 1 : 2)};
+  if (s.k != b.size(trans_b ? 2 : 1))
+    throw std::invalid_argument(std::string(op) + ": inner dimensions differ: " + shapes());
+  return s;
+}
+
+std::optional<BatchedMatrixLayout> batched_matrix_layout(const Tensor& t) {
+  const int64_t rows = t.size(1), cols = t.size(2), s1 = t.stride(1), s2 = t.stride(2);
+  // A size-1 dimension's stride is never used: any value is valid there, and BLAS only asks that ld
+  // covers the other dimension.
+  if ((cols == 1 || s2 == 1) && (rows == 1 || s1 >= std::max<int64_t>(cols, 1)))
+    return BatchedMatrixLayout{true, rows == 1 ? std::max<int64_t>(cols, 1) : s1, t.stride(0)};
+  if ((rows == 1 || s1 == 1) && (cols == 1 || s2 >= std::max<int64_t>(rows, 1)))
+    return BatchedMatrixLayout{false, cols == 1 ? std::max<int64_t>(rows, 1) : s2, t.stride(0)};
+  return std::nullopt;
 }
 
 }  // namespace trainer

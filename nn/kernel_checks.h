@@ -2,6 +2,7 @@
 // Argument checks and host-side scalars that every backend's kernels share, so the CPU and CUDA
 // backends reject the same inputs with the same messages.
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "nn/backend.h"
@@ -52,5 +53,22 @@ int64_t check_layer_norm_backward(const Tensor& grad_y, const Tensor& x, const T
 int64_t check_softmax(const Tensor& x, const char* op);
 // softmax_backward's: grad_y and y of one shape and dtype. Returns the row length.
 int64_t check_softmax_backward(const Tensor& grad_y, const Tensor& y, const char* op);
+
+// bmm's sizes: batch, and op(a[i]) [m, k] @ op(b[i]) [k, n].
+struct BmmSizes {
+  int64_t batch, m, k, n;
+};
+// bmm's arguments: 3-D a and b of one dtype and batch size whose inner dimensions agree after the
+// transpositions.
+BmmSizes check_bmm(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, const char* op);
+
+// The matrices of a 3-D tensor [batch, rows, cols] as BLAS reads them in place: element (i, j) of
+// matrix b at b * batch_stride + i * ld + j (row_major) or + i + j * ld (column-major, a transposed
+// view). nullopt when the last two dimensions have neither layout (the caller copies).
+struct BatchedMatrixLayout {
+  bool row_major;
+  int64_t ld, batch_stride;
+};
+std::optional<BatchedMatrixLayout> batched_matrix_layout(const Tensor& t);
 
 }  // namespace trainer

@@ -1,9 +1,11 @@
-// 2-D matrix products through cublasGemmEx. Host code only (no kernels), so a .cpp file: nvcc has
-// nothing to add here. Row-major operands are handed to column-major cuBLAS as their transposes
-// (C^T = op(B)^T op(A)^T); transposed views are read in place instead of being copied.
+// 2-D matrix products through cublasGemmEx, batched ones through cublasGemmStridedBatchedEx. Host code only
+// (no kernels), so a .cpp file: nvcc has nothing to add here. Row-major operands are handed to column-major
+// cuBLAS as their transposes (C^T = op(B)^T op(A)^T); transposed views are read in place instead of being
+// copied.
 #include <climits>
 
 #include "nn/cuda/cuda_common.h"
+#include "nn/kernel_checks.h"
 
 namespace trainer {
 namespace {
@@ -90,6 +92,48 @@ Tensor CudaBackend::matmul(const Tensor& a, const Tensor& b, bool trans_a, bool 
                             to_int(B.ld, "ld"), A.ptr, type, to_int(A.ld, "ld"),
                             f64 ? static_cast<const void*>(&beta_d) : &beta_f, out.raw_data(), type,
                             to_int(n, "n"), compute, CUBLAS_GEMM_DEFAULT));
+  return out;
+}
+
+Tensor CudaBackend::bmm(const Tensor& a_in, const Tensor& b_in, bool trans_a, bool trans_b) {
+  using namespace cuda;
+  check_device(a_in, "bmm", "lhs");
+  check_device(b_in, "bmm", "rhs");
+  const BmmSizes s = check_bmm(a_in, b_in, trans_a, trans_b, "bmm");
+  const cudaDataType_t type = cuda_type(a_in.dtype());
+  Tensor out = empty({s.batch, s.m, s.n}, a_in.dtype());
+  if (out.numel() == 0) return out;
+  if (s.k == 0) {
+    out.zero_();
+    return out;
+  }
+  // Each operand in place when its matrices are row- or column-major (a permuted view), else a copy.
+  auto operand = [](const Tensor& t) {
+    if (auto layout = batched_matrix_layout(t)) return std::make_pair(t, *layout);
+    Tensor copy = t.contiguous();
+    return std::make_pair(copy, *batched_matrix_layout(copy));
+  };
+  const auto [a, la] = operand(a_in);
+  const auto [b, lb] = operand(b_in);
+  // As matmul: cuBLAS computes C^T [n, m] = op_b(B) [n, k] @ op_a(A) [k, m] for each matrix, where a
+  // row-major matrix is the column-major transpose.
+  const cublasOperation_t op_b = (trans_b == lb.row_major) ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_a = (trans_a == la.row_major) ? CUBLAS_OP_T : CUBLAS_OP_N;
+  CudaContext& ctx = cuda_context();
+  cuda_stream();
+  const float alpha_f = 1.0f, beta_f = 0.0f;
+  const double alpha_d = 1.0, beta_d = 0.0;
+  const bool f64 = a.dtype() == DType::f64;
+  cublasComputeType_t compute = CUBLAS_COMPUTE_32F;  // f32 accumulation for the half dtypes too
+  if (f64) compute = CUBLAS_COMPUTE_64F;
+  if (a.dtype() == DType::f32 && cuda_allow_tf32()) compute = CUBLAS_COMPUTE_32F_FAST_TF32;
+  CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+      ctx.cublas, op_b, op_a, to_int(s.n, "n"), to_int(s.m, "m"), to_int(s.k, "k"),
+      f64 ? static_cast<const void*>(&alpha_d) : &alpha_f, b.raw_data(), type, to_int(lb.ld, "ld"),
+      static_cast<long long>(lb.batch_stride), a.raw_data(), type, to_int(la.ld, "ld"),
+      static_cast<long long>(la.batch_stride), f64 ? static_cast<const void*>(&beta_d) : &beta_f,
+      out.raw_data(), type, to_int(s.n, "n"), static_cast<long long>(s.m * s.n), to_int(s.batch, "batch"),
+      compute, CUBLAS_GEMM_DEFAULT));
   return out;
 }
 

@@ -17,6 +17,20 @@ Variable matmul(const Variable& a, const Variable& b) {
                    });
 }
 
+Variable bmm(const Variable& a, const Variable& b) {
+  if (autocast_applies({a.dtype(), b.dtype()})) {
+    const DType half = *autocast_dtype();
+    return bmm(to_dtype(a, half), to_dtype(b, half));
+  }
+  Backend& k = backend_for(a.data());
+  const Tensor ta = a.data(), tb = b.data();
+  return record_op(
+      "bmm", k.bmm(ta, tb, false, false), {a, b}, [ta, tb](const Tensor& g) -> std::vector<Tensor> {
+        Backend& k = backend_for(g);
+        return {k.bmm(g, tb, false, true), k.bmm(ta, g, true, false)};  // g b^T, a^T g per matrix
+      });
+}
+
 Variable linear(const Variable& x, const Variable& weight, const Variable& bias) {
   if (x.dim() != 2) throw std::invalid_argument("linear: input must be [N, in], got " + shape_str(x.shape()));
   if (weight.size(1) != x.size(1))

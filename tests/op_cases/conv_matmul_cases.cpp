@@ -1,5 +1,5 @@
-// matmul in its four transpositions, and conv2d with both backward kernels over strides, padding,
-// dilation, groups, 1x1 and bias.
+// matmul and bmm in their four transpositions (bmm also on permuted views, read in place), and conv2d with
+// both backward kernels over strides, padding, dilation, groups, 1x1 and bias.
 #include "op_case.h"
 
 namespace trainer::op_cases {
@@ -21,6 +21,64 @@ OpCase matmul_case(bool trans_a, bool trans_b) {
   };
   c.differentiable = {0, 1};
   c.device_dtypes = {DType::f32, DType::bf16};
+  return c;
+}
+
+// How bmm's operands are laid out in memory.
+enum class BmmLayout {
+  dense,          // [B, rows, cols] contiguous
+  transposed,     // stored [B, cols, rows], passed as a permuted view (k^T in attention)
+  heads_between,  // stored [rows, B, cols], passed permuted: row-major matrices, ld = B * cols (the
+                  // [N, T, H, d] -> [N, H, T, d] view of multi-head attention)
+};
+
+Shape stored_shape(BmmLayout layout, int64_t batch, int64_t rows, int64_t cols) {
+  switch (layout) {
+    case BmmLayout::transposed:
+      return {batch, cols, rows};
+    case BmmLayout::heads_between:
+      return {rows, batch, cols};
+    default:
+      return {batch, rows, cols};
+  }
+}
+
+// The view bmm reads, and the gradient of that view brought back to the stored input's shape.
+Tensor bmm_view(BmmLayout layout, const Tensor& t) {
+  if (layout == BmmLayout::transposed) return t.permute({0, 2, 1});
+  if (layout == BmmLayout::heads_between) return t.permute({1, 0, 2});
+  return t;
+}
+Tensor stored_gradient(BmmLayout layout, const Tensor& g) {
+  if (layout == BmmLayout::transposed) return g.permute({0, 2, 1});
+  if (layout == BmmLayout::heads_between) return g.permute({1, 0, 2});
+  return g;
+}
+
+// Odd sizes throughout, so no dimension is mistaken for another.
+OpCase bmm_case(bool trans_a, bool trans_b, BmmLayout layout = BmmLayout::dense) {
+  OpCase c;
+  c.name = std::string("bmm") + (trans_a ? " a^T" : " a") + (trans_b ? " b^T" : " b") +
+           (layout == BmmLayout::transposed      ? " of permuted views"
+            : layout == BmmLayout::heads_between ? " of [rows, B, cols] views"
+                                                 : "");
+  const int64_t B = 3, M = 5, K = 7, N = 11;
+  const Shape a_view = trans_a ? Shape{B, K, M} : Shape{B, M, K},
+              b_view = trans_b ? Shape{B, N, K} : Shape{B, K, N};
+  c.inputs = {uniform(stored_shape(layout, B, a_view[1], a_view[2])),
+              uniform(stored_shape(layout, B, b_view[1], b_view[2]))};
+  c.run = [=](Backend& b, Tensors& in) {
+    return Tensors{b.bmm(bmm_view(layout, in[0]), bmm_view(layout, in[1]), trans_a, trans_b)};
+  };
+  c.gradient = [=](Backend& b, Tensors& in, const Tensor& g) {
+    const Tensor x = bmm_view(layout, in[0]), y = bmm_view(layout, in[1]);
+    // As matmul's, per matrix.
+    const Tensor ga = trans_a ? b.bmm(y, g, trans_b, true) : b.bmm(g, y, false, !trans_b);
+    const Tensor gb = trans_b ? b.bmm(g, x, true, trans_a) : b.bmm(x, g, !trans_a, false);
+    return Tensors{stored_gradient(layout, ga), stored_gradient(layout, gb)};
+  };
+  c.differentiable = {0, 1};
+  c.device_dtypes = {DType::f32, DType::bf16, DType::f16};
   return c;
 }
 
@@ -72,6 +130,10 @@ std::vector<OpCase> conv_matmul_cases() {
   std::vector<OpCase> cases;
   for (bool ta : {false, true})
     for (bool tb : {false, true}) cases.push_back(matmul_case(ta, tb));
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) cases.push_back(bmm_case(ta, tb));
+  cases.push_back(bmm_case(false, false, BmmLayout::transposed));
+  cases.push_back(bmm_case(false, true, BmmLayout::heads_between));
   const std::vector<ConvShape> shapes = {
       {"3x3 pad 1", {2, 8, 7, 6}, {8, 8, 3, 3}, conv_params(1, 1)},
       {"3x3 stride 2 pad 1, no bias", {2, 8, 7, 7}, {16, 8, 3, 3}, conv_params(2, 1), false},

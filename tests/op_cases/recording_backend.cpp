@@ -87,6 +87,10 @@ Tensor RecordingBackend::matmul(const Tensor& a, const Tensor& b, bool trans_a, 
   called_.insert("matmul");
   return inner_.matmul(a, b, trans_a, trans_b);
 }
+Tensor RecordingBackend::bmm(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
+  called_.insert("bmm");
+  return inner_.bmm(a, b, trans_a, trans_b);
+}
 
 Tensor RecordingBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p) {
   called_.insert("conv2d");

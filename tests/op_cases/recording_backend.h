@@ -31,6 +31,7 @@ class RecordingBackend final : public Backend {
   void update_loss_scale(Tensor& scale, Tensor& tracker, Tensor& skipped, Tensor& flag,
                          const LossScaleRule& rule) override;
   Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) override;
+  Tensor bmm(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) override;
   Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p) override;
   Tensor conv2d_backward_input(const Tensor& grad_y, const Tensor& w, const Shape& x_shape,
                                const Conv2dParams& p) override;
