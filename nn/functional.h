@@ -48,6 +48,14 @@ Variable reshape(const Variable& a, const Shape& shape);
 Variable flatten(const Variable& a, int start_dim = 1);  // [N, ...] -> [N, prod(...)]
 Variable permute(const Variable& a, const std::vector<int>& order);
 Variable contiguous(const Variable& a, MemoryFormat format = MemoryFormat::contiguous);
+// Repeats a's size-1 dimensions up to `shape` (dims align to the right, as torch's expand); the
+// gradient is summed back. The result is a materialised copy.
+Variable expand(const Variable& a, const Shape& shape);
+// Joins tensors of one shape but for `dim` along `dim` (torch.cat).
+Variable cat(const std::vector<Variable>& parts, int dim);
+// a's elements start <= i < end along `dim` (a[:, start:end] for dim 1), as a view; the gradient is
+// zero outside the range.
+Variable slice(const Variable& a, int dim, int64_t start, int64_t end);
 // Converts to `dtype` (and `format`, when given); the gradient flows back in a's dtype and layout.
 // Autocast's casts.
 Variable to_dtype(const Variable& a, DType dtype, std::optional<MemoryFormat> format = std::nullopt);
@@ -90,6 +98,13 @@ Variable layer_norm(const Variable& x, int64_t normalized_size, const Variable& 
 // ---- softmax (nn/functional/softmax.cpp): torch.softmax(x, dim=-1), numerically stable (the row's
 // maximum is subtracted). Any layout; the result is contiguous, in x's dtype.
 Variable softmax(const Variable& x);
+
+// ---- attention (nn/functional/attention.cpp): torch.nn.functional.scaled_dot_product_attention
+// without mask or dropout: softmax(q k^T / sqrt(d)) v per batch entry and head. q [B, H, T, d],
+// k [B, H, S, d], v [B, H, S, dv] -> [B, H, T, dv], differentiable in all three. Composed of bmm and
+// softmax for now; a fused kernel (cuDNN's flash attention) may replace the GPU path under the same
+// contract.
+Variable scaled_dot_product_attention(const Variable& q, const Variable& k, const Variable& v);
 
 // ---- loss and metrics (nn/functional/loss.cpp). logits [N, K], targets i64 [N].
 // Mean cross-entropy with label smoothing (PyTorch's CrossEntropyLoss(label_smoothing=...)).

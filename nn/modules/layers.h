@@ -7,5 +7,6 @@
 #include "nn/modules/layer_norm.h"
 #include "nn/modules/linear.h"
 #include "nn/modules/module.h"
+#include "nn/modules/multihead_attention.h"
 #include "nn/modules/pooling.h"
 #include "nn/modules/sequential.h"
