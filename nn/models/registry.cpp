@@ -6,6 +6,7 @@
 #include "nn/models/cnn.h"
 #include "nn/models/mlp.h"
 #include "nn/models/resnet.h"
+#include "nn/models/vit.h"
 
 namespace trainer {
 namespace {
@@ -17,6 +18,9 @@ const std::map<std::string, ModelFactory>& registry() {
       {"resnet18", [](const ModelOptions& o) { return make_resnet(ResNetDepth::resnet18, o); }},
       {"resnet34", [](const ModelOptions& o) { return make_resnet(ResNetDepth::resnet34, o); }},
       {"resnet50", [](const ModelOptions& o) { return make_resnet(ResNetDepth::resnet50, o); }},
+      {"vit_b_16", [](const ModelOptions& o) { return make_vit(ViTVariant::b_16, o); }},
+      {"vit_s_16", [](const ModelOptions& o) { return make_vit(ViTVariant::s_16, o); }},
+      {"vit", [](const ModelOptions& o) { return make_vit(ViTVariant::small, o); }},
   };
   return models;
 }

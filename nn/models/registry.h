@@ -12,15 +12,21 @@
 namespace trainer {
 
 struct ModelOptions {
-  std::string name = "resnet18";  // mlp | cnn | resnet18 | resnet34 | resnet50
+  std::string name = "resnet18";  // mlp | cnn | resnet18 | resnet34 | resnet50 | vit_b_16 | vit_s_16 | vit
   std::string stem = "imagenet";  // ResNet only: imagenet (7x7/2 conv + max-pool) | cifar (3x3/1 conv)
   int64_t in_channels = 3;
   int64_t num_classes = 10;
   int64_t image_size = 32;          // height = width; sizes the linear layers of mlp and cnn
-  double dropout = 0.0;             // cnn only: dropout before the last linear layer
+  double dropout = 0.0;             // cnn: before the last linear layer; ViTs: torchvision's dropout
   uint64_t seed = 0;                // initial weights depend only on this
-  int64_t width = 64;               // ResNet: channels of the stem and first stage (torchvision: 64)
+  int64_t width = 64;               // ResNet: channels of the stem and first stage; vit: token width D
   bool zero_init_residual = false;  // ResNet: last BN of each block starts at 0 (torchvision's option)
+  // The small ViT ("vit"; vit_b_16 and vit_s_16 fix these). The defaults suit 28x28 Fashion-MNIST and
+  // 32x32 CIFAR alike: 7x7 or 8x8 patches of 4 pixels, 6 layers of 4 heads at width 64.
+  int64_t patch_size = 4;  // square patches; must divide image_size
+  int64_t depth = 6;       // encoder layers
+  int64_t heads = 4;       // attention heads; must divide width
+  int64_t mlp_dim = 256;   // hidden width of each layer's MLP
   // Draws the dropout masks; when null the model makes its own, seeded from `seed`.
   std::shared_ptr<Generator> dropout_generator;
 };

@@ -12,4 +12,10 @@ Variable Sequential::forward(const Variable& x) {
   return y;
 }
 
+Variable NamedSequential::forward(const Variable& x) {
+  Variable y = x;
+  for (const auto& [name, child] : children()) y = child->forward(y);
+  return y;
+}
+
 }  // namespace trainer

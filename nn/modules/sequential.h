@@ -4,6 +4,8 @@
 #include <cstddef>
 #include <initializer_list>
 #include <memory>
+#include <string>
+#include <utility>
 
 #include "nn/modules/module.h"
 
@@ -23,6 +25,17 @@ class Sequential : public Module {
   size_t size() const { return children().size(); }
   bool empty() const { return children().empty(); }
   Module& operator[](size_t i) const { return *children().at(i).second; }
+};
+
+// Applies its children in order under names of the owner's choosing, as an nn.Sequential built from
+// an OrderedDict (torchvision's ViT: encoder.layers.encoder_layer_0, heads.head).
+class NamedSequential : public Module {
+ public:
+  template <class M>
+  std::shared_ptr<M> add(std::string name, std::shared_ptr<M> module) {
+    return register_module(std::move(name), std::move(module));
+  }
+  Variable forward(const Variable& x) override;
 };
 
 }  // namespace trainer
