@@ -74,6 +74,10 @@ Variable batch_norm(const Variable& x, const Variable& weight, const Variable& b
                     Tensor& running_var, bool training, double momentum, double eps,
                     const Variable& residual = Variable(), bool relu = false);
 Variable dropout(const Variable& x, double p, bool training, Generator& gen);
+// Stochastic depth, as torchvision.ops.stochastic_depth(x, p, mode="row"): in training each sample
+// (index of dimension 0) is zeroed with probability p and the others are scaled by 1 / (1 - p), one
+// draw per sample from gen; the identity in evaluation or at p = 0. p must be in [0, 1).
+Variable drop_path(const Variable& x, double p, bool training, Generator& gen);
 // torch.nn.functional.layer_norm over one dimension of size normalized_size: the dimension innermost in
 // memory, which is the last one of a contiguous tensor (a transformer's [..., C]) and C of a
 // channels-last [N, C, H, W] tensor (ConvNeXt's LayerNorm2d, with no permute); a 4-D tensor whose

@@ -9,3 +9,4 @@
 #include "nn/modules/module.h"
 #include "nn/modules/pooling.h"
 #include "nn/modules/sequential.h"
+#include "nn/modules/stochastic_depth.h"
