@@ -54,7 +54,9 @@ Variable to_dtype(const Variable& a, DType dtype, std::optional<MemoryFormat> fo
 
 // ---- matmul (nn/functional/matmul.cpp)
 Variable matmul(const Variable& a, const Variable& b);  // [M, K] @ [K, N]
-// y = x @ weight^T + bias; x [N, in], weight [out, in], bias [out] or undefined.
+// y = x @ weight^T + bias, as torch.nn.functional.linear: x [..., in] (the leading dimensions are
+// flattened into one GEMM's rows: free for a contiguous x, a copy otherwise), weight [out, in], bias
+// [out] or undefined; y [..., out], contiguous.
 Variable linear(const Variable& x, const Variable& weight, const Variable& bias);
 
 // ---- convolution and pooling (nn/functional/conv.cpp, nn/functional/pool.cpp)
