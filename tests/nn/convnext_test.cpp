@@ -164,6 +164,21 @@ TEST(ConvNeXt, BlockMatchesItsDefinition) {
   for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-12) << i;
 }
 
+TEST(ConvNeXt, LayerScaleIsCastToTheActivationsDtype) {
+  // Autocast's case, half activations and an f32 layer_scale, with f64 standing in for the half dtype
+  // (the CPU backend has no half kernels).
+  Generator gen(57);
+  CNBlock block(4, 0.5, 0.0, nullptr, gen);
+  block.to(DType::f64);
+  block.layer_scale().data() = block.layer_scale().data().to(DType::f32);
+  const Variable y = block.forward(Variable(random_tensor({2, 4, 3, 3}, gen)));
+  EXPECT_EQ(y.dtype(), DType::f64);
+  F::sum(y).backward();
+  ASSERT_TRUE(block.layer_scale().grad().defined());
+  EXPECT_EQ(block.layer_scale().grad().dtype(), DType::f32);
+  EXPECT_EQ(block.layer_scale().grad().shape(), (Shape{4, 1, 1}));
+}
+
 TEST(ConvNeXt, TrainingDropsBlocksEvalIsDeterministic) {
   ModelOptions o;
   o.name = "convnext";
