@@ -65,7 +65,9 @@ Variable matmul(const Variable& a, const Variable& b);  // [M, K] @ [K, N]
 // Batched: [B, M, K] @ [B, K, N] -> [B, M, N], one product per batch entry. Permuted views (a batch
 // of transposed matrices, k^T in attention) are read in place. Autocast as matmul.
 Variable bmm(const Variable& a, const Variable& b);
-// y = x @ weight^T + bias; x [N, in], weight [out, in], bias [out] or undefined.
+// y = x @ weight^T + bias, as torch.nn.functional.linear: x [..., in] (the leading dimensions are
+// flattened into one GEMM's rows: free for a contiguous x, a copy otherwise), weight [out, in], bias
+// [out] or undefined; y [..., out], contiguous.
 Variable linear(const Variable& x, const Variable& weight, const Variable& bias);
 
 // ---- convolution and pooling (nn/functional/conv.cpp, nn/functional/pool.cpp)
@@ -85,6 +87,10 @@ Variable batch_norm(const Variable& x, const Variable& weight, const Variable& b
                     Tensor& running_var, bool training, double momentum, double eps,
                     const Variable& residual = Variable(), bool relu = false);
 Variable dropout(const Variable& x, double p, bool training, Generator& gen);
+// Stochastic depth, as torchvision.ops.stochastic_depth(x, p, mode="row"): in training each sample
+// (index of dimension 0) is zeroed with probability p and the others are scaled by 1 / (1 - p), one
+// draw per sample from gen; the identity in evaluation or at p = 0. p must be in [0, 1).
+Variable drop_path(const Variable& x, double p, bool training, Generator& gen);
 // torch.nn.functional.layer_norm over one dimension of size normalized_size: the dimension innermost in
 // memory, which is the last one of a contiguous tensor (a transformer's [..., C]) and C of a
 // channels-last [N, C, H, W] tensor (ConvNeXt's LayerNorm2d, with no permute); a 4-D tensor whose

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace trainer::init {
 
@@ -39,6 +40,18 @@ std::pair<int64_t, int64_t> fan_in_and_fan_out(const Tensor& weight) {
 void uniform_(Tensor& t, double lo, double hi, Generator& gen) { trainer::uniform_(t, lo, hi, gen); }
 void normal_(Tensor& t, double mean, double stddev, Generator& gen) {
   trainer::normal_(t, mean, stddev, gen);
+}
+void trunc_normal_(Tensor& t, Generator& gen, double mean, double stddev, double lo, double hi) {
+  if (!(lo < hi) || !(mean - 3 * stddev < hi && mean + 3 * stddev > lo))
+    throw std::invalid_argument("trunc_normal_: [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                                "] must be an interval where normal(" + std::to_string(mean) + ", " +
+                                std::to_string(stddev) + ") has mass");
+  std::vector<double> values(static_cast<size_t>(t.numel()));
+  for (double& v : values) {
+    do v = mean + stddev * gen.normal();
+    while (v < lo || v > hi);
+  }
+  t.copy_(Tensor::from_vector(values, t.shape()));
 }
 void constant_(Tensor& t, double value) { t.fill_(value); }
 

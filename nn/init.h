@@ -22,6 +22,10 @@ std::pair<int64_t, int64_t> fan_in_and_fan_out(const Tensor& weight);
 
 void uniform_(Tensor& t, double lo, double hi, Generator& gen);
 void normal_(Tensor& t, double mean, double stddev, Generator& gen);
+// torch.nn.init.trunc_normal_: normal(mean, stddev) redrawn outside [lo, hi]. The bounds are absolute,
+// as torch's are (defaults -2 and 2), not in standard deviations: at torchvision's std 0.02 (ConvNeXt)
+// nothing is redrawn in practice. (trainer::trunc_normal_ in nn/random.h cuts at 2 std instead.)
+void trunc_normal_(Tensor& t, Generator& gen, double mean, double stddev, double lo = -2.0, double hi = 2.0);
 void constant_(Tensor& t, double value);
 inline void zeros_(Tensor& t) { constant_(t, 0.0); }
 inline void ones_(Tensor& t) { constant_(t, 1.0); }

@@ -32,10 +32,17 @@ Variable bmm(const Variable& a, const Variable& b) {
 }
 
 Variable linear(const Variable& x, const Variable& weight, const Variable& bias) {
-  if (x.dim() != 2) throw std::invalid_argument("linear: input must be [N, in], got " + shape_str(x.shape()));
-  if (weight.size(1) != x.size(1))
-    throw std::invalid_argument("linear: input has " + std::to_string(x.size(1)) +
+  if (x.dim() < 1) throw std::invalid_argument("linear: input must be [..., in], got a scalar");
+  if (weight.size(1) != x.size(-1))
+    throw std::invalid_argument("linear: input has " + std::to_string(x.size(-1)) +
                                 " features, weight expects " + std::to_string(weight.size(1)));
+  if (x.dim() != 2) {
+    // [..., in] as one [M, in] GEMM: a view when x is contiguous (a channels-last map permuted to
+    // NHWC is), a copy otherwise; the result [M, out] is contiguous, so reshaping it back is a view.
+    Shape out_shape = x.shape();
+    out_shape.back() = weight.size(0);
+    return reshape(linear(reshape(x, {-1, x.size(-1)}), weight, bias), out_shape);
+  }
   if (autocast_applies({x.dtype(), weight.dtype(), bias.defined() ? bias.dtype() : x.dtype()})) {
     const DType half = *autocast_dtype();
     return linear(to_dtype(x, half), to_dtype(weight, half), to_dtype(bias, half));

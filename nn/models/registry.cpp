@@ -1,9 +1,11 @@
 #include "nn/models/registry.h"
 
+#include <cmath>
 #include <map>
 #include <stdexcept>
 
 #include "nn/models/cnn.h"
+#include "nn/models/convnext.h"
 #include "nn/models/mlp.h"
 #include "nn/models/resnet.h"
 #include "nn/models/vit.h"
@@ -21,6 +23,8 @@ const std::map<std::string, ModelFactory>& registry() {
       {"vit_b_16", [](const ModelOptions& o) { return make_vit(ViTVariant::b_16, o); }},
       {"vit_s_16", [](const ModelOptions& o) { return make_vit(ViTVariant::s_16, o); }},
       {"vit", [](const ModelOptions& o) { return make_vit(ViTVariant::small, o); }},
+      {"convnext_tiny", make_convnext_tiny},
+      {"convnext", make_convnext},
   };
   return models;
 }
@@ -53,6 +57,12 @@ std::shared_ptr<Module> create_model(const ModelOptions& options) {
   if (!(options.dropout >= 0.0 && options.dropout < 1.0))
     throw std::invalid_argument("model '" + options.name + "': dropout must be in [0, 1), got " +
                                 std::to_string(options.dropout));
+  if (options.drop_path && !(*options.drop_path >= 0.0 && *options.drop_path < 1.0))
+    throw std::invalid_argument("model '" + options.name + "': drop_path must be in [0, 1), got " +
+                                std::to_string(*options.drop_path));
+  if (!(options.layer_scale > 0.0 && std::isfinite(options.layer_scale)) || options.stem_patch < 0)
+    throw std::invalid_argument("model '" + options.name + "': layer_scale must be positive and stem_patch " +
+                                "non-negative (0: the model's own)");
   return it->second(options);
 }
 

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -12,7 +13,8 @@
 namespace trainer {
 
 struct ModelOptions {
-  std::string name = "resnet18";  // mlp | cnn | resnet18 | resnet34 | resnet50 | vit_b_16 | vit_s_16 | vit
+  std::string name =
+      "resnet18";  // mlp | cnn | resnet18/34/50 | vit_b_16 | vit_s_16 | vit | convnext_tiny | convnext
   std::string stem = "imagenet";  // ResNet only: imagenet (7x7/2 conv + max-pool) | cifar (3x3/1 conv)
   int64_t in_channels = 3;
   int64_t num_classes = 10;
@@ -27,6 +29,13 @@ struct ModelOptions {
   int64_t depth = 6;       // encoder layers
   int64_t heads = 4;       // attention heads; must divide width
   int64_t mlp_dim = 256;   // hidden width of each layer's MLP
+  // ConvNeXt: blocks per stage and channels per stage (empty: the model's own; convnext_tiny accepts
+  // only its own), and the stem's patch size = kernel = stride (0: 4 for convnext_tiny, 2 for convnext).
+  std::vector<int64_t> depths, widths;
+  int64_t stem_patch = 0;
+  // Stochastic depth: the largest drop-path probability, reached by the last block (unset: ConvNeXt's 0.1).
+  std::optional<double> drop_path;
+  double layer_scale = 1e-6;  // ConvNeXt: initial value of each block's layer_scale
   // Draws the dropout masks; when null the model makes its own, seeded from `seed`.
   std::shared_ptr<Generator> dropout_generator;
 };

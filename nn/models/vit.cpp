@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "nn/functional.h"
+#include "nn/init.h"
 
 namespace trainer {
 namespace {
@@ -14,20 +15,6 @@ constexpr double kLayerNormEps = 1e-6;  // torchvision's partial(nn.LayerNorm, e
 
 std::shared_ptr<Dropout> dropout_or_null(double p, const std::shared_ptr<Generator>& gen) {
   return p > 0.0 ? std::make_shared<Dropout>(p, gen) : nullptr;
-}
-
-// torch.nn.init.trunc_normal_(t, std=stddev) with its default bounds a = -2, b = 2, which are absolute
-// values, not multiples of std (nn/random.h's trunc_normal_ cuts at 2 std).
-void trunc_normal_within_2(Tensor& t, double stddev, Generator& gen) {
-  Tensor values = Tensor::empty(t.shape(), DType::f64);
-  double* p = values.data<double>();
-  for (int64_t i = 0; i < values.numel(); ++i) {
-    double v;
-    do v = stddev * gen.normal();
-    while (std::abs(v) > 2.0);
-    p[i] = v;
-  }
-  t.copy_(values);
 }
 
 // PyTorch's type promotion where the ViT joins tensors: under autocast conv_proj and the linears give
@@ -147,8 +134,9 @@ VisionTransformer::VisionTransformer(const ViTConfig& c, std::shared_ptr<Generat
   auto head = heads_->add("head", std::make_shared<Linear>(c.hidden_dim, c.num_classes, true, gen));
 
   // torchvision's re-initialisation of the patch embedding and the head.
-  trunc_normal_within_2(conv_proj_->weight().data(),
-                        std::sqrt(1.0 / static_cast<double>(c.in_channels * p * p)), gen);
+  // torch.nn.init.trunc_normal_'s bounds are absolute (+-2), not multiples of std (nn/init.h).
+  init::trunc_normal_(conv_proj_->weight().data(), gen, 0.0,
+                      std::sqrt(1.0 / static_cast<double>(c.in_channels * p * p)));
   init::zeros_(conv_proj_->bias().data());
   init::zeros_(head->weight().data());
   init::zeros_(head->bias().data());

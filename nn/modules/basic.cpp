@@ -10,4 +10,6 @@ Variable GELU::forward(const Variable& x) { return F::gelu(x, approximate_); }
 
 Variable Flatten::forward(const Variable& x) { return F::flatten(x, start_dim_); }
 
+Variable Permute::forward(const Variable& x) { return F::permute(x, order_); }
+
 }  // namespace trainer

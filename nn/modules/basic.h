@@ -1,5 +1,8 @@
 #pragma once
-// Layers without parameters or state: ReLU, GELU, Flatten, Identity.
+// Layers without parameters or state: ReLU, GELU, Flatten, Permute, Identity.
+#include <utility>
+#include <vector>
+
 #include "nn/functional.h"
 #include "nn/modules/module.h"
 
@@ -28,6 +31,17 @@ class Flatten : public Module {
 
  private:
   int start_dim_;
+};
+
+// As torchvision.ops.Permute: a view with the dimensions reordered (no copy). ConvNeXt's [0, 2, 3, 1]
+// turns a channels-last [N, C, H, W] map into a contiguous [N, H, W, C] one.
+class Permute : public Module {
+ public:
+  explicit Permute(std::vector<int> order) : order_(std::move(order)) {}
+  Variable forward(const Variable& x) override;
+
+ private:
+  std::vector<int> order_;
 };
 
 class Identity : public Module {

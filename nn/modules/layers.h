@@ -10,3 +10,4 @@
 #include "nn/modules/multihead_attention.h"
 #include "nn/modules/pooling.h"
 #include "nn/modules/sequential.h"
+#include "nn/modules/stochastic_depth.h"

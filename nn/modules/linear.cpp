@@ -27,9 +27,9 @@ void Linear::reset_parameters(Generator& gen) {
 }
 
 Variable Linear::forward(const Variable& x) {
-  if (x.dim() != 2 || x.size(1) != in_features_)
+  if (x.dim() < 1 || x.size(-1) != in_features_)
     throw std::invalid_argument("Linear(" + std::to_string(in_features_) + ", " +
-                                std::to_string(out_features_) + ") expects input [N, " +
+                                std::to_string(out_features_) + ") expects input [..., " +
                                 std::to_string(in_features_) + "], got " + shape_str(x.shape()));
   return F::linear(x, weight_, bias_);
 }

@@ -12,7 +12,7 @@ class Linear : public Module {
   // Initialised like PyTorch: weight kaiming_uniform(a=sqrt(5)), bias uniform(+-1/sqrt(in)).
   Linear(int64_t in_features, int64_t out_features, bool bias = true,
          Generator& gen = init::default_generator());
-  Variable forward(const Variable& x) override;  // [N, in] -> [N, out]
+  Variable forward(const Variable& x) override;  // [..., in] -> [..., out] (PyTorch's rule)
   void reset_parameters(Generator& gen);
 
   int64_t in_features() const { return in_features_; }

@@ -34,7 +34,7 @@ Variable MultiheadAttention::forward(const Variable& x) {
                                 std::to_string(num_heads_) + ") expects input [N, T, " +
                                 std::to_string(embed_dim_) + "], got " + shape_str(x.shape()));
   const int64_t n = x.size(0), t = x.size(1), d = embed_dim_, h = num_heads_, hd = d / h;
-  // F::linear takes [rows, features]: the tokens of every sample are its rows.
+  // The tokens of every sample are the rows of one GEMM.
   const Variable qkv =
       F::reshape(F::linear(F::reshape(x, {n * t, d}), in_proj_weight_, in_proj_bias_), {n, t, 3, h, hd});
   auto heads_of = [&](int64_t which) {  // q, k or v as [N, H, T, hd]

@@ -116,8 +116,8 @@ TEST(ModelRegistry, UnknownNamesAndBadOptionsAreRefused) {
   } catch (const std::invalid_argument& e) {
     const std::string what = e.what();
     EXPECT_NE(what.find("resnet101"), std::string::npos) << what;
-    for (const char* known :
-         {"mlp", "cnn", "resnet18", "resnet34", "resnet50", "vit_b_16", "vit_s_16", "vit"})
+    for (const char* known : {"mlp", "cnn", "resnet18", "resnet34", "resnet50", "vit_b_16", "vit_s_16", "vit",
+                              "convnext_tiny", "convnext"})
       EXPECT_NE(what.find(known), std::string::npos) << what;
   }
   EXPECT_THROW(model("resnet18", "tiny"), std::invalid_argument);
@@ -126,7 +126,7 @@ TEST(ModelRegistry, UnknownNamesAndBadOptionsAreRefused) {
   o.name = "resnet18";
   o.dropout = 0.2;
   EXPECT_THROW(create_model(o), std::invalid_argument);
-  EXPECT_EQ(model_names().size(), 8u);
+  EXPECT_EQ(model_names().size(), 10u);
 }
 
 TEST(ModelInit, DeterministicForASeed) {

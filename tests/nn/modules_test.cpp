@@ -80,6 +80,19 @@ TEST(ModuleInit, KaimingUniformStaysInBoundAndFillsIt) {
   EXPECT_NEAR(std_of(v), bound / std::sqrt(3.0), 0.05 * bound / std::sqrt(3.0));
 }
 
+TEST(ModuleInit, TruncNormalBoundsAreAbsoluteAsTorchs) {
+  Generator gen(7);
+  Tensor t = Tensor::empty({20000});
+  init::trunc_normal_(t, gen, 0.0, 1.0, -0.5, 0.5);  // bounds in values, not in standard deviations
+  for (float v : t.to_vector<float>()) ASSERT_LE(std::abs(v), 0.5f);
+  init::trunc_normal_(t, gen, 0.0, 0.02);  // torchvision's ConvNeXt: bounds +-2, no visible truncation
+  const std::vector<float> v = t.to_vector<float>();
+  double sq = 0;
+  for (float x : v) sq += static_cast<double>(x) * x;
+  EXPECT_NEAR(std::sqrt(sq / v.size()), 0.02, 4e-4);  // cut at 2 std it would be 0.0176
+  EXPECT_THROW(init::trunc_normal_(t, gen, 0.0, 0.02, 1.0, 2.0), std::invalid_argument);
+}
+
 TEST(ModuleInit, SameSeedSameWeights) {
   Generator a(42), b(42), c(43);
   Linear la(10, 5, true, a), lb(10, 5, true, b), lc(10, 5, true, c);

@@ -142,6 +142,10 @@ std::vector<OpCase> conv_matmul_cases() {
       {"3x3 dilation 2 pad 2", {1, 4, 8, 7}, {4, 4, 3, 3}, conv_params(1, 2, 2), true, false},
       {"3x3 groups 2", {2, 4, 6, 6}, {6, 2, 3, 3}, conv_params(1, 1, 1, 2), true, false},
       {"depthwise 3x3 (groups = channels)", {2, 8, 5, 6}, {8, 1, 3, 3}, conv_params(1, 1, 1, 8), true, false},
+      // ConvNeXt's three convolutions: the block's depthwise 7x7, the downsampling 2x2/2, the patch stem.
+      {"depthwise 7x7 pad 3 (ConvNeXt block)", {2, 16, 7, 7}, {16, 1, 7, 7}, conv_params(1, 3, 1, 16)},
+      {"2x2 stride 2 (ConvNeXt downsampling)", {2, 8, 6, 6}, {16, 8, 2, 2}, conv_params(2, 0)},
+      {"4x4 stride 4 patch stem, 3 channels", {2, 3, 8, 8}, {8, 3, 4, 4}, conv_params(4, 0)},
       {"5x3 kernel, 4x2 pad",
        {1, 3, 8, 6},
        {4, 3, 5, 3},
