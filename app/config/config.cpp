@@ -165,6 +165,8 @@ class Loader {
   void check_structure();
   void read_fields() { schema::visit_fields(config_, *this); }
   void check_cross_keys();
+  template <typename Fail>
+  void check_model_size_keys(const Fail& fail);
   bool has_problems() const { return !problems_.empty(); }
   void throw_if_problems();
 
@@ -353,6 +355,41 @@ void Loader::read_array(const std::string& dotted, const toml::node& node, std::
   member = std::move(values);
 }
 
+// A size key changed for a model it does not size would be ignored: a run that silently trains
+// another model than the config describes. Each key names the models it applies to. (Keys at their
+// defaults pass: the resolved TOML of `trainer config --format toml` writes every key.)
+template <typename Fail>
+void Loader::check_model_size_keys(const Fail& fail) {
+  const ModelConfig& m = config_.model;
+  const ModelConfig defaults;
+  const std::string& name = m.name;
+  const bool vit = name == "vit", resnet = name.starts_with("resnet"),
+             convnext = name.starts_with("convnext");
+  const char* const fixed_vit = "'vit' (vit_b_16 and vit_s_16 have fixed sizes)";
+  const char* const convnexts = "'convnext' and 'convnext_tiny'";
+  struct SizeKey {
+    const char* key;
+    bool changed, applies;
+    const char* models;
+  };
+  const SizeKey keys[] = {
+      {"model.patch_size", m.patch_size != defaults.patch_size, vit, fixed_vit},
+      {"model.depth", m.depth != defaults.depth, vit, fixed_vit},
+      {"model.heads", m.heads != defaults.heads, vit, fixed_vit},
+      {"model.mlp_dim", m.mlp_dim != defaults.mlp_dim, vit, fixed_vit},
+      {"model.width", m.width != defaults.width, vit || resnet, "'vit' and the ResNets"},
+      {"model.depths", m.depths != defaults.depths, convnext, convnexts},
+      {"model.widths", m.widths != defaults.widths, convnext, convnexts},
+      {"model.stem_patch", m.stem_patch != defaults.stem_patch, convnext, convnexts},
+      {"model.drop_path", m.drop_path != defaults.drop_path, convnext, convnexts},
+      {"model.layer_scale", m.layer_scale != defaults.layer_scale, convnext, convnexts},
+  };
+  for (const SizeKey& k : keys)
+    if (k.changed && !k.applies)
+      fail(k.key, "sizes model " + std::string(k.models) + ", not '" + name +
+                      "'. HINT: remove it, or set model.name to one of those");
+}
+
 void Loader::check_cross_keys() {
   const auto set_by_user = [&](const std::string& key) {
     return config_.origin.at(key) != schema::kDefaultOrigin;
@@ -379,6 +416,7 @@ void Loader::check_cross_keys() {
     fail(set_by_user("schedule.milestones") ? "schedule.milestones" : "schedule.name",
          "schedule \"multistep\" needs schedule.milestones, e.g. [30, 60, 80]");
   }
+  check_model_size_keys(fail);
 }
 
 void Loader::throw_if_problems() {

@@ -17,12 +17,26 @@
 namespace trainer {
 
 struct ModelConfig {
-  std::string name = "cnn";                 // mlp | cnn | resnet18 | resnet34 | resnet50
+  std::string name =
+      "cnn";  // mlp | cnn | resnet18/34/50 | vit_b_16 | vit_s_16 | vit | convnext_tiny | convnext
   StemChoice stem = StemChoice::automatic;  // auto | imagenet | cifar; auto = cifar for images <= 64 px
   int num_classes = 0;                      // 0 = from the dataset
   int in_channels = 0;                      // 0 = from the dataset
   double dropout = 0.0;                     // [0, 1)
-  bool sync_bn = false;                     // all-reduce BatchNorm batch statistics across ranks
+  // The small ViT ("vit"; 0 = its default): patch size, encoder layers, heads, width, MLP width.
+  int patch_size = 0;
+  int depth = 0;
+  int heads = 0;
+  int width = 0;
+  int mlp_dim = 0;
+  // ConvNeXt: blocks and channels per stage ("convnext"; empty = its default), the stem's patch size
+  // (0 = the model's), stochastic depth's largest probability (-1 = the model's), the initial layer scale.
+  std::vector<int> depths;
+  std::vector<int> widths;
+  int stem_patch = 0;
+  double drop_path = -1.0;
+  double layer_scale = 1e-6;
+  bool sync_bn = false;                              // all-reduce BatchNorm batch statistics across ranks
   BnStatsSync bn_stats_sync = BnStatsSync::average;  // average | none: running stats at checkpoint/eval time
   bool operator==(const ModelConfig&) const = default;
 };

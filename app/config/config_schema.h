@@ -75,11 +75,23 @@ inline constexpr const char* kSections[] = {"model",    "data", "train",      "o
 // visit(section, key, member, rule) for its keys in schema (and file) order.
 template <typename Model, typename Visit>
 void visit_model_fields(Model& m, Visit&& visit) {
-  visit("model", "name", m.name, one_of({"mlp", "cnn", "resnet18", "resnet34", "resnet50"}));
+  visit("model", "name", m.name,
+        one_of({"mlp", "cnn", "resnet18", "resnet34", "resnet50", "vit_b_16", "vit_s_16", "vit",
+                "convnext_tiny", "convnext"}));
   visit("model", "stem", m.stem, one_of(setting_names<StemChoice>()));
   visit("model", "num_classes", m.num_classes, or_special(at_least(2), 0, "from the dataset"));
   visit("model", "in_channels", m.in_channels, or_special(at_least(1), 0, "from the dataset"));
   visit("model", "dropout", m.dropout, half_open(0, 1));
+  visit("model", "patch_size", m.patch_size, or_special(at_least(1), 0, "the model's own"));
+  visit("model", "depth", m.depth, or_special(at_least(1), 0, "the model's own"));
+  visit("model", "heads", m.heads, or_special(at_least(1), 0, "the model's own"));
+  visit("model", "width", m.width, or_special(at_least(1), 0, "the model's own"));
+  visit("model", "mlp_dim", m.mlp_dim, or_special(at_least(1), 0, "the model's own"));
+  visit("model", "depths", m.depths, at_least(1));
+  visit("model", "widths", m.widths, at_least(1));
+  visit("model", "stem_patch", m.stem_patch, or_special(at_least(1), 0, "the model's own"));
+  visit("model", "drop_path", m.drop_path, or_special(half_open(0, 1), -1, "the model's own"));
+  visit("model", "layer_scale", m.layer_scale, greater_than(0));
   visit("model", "sync_bn", m.sync_bn, any());
   visit("model", "bn_stats_sync", m.bn_stats_sync, one_of(setting_names<BnStatsSync>()));
 }

@@ -68,6 +68,20 @@ void open_data(Experiment& e, const Config& config) {
                               " channels");
 }
 
+// The ViT's and ConvNeXt's sizes where the config sets them (0, empty or -1: the model's own).
+void set_transformer_options(ModelOptions& m, const ModelConfig& c) {
+  if (c.patch_size > 0) m.patch_size = c.patch_size;
+  if (c.depth > 0) m.depth = c.depth;
+  if (c.heads > 0) m.heads = c.heads;
+  if (c.width > 0) m.width = c.width;
+  if (c.mlp_dim > 0) m.mlp_dim = c.mlp_dim;
+  m.depths.assign(c.depths.begin(), c.depths.end());
+  m.widths.assign(c.widths.begin(), c.widths.end());
+  m.stem_patch = c.stem_patch;
+  if (c.drop_path >= 0) m.drop_path = c.drop_path;
+  m.layer_scale = c.layer_scale;
+}
+
 void build_model(Experiment& e, const Config& config) {
   const Dataset& train = *e.data.train;
   ModelOptions m;
@@ -75,11 +89,16 @@ void build_model(Experiment& e, const Config& config) {
   m.in_channels = config.model.in_channels > 0 ? config.model.in_channels : train.channels();
   m.num_classes = config.model.num_classes > 0 ? config.model.num_classes : train.num_classes();
   m.image_size = train.height();
+  // "auto" picks a ResNet's stem by image size; other models have no stem choice (a set one reaches
+  // them, and ConvNeXt refuses it).
+  const bool resnet = config.model.name.starts_with("resnet");
   const StemChoice stem = config.model.stem != StemChoice::automatic ? config.model.stem
+                          : !resnet                                  ? StemChoice::imagenet
                           : train.height() <= 64                     ? StemChoice::cifar
                                                                      : StemChoice::imagenet;
   m.stem = setting_name(stem);
   m.dropout = config.model.dropout;
+  set_transformer_options(m, config.model);
   m.seed = static_cast<uint64_t>(config.train.seed);
   e.dropout_generator =
       std::make_shared<Generator>(static_cast<uint64_t>(config.train.seed) ^ 0x9e3779b97f4a7c15ull);

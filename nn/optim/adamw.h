@@ -14,7 +14,7 @@ struct AdamWOptions {
   double beta2 = 0.999;
   double eps = 1e-8;
   double weight_decay = 0.01;
-  bool no_decay_bn_bias = false;  // weight decay 0 for 1-D parameters and biases (timm)
+  bool no_decay_bn_bias = false;  // weight decay 0 for vectors, biases, position embeddings (timm)
 };
 
 // The kernel's parameters for one update of a parameter on its `step`-th update (1-based), for AdamW

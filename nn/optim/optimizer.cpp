@@ -28,6 +28,18 @@ bool is_bias_name(const std::string& name) {
   return name == "bias" || (name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0);
 }
 
+// timm's rule, as DeiT and ConvNeXt train: no weight decay on what is a vector in effect (norms' scales
+// and shifts, biases, ViT's class token [1, 1, D], ConvNeXt's layer scale [C, 1, 1]) nor on ViT's
+// position embedding (timm's no_weight_decay list: pos_embed, cls_token).
+bool excluded_from_weight_decay(const std::string& name, const Shape& shape) {
+  int dims_over_one = 0;
+  for (int64_t extent : shape) dims_over_one += extent > 1 ? 1 : 0;
+  const std::string pos = "pos_embedding";
+  const bool position_embedding =
+      name.size() >= pos.size() && name.compare(name.size() - pos.size(), pos.size(), pos) == 0;
+  return dims_over_one <= 1 || is_bias_name(name) || position_embedding;
+}
+
 // Fresh storage with the parameter's shape, dtype, device and layout.
 Tensor empty_like(const Tensor& t) {
   return Tensor::empty(t.shape(), t.dtype(), t.device(), t.suggest_memory_format());
@@ -42,7 +54,7 @@ std::vector<ParamGroup> make_param_groups(std::vector<NamedParameter> params, do
   if (!no_decay_bn_bias) return {ParamGroup{"default", std::move(params), weight_decay}};
   ParamGroup decay{"decay", {}, weight_decay}, no_decay{"no_decay", {}, 0.0};
   for (NamedParameter& p : params) {
-    const bool skip = p.param.defined() && (p.param.dim() <= 1 || is_bias_name(p.name));
+    const bool skip = p.param.defined() && excluded_from_weight_decay(p.name, p.param.data().shape());
     (skip ? no_decay : decay).params.push_back(std::move(p));
   }
   std::vector<ParamGroup> groups;

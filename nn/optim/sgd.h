@@ -12,7 +12,7 @@ struct SgdOptions {
   double dampening = 0.0;
   double weight_decay = 0.0;
   bool nesterov = false;
-  bool no_decay_bn_bias = false;  // weight decay 0 for 1-D parameters and biases (timm)
+  bool no_decay_bn_bias = false;  // weight decay 0 for vectors, biases, position embeddings (timm)
 };
 
 // The kernel's parameters for one update (Sgd and ZeroOptimizer's shards alike).

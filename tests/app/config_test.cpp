@@ -165,9 +165,11 @@ TEST_F(ConfigTest, ArrayRules) {
 
 TEST_F(ConfigTest, BadEnumValue) {
   const std::string path = write("x.toml", "[model]\nname = \"resnet\"\n");
-  expect_error(path, {},
-               {path + ":2:8: model.name: must be one of \"mlp\", \"cnn\", \"resnet18\", \"resnet34\", "
-                       "\"resnet50\"; got \"resnet\" (did you mean \"resnet18\"?)"});
+  expect_error(
+      path, {},
+      {path + ":2:8: model.name: must be one of \"mlp\", \"cnn\", \"resnet18\", \"resnet34\", "
+              "\"resnet50\", \"vit_b_16\", \"vit_s_16\", \"vit\", \"convnext_tiny\", \"convnext\"; got "
+              "\"resnet\" (did you mean \"resnet18\"?)"});
 }
 
 TEST_F(ConfigTest, SyntaxError) {
@@ -213,6 +215,26 @@ TEST_F(ConfigTest, CrossKeyChecks) {
   const std::string multistep = write("s.toml", "[schedule]\nname = \"multistep\"\n");
   expect_error(multistep, {},
                {multistep + ":2:8: schedule.name: schedule \"multistep\" needs schedule.milestones"});
+}
+
+// A size key for a model it does not size stops the load instead of being ignored (a run would
+// silently train another model than the config describes).
+TEST_F(ConfigTest, ModelSizeKeysMustSizeTheNamedModel) {
+  const std::string fixed_vit = write("v.toml", "[model]\nname = \"vit_b_16\"\ndepth = 8\n");
+  expect_error(fixed_vit, {},
+               {fixed_vit + ":3:9: model.depth: sizes model 'vit' (vit_b_16 and vit_s_16 have fixed sizes), "
+                            "not 'vit_b_16'"});
+  const std::string cnn = write("c.toml", "[model]\nname = \"cnn\"\n");
+  expect_error(cnn, {"model.depths=[1, 1, 1, 1]"}, {"model.depths: sizes model 'convnext'", "not 'cnn'"});
+  expect_error(cnn, {"model.width=32"}, {"model.width: sizes model 'vit' and the ResNets"});
+  const Config vit = load_config(
+      write("ok.toml", "[model]\nname = \"vit\"\npatch_size = 7\ndepth = 2\nheads = 2\nwidth = 32\n"));
+  EXPECT_EQ(vit.model.patch_size, 7);
+  EXPECT_EQ(vit.model.width, 32);
+  const Config convnext =
+      load_config(cnn, {"model.name=convnext", "model.depths=[1, 1, 2, 1]", "model.drop_path=0.2"});
+  EXPECT_EQ(convnext.model.depths, (std::vector<int>{1, 1, 2, 1}));
+  EXPECT_EQ(convnext.model.drop_path, 0.2);
 }
 
 TEST_F(ConfigTest, OverridesWinAndLaterOnesWinOverEarlier) {

@@ -270,6 +270,26 @@ std::vector<NamedParameter> small_model() {
           {"bn.bias", make_param({3.0, 3.0})}};
 }
 
+// timm's exemptions for ViT and ConvNeXt: the class token [1, 1, D] and the layer scale [C, 1, 1] are
+// vectors in effect, and the position embedding [1, T, D] is named; a [C, 1, 1, 1]-free matrix decays.
+TEST(OptimizerGroups, NoDecayAlsoExemptsClassTokenLayerScaleAndPositionEmbedding) {
+  const auto param = [](Shape shape) { return Variable(Tensor::zeros(shape, DType::f64), true); };
+  std::vector<NamedParameter> params = {{"class_token", param({1, 1, 4})},
+                                        {"encoder.pos_embedding", param({1, 5, 4})},
+                                        {"features.1.0.layer_scale", param({4, 1, 1})},
+                                        {"encoder.layers.encoder_layer_0.mlp.0.weight", param({8, 4})},
+                                        {"conv_proj.weight", param({4, 3, 2, 2})}};
+  AdamW opt(params, AdamWOptions{.lr = 0.1, .weight_decay = 0.05, .no_decay_bn_bias = true});
+  ASSERT_EQ(opt.param_groups().size(), 2u);
+  std::vector<std::string> decayed, exempt;
+  for (const NamedParameter& p : opt.param_groups()[0].params) decayed.push_back(p.name);
+  for (const NamedParameter& p : opt.param_groups()[1].params) exempt.push_back(p.name);
+  EXPECT_EQ(decayed,
+            (std::vector<std::string>{"encoder.layers.encoder_layer_0.mlp.0.weight", "conv_proj.weight"}));
+  EXPECT_EQ(exempt,
+            (std::vector<std::string>{"class_token", "encoder.pos_embedding", "features.1.0.layer_scale"}));
+}
+
 TEST(OptimizerGroups, NoDecayBnBiasPutsOneDimensionalParametersInZeroDecayGroup) {
   std::vector<NamedParameter> params = small_model();
   Sgd opt(params, SgdOptions{.lr = 0.1, .weight_decay = 0.5, .no_decay_bn_bias = true});
