@@ -54,7 +54,9 @@ StepOutcome run_step(const StepParts& parts, const MicroBatchSource& next_input,
     if (timer) timer->end(p);
   };
   StepOutcome outcome;
-  outcome.loss_scale = parts.scaler.scale();
+  // A host scaler's scale, for a skipped step's log line. A device scaler's stays there: reading it would
+  // wait for the device (and cannot be captured in a CUDA graph).
+  if (!parts.scaler.on_device()) outcome.loss_scale = parts.scaler.scale();
   // Forward and backward of each micro-batch. The loss of each counts 1/accum, so accum micro-batches
   // equal one big one; accumulation micro-batches communicate nothing.
   for (int micro = 0; micro < parts.accum; ++micro) {

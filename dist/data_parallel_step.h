@@ -58,7 +58,7 @@ struct StepOutcome {
   };
   End end = End::updated;
   std::vector<Tensor> losses;  // each micro-batch's loss, unscaled (a scalar on the step's device)
-  double loss_scale = 1.0;     // the scale the step's backward ran with
+  double loss_scale = 1.0;     // the scale the step's backward ran with (a host loss scaler's; 1 otherwise)
 };
 
 // Runs one optimizer step on the micro-batches `next_input` gives. `lr`: the learning rate to set before

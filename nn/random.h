@@ -13,7 +13,10 @@ namespace trainer {
 class Generator {
  public:
   explicit Generator(uint64_t seed = 0) : engine_(seed) {}
-  void seed(uint64_t s) { engine_.seed(s); has_spare_normal_ = false; }
+  void seed(uint64_t s) {
+    engine_.seed(s);
+    has_spare_normal_ = false;
+  }
   uint64_t next_u64() { return engine_(); }
   double uniform() { return static_cast<double>(engine_() >> 11) * 0x1.0p-53; }  // [0, 1)
   double uniform(double lo, double hi) { return lo + (hi - lo) * uniform(); }
@@ -32,7 +35,8 @@ class Generator {
 // In-place initialisers for host or device tensors (values are drawn on the host in element order).
 void uniform_(Tensor& t, double lo, double hi, Generator& gen);
 void normal_(Tensor& t, double mean, double stddev, Generator& gen);
-// Normal truncated to [mean - 2 std, mean + 2 std] by redrawing, as torch.nn.init.trunc_normal_.
+// Normal truncated to [mean - 2 std, mean + 2 std] by redrawing. (torch.nn.init.trunc_normal_ cuts at
+// absolute bounds instead: init::trunc_normal_ in nn/init.h is that one.)
 void trunc_normal_(Tensor& t, double mean, double stddev, Generator& gen);
 
 }  // namespace trainer

@@ -26,7 +26,7 @@ Variable Mlp::forward(const Variable& x) {
 std::shared_ptr<Module> make_mlp(const ModelOptions& o) {
   if (o.image_size <= 0) throw std::invalid_argument("model 'mlp': image_size must be positive");
   if (o.dropout > 0.0)
-    throw std::invalid_argument("model 'mlp' has no dropout; only 'cnn' supports dropout > 0");
+    throw std::invalid_argument("model 'mlp' has no dropout; 'cnn' and the ViTs support dropout > 0");
   Generator gen(o.seed);
   return std::make_shared<Mlp>(o.in_channels * o.image_size * o.image_size, o.num_classes, gen);
 }

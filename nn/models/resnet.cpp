@@ -153,7 +153,8 @@ std::shared_ptr<Module> make_resnet(ResNetDepth depth, const ModelOptions& o) {
     throw std::invalid_argument("model '" + o.name + "': unknown stem '" + o.stem +
                                 "'; known stems: cifar, imagenet");
   if (o.dropout > 0.0)
-    throw std::invalid_argument("model '" + o.name + "' has no dropout; only 'cnn' supports dropout > 0");
+    throw std::invalid_argument("model '" + o.name +
+                                "' has no dropout; 'cnn' and the ViTs support dropout > 0");
   config.in_channels = o.in_channels;
   config.num_classes = o.num_classes;
   config.zero_init_residual = o.zero_init_residual;
