@@ -11,11 +11,14 @@
 //                                   (train.cudnn_batchnorm, on by default as in the trainer; where it
 //                                   applies, bf16/fp16 on a GPU, the device column says "+cudnn-bn")
 //   ... --device cuda --trace 5     then 5 more steps under CUPTI: GPU time per kernel, busy time, API calls
+//   ... --optim adamw --classes 1000  AdamW (weight decay 0.05, none on norms/biases/embeddings) and a
+//                                   1000-class head, as the ViT/ConvNeXt comparisons with torchvision
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -28,6 +31,7 @@
 #include "nn/cpu/blas_kernels.h"
 #include "nn/functional.h"
 #include "nn/models/registry.h"
+#include "nn/optim/adamw.h"
 #include "nn/optim/sgd.h"
 #include "nn/random.h"
 #include "nn/runtime.h"
@@ -49,7 +53,25 @@ struct Point {
   bool fusion = false;           // CUDA only: train.cudnn_fusion (nn/cuda/conv_stats_fusion.h)
   bool cudnn_bn = true;          // CUDA only: train.cudnn_batchnorm (nn/cuda/cudnn_batch_norm.h)
   bool cudnn_bn_forward = true;  // CUDA only: its forward too, where faster (as the trainer does)
+  std::string optim = "sgd";     // sgd (momentum 0.9) | adamw (the ViT/ConvNeXt recipes' optimizer)
+  int64_t classes = 10;          // 1000 for the ImageNet-shaped comparisons with torchvision
 };
+
+// The point's optimizer over the model's parameters.
+std::unique_ptr<Optimizer> bench_optimizer(const Point& p, Module& model) {
+  if (p.optim == "adamw") {
+    AdamWOptions ao;
+    ao.lr = 1e-3;
+    ao.weight_decay = 0.05;
+    ao.no_decay_bn_bias = true;
+    return std::make_unique<AdamW>(model.named_parameters(), ao);
+  }
+  if (p.optim != "sgd") throw std::runtime_error("--optim is sgd or adamw, not '" + p.optim + "'");
+  SgdOptions so;
+  so.lr = 0.01;
+  so.momentum = 0.9;
+  return std::make_unique<Sgd>(model.named_parameters(), so);
+}
 
 // Whether cuDNN's batch norm runs in this point's backward (the backend takes it for half inputs only).
 bool uses_cudnn_batch_norm(const Point& p) {
@@ -81,22 +103,20 @@ Result run(const Point& p) {
   m.name = p.model;
   m.stem = p.stem;
   m.in_channels = p.channels;
-  m.num_classes = 10;
+  m.num_classes = p.classes;
   m.image_size = p.image;
   auto model = create_model(m);
   model->to(device);
   if (p.channels_last) model->to(MemoryFormat::channels_last);  // as the trainer (and torch_reference.py)
   model->train();
-  SgdOptions so;
-  so.lr = 0.01;
-  so.momentum = 0.9;
-  Sgd opt(model->named_parameters(), so);
+  std::unique_ptr<Optimizer> optimizer = bench_optimizer(p, *model);
+  Optimizer& opt = *optimizer;
   Generator gen(1);
   Tensor x = Tensor::empty({p.batch, p.channels, p.image, p.image});
   normal_(x, 0, 1, gen);
   x = x.to(device).contiguous(p.channels_last ? MemoryFormat::channels_last : MemoryFormat::contiguous);
   std::vector<int64_t> labels(p.batch);
-  for (auto& l : labels) l = static_cast<int64_t>(gen.below(10));
+  for (auto& l : labels) l = static_cast<int64_t>(gen.below(static_cast<uint64_t>(p.classes)));
   Tensor y = Tensor::from_vector(labels, {p.batch}).to(device);
   const PrecisionPolicy precision = precision_policy_for(p.math);
   LossScalerOptions scaler_options;
@@ -207,6 +227,10 @@ int main(int argc, char** argv) {
       custom.cudnn_bn = std::atoi(v) != 0;
     else if (k == "--cudnn-bn-forward")
       custom.cudnn_bn_forward = std::atoi(v) != 0;
+    else if (k == "--optim")
+      custom.optim = v;
+    else if (k == "--classes")
+      custom.classes = std::atoll(v);
     else if (k == "--trace")
       custom.trace_steps = std::atoi(v);
     else {

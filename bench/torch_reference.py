@@ -4,6 +4,8 @@ the same inputs, so a trainer figure always comes with a PyTorch figure from the
 
     python3 bench/torch_reference.py                 # cnn 28x28x1 and resnet18-cifar 32x32x3, batch 64
     python3 bench/torch_reference.py --device cuda --batch 512 --model resnet18 --channels-last --dtype bf16
+    ... --model vit_b_16 --image 224 --channels 3 --classes 1000 --optim adamw --sgd fused   (also
+                                    vit_s_16, convnext_tiny: torchvision's, as the trainer builds them)
     ... --device cuda --compile     torch.compile(model, mode="reduce-overhead") + fused SGD; peak memory is
                                     torch.cuda.max_memory_reserved() since process start (compiling and the
                                     CUDA graphs' pools included). GPU only: on the CPU it prints a skip line.
@@ -47,24 +49,51 @@ def resnet(name, channels, classes, stem):
     return model
 
 
+def vision_model(name, image, classes):
+    """torchvision's ViT and ConvNeXt as the trainer builds them (nn/models/vit.cpp, convnext.cpp);
+    vit_s_16 is torchvision's VisionTransformer class with DeiT-S's sizes, as in the trainer."""
+    if name == "vit_s_16":
+        return torchvision.models.VisionTransformer(image, 16, 12, 6, 384, 1536, num_classes=classes)
+    if name.startswith("vit_"):
+        return getattr(torchvision.models, name)(image_size=image, num_classes=classes)
+    return getattr(torchvision.models, name)(num_classes=classes)
+
+
+def build_model(name, image, channels, classes, stem):
+    if name == "cnn":
+        return Cnn(channels, image, classes)
+    if name.startswith(("vit_", "convnext_")):
+        return vision_model(name, image, classes)
+    return resnet(name, channels, classes, stem)
+
+
+def make_optimizer(model, optim, fused, device):
+    # `fused` is passed only when wanted: PyTorch 1.13 (Debian's, the CPU reference) has no such argument.
+    kind = {"fused": True} if fused and device == "cuda" else {"foreach": True}
+    if optim == "adamw":  # the trainer's bench: lr 1e-3, weight decay 0.05 (none on 1-D tensors)
+        decay = [p for p in model.parameters() if p.dim() > 1]
+        no_decay = [p for p in model.parameters() if p.dim() <= 1]
+        groups = [{"params": decay, "weight_decay": 0.05}, {"params": no_decay, "weight_decay": 0.0}]
+        return torch.optim.AdamW(groups, lr=1e-3, **kind)
+    return torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, **kind)
+
+
 def training_step(model_name, batch, image, channels, device, dtype, channels_last, stem, sgd="foreach",
-                  compile=False):
+                  compile=False, optim="sgd", classes=10):
     """One training step on fixed random inputs, as a closure: autocast forward for bf16/fp16, scaled
-    backward and GradScaler for fp16, SGD with momentum (bench/torch_profile.py profiles the same).
-    sgd: "foreach" (PyTorch's default on CUDA: a few multi-tensor launches) or "fused" (one kernel)."""
+    backward and GradScaler for fp16, SGD with momentum or AdamW (bench/torch_profile.py profiles the
+    same). sgd: "foreach" (PyTorch's default on CUDA: a few multi-tensor launches) or "fused" (one
+    kernel), for AdamW too."""
     torch.manual_seed(1)
-    model = Cnn(channels, image) if model_name == "cnn" else resnet(model_name, channels, 10, stem)
+    model = build_model(model_name, image, channels, classes, stem)
     model = model.to(device)
     fmt = torch.channels_last if channels_last else torch.contiguous_format
     model = model.to(memory_format=fmt)
     if compile:  # CUDA graphs of the compiled forward and backward; the optimizer step stays eager
         model = torch.compile(model, mode="reduce-overhead")
-    fused = sgd == "fused" and device == "cuda"
-    # `fused` is passed only when wanted: PyTorch 1.13 (Debian's, the CPU reference) has no such argument.
-    kind = {"fused": True} if fused else {"foreach": True}
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, **kind)
+    opt = make_optimizer(model, optim, sgd == "fused", device)
     x = torch.randn(batch, channels, image, image, device=device).to(memory_format=fmt)
-    y = torch.randint(0, 10, (batch,), device=device)
+    y = torch.randint(0, classes, (batch,), device=device)
     amp = dtype in ("bf16", "fp16")
     amp_dtype = torch.bfloat16 if dtype == "bf16" else torch.float16
     scaler = torch.cuda.amp.GradScaler(enabled=dtype == "fp16")
@@ -80,8 +109,10 @@ def training_step(model_name, batch, image, channels, device, dtype, channels_la
     return step
 
 
-def run(model_name, batch, image, channels, iters, device, dtype, channels_last, stem, sgd, compile=False):
-    step = training_step(model_name, batch, image, channels, device, dtype, channels_last, stem, sgd, compile)
+def run(model_name, batch, image, channels, iters, device, dtype, channels_last, stem, sgd, compile=False,
+        optim="sgd", classes=10):
+    step = training_step(model_name, batch, image, channels, device, dtype, channels_last, stem, sgd, compile,
+                         optim, classes)
     for _ in range(10 if compile else 3):  # compiling, then reduce-overhead's warm-up and graph recording
         step()
     if device == "cuda":
@@ -118,6 +149,9 @@ def main():
     # times its convolution algorithms too, so PyTorch's best eager figure needs it.
     p.add_argument("--cudnn-benchmark", type=int, default=1, help="torch.backends.cudnn.benchmark (default 1)")
     p.add_argument("--sgd", default="foreach", choices=["foreach", "fused"])
+    p.add_argument("--optim", default="sgd", choices=["sgd", "adamw"],
+                   help="SGD with momentum 0.9, or AdamW as nn_bench --optim adamw")
+    p.add_argument("--classes", type=int, default=10)
     p.add_argument("--compile", action="store_true",
                    help='GPU only: torch.compile(model, mode="reduce-overhead") with fused SGD')
     p.add_argument("--threads", type=int, default=os.cpu_count(), help="CPU threads (default: all cores)")
@@ -136,7 +170,8 @@ def main():
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, device {a.device}")
     print(f"{'model':10} {'batch':>6} {'input':>12} {'impl':>10} {'dtype':>5} {'layout':>6} {'img/s':>10} {'peak MiB':>9}")
     for m, b, s, c, n in points:
-        ips, peak = run(m, b, s, c, n, a.device, a.dtype, a.channels_last, a.stem, a.sgd, a.compile)
+        ips, peak = run(m, b, s, c, n, a.device, a.dtype, a.channels_last, a.stem, a.sgd, a.compile, a.optim,
+                        a.classes)
         layout = "cl" if a.channels_last else "nchw"
         impl = "compile-fused" if a.compile else f"torch-{a.sgd}" + ("" if a.cudnn_benchmark else "-nobench")
         print(f"{m:10} {b:6d} {s:5d}x{s}x{c} {impl:>10} {a.dtype:>5} {layout:>6} {ips:10.1f} {peak:9.0f}")
