@@ -18,6 +18,7 @@ packages=(
   nlohmann-json3-dev                                   # JSON: safetensors headers, summaries, bench records
   prometheus                                           # tests: a real Prometheus server
   chromium                                             # tests: trainer report's page in a real browser
+  python3-torch python3-torchvision                    # tests: the PyTorch reference checks (CPU)
 )
 
 missing=()

@@ -14,7 +14,7 @@ resized for 384x384 images by torchvision's interpolate_embeddings (bicubic), fo
 interpolate_position_embedding.
 
 tests/nn/vit_torchvision_test.cpp compares (it skips without these files); ctest runs both through
-scripts/torchvision_vit_check.sh (torchvision_vit_b_16, skipped without PyTorch and torchvision).
+scripts/torchvision_model_check.sh vit_b_16 (torchvision_vit_b_16, skipped without PyTorch and torchvision).
 """
 import os
 import sys

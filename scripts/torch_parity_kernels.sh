@@ -7,14 +7,8 @@
 set -euo pipefail
 build=${1:?BUILD_DIR}
 here=$(cd "$(dirname "$0")" && pwd)
-python=""
-for p in python3 /usr/bin/python3; do
-  if "$p" -c 'import torch, torchvision' 2>/dev/null; then python=$p; break; fi
-done
-if [ -z "$python" ]; then
-  echo "torch_parity_kernels: PyTorch with torchvision not found (apt-get install python3-torchvision): skipped"
-  exit 77
-fi
+torch_modules="torch torchvision"
+source "$here/torch_python.sh"
 flags=$(grep -m1 '^flags' /proc/cpuinfo || true)
 has() { for f in "$@"; do [[ " $flags " == *" $f "* ]] || return 1; done; }
 sets=(Prescott)
@@ -27,6 +21,6 @@ status=0
 for core in "${sets[@]}"; do
   echo "== OPENBLAS_CORETYPE=$core"
   OPENBLAS_CORETYPE=$core "$build/parity_step" "$out/$core" cpu f64
-  "$python" "$here/torch_parity.py" "$out/$core" | tail -3 || status=1
+  "$torch_python" "$here/torch_parity.py" "$out/$core" | tail -3 || status=1
 done
 exit $status

@@ -6,10 +6,7 @@
 set -euo pipefail
 build=${1:?BUILD_DIR}
 here=$(cd "$(dirname "$0")" && pwd)
-if ! python3 -c 'import torch' 2>/dev/null; then
-  echo "torch_parity_ops: PyTorch not found (apt-get install python3-torch): skipped"
-  exit 77
-fi
+source "$here/torch_python.sh"
 if [[ ! -x $build/ops_parity ]]; then
   echo "torch_parity_ops: $build/ops_parity not built (cmake --build $build --target ops_parity): skipped"
   exit 77
@@ -17,4 +14,4 @@ fi
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 "$build/ops_parity" "$out"
-python3 "$here/torch_parity_ops.py" "$out"
+"$torch_python" "$here/torch_parity_ops.py" "$out"

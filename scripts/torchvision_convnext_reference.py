@@ -12,7 +12,7 @@ OUT_DIR/convnext_tiny_logits.safetensors: "images" (float32 [2, 3, 64, 64], seed
 (float64 [2, 1000]) of the same model in eval mode, computed in float64.
 
 nn_ConvNeXtTorchvision.* loads both (TRAINER_CONVNEXT_REFERENCE=OUT_DIR) into our convnext_tiny;
-scripts/torchvision_convnext_check.sh runs the two for ctest. Needs torch and torchvision only.
+scripts/torchvision_model_check.sh convnext_tiny runs the two for ctest. Needs torch and torchvision only.
 """
 import json
 import os
