@@ -85,11 +85,11 @@ def init_weights(model, gen):
         model.fc.bias.copy_((torch.rand(model.fc.bias.shape, generator=gen) * 2 - 1) * bound)
 
 
-def save_safetensors(path, tensors, metadata):
-    names = {torch.float32: "F32", torch.int64: "I64"}
-    header, blobs, offset = {"__metadata__": metadata}, [], 0
+def save_safetensors(path, tensors, metadata=None):
+    names = {torch.float32: "F32", torch.float64: "F64", torch.int64: "I64"}
+    header, blobs, offset = ({"__metadata__": metadata} if metadata else {}), [], 0
     for name, t in tensors.items():
-        data = t.contiguous().numpy().tobytes()
+        data = t.detach().contiguous().cpu().numpy().tobytes()
         header[name] = {"dtype": names[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + len(data)]}
         blobs.append(data)
         offset += len(data)

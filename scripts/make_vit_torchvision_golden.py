@@ -26,15 +26,21 @@ from torchvision.models.vision_transformer import interpolate_embeddings
 from make_torch_golden import save_safetensors  # our writer: no safetensors package needed
 
 
-def main():
-    out = sys.argv[1]
-    os.makedirs(out, exist_ok=True)
+def seeded_vit_b_16(num_classes=1000):
+    """torchvision's vit_b_16 under torch.manual_seed(0), its zero head redrawn (normal, std 0.02)."""
     torch.manual_seed(0)
-    model = torchvision.models.vit_b_16()
+    model = torchvision.models.vit_b_16(num_classes=num_classes)
     with torch.no_grad():
         gen = torch.Generator().manual_seed(2)
         model.heads.head.weight.copy_(torch.randn(model.heads.head.weight.shape, generator=gen) * 0.02)
         model.heads.head.bias.copy_(torch.randn(model.heads.head.bias.shape, generator=gen) * 0.02)
+    return model
+
+
+def main():
+    out = sys.argv[1]
+    os.makedirs(out, exist_ok=True)
+    model = seeded_vit_b_16()
     state = {k: v.detach().float().contiguous() for k, v in model.state_dict().items()}
     metadata = {"torch": torch.__version__, "torchvision": torchvision.__version__, "seed": "0"}
     save_safetensors(os.path.join(out, "vit_b_16.safetensors"), state, metadata)

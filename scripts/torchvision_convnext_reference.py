@@ -14,39 +14,23 @@ OUT_DIR/convnext_tiny_logits.safetensors: "images" (float32 [2, 3, 64, 64], seed
 nn_ConvNeXtTorchvision.* loads both (TRAINER_CONVNEXT_REFERENCE=OUT_DIR) into our convnext_tiny;
 scripts/torchvision_model_check.sh convnext_tiny runs the two for ctest. Needs torch and torchvision only.
 """
-import json
 import os
-import struct
 import sys
 
 import torch
 import torch.nn as nn
 import torchvision
 
+from make_torch_golden import save_safetensors  # our writer: no safetensors package needed
+
 BATCH, IMAGE, SEED = 2, 64, 0
-DTYPES = {torch.float32: "F32", torch.float64: "F64"}
 
 
-def save_safetensors(path, tensors):
-    header, blobs, offset = {}, [], 0
-    for name, t in tensors.items():
-        data = t.detach().contiguous().cpu().numpy().tobytes()
-        header[name] = {"dtype": DTYPES[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + len(data)]}
-        blobs.append(data)
-        offset += len(data)
-    text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * (-len(text) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
-
-
-def main():
-    if len(sys.argv) != 2:
-        sys.exit(__doc__)
-    out = sys.argv[1]
-    os.makedirs(out, exist_ok=True)
+def seeded_convnext_tiny(num_classes=1000):
+    """torchvision's convnext_tiny under torch.manual_seed(SEED), its layer scales and LayerNorm
+    parameters redrawn so that the blocks count."""
     torch.manual_seed(SEED)
-    model = torchvision.models.convnext_tiny(num_classes=1000)
+    model = torchvision.models.convnext_tiny(num_classes=num_classes)
     gen = torch.Generator().manual_seed(SEED + 1)
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -56,6 +40,15 @@ def main():
             if isinstance(m, nn.LayerNorm):  # torchvision's LayerNorm2d is a subclass
                 m.weight.copy_(torch.rand(m.weight.shape, generator=gen) + 0.5)
                 m.bias.copy_(torch.rand(m.bias.shape, generator=gen) * 0.2 - 0.1)
+    return model, gen
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    out = sys.argv[1]
+    os.makedirs(out, exist_ok=True)
+    model, gen = seeded_convnext_tiny()
     state = {k: v.clone() for k, v in model.state_dict().items()}  # float32, before widening
     save_safetensors(os.path.join(out, "convnext_tiny.safetensors"), state)
     images = torch.randn(BATCH, 3, IMAGE, IMAGE, generator=gen)
