@@ -447,15 +447,19 @@ bool is_step_counter(const NamedTensor& nt) {
 }  // namespace
 
 std::string ModuleLoadReport::note(const std::string& path) const {
-  if (counters_set_to_zero.empty()) return "";
-  return path + ": " + std::to_string(counters_set_to_zero.size()) +
-         " BatchNorm num_batches_tracked counter(s) missing from the file (as in torchvision exports), set "
-         "to 0; first: " +
-         counters_set_to_zero.front();
+  std::string note;
+  if (!counters_set_to_zero.empty())
+    note = path + ": " + std::to_string(counters_set_to_zero.size()) +
+           " BatchNorm num_batches_tracked counter(s) missing from the file (as in torchvision exports), set "
+           "to 0; first: " +
+           counters_set_to_zero.front();
+  for (const std::string& line : adapted)
+    note += (note.empty() ? "" : "\n") + path + ": resized to this model (bicubic, as torchvision): " + line;
+  return note;
 }
 
 ModuleLoadReport load_module(const std::string& path, Module& module) {
-  std::map<std::string, Tensor> file = load_safetensors(path);
+  std::map<std::string, Tensor> file = load_safetensors(path);  // adapted tensors replace their entries
   const std::vector<NamedTensor> state = module.state_dict();
 
   // Check everything before touching the module, so a failed load leaves it as it was.
@@ -477,10 +481,16 @@ ModuleLoadReport load_module(const std::string& path, Module& module) {
       tensor_error(path, nt.name,
                    "dtype " + safetensors_dtype_name(src.dtype()) + " in file, " +
                        safetensors_dtype_name(nt.tensor->dtype()) + " in model");
-    if (src.shape() != nt.tensor->shape())
-      tensor_error(
-          path, nt.name,
-          "shape " + shape_str(src.shape()) + " in file, " + shape_str(nt.tensor->shape()) + " in model");
+    if (src.shape() != nt.tensor->shape()) {
+      std::optional<Tensor> fitted = module.adapt_loaded_tensor(nt.name, src);
+      if (!fitted || fitted->shape() != nt.tensor->shape() || fitted->dtype() != nt.tensor->dtype())
+        tensor_error(
+            path, nt.name,
+            "shape " + shape_str(src.shape()) + " in file, " + shape_str(nt.tensor->shape()) + " in model");
+      report.adapted.push_back(nt.name + " " + shape_str(src.shape()) + " -> " +
+                               shape_str(nt.tensor->shape()));
+      it->second = std::move(*fitted);
+    }
   }
   for (const auto& [name, t] : file)
     if (!expected.count(name))

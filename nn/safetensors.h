@@ -35,14 +35,18 @@ struct ModuleLoadReport {
   // BatchNorm step counters ("*.num_batches_tracked") absent from the file, set to 0: torchvision's
   // exports often leave them out, and they only matter for BatchNorm's momentum=None mode.
   std::vector<std::string> counters_set_to_zero;
+  // Tensors of another shape that the model converted to its own (Module::adapt_loaded_tensor), one
+  // line each: "encoder.pos_embedding [1, 197, 768] -> [1, 65, 768]".
+  std::vector<std::string> adapted;
   // One line for the log, "" when nothing was filled in.
   std::string note(const std::string& path) const;
 };
 
 // Loads a file written by save_module (or torchvision's state_dict saved with safetensors) into
 // `module`. Strict: every tensor of the module must be in the file with the same dtype and shape and
-// the file must hold nothing else; the module is left untouched when any check fails. The one
-// exception is a missing num_batches_tracked counter, set to 0 and listed in the report.
+// the file must hold nothing else; the module is left untouched when any check fails. The exceptions,
+// listed in the report: a missing num_batches_tracked counter, set to 0, and a tensor of another shape
+// that the module converts to its own (a ViT's position embedding for another image size).
 ModuleLoadReport load_module(const std::string& path, Module& module);
 
 // Safetensors' dtype names ("F32", "BF16", ...).

@@ -7,6 +7,7 @@
 
 #include "nn/functional.h"
 #include "nn/init.h"
+#include "nn/models/vit_position_embedding.h"
 
 namespace trainer {
 namespace {
@@ -140,6 +141,15 @@ VisionTransformer::VisionTransformer(const ViTConfig& c, std::shared_ptr<Generat
   init::zeros_(conv_proj_->bias().data());
   init::zeros_(head->weight().data());
   init::zeros_(head->bias().data());
+}
+
+std::optional<Tensor> VisionTransformer::adapt_loaded_tensor(const std::string& name,
+                                                             const Tensor& stored) const {
+  // Only the position embedding depends on the image size; a different width is a different model.
+  const bool embedding_of_this_width =
+      stored.shape().size() == 3 && stored.size(0) == 1 && stored.size(2) == config_.hidden_dim;
+  if (name != "encoder.pos_embedding" || !embedding_of_this_width) return std::nullopt;
+  return interpolate_position_embedding(stored, config_.grid());
 }
 
 Variable VisionTransformer::forward(const Variable& x) {

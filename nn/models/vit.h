@@ -77,6 +77,9 @@ class VisionTransformer : public Module {
 
   const ViTConfig& config() const { return config_; }
   Variable& class_token() { return class_token_; }
+  // encoder.pos_embedding of weights trained at another image size, resized bicubically to this
+  // model's patch grid (torchvision's interpolate_embeddings).
+  std::optional<Tensor> adapt_loaded_tensor(const std::string& name, const Tensor& stored) const override;
   ViTEncoder& encoder() { return *encoder_; }
 
  private:

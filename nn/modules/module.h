@@ -3,6 +3,7 @@
 // dots through the hierarchy, equal torchvision's state_dict keys ("layer1.0.conv1.weight",
 // "bn1.running_mean"), so weights travel to and from PyTorch unchanged.
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -60,6 +61,15 @@ class Module {
   void to(MemoryFormat format);
 
   const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& children() const { return children_; }
+
+  // A tensor read from a weights file under `name` (a full state-dict name, asked of the root module)
+  // whose shape differs from the model's: the module may convert it to the model's shape, as the ViT
+  // resizes a position embedding trained at another image size; nullopt (the default) refuses it.
+  virtual std::optional<Tensor> adapt_loaded_tensor(const std::string& name, const Tensor& stored) const {
+    (void)name;
+    (void)stored;
+    return std::nullopt;
+  }
 
  protected:
   Variable& register_parameter(std::string name, Tensor value);

@@ -13,6 +13,7 @@
 #include "nn/functional.h"
 #include "nn/models/registry.h"
 #include "nn/models/vit_position_embedding.h"
+#include "nn/safetensors.h"
 
 namespace trainer {
 namespace {
@@ -223,6 +224,30 @@ TEST(PositionEmbedding, LinearRampAsPyTorchsBicubic) {
   EXPECT_EQ(interpolate_position_embedding(same, 4).to_vector<double>(), same.to_vector<double>());
   EXPECT_THROW(interpolate_position_embedding(Tensor::zeros({1, 18, 3}), 3), std::invalid_argument);
   EXPECT_THROW(interpolate_position_embedding(same, 0), std::invalid_argument);
+}
+
+// Weights saved at 32x32 (an 8x8 grid of 4-pixel patches) load into the same ViT for 16x16 images:
+// the position embedding is resized to the 4x4 grid as interpolate_position_embedding does, the rest is
+// copied, and the report names the conversion. Another width is still refused.
+TEST(VisionTransformer, LoadsWeightsOfAnotherImageSizeByResizingThePositionEmbedding) {
+  const std::string path = ::testing::TempDir() + "/vit_32.safetensors";
+  auto at32 = create_model(vit_options("vit", 32, 10));
+  save_module(path, *at32);
+  auto at16 = create_model(vit_options("vit", 16, 10));
+  const ModuleLoadReport report = load_module(path, *at16);
+  ASSERT_EQ(report.adapted.size(), 1u);
+  EXPECT_EQ(report.adapted[0], "encoder.pos_embedding [1, 65, 64] -> [1, 17, 64]");
+  EXPECT_NE(report.note(path).find("resized"), std::string::npos);
+  EXPECT_EQ(find(*at16, "encoder.pos_embedding").to_vector<float>(),
+            interpolate_position_embedding(find(*at32, "encoder.pos_embedding"), 4).to_vector<float>());
+  EXPECT_EQ(find(*at16, "conv_proj.weight").to_vector<float>(),
+            find(*at32, "conv_proj.weight").to_vector<float>());
+
+  ModelOptions wider = vit_options("vit", 32, 10);
+  wider.width = 32;
+  wider.mlp_dim = 64;
+  auto other = create_model(wider);
+  EXPECT_THROW(load_module(path, *other), std::exception);
 }
 
 }  // namespace
