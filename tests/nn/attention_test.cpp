@@ -15,11 +15,8 @@ namespace trainer {
 namespace {
 
 using testing::gradcheck;
+using testing::random_leaf;
 using testing::random_tensor;
-
-Variable leaf(const Shape& shape, Generator& gen, double lo = -1.0, double hi = 1.0) {
-  return Variable(random_tensor(shape, gen, lo, hi), true);
-}
 
 // softmax(q k^T / sqrt(d)) v for one [T, d] / [S, d] / [S, dv] slice, in plain loops.
 std::vector<double> naive_attention(const std::vector<double>& q, const std::vector<double>& k,
@@ -44,7 +41,7 @@ std::vector<double> naive_attention(const std::vector<double>& q, const std::vec
 
 TEST(Bmm, ProductsPerBatchEntryAndGradients) {
   Generator gen(11);
-  const Variable a = leaf({3, 5, 7}, gen), b = leaf({3, 7, 11}, gen);
+  const Variable a = random_leaf({3, 5, 7}, gen), b = random_leaf({3, 7, 11}, gen);
   const std::vector<double> y = F::bmm(a, b).data().to_vector<double>();
   const std::vector<double> x = a.data().to_vector<double>(), z = b.data().to_vector<double>();
   for (int64_t i = 0; i < 3; ++i)
@@ -60,7 +57,7 @@ TEST(Bmm, ProductsPerBatchEntryAndGradients) {
 
 TEST(Bmm, PermutedViewsGiveTheProductsOfTheirCopies) {
   Generator gen(12);
-  const Variable a = leaf({3, 7, 5}, gen), b = leaf({4, 3, 7}, gen);
+  const Variable a = random_leaf({3, 7, 5}, gen), b = random_leaf({4, 3, 7}, gen);
   auto product = [](const std::vector<Variable>& in) {
     return F::bmm(F::permute(in[0], {0, 2, 1}), F::permute(in[1], {1, 2, 0}));  // [3, 5, 7] @ [3, 7, 4]
   };
@@ -85,7 +82,8 @@ TEST(Bmm, RefusesMismatchedShapes) {
 TEST(Attention, MatchesLoopsAndFiniteDifferences) {
   Generator gen(21);
   const int64_t B = 2, H = 3, T = 5, S = 6, d = 4, dv = 3;
-  const Variable q = leaf({B, H, T, d}, gen), k = leaf({B, H, S, d}, gen), v = leaf({B, H, S, dv}, gen);
+  const Variable q = random_leaf({B, H, T, d}, gen), k = random_leaf({B, H, S, d}, gen),
+                 v = random_leaf({B, H, S, dv}, gen);
   const Variable out = F::scaled_dot_product_attention(q, k, v);
   ASSERT_EQ(out.shape(), (Shape{B, H, T, dv}));
   const std::vector<double> y = out.data().to_vector<double>(), qs = q.data().to_vector<double>(),
@@ -114,7 +112,7 @@ TEST(Attention, RefusesShapesThatDoNotPair) {
 
 TEST(ShapeOps, ExpandCatAndSliceGradients) {
   Generator gen(31);
-  const Variable token = leaf({1, 1, 4}, gen), rest = leaf({3, 5, 4}, gen);
+  const Variable token = random_leaf({1, 1, 4}, gen), rest = random_leaf({3, 5, 4}, gen);
   const auto r = gradcheck(
       [](const std::vector<Variable>& in) {
         const Variable joined = F::cat({F::expand(in[0], {3, 1, 4}), in[1]}, 1);  // [3, 6, 4]
@@ -165,7 +163,7 @@ TEST(MultiheadAttention, ForwardMatchesItsDefinitionAndGradientsMatch) {
   // Non-zero biases, so that their place in the formula is checked too.
   uniform_(mha.in_proj_bias().data(), -0.5, 0.5, gen);
   uniform_(mha.out_proj().bias().data(), -0.5, 0.5, gen);
-  const Variable x = leaf({N, T, D}, gen);
+  const Variable x = random_leaf({N, T, D}, gen);
   const std::vector<double> y = mha.forward(x).data().to_vector<double>();
   const std::vector<double> xs = x.data().to_vector<double>(),
                             w = mha.in_proj_weight().data().to_vector<double>(),

@@ -12,9 +12,13 @@
 #include "gradcheck.h"
 #include "nn/functional.h"
 #include "nn/models/registry.h"
+#include "state_dict_lookup.h"
 
 namespace trainer {
 namespace {
+
+using testing::find;
+using testing::keys_of;
 
 using testing::random_tensor;
 
@@ -26,19 +30,6 @@ std::shared_ptr<Module> convnext(const std::string& name, int64_t classes = 1000
   o.depths = std::move(depths);
   o.widths = std::move(widths);
   return create_model(o);
-}
-
-std::vector<std::string> keys_of(Module& m) {
-  std::vector<std::string> out;
-  for (const auto& nt : m.state_dict()) out.push_back(nt.name);
-  return out;
-}
-
-Tensor find(Module& m, const std::string& key) {
-  for (const auto& nt : m.state_dict())
-    if (nt.name == key) return *nt.tensor;
-  ADD_FAILURE() << "no key " << key;
-  return Tensor::zeros({1});
 }
 
 std::vector<CNBlock*> blocks_of(Module& m) {

@@ -1,6 +1,7 @@
 // Our convnext_tiny on torchvision's weights gives torchvision's logits. The reference files come from
 // scripts/torchvision_convnext_reference.py (a machine with torch); TRAINER_CONVNEXT_REFERENCE names
-// their folder, and without it the test is skipped (scripts/torchvision_model_check.sh convnext_tiny runs both).
+// their folder, and without it the test is skipped (scripts/torchvision_model_check.sh convnext_tiny runs
+// both).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -30,7 +31,8 @@ double relative_difference(const Tensor& ours, const Tensor& theirs) {
 TEST(ConvNeXtTorchvision, LogitsEqualTorchvisionsOnItsWeights) {
   const char* dir = std::getenv("TRAINER_CONVNEXT_REFERENCE");
   if (!dir)
-    GTEST_SKIP() << "TRAINER_CONVNEXT_REFERENCE not set (scripts/torchvision_model_check.sh convnext_tiny sets it)";
+    GTEST_SKIP()
+        << "TRAINER_CONVNEXT_REFERENCE not set (scripts/torchvision_model_check.sh convnext_tiny sets it)";
   ModelOptions o;
   o.name = "convnext_tiny";
   o.num_classes = 1000;

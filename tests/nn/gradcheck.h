@@ -23,6 +23,11 @@ inline Tensor random_tensor(const Shape& shape, Generator& gen, double lo = -1.0
   return t;
 }
 
+// A random f64 leaf that requires a gradient, values in [lo, hi).
+inline Variable random_leaf(const Shape& shape, Generator& gen, double lo = -1.0, double hi = 1.0) {
+  return Variable(random_tensor(shape, gen, lo, hi), true);
+}
+
 inline double dot(const Tensor& a, const Tensor& b) {
   const std::vector<double> x = a.to_vector<double>(), y = b.to_vector<double>();
   double s = 0;
@@ -49,9 +54,11 @@ inline GradcheckResult gradcheck(const std::function<Variable(const std::vector<
   for (size_t k = 0; k < inputs.size(); ++k) {
     if (!inputs[k].requires_grad()) continue;
     Tensor x = inputs[k].data();
-    if (x.dtype() != DType::f64 || !x.is_contiguous()) throw std::invalid_argument("gradcheck: f64 contiguous inputs");
+    if (x.dtype() != DType::f64 || !x.is_contiguous())
+      throw std::invalid_argument("gradcheck: f64 contiguous inputs");
     const Tensor analytic = inputs[k].grad();
-    if (!analytic.defined()) throw std::logic_error("gradcheck: input " + std::to_string(k) + " got no gradient");
+    if (!analytic.defined())
+      throw std::logic_error("gradcheck: input " + std::to_string(k) + " got no gradient");
     const std::vector<double> ga = analytic.to_vector<double>();
     double* px = x.data<double>();
     for (int64_t i = 0; i < x.numel(); ++i) {
@@ -78,10 +85,10 @@ inline GradcheckResult gradcheck(const std::function<Variable(const std::vector<
 }
 
 // gtest helper: EXPECT_GRADCHECK(f, inputs) asserts max relative error < 1e-6.
-#define EXPECT_GRADCHECK(f, ...)                                                         \
-  do {                                                                                   \
-    const auto _gc = ::trainer::testing::gradcheck(f, __VA_ARGS__);                      \
-    EXPECT_LT(_gc.max_rel_error, 1e-6) << "worst: " << _gc.worst;                        \
+#define EXPECT_GRADCHECK(f, ...)                                    \
+  do {                                                              \
+    const auto _gc = ::trainer::testing::gradcheck(f, __VA_ARGS__); \
+    EXPECT_LT(_gc.max_rel_error, 1e-6) << "worst: " << _gc.worst;   \
   } while (0)
 
 }  // namespace trainer::testing

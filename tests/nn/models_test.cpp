@@ -10,9 +10,13 @@
 #include "nn/functional.h"
 #include "nn/models/registry.h"
 #include "nn/models/resnet.h"
+#include "state_dict_lookup.h"
 
 namespace trainer {
 namespace {
+
+using testing::find;
+using testing::keys_of;
 
 std::shared_ptr<Module> model(const std::string& name, const std::string& stem = "imagenet",
                               int64_t classes = 1000, int64_t channels = 3, uint64_t seed = 0,
@@ -25,19 +29,6 @@ std::shared_ptr<Module> model(const std::string& name, const std::string& stem =
   o.seed = seed;
   o.image_size = image_size;
   return create_model(o);
-}
-
-std::vector<std::string> keys_of(Module& m) {
-  std::vector<std::string> out;
-  for (const auto& nt : m.state_dict()) out.push_back(nt.name);
-  return out;
-}
-
-Tensor find(Module& m, const std::string& key) {
-  for (const auto& nt : m.state_dict())
-    if (nt.name == key) return *nt.tensor;
-  ADD_FAILURE() << "no key " << key;
-  return Tensor::zeros({1});
 }
 
 TEST(ModelRegistry, ParameterCountsEqualTorchvision) {

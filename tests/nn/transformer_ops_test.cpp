@@ -16,11 +16,8 @@ namespace trainer {
 namespace {
 
 using testing::gradcheck;
+using testing::random_leaf;
 using testing::random_tensor;
-
-Variable leaf(const Shape& shape, Generator& gen, double lo = -1.0, double hi = 1.0) {
-  return Variable(random_tensor(shape, gen, lo, hi), true);
-}
 
 double max_abs_difference(const Tensor& a, const Tensor& b) {
   const std::vector<double> x = a.to_vector<double>(), y = b.to_vector<double>();
@@ -43,7 +40,7 @@ TEST(TransformerOps, GeluMatchesItsDefinitionAndFiniteDifferences) {
   Generator gen(3);
   for (F::GeluApproximation a : {F::GeluApproximation::none, F::GeluApproximation::tanh}) {
     const auto r = gradcheck([a](const std::vector<Variable>& in) { return F::gelu(in[0], a); },
-                             {leaf({4, 9}, gen, -4.0, 4.0)});
+                             {random_leaf({4, 9}, gen, -4.0, 4.0)});
     EXPECT_LT(r.max_rel_error, 1e-7) << r.worst;
   }
 }
@@ -51,7 +48,7 @@ TEST(TransformerOps, GeluMatchesItsDefinitionAndFiniteDifferences) {
 TEST(TransformerOps, SoftmaxRowsSumToOneAndGradientsMatch) {
   Generator gen(5);
   const Variable x =
-      leaf({3, 4, 11}, gen, -50.0, 300.0);  // exp(300) would overflow even f64 without the shift
+      random_leaf({3, 4, 11}, gen, -50.0, 300.0);  // exp(300) would overflow even f64 without the shift
   const std::vector<double> y = F::softmax(x).data().to_vector<double>();
   for (int r = 0; r < 12; ++r) {
     double sum = 0.0;
@@ -59,15 +56,15 @@ TEST(TransformerOps, SoftmaxRowsSumToOneAndGradientsMatch) {
     EXPECT_NEAR(sum, 1.0, 1e-12) << "row " << r;
   }
   const auto grads = gradcheck([](const std::vector<Variable>& in) { return F::softmax(in[0]); },
-                               {leaf({3, 4, 11}, gen, -3.0, 3.0)});
+                               {random_leaf({3, 4, 11}, gen, -3.0, 3.0)});
   EXPECT_LT(grads.max_rel_error, 1e-7) << grads.worst;
 }
 
 TEST(TransformerOps, LayerNormGradientsMatchFiniteDifferences) {
   Generator gen(7);
-  const auto r =
-      gradcheck([](const std::vector<Variable>& in) { return F::layer_norm(in[0], 13, in[1], in[2], 1e-5); },
-                {leaf({2, 3, 13}, gen, -2.0, 3.0), leaf({13}, gen, 0.5, 1.5), leaf({13}, gen)});
+  const auto r = gradcheck(
+      [](const std::vector<Variable>& in) { return F::layer_norm(in[0], 13, in[1], in[2], 1e-5); },
+      {random_leaf({2, 3, 13}, gen, -2.0, 3.0), random_leaf({13}, gen, 0.5, 1.5), random_leaf({13}, gen)});
   EXPECT_LT(r.max_rel_error, 1e-6) << r.worst;
 }
 

@@ -14,9 +14,12 @@
 #include "nn/models/registry.h"
 #include "nn/models/vit_position_embedding.h"
 #include "nn/safetensors.h"
+#include "state_dict_lookup.h"
 
 namespace trainer {
 namespace {
+
+using testing::find;
 
 ModelOptions vit_options(const std::string& name, int64_t image_size, int64_t classes, int64_t channels = 3) {
   ModelOptions o;
@@ -25,13 +28,6 @@ ModelOptions vit_options(const std::string& name, int64_t image_size, int64_t cl
   o.num_classes = classes;
   o.in_channels = channels;
   return o;
-}
-
-Tensor find(Module& m, const std::string& key) {
-  for (const auto& nt : m.state_dict())
-    if (nt.name == key) return *nt.tensor;
-  ADD_FAILURE() << "no key " << key;
-  return Tensor::zeros({1});
 }
 
 // A ViT's parameters from its sizes: what torchvision's class holds.

@@ -34,7 +34,8 @@ double scaled_difference(const Tensor& a, const Tensor& b) {
 
 TEST(VitTorchvision, LogitsAndInterpolationEqualTorchvisions) {
   const std::string dir = golden_dir();
-  if (dir.empty()) GTEST_SKIP() << "TRAINER_VIT_GOLDEN_DIR unset (scripts/torchvision_model_check.sh vit_b_16 sets it)";
+  if (dir.empty())
+    GTEST_SKIP() << "TRAINER_VIT_GOLDEN_DIR unset (scripts/torchvision_model_check.sh vit_b_16 sets it)";
   ModelOptions o;
   o.name = "vit_b_16";
   o.image_size = 224;
