@@ -91,9 +91,9 @@ void build_model(Experiment& e, const Config& config) {
   m.image_size = train.height();
   // "auto" picks a ResNet's stem by image size; other models have no stem choice (a set one reaches
   // them, and ConvNeXt refuses it).
-  const bool resnet = config.model.name.starts_with("resnet");
+  const bool has_stem = model_has_stem_choice(config.model.name);
   const StemChoice stem = config.model.stem != StemChoice::automatic ? config.model.stem
-                          : !resnet                                  ? StemChoice::imagenet
+                          : !has_stem                                ? StemChoice::imagenet
                           : train.height() <= 64                     ? StemChoice::cifar
                                                                      : StemChoice::imagenet;
   m.stem = setting_name(stem);

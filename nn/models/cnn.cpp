@@ -52,10 +52,8 @@ std::shared_ptr<Module> make_cnn(const ModelOptions& o) {
     throw std::invalid_argument("model 'cnn': image_size must be at least 4 (two 2x2 max-pools), got " +
                                 std::to_string(o.image_size));
   Generator gen(o.seed);
-  auto dropout_gen =
-      o.dropout_generator ? o.dropout_generator : std::make_shared<Generator>(o.seed ^ 0x5eed0d0full);
-  return std::make_shared<Cnn>(o.in_channels, o.image_size, o.num_classes, o.dropout, std::move(dropout_gen),
-                               gen);
+  return std::make_shared<Cnn>(o.in_channels, o.image_size, o.num_classes, o.dropout,
+                               dropout_generator_for(o), gen);
 }
 
 }  // namespace trainer

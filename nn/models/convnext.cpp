@@ -148,9 +148,7 @@ std::shared_ptr<Module> build(ConvNeXtConfig c, const ModelOptions& o) {
   c.in_channels = o.in_channels;
   c.num_classes = o.num_classes;
   Generator gen(o.seed);
-  auto drop_path_gen =
-      o.dropout_generator ? o.dropout_generator : std::make_shared<Generator>(o.seed ^ 0xd209a7c5ull);
-  return std::make_shared<ConvNeXt>(c, std::move(drop_path_gen), gen);
+  return std::make_shared<ConvNeXt>(c, dropout_generator_for(o), gen);
 }
 
 }  // namespace

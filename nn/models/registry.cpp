@@ -43,6 +43,13 @@ std::vector<std::string> model_names() {
   return names;
 }
 
+bool model_has_stem_choice(const std::string& name) { return name.starts_with("resnet"); }
+
+std::shared_ptr<Generator> dropout_generator_for(const ModelOptions& options) {
+  return options.dropout_generator ? options.dropout_generator
+                                   : std::make_shared<Generator>(options.seed ^ 0x5eed0d0full);
+}
+
 std::shared_ptr<Module> create_model(const ModelOptions& options) {
   const auto it = registry().find(options.name);
   if (it == registry().end())

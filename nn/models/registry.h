@@ -45,5 +45,10 @@ using ModelFactory = std::function<std::shared_ptr<Module>(const ModelOptions&)>
 // Builds the named model; throws std::invalid_argument for an unknown name or bad options.
 std::shared_ptr<Module> create_model(const ModelOptions& options);
 std::vector<std::string> model_names();
+// Whether the model takes ModelOptions::stem (the ResNets: a CIFAR or an ImageNet stem).
+bool model_has_stem_choice(const std::string& name);
+// The generator of the model's dropout and drop-path masks: options.dropout_generator, or one seeded
+// from options.seed when that is null.
+std::shared_ptr<Generator> dropout_generator_for(const ModelOptions& options);
 
 }  // namespace trainer

@@ -182,9 +182,7 @@ std::shared_ptr<Module> make_vit(ViTVariant variant, const ModelOptions& o) {
   c.num_classes = o.num_classes;
   c.dropout = o.dropout;
   Generator gen(o.seed);
-  auto dropout_gen =
-      o.dropout_generator ? o.dropout_generator : std::make_shared<Generator>(o.seed ^ 0x5eed0d0full);
-  return std::make_shared<VisionTransformer>(c, std::move(dropout_gen), gen);
+  return std::make_shared<VisionTransformer>(c, dropout_generator_for(o), gen);
 }
 
 }  // namespace trainer
