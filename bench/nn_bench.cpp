@@ -101,7 +101,7 @@ Result run(const Point& p) {
   const Device device = bench_device(p);
   ModelOptions m;
   m.name = p.model;
-  m.stem = p.stem;
+  if (model_has_stem_choice(p.model)) m.stem = p.stem;
   m.in_channels = p.channels;
   m.num_classes = p.classes;
   m.image_size = p.image;

@@ -154,7 +154,20 @@ def main():
     if missing and name != "resnet18":
         sys.exit(f"step.safetensors lacks {len(missing)} gradients, e.g. {missing[0]}")
     for name_, t in model.state_dict().items():
-        rows.append((f"after.{name_}", rel_err(ours[f"after.{name_}"], t)))
+        mine = ours[f"after.{name_}"]
+        if name_.endswith("in_proj_bias") and name != "resnet18":
+            # The key part of an attention's input bias adds the same value to every score of a query
+            # row, which softmax cancels: its gradient is exactly zero, so both sides hold rounding
+            # noise there, which AdamW's g / (sqrt(v) + eps) scales up to a full step of either sign.
+            # Those elements are checked as gradients (near zero on both sides), not after the step.
+            d = t.shape[0] // 3
+            g = grads[f"grad.{name_}"]
+            rows.append((f"grad.{name_}[key part] / max|grad|",
+                         max(ours[f"grad.{name_}"][d:2 * d].abs().max().item(), g[d:2 * d].abs().max().item())
+                         / g.abs().max().item()))
+            keep = torch.cat([torch.arange(0, d), torch.arange(2 * d, 3 * d)])
+            mine, t = mine[keep], t.cpu()[keep]
+        rows.append((f"after.{name_}", rel_err(mine, t)))
     worst = max(rows, key=lambda r: r[1])
     print(f"{name}: torch {torch.__version__} on {a.device} in {dtype}, TF32 off; "
           "relative error max|ours - torch| / max|torch|")

@@ -42,6 +42,23 @@ void add_channel_bias(Tensor& y, const Tensor& bias_in) {
 
 }  // namespace cuda
 
+namespace cuda {
+namespace {
+
+// C when the coalesced layout is a dense [rows, C] output whose operands are each either dense [rows, C]
+// or one [C] row repeated (stride 0 over rows); 0 otherwise.
+int64_t row_broadcast_columns(const Shape& shape, const std::vector<Shape>& strides) {
+  if (shape.size() != 2) return 0;
+  const int64_t cols = shape[1];
+  if (strides[0] != Shape{cols, 1}) return 0;
+  for (size_t k = 1; k < strides.size(); ++k)
+    if (strides[k] != Shape{cols, 1} && strides[k] != Shape{0, 1}) return 0;
+  return cols;
+}
+
+}  // namespace
+}  // namespace cuda
+
 Tensor CudaBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b) {
   using namespace cuda;
   check_device(a, "binary op", "lhs");
@@ -60,10 +77,18 @@ Tensor CudaBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b) {
     const scalar_t* pa = static_cast<const scalar_t*>(a.raw_data());
     const scalar_t* pb = static_cast<const scalar_t*>(b.raw_data());
     using acc = acc_t<scalar_t>;
-    if (flat)
+    if (flat) {
       map(out.numel(), o, pa, pb, static_cast<const scalar_t*>(nullptr),
           [=] __device__(acc x, acc y, acc) { return binary_value(op, x, y); });
-    else
+    } else if (const int64_t cols = row_broadcast_columns(sh, st); cols > 0) {
+      // [rows, C] with a [C] operand (a bias, a layer scale): one modulo instead of an offset division
+      // per dim and operand.
+      const bool a_rows = st[1][0] != 0, b_rows = st[2][0] != 0;
+      for_each(out.numel(), [=] __device__(int64_t i) {
+        const int64_t c = i % cols;
+        o[i] = store<scalar_t>(binary_value(op, to_acc(pa[a_rows ? i : c]), to_acc(pb[b_rows ? i : c])));
+      });
+    } else
       for_each(out.numel(), [=] __device__(int64_t i) {
         o[offset_of(io, i)] =
             store<scalar_t>(binary_value(op, to_acc(pa[offset_of(ia, i)]), to_acc(pb[offset_of(ib, i)])));

@@ -4,6 +4,8 @@
 // are f32 (f64 for f64 inputs). The variance is a second pass over the row (the row is in L1/L2 by then),
 // so a mean far from zero cancels nothing. The weight and bias gradients are column sums over all rows
 // in a fixed order: deterministic, no atomics.
+#include <algorithm>
+
 #include "nn/cuda/kernels.cuh"
 #include "nn/kernel_checks.h"
 
@@ -66,18 +68,24 @@ __global__ void layer_norm_grad_x_kernel(const T* dy, const T* x, const A* mean,
   }
 }
 
-// grad_gamma[c] = sum over rows of dy * xhat, grad_beta[c] = sum of dy: a block of 32 columns x
-// kParamGradRows row strides, each thread a strided partial sum, added in row order at the end.
+// grad_gamma[c] = sum over rows of dy * xhat, grad_beta[c] = sum of dy. Block (tile, part) takes 32
+// columns of one part of the rows (kParamGradRows row strides, each thread a strided partial sum,
+// added in row order at the end) and writes that part's sums at [part * C + c]; with several parts
+// param_grads_sum_parts adds them in part order (fixed: the result does not depend on scheduling).
+// Splitting the rows matters for ViTs: C = 768 gives 24 column tiles, far too few blocks for a GPU.
 constexpr int kParamGradRows = 16;
 
 template <class T, class A>
 __global__ void layer_norm_param_grads_kernel(const T* dy, const T* x, const A* mean, const A* rstd,
-                                              A* grad_gamma, A* grad_beta, int64_t rows, int64_t C) {
+                                              A* part_gamma_out, A* part_beta_out, int64_t rows,
+                                              int64_t rows_per_part, int64_t C) {
   __shared__ A part_gamma[kParamGradRows][33], part_beta[kParamGradRows][33];  // 33: no bank conflicts
   const int64_t c = blockIdx.x * 32 + threadIdx.x;
+  const int64_t begin = static_cast<int64_t>(blockIdx.y) * rows_per_part;
+  const int64_t end = min(rows, begin + rows_per_part);
   A dgamma = 0, dbeta = 0;
   if (c < C)
-    for (int64_t r = threadIdx.y; r < rows; r += kParamGradRows) {
+    for (int64_t r = begin + threadIdx.y; r < end; r += kParamGradRows) {
       const A d = to_acc(dy[r * C + c]);
       dgamma += d * (to_acc(x[r * C + c]) - mean[r]) * rstd[r];
       dbeta += d;
@@ -88,8 +96,27 @@ __global__ void layer_norm_param_grads_kernel(const T* dy, const T* x, const A* 
   if (threadIdx.y != 0 || c >= C) return;
   for (int k = 1; k < kParamGradRows; ++k)
     dgamma += part_gamma[k][threadIdx.x], dbeta += part_beta[k][threadIdx.x];
-  grad_gamma[c] = dgamma;
-  grad_beta[c] = dbeta;
+  part_gamma_out[blockIdx.y * C + c] = dgamma;
+  part_beta_out[blockIdx.y * C + c] = dbeta;
+}
+
+template <class A>
+__global__ void param_grads_sum_parts(const A* part_gamma, const A* part_beta, int parts, int64_t C,
+                                      A* grad_gamma, A* grad_beta) {
+  const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (c >= C) return;
+  A g = 0, b = 0;
+  for (int p = 0; p < parts; ++p) g += part_gamma[p * C + c], b += part_beta[p * C + c];
+  grad_gamma[c] = g;
+  grad_beta[c] = b;
+}
+
+// Parts of the rows so that the column tiles x parts fill the GPU (about 4 blocks per SM), each part
+// at least 256 rows.
+int param_grad_parts(int64_t rows, int64_t C) {
+  const int64_t tiles = (C + 31) / 32;
+  const int64_t target = static_cast<int64_t>(cuda_context().sm_count) * 4;
+  return static_cast<int>(std::clamp<int64_t>((target + tiles - 1) / tiles, 1, std::max<int64_t>(1, rows / 256)));
 }
 
 void check_rows_fit_grid(int64_t rows, const char* op) {
@@ -153,11 +180,20 @@ LayerNormGrads CudaBackend::layer_norm_backward(const Tensor& grad_y, const Tens
             pdy, px, pmean, prstd, data_or_null<acc>(g), static_cast<scalar_t*>(out.grad_x.raw_data()), C);
     CUDA_CHECK_LAUNCH();
     if (!gamma.defined()) return;
-    const dim3 block(32, kParamGradRows);
-    layer_norm_param_grads_kernel<scalar_t, acc>
-        <<<static_cast<unsigned>((C + 31) / 32), block, 0, cuda_stream()>>>(
-            pdy, px, pmean, prstd, static_cast<acc*>(out.grad_gamma.raw_data()),
-            static_cast<acc*>(out.grad_beta.raw_data()), rows, C);
+    const int parts = param_grad_parts(rows, C);
+    const int64_t rows_per_part = (rows + parts - 1) / parts;
+    acc* grad_gamma = static_cast<acc*>(out.grad_gamma.raw_data());
+    acc* grad_beta = static_cast<acc*>(out.grad_beta.raw_data());
+    Tensor partials = parts > 1 ? empty({2, parts, C}, stats) : Tensor();
+    acc* part_gamma = parts > 1 ? static_cast<acc*>(partials.raw_data()) : grad_gamma;
+    acc* part_beta = parts > 1 ? part_gamma + parts * C : grad_beta;
+    const dim3 block(32, kParamGradRows), grid(static_cast<unsigned>((C + 31) / 32), static_cast<unsigned>(parts));
+    layer_norm_param_grads_kernel<scalar_t, acc><<<grid, block, 0, cuda_stream()>>>(
+        pdy, px, pmean, prstd, part_gamma, part_beta, rows, rows_per_part, C);
+    CUDA_CHECK_LAUNCH();
+    if (parts == 1) return;
+    param_grads_sum_parts<acc><<<static_cast<unsigned>((C + 255) / 256), 256, 0, cuda_stream()>>>(
+        part_gamma, part_beta, parts, C, grad_gamma, grad_beta);
     CUDA_CHECK_LAUNCH();
   });
   return out;

@@ -1,5 +1,7 @@
 // Sums over dimensions (accumulated in double, like the CPU), materialised broadcasts and the
 // finiteness check. Inputs may have any strides.
+#include <algorithm>
+
 #include "nn/cuda/kernels.cuh"
 
 namespace trainer {
@@ -21,6 +23,50 @@ __global__ void sum_partial_kernel(const T* a, Indexer kept, Indexer reduced, in
   for (int64_t r = begin + threadIdx.x; r < end; r += blockDim.x) acc += to_acc(base[offset_of(reduced, r)]);
   acc = block_sum(acc);
   if (threadIdx.x == 0) partial[blockIdx.x] = acc;
+}
+
+// Column sums: output c (kept elements at stride 1, so a warp reads 32 neighbours) sums the reduced
+// elements of rows [part * rows_per_part, ...) of its column; block (tile, part) is 32 columns x
+// kColumnRows row strides, combined in row order through shared memory. A bias gradient ([rows, C]
+// summed over rows, C ~ 1e3, rows ~ 1e4-1e5 in a ViT) needs this: one thread per column would leave
+// most of the GPU idle and read memory a column at a time.
+constexpr int kColumnRows = 8;
+
+template <class T>
+__global__ void column_sum_partial_kernel(const T* a, Indexer reduced, int64_t n_cols, int64_t n_red,
+                                          int64_t rows_per_part, double* partial) {
+  __shared__ double rows[kColumnRows][33];  // 33: no bank conflicts
+  const int64_t c = blockIdx.x * 32 + threadIdx.x;
+  const int64_t begin = static_cast<int64_t>(blockIdx.y) * rows_per_part;
+  const int64_t end = min(n_red, begin + rows_per_part);
+  double acc = 0.0;
+  if (c < n_cols)
+    for (int64_t r = begin + threadIdx.y; r < end; r += kColumnRows) acc += to_acc(a[offset_of(reduced, r) + c]);
+  rows[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y != 0 || c >= n_cols) return;
+  for (int k = 1; k < kColumnRows; ++k) acc += rows[k][threadIdx.x];
+  partial[blockIdx.y * n_cols + c] = acc;
+}
+
+// Sums `a` over `red` into `po` when the kept elements coalesce to one dimension of stride 1.
+template <class T>
+void column_sum(const T* pa, const Indexer& red, int64_t n_cols, int64_t n_red, T* po) {
+  const int64_t tiles = (n_cols + 31) / 32;
+  const int64_t target_blocks = static_cast<int64_t>(cuda_context().sm_count) * 4;
+  const int parts = static_cast<int>(
+      std::clamp<int64_t>((target_blocks + tiles - 1) / tiles, 1, std::max<int64_t>(1, n_red / 256)));
+  const int64_t rows_per_part = (n_red + parts - 1) / parts;
+  Tensor partial = empty({parts * n_cols}, DType::f64);
+  double* pp = static_cast<double*>(partial.raw_data());
+  const dim3 block(32, kColumnRows), grid(static_cast<unsigned>(tiles), static_cast<unsigned>(parts));
+  column_sum_partial_kernel<<<grid, block, 0, cuda_stream()>>>(pa, red, n_cols, n_red, rows_per_part, pp);
+  CUDA_CHECK_LAUNCH();
+  for_each(n_cols, [=] __device__(int64_t c) {
+    double acc = 0.0;
+    for (int p = 0; p < parts; ++p) acc += pp[p * n_cols + c];
+    po[c] = from_acc<T>(acc);
+  });
 }
 
 }  // namespace
@@ -53,6 +99,10 @@ Tensor CudaBackend::sum(const Tensor& a, const std::vector<int>& dims_in, bool k
   CUDA_DISPATCH_FLOAT(a.dtype(), "sum", [&] {
     const scalar_t* pa = static_cast<const scalar_t*>(a.raw_data());
     scalar_t* po = static_cast<scalar_t*>(out.raw_data());
+    if (kept_dims.size() == 1 && ks[0][0] == 1 && n_red > 64) {  // columns: bias gradients and the like
+      column_sum(pa, red, n_out, n_red, po);
+      return;
+    }
     if (n_out >= 1024 || n_red <= 64) {  // enough outputs to fill the GPU with one thread each
       for_each(n_out, [=] __device__(int64_t o) {
         const scalar_t* base = pa + offset_of(kept, o);
