@@ -63,6 +63,30 @@ void copy_elements(void* dst, const Indexer& di, const void* src, const Indexer&
     for_each(n, [=] __device__(int64_t i) { d[offset_of(di, i)] = s[offset_of(si, i)]; });
 }
 
+// A same-dtype copy whose innermost dim is contiguous on both sides (a flat copy, or attention's head
+// split and merge: runs of 64 elements) moves 16 bytes per thread: the shape and strides are
+// rescaled to 16-byte units when every run, stride and base address allows it. That is 8 bf16
+// elements per offset computation instead of 1. Returns false (nothing done) otherwise.
+bool copy_in_16_byte_units(void* dst, const void* src, int64_t elem_size, const Shape& shape,
+                           const std::vector<Shape>& strides) {
+  if (shape.empty() || 16 % elem_size != 0) return false;
+  const int64_t per = 16 / elem_size;
+  if (strides[0].back() != 1 || strides[1].back() != 1 || shape.back() % per != 0) return false;
+  if (reinterpret_cast<uintptr_t>(dst) % 16 != 0 || reinterpret_cast<uintptr_t>(src) % 16 != 0) return false;
+  Shape wide = shape;
+  std::vector<Shape> wide_strides = strides;
+  wide.back() /= per;
+  for (Shape& st : wide_strides)
+    for (size_t d = 0; d + 1 < st.size(); ++d) {
+      if (st[d] % per != 0) return false;
+      st[d] /= per;
+    }
+  const Indexer di = make_indexer(wide, wide_strides[0], "copy"),
+                si = make_indexer(wide, wide_strides[1], "copy");
+  copy_elements<uint4>(dst, di, src, si, shape_numel(wide));
+  return true;
+}
+
 // Dense conversion between f32 and a half type, 4 elements per thread (autocast's weight casts and
 // the casts of their gradients back, every step): the same rounding as store_any, without its
 // per-element dtype switch through double.
@@ -178,6 +202,8 @@ void launch_copy(void* dst, DType dst_dtype, const Shape& dst_strides, const voi
   std::vector<Shape> strides{dst_strides, src_strides};
   order_by_destination_strides(shape, strides);
   coalesce(shape, strides);
+  if (dst_dtype == src_dtype && copy_in_16_byte_units(dst, src, dtype_size(dst_dtype), shape, strides))
+    return;
   const Indexer di = make_indexer(shape, strides[0], "copy"), si = make_indexer(shape, strides[1], "copy");
   if (dst_dtype == src_dtype) {
     switch (dtype_size(dst_dtype)) {

@@ -116,7 +116,8 @@ __global__ void param_grads_sum_parts(const A* part_gamma, const A* part_beta, i
 int param_grad_parts(int64_t rows, int64_t C) {
   const int64_t tiles = (C + 31) / 32;
   const int64_t target = static_cast<int64_t>(cuda_context().sm_count) * 4;
-  return static_cast<int>(std::clamp<int64_t>((target + tiles - 1) / tiles, 1, std::max<int64_t>(1, rows / 256)));
+  return static_cast<int>(
+      std::clamp<int64_t>((target + tiles - 1) / tiles, 1, std::max<int64_t>(1, rows / 256)));
 }
 
 void check_rows_fit_grid(int64_t rows, const char* op) {
@@ -187,7 +188,8 @@ LayerNormGrads CudaBackend::layer_norm_backward(const Tensor& grad_y, const Tens
     Tensor partials = parts > 1 ? empty({2, parts, C}, stats) : Tensor();
     acc* part_gamma = parts > 1 ? static_cast<acc*>(partials.raw_data()) : grad_gamma;
     acc* part_beta = parts > 1 ? part_gamma + parts * C : grad_beta;
-    const dim3 block(32, kParamGradRows), grid(static_cast<unsigned>((C + 31) / 32), static_cast<unsigned>(parts));
+    const dim3 block(32, kParamGradRows),
+        grid(static_cast<unsigned>((C + 31) / 32), static_cast<unsigned>(parts));
     layer_norm_param_grads_kernel<scalar_t, acc><<<grid, block, 0, cuda_stream()>>>(
         pdy, px, pmean, prstd, part_gamma, part_beta, rows, rows_per_part, C);
     CUDA_CHECK_LAUNCH();

@@ -41,7 +41,8 @@ __global__ void column_sum_partial_kernel(const T* a, Indexer reduced, int64_t n
   const int64_t end = min(n_red, begin + rows_per_part);
   double acc = 0.0;
   if (c < n_cols)
-    for (int64_t r = begin + threadIdx.y; r < end; r += kColumnRows) acc += to_acc(a[offset_of(reduced, r) + c]);
+    for (int64_t r = begin + threadIdx.y; r < end; r += kColumnRows)
+      acc += to_acc(a[offset_of(reduced, r) + c]);
   rows[threadIdx.y][threadIdx.x] = acc;
   __syncthreads();
   if (threadIdx.y != 0 || c >= n_cols) return;
