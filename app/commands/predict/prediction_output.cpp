@@ -77,8 +77,7 @@ void PredictionWriter::prediction(const std::string& path, const std::vector<Cla
                    static_cast<long long>(top[r].index), csv_field(class_name(top[r].index)).c_str(),
                    top[r].probability);
   } else {
-    std::string line =
-        path + std::string(path_width_ > path.size() ? path_width_ - path.size() : 0, ' ');
+    std::string line = path + std::string(path_width_ > path.size() ? path_width_ - path.size() : 0, ' ');
     for (const ClassScore& s : top)
       line += fmt("  %s %.2f%%", class_name(s.index).c_str(), 100 * s.probability);
     std::fprintf(out_, "%s\n", line.c_str());
