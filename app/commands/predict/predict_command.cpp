@@ -153,7 +153,9 @@ int predict_command(const std::vector<std::string>& args) {
   const PredictionFormat format = parse_prediction_format(a.format);
   const Config config = load_config(a.config_path, a.overrides);
   const std::vector<std::string> paths = collect_image_paths(a.paths, std::cin);
-  const RunDevice device = setup_device(config, 0);
+  // Under a launcher, the GPU of LOCAL_RANK, as `trainer eval` picks it.
+  const char* local_rank = std::getenv("LOCAL_RANK");
+  const RunDevice device = setup_device(config, local_rank ? std::atoi(local_rank) : 0);
   TrainedModel t =
       load_trained_model(config, a.weights_path, device, a.no_verify_crc ? CrcCheck::skip : CrcCheck::verify);
   std::fprintf(stderr, "%s\n", t.weights_note.c_str());
