@@ -8,8 +8,10 @@
 #include "app/commands/bench/bench_command.h"
 #include "app/commands/bench/bench_data_command.h"
 #include "app/commands/doctor/doctor_command.h"
+#include "app/commands/export/export_command.h"
 #include "app/commands/launch/launch_command.h"
 #include "app/commands/plan/plan_command.h"
+#include "app/commands/predict/predict_command.h"
 #include "app/commands/report/report_command.h"
 #include "app/commands/train_eval/commands.h"
 #include "app/common/build_info.h"
@@ -34,6 +36,8 @@ const char* kUsage =
     "commands:\n"
     "  train CONFIG [--set k=v ...] [--summary PATH]    train a model\n"
     "  eval CONFIG --weights PATH [--summary PATH]      evaluate saved weights on the test split\n"
+    "  predict CONFIG --weights PATH PATH...            classify image files (top-k classes)\n"
+    "  export CONFIG --weights PATH --out FILE.onnx     write the model as an ONNX graph\n"
     "  config CONFIG [--set k=v ...] [--format toml]    print the resolved configuration\n"
     "  launch --nproc-per-node N -- COMMAND [...]       run COMMAND as N local ranks, like torchrun\n"
     "  bench CONFIG --procs 1,2,4 [...]                 measure throughput and speedup over processes\n"
@@ -59,6 +63,8 @@ int main(int argc, char** argv) {
   try {
     if (command == "train") return train_command(args);
     if (command == "eval") return eval_command(args);
+    if (command == "predict") return predict_command(args);
+    if (command == "export") return export_command(args);
     if (command == "config") return config_command(args);
     if (command == "launch") return launch_command(args);
     if (command == "bench") return bench_command(args);

@@ -13,6 +13,7 @@
 
 #include "data/data_error.h"
 #include "data/decoded_cache.h"
+#include "data/eval_crop.h"
 #include "data/hash.h"
 #include "data/image_codec.h"
 #include "data/jpeg_region.h"
@@ -149,10 +150,6 @@ std::string read_file(const std::string& path, std::vector<uint8_t>& bytes, File
   std::fclose(file);
   return problem;
 }
-
-// Above this many times the output's pixels, the evaluation resize is computed on the crop region only
-// (pathologically elongated images would otherwise need a huge intermediate image).
-constexpr int64_t kMaxEvalIntermediate = 64;
 
 }  // namespace
 
@@ -367,7 +364,6 @@ bool ImageFolder::fill_decoded(int64_t index, const CachedFile& file, uint8_t* h
 std::string ImageFolder::decode_and_transform(const CachedFile& file, uint8_t* hwc_out,
                                               Generator* gen) const {
   thread_local DecodedImage decoded;
-  thread_local std::vector<uint8_t> resized;
   const int64_t size = options_.image_size, channels = options_.channels;
   try {
     const ImageInfo info = read_image_info(file.data, file.size);
@@ -393,39 +389,7 @@ std::string ImageFolder::decode_and_transform(const CachedFile& file, uint8_t* h
       return "";
     }
     // Resize(shorter side to size * 256 / 224), then CenterCrop(size).
-    int64_t resized_height = 0, resized_width = 0;
-    resized_shorter_side(info.height, info.width, eval_resize_size(size), resized_height, resized_width);
-    const double min_scale = std::max(static_cast<double>(resized_height) / static_cast<double>(info.height),
-                                      static_cast<double>(resized_width) / static_cast<double>(info.width));
-    const CropBox center = center_crop_box(resized_height, resized_width, size);
-    if (info.format == ImageFormat::jpeg) {
-      // Only the centre crop's columns are decoded, then resized straight to the output: the same
-      // pixels as resizing the whole image and cropping, up to where the resampling grid falls (the
-      // box is rounded to whole pixels of the full-size image). The rows below are still read, so that
-      // damage anywhere is an error as before.
-      const CropBox box = scale_box(center, resized_height, resized_width, info.height, info.width);
-      thread_local JpegRegion region;
-      if (decode_jpeg_region(file.data, file.size, channels, box, min_scale, region, true)) {
-        resize_region(region.image.pixels.data(), region.image.height, region.image.width, channels,
-                      region.crop, hwc_out, size, size);
-        return "";
-      }
-    }
-    decode_image(file.data, file.size, channels, decoded, min_scale);
-    if (resized_height * resized_width > kMaxEvalIntermediate * size * size) {
-      const CropBox region = scale_box(center, resized_height, resized_width, decoded.height, decoded.width);
-      resize_region(decoded.pixels.data(), decoded.height, decoded.width, channels, region, hwc_out, size,
-                    size);
-      return "";
-    }
-    resized.resize(static_cast<size_t>(resized_height * resized_width * channels));
-    resize_region(decoded.pixels.data(), decoded.height, decoded.width, channels,
-                  {0, 0, decoded.height, decoded.width}, resized.data(), resized_height, resized_width);
-    const size_t row = static_cast<size_t>(size * channels);
-    for (int64_t y = 0; y < size; ++y) {
-      std::memcpy(hwc_out + y * size * channels,
-                  resized.data() + ((center.top + y) * resized_width + center.left) * channels, row);
-    }
+    decode_eval_crop(file.data, file.size, channels, eval_resize_size(size), size, hwc_out);
     return "";
   } catch (const ImageDecodeError& e) {
     return e.what();

@@ -16,6 +16,7 @@ packages=(
   libopencv-core-dev libopencv-imgproc-dev             # resizing; never libopencv-dev (Qt, VTK, MPI)
   prometheus-cpp-dev                                   # the metrics exporter (pull, with civetweb)
   nlohmann-json3-dev                                   # JSON: safetensors headers, summaries, bench records
+  libonnx-dev libprotobuf-dev                          # trainer export: ONNX's protobuf classes (optional in CMake)
   prometheus                                           # tests: a real Prometheus server
   chromium                                             # tests: trainer report's page in a real browser
   python3-torch python3-torchvision                    # tests: the PyTorch reference checks (CPU)

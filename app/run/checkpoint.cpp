@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "app/common/crc32c.h"
+#include "app/run/model_card_toml.h"
 #include "data/distributed_sampler.h"
 #include "nn/safetensors.h"
 
@@ -54,9 +55,12 @@ uint32_t tensor_crc(const Tensor& t) {
 
 constexpr const char* kCrcKeyPrefix = "crc32c.";
 
-// Tensors with their CRC-32C in the safetensors metadata ("crc32c.<name>").
-void save_with_crcs(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors) {
-  save_safetensors(path, tensors, tensor_crc_metadata(tensors));
+// Tensors with their CRC-32C in the safetensors metadata ("crc32c.<name>"), and the model card when given.
+void save_with_crcs(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
+                    const std::optional<ModelCard>& card = std::nullopt) {
+  SafetensorsMetadata metadata = tensor_crc_metadata(tensors);
+  if (card) metadata.merge(model_card_metadata(*card));
+  save_safetensors(path, tensors, metadata);
 }
 
 // Every tensor of the file against its recorded CRC-32C; returns false when the file records none at
@@ -147,7 +151,7 @@ CheckpointManager::CheckpointManager(std::string dir, const CheckpointConfig& co
     : dir_(std::move(dir)), config_(config), crash_before_rename_step_(crash_before_rename_step) {}
 
 std::string CheckpointManager::save(Module& model, const Optimizer& optimizer, const TrainingState& state,
-                                    const std::string& config_toml) {
+                                    const std::string& config_toml, const std::optional<ModelCard>& card) {
   const std::string name = step_name(state.step);
   const fs::path final_path = fs::path(dir_) / name;
   const fs::path tmp = fs::path(dir_) / ("." + name + ".tmp");
@@ -157,7 +161,7 @@ std::string CheckpointManager::save(Module& model, const Optimizer& optimizer, c
     fs::create_directories(tmp);
     std::vector<std::pair<std::string, Tensor>> weights;
     for (const auto& e : model.state_dict()) weights.emplace_back(e.name, *e.tensor);
-    save_with_crcs((tmp / kFiles[0]).string(), weights);
+    save_with_crcs((tmp / kFiles[0]).string(), weights, card);
     save_with_crcs((tmp / kFiles[1]).string(), optimizer.state_tensors());
     {
       std::ofstream out(tmp / kFiles[2]);
@@ -168,6 +172,7 @@ std::string CheckpointManager::save(Module& model, const Optimizer& optimizer, c
     toml::table manifest{
         {"format", kFormat}, {"optimizer", optimizer.name()}, {"optimizer_steps", optimizer.step_count()}};
     manifest.insert("state", state_to_toml(state));
+    if (card) manifest.insert("model_card", model_card_toml(*card));
     toml::table files;
     for (const char* f : kFiles) {
       const std::string p = (tmp / f).string();
@@ -445,10 +450,10 @@ SafetensorsMetadata tensor_crc_metadata(const std::vector<std::pair<std::string,
   return meta;
 }
 
-void save_weights(const std::string& path, Module& model) {
+void save_weights(const std::string& path, Module& model, const std::optional<ModelCard>& card) {
   std::vector<std::pair<std::string, Tensor>> weights;
   for (const auto& e : model.state_dict()) weights.emplace_back(e.name, *e.tensor);
-  save_with_crcs(path, weights);
+  save_with_crcs(path, weights, card);
 }
 
 std::string load_weights(const std::string& path, Module& model, CrcCheck check) {

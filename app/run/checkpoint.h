@@ -3,7 +3,8 @@
 //   model.safetensors      parameters and buffers under torchvision's names (loads into PyTorch)
 //   optimizer.safetensors  optimizer state (momentum buffers, Adam moments, per-parameter steps)
 //   config.toml            the resolved config of the run
-//   checkpoint.toml        the manifest: training position, RNG states, and size + CRC-32C per file;
+//   checkpoint.toml        the manifest: training position, RNG states, and size + CRC-32C per file,
+//                          the model card (class names, eval transform: app/run/model_card.h);
 //                          its first line is the CRC-32C of the rest (manifest_crc32c)
 // Each tensor's CRC-32C is also in its safetensors metadata, so a corrupt tensor is named. The
 // manifest's position is range-checked too (its step against the directory's name, and against the
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "app/config/config.h"
+#include "app/run/model_card.h"
 #include "nn/modules/module.h"
 #include "nn/optim/optimizer.h"
 #include "nn/safetensors.h"
@@ -69,9 +71,10 @@ class CheckpointManager {
   CheckpointManager(std::string dir, const CheckpointConfig& config, int64_t crash_before_rename_step = -1);
 
   // Writes step-<state.step> and prunes old ones (keep_last newest plus keep_best best). Throws
-  // CheckpointError (after removing its temp directory) when anything fails, e.g. a full disk.
+  // CheckpointError (after removing its temp directory) when anything fails, e.g. a full disk. The
+  // model card, when given, goes into model.safetensors' metadata and the manifest.
   std::string save(Module& model, const Optimizer& optimizer, const TrainingState& state,
-                   const std::string& config_toml);
+                   const std::string& config_toml, const std::optional<ModelCard>& card = std::nullopt);
   const std::string& dir() const { return dir_; }
   // Removes temp directories (".step-*.tmp") left by a writer that died before its rename; they are
   // never candidates for resuming. Returns their paths, for the log.
@@ -132,8 +135,9 @@ TrainingState load_checkpoint(const std::string& path, Module& model, Optimizer&
 // file the trainer writes carries (checkpoints, final.safetensors, --dump-logits).
 SafetensorsMetadata tensor_crc_metadata(const std::vector<std::pair<std::string, Tensor>>& tensors);
 
-// The model's weights alone (checkpoints/final.safetensors), with their CRC-32Cs.
-void save_weights(const std::string& path, Module& model);
+// The model's weights alone (checkpoints/final.safetensors), with their CRC-32Cs and the model card.
+void save_weights(const std::string& path, Module& model,
+                  const std::optional<ModelCard>& card = std::nullopt);
 
 // Whether loading weights checks the CRC-32Cs they carry (trainer eval --no-verify-crc skips it).
 enum class CrcCheck { verify, skip };

@@ -82,24 +82,34 @@ void set_transformer_options(ModelOptions& m, const ModelConfig& c) {
   m.layer_scale = c.layer_scale;
 }
 
-void build_model(Experiment& e, const Config& config) {
-  const Dataset& train = *e.data.train;
+}  // namespace
+
+ModelOptions model_options_for(const Config& config, int64_t channels, int64_t num_classes,
+                               int64_t image_size) {
   ModelOptions m;
   m.name = config.model.name;
-  m.in_channels = config.model.in_channels > 0 ? config.model.in_channels : train.channels();
-  m.num_classes = config.model.num_classes > 0 ? config.model.num_classes : train.num_classes();
-  m.image_size = train.height();
+  m.in_channels = config.model.in_channels > 0 ? config.model.in_channels : channels;
+  m.num_classes = config.model.num_classes > 0 ? config.model.num_classes : num_classes;
+  m.image_size = image_size;
   // "auto" picks a ResNet's stem by image size; other models have no stem choice (a set one reaches
   // them, and ConvNeXt refuses it).
   const bool has_stem = model_has_stem_choice(config.model.name);
   const StemChoice stem = config.model.stem != StemChoice::automatic ? config.model.stem
                           : !has_stem                                ? StemChoice::imagenet
-                          : train.height() <= 64                     ? StemChoice::cifar
+                          : image_size <= 64                         ? StemChoice::cifar
                                                                      : StemChoice::imagenet;
   m.stem = setting_name(stem);
   m.dropout = config.model.dropout;
   set_transformer_options(m, config.model);
   m.seed = static_cast<uint64_t>(config.train.seed);
+  return m;
+}
+
+namespace {
+
+void build_model(Experiment& e, const Config& config) {
+  const Dataset& train = *e.data.train;
+  ModelOptions m = model_options_for(config, train.channels(), train.num_classes(), train.height());
   e.dropout_generator =
       std::make_shared<Generator>(static_cast<uint64_t>(config.train.seed) ^ 0x9e3779b97f4a7c15ull);
   m.dropout_generator = e.dropout_generator;

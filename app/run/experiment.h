@@ -8,6 +8,7 @@
 #include "app/config/config.h"
 #include "app/run/datasets.h"
 #include "app/run/device_setup.h"
+#include "nn/models/registry.h"
 #include "nn/modules/module.h"
 #include "nn/optim/lr_schedule.h"
 #include "nn/optim/optimizer.h"
@@ -40,6 +41,12 @@ struct Experiment {
 
 // The samples of one optimizer step over all ranks: data.batch_size x grad_accum_steps x world_size.
 int64_t global_batch(const Config& config, int world_size);
+
+// The options create_model gets for `config` on images of `channels` x image_size x image_size in
+// `num_classes` classes (the dataset's, unless model.in_channels / num_classes set them): what
+// build_experiment builds, and `trainer predict` / `export` rebuild from a model card without the data.
+ModelOptions model_options_for(const Config& config, int64_t channels, int64_t num_classes,
+                               int64_t image_size);
 
 // Builds everything with the model on `device`; with_optimizer=false skips the optimizer and schedule
 // (evaluation). local_world_size: the ranks on this node (ProcessEnv::local_world_size, read at start-up).

@@ -14,6 +14,7 @@
 #include "app/run/evaluate.h"
 #include "app/run/experiment.h"
 #include "app/run/loader_workers.h"
+#include "app/run/model_card.h"
 #include "app/run/run_directory.h"
 #include "app/train/divergence.h"
 #include "app/train/host_readback.h"
@@ -135,8 +136,8 @@ std::string rescue_final_checkpoint(TrainingRun& run, const std::string& failure
   if (!same_directory(rescue_dir, run.files.ckpt_dir)) {
     try {
       CheckpointManager rescue(rescue_dir, run.context.config.checkpoint);
-      const std::string path =
-          rescue.save(*run.experiment.model, *run.experiment.optimizer, run.state, run.files.config_toml);
+      const std::string path = rescue.save(*run.experiment.model, *run.experiment.optimizer, run.state,
+                                           run.files.config_toml, model_card_of(run.experiment));
       return what + "; it was written to " + path + " instead. HINT: continue with --resume " + path +
              " (or --resume auto) once checkpoint.dir has room, or use its model.safetensors";
     } catch (const std::exception& e) {
@@ -177,7 +178,8 @@ void save_checkpoint(TrainingRun& run, bool final) {
     st.rng_states.assign(pg.world_size(), dropout_state);
     try {
       if (Heartbeat* h = pg.heartbeat()) h->set_phase("checkpoint");
-      const std::string path = run.checkpoints->save(*e.model, *e.optimizer, st, run.files.config_toml);
+      const std::string path =
+          run.checkpoints->save(*e.model, *e.optimizer, st, run.files.config_toml, model_card_of(e));
       run.reporter.log.line("checkpoint: " + path);
     } catch (const std::exception& err) {
       // The previous checkpoints are intact; by default a periodic failure (full disk, say) must not
@@ -561,7 +563,7 @@ int finish_run(TrainingRun& run) {
     summary.weights = run.files.ckpt_dir + "/final.safetensors";
     if (run.context.writer()) {
       try {
-        save_weights(summary.weights, *run.experiment.model);
+        save_weights(summary.weights, *run.experiment.model, model_card_of(run.experiment));
       } catch (const std::exception& err) {
         throw CheckpointError("weights " + summary.weights + " not written: " + err.what() +
                               "; the final checkpoint holds the same weights: " + run.files.ckpt_dir + "/" +

@@ -18,6 +18,7 @@ class GELU : public Module {
  public:
   explicit GELU(F::GeluApproximation approximate = F::GeluApproximation::none) : approximate_(approximate) {}
   Variable forward(const Variable& x) override;
+  F::GeluApproximation approximate() const { return approximate_; }  // the form (ONNX export reads it)
 
  private:
   F::GeluApproximation approximate_;
