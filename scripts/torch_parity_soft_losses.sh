@@ -6,7 +6,11 @@
 set -euo pipefail
 build=${1:?BUILD_DIR}
 here=$(cd "$(dirname "$0")" && pwd)
-if ! python3 -c 'import torch' 2>/dev/null; then
+python=""
+for p in python3 /usr/bin/python3; do  # a pyenv python3 first on PATH may lack Debian's modules
+  if "$p" -c 'import torch' 2>/dev/null; then python=$p; break; fi
+done
+if [ -z "$python" ]; then
   echo "torch_parity_soft_losses: PyTorch not found (apt-get install python3-torch): skipped"
   exit 77
 fi
@@ -18,4 +22,4 @@ fi
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 "$build/soft_losses_parity" "$out"
-python3 "$here/torch_parity_soft_losses.py" "$out"
+"$python" "$here/torch_parity_soft_losses.py" "$out"

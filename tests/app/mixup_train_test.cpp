@@ -62,9 +62,11 @@ TEST_F(MixupTrain, MixupCutmixAndLabelSmoothingTrain) {
 // losses and final weights bit-identical.
 TEST_F(MixupTrain, ResumeAfterSigtermIsBitExact) {
   if (!have_fashion_mnist()) GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed";
-  const std::string extra = "--set train.loss=bce --set data.repeated_augmentations=3";
+  // 20 steps (a later --set wins), stopped after 13: the checkpoint of step 10 and 3 steps past it.
+  const std::string extra =
+      "--set train.max_steps=20 --set train.loss=bce --set data.repeated_augmentations=3";
   ASSERT_EQ(run_trainer(args("full", extra)).exit_code, 0);
-  const RunResult killed = run_trainer(args("cut", extra), "TRAINER_TEST_SIGTERM_AT_STEP=17");
+  const RunResult killed = run_trainer(args("cut", extra), "TRAINER_TEST_SIGTERM_AT_STEP=13");
   EXPECT_EQ(killed.exit_code, 128 + 15) << killed.output;
   const RunResult resumed = run_trainer(args("cut", extra + " --resume auto"));
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
@@ -73,6 +75,19 @@ TEST_F(MixupTrain, ResumeAfterSigtermIsBitExact) {
             trainer::testing::without_wall_time(read_file(dir_ / "cut/train_steps.csv")));
   EXPECT_EQ(read_file(dir_ / "full/checkpoints/final.safetensors"),
             read_file(dir_ / "cut/checkpoints/final.safetensors"));
+}
+
+// Repeated augmentation on a dataset smaller than DeiT's rounding (floor(n / 256) * 256 per world) would
+// deal nothing: refused at start, naming the key.
+TEST_F(MixupTrain, RepeatedAugmentationOnATinyDatasetNamesTheKey) {
+  const std::string cfg = write_small_config("");
+  const RunResult r = run_trainer("train " + cfg +
+                                  " --set data.repeated_augmentations=3 --set data.synthetic_samples=200"
+                                  " --set train.run_dir=" +
+                                  run_dir("tiny"));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("data.repeated_augmentations"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("HINT"), std::string::npos) << r.output;
 }
 
 }  // namespace

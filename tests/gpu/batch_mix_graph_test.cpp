@@ -27,7 +27,7 @@ TEST(BatchMixGraph, ReplaysMixWithTheDrawsStagedBeforeThem) {
       .kind = LossKind::bce, .label_smoothing = 0.1, .draws = &mixer.draws(), .mix_images = true};
   mixer.stage(0, 0, 16, 16);
   Tensor mixed, value;
-  CudaGraph graph;
+  cuda::CudaGraph graph;
   graph.capture([&] {
     mixed = training_images(loss, images);
     value = training_loss(loss, Variable(logits), labels).data();
@@ -46,7 +46,9 @@ TEST(BatchMixGraph, ReplaysMixWithTheDrawsStagedBeforeThem) {
     const Tensor targets = cpu().mix_targets(host_labels, 10, 0.1, draws, DType::f32);
     const double cpu_loss = F::bce_with_logits(Variable(logits.to(Device::cpu())), targets).item();
     EXPECT_NEAR(value.item(), cpu_loss, 1e-6) << "step " << step;
-    if (!previous.empty() && mixer.last().lambda < 1.0) EXPECT_NE(got, previous);
+    if (!previous.empty() && mixer.last().lambda < 1.0) {
+      EXPECT_NE(got, previous);
+    }
     previous = got;
   }
 }
