@@ -4,6 +4,9 @@
 // both alphas are set (else the one that is), lambda ~ Beta(alpha, alpha). CutMix pastes a box of
 // sqrt(1 - lambda) of each side, centred uniformly and clipped to the image, and corrects lambda to
 // the box's true area (timm's correct_lam). The targets are smoothed one-hots mixed by lambda.
+// Where we differ: timm refuses an odd batch; here its middle sample is its own partner and stays as it
+// is (an epoch's last batch may be odd). timm's cutmix_minmax, per-sample ("elem", "pair") modes and
+// BCE's target_threshold are not offered.
 //
 // The draws of a step are a function of (seed, step, micro-batch) only: every rank draws the same, a
 // resumed run draws what the uninterrupted one did, and nothing depends on the order of other random
