@@ -78,8 +78,7 @@ struct TrainConfig {
   std::int64_t seed = 0;
   int grad_accum_steps = 1;
   double label_smoothing = 0.0;
-  LossKind loss =
-      LossKind::cross_entropy;       // cross_entropy | bce (train-time; evaluation keeps cross-entropy)
+  LossKind loss = LossKind::cross_entropy;  // cross_entropy | bce; training only
   double loss_scale_init = 65536.0;  // fp16: the dynamic loss scale's first value (GradScaler's init_scale)
   int log_every_steps = 50;
   int eval_every_epochs = 1;  // 0 = only at the end
