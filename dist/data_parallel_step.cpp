@@ -37,6 +37,9 @@ bool update_with_host_scaler(const StepParts& parts, std::optional<double> lr) {
 
 Variable forward_loss(const StepParts& parts, const Tensor& images, const Tensor& labels) {
   AutocastScope autocast(parts.autocast);
+  if (parts.soft_loss)  // the mixing kernels read the staged draws on the device: captured with the step
+    return training_loss(*parts.soft_loss, parts.model(Variable(training_images(*parts.soft_loss, images))),
+                         labels);
   return F::cross_entropy(parts.model(Variable(images)), labels, parts.label_smoothing);
 }
 

@@ -15,6 +15,7 @@
 #include "nn/autograd/variable.h"
 #include "nn/modules/module.h"
 #include "nn/optim/optimizer.h"
+#include "nn/training_loss.h"
 
 namespace trainer {
 
@@ -28,6 +29,10 @@ struct StepParts {
   const std::vector<Variable>& params;
   std::optional<DType> autocast;  // the precision policy's forward dtype (bf16/fp16), none otherwise
   double label_smoothing = 0.0;
+  // Soft targets (Mixup/CutMix, loss "bce"): the images are mixed and the loss formed from the draws
+  // this points at (staged on the device before each micro-batch). Null: plain cross-entropy with
+  // label_smoothing above.
+  const TrainingLoss* soft_loss = nullptr;
   double clip_grad_norm = 0.0;  // 0: no clipping
   int accum = 1;                // micro-batches per optimizer step
   // Read each micro-batch's loss on the host before its backward, and stop the step at one that is not

@@ -285,6 +285,32 @@ class Backend {
   // Index of the largest logit per row, i64 [N].
   virtual Tensor argmax(const Tensor& logits) = 0;
 
+  // ---- soft-target losses (nn/cpu/soft_target_loss.cpp): logits [N, K], targets [N, K] floating (a
+  // distribution per row: smoothed and mixed one-hots, mix_targets' output). Sums in double.
+  // Cross-entropy against the targets: {per-sample loss [N] = -sum_k t_ik log_softmax(x_i)_k, softmax
+  // probabilities [N, K]} (timm's SoftTargetCrossEntropy before its mean over the batch).
+  virtual std::pair<Tensor, Tensor> soft_cross_entropy(const Tensor& logits, const Tensor& targets) = 0;
+  // d(sum_i w_i * loss_i)/d logits = w_i * (p_ik * sum_k t_ik - t_ik), with w = grad_loss [N].
+  virtual Tensor soft_cross_entropy_backward(const Tensor& grad_loss, const Tensor& probs,
+                                             const Tensor& targets) = 0;
+  // Binary cross-entropy with logits, averaged over the K classes of each sample: loss_i = mean_k
+  // (max(x, 0) - x t + log(1 + exp(-|x|))) [N], so its mean over N is torch's reduction="mean".
+  virtual Tensor bce_with_logits(const Tensor& logits, const Tensor& targets) = 0;
+  // d(sum_i w_i * loss_i)/d logits = w_i * (sigmoid(x_ik) - t_ik) / K.
+  virtual Tensor bce_with_logits_backward(const Tensor& grad_loss, const Tensor& logits,
+                                          const Tensor& targets) = 0;
+
+  // ---- batch mixing (nn/cpu/batch_mix.cpp): Mixup and CutMix of a batch with its reverse (timm's
+  // mode "batch"). `draws` is f64 [kMixDrawValues] on the batch's device (nn/batch_mix_math.h: cutmix
+  // flag, lambda, box), read there by the kernels so a captured step takes new draws on every replay.
+  // images [N, C, H, W] floating, any layout -> the mixed batch in the same layout: sample i becomes
+  // lam * x_i + (1 - lam) * x_{N-1-i} (mixup) or x_i with the box's pixels of x_{N-1-i} (cutmix).
+  virtual Tensor mix_images(const Tensor& images, const Tensor& draws) = 0;
+  // labels i64 [N] -> targets [N, classes] in `dtype`: lam * smooth(onehot(y_i)) + (1 - lam) *
+  // smooth(onehot(y_{N-1-i})), smooth(t) = t * (1 - eps) + eps / classes (timm's mixup_target).
+  virtual Tensor mix_targets(const Tensor& labels, int64_t classes, double label_smoothing,
+                             const Tensor& draws, DType dtype) = 0;
+
   // ---- random (nn/cpu/random.cpp): mask of 0 or 1/(1-p), the dropout multiplier.
   virtual Tensor dropout_mask(const Shape& shape, double p, DType dtype, Generator& gen) = 0;
 

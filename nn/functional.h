@@ -117,6 +117,12 @@ Variable scaled_dot_product_attention(const Variable& q, const Variable& k, cons
 Variable cross_entropy(const Variable& logits, const Tensor& targets, double label_smoothing = 0.0);
 // Number of samples whose target is among the top-k logits.
 int64_t topk_correct(const Tensor& logits, const Tensor& targets, int k);
+// Losses against soft targets [N, K] (smoothed and mixed one-hots, Backend::mix_targets), averaged over
+// the batch: -sum_k t_k log_softmax(x)_k (timm's SoftTargetCrossEntropy), and binary cross-entropy with
+// logits averaged over every element (torch's binary_cross_entropy_with_logits, reduction "mean").
+// Gradients flow to the logits only; half logits are cast to f32 under autocast, as cross_entropy's.
+Variable soft_cross_entropy(const Variable& logits, const Tensor& targets);
+Variable bce_with_logits(const Variable& logits, const Tensor& targets);
 
 }  // namespace F
 }  // namespace trainer

@@ -436,7 +436,7 @@ void Loader::throw_if_problems() {
 bool Config::operator==(const Config& other) const {
   return model == other.model && data == other.data && train == other.train && optim == other.optim &&
          schedule == other.schedule && dist == other.dist && checkpoint == other.checkpoint &&
-         metrics == other.metrics;
+         metrics == other.metrics && mixup == other.mixup;
 }
 
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {

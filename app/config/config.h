@@ -62,6 +62,7 @@ struct DataConfig {
   BadSamplePolicy bad_samples = BadSamplePolicy::error;  // error | skip: what an unreadable image does
   CacheMode cache = CacheMode::none;  // none | encoded | decoded: image_folder files kept in memory
   std::int64_t cache_bytes = -1;      // per node; -1 = a quarter of MemAvailable
+  int repeated_augmentations = 1;     // DeiT's RASampler: each sample k times per epoch; 1 = off
   bool operator==(const DataConfig&) const = default;
 };
 
@@ -77,6 +78,7 @@ struct TrainConfig {
   std::int64_t seed = 0;
   int grad_accum_steps = 1;
   double label_smoothing = 0.0;
+  LossKind loss = LossKind::cross_entropy;  // cross_entropy | bce; training only
   double loss_scale_init = 65536.0;  // fp16: the dynamic loss scale's first value (GradScaler's init_scale)
   int log_every_steps = 50;
   int eval_every_epochs = 1;  // 0 = only at the end
@@ -136,6 +138,15 @@ struct CheckpointConfig {
   bool operator==(const CheckpointConfig&) const = default;
 };
 
+// Mixup / CutMix per batch with timm's semantics (nn/batch_mix.h); off while both alphas are 0.
+struct MixupConfig {
+  double mixup_alpha = 0.0;
+  double cutmix_alpha = 0.0;
+  double prob = 1.0;         // of mixing a batch
+  double switch_prob = 0.5;  // of CutMix rather than Mixup when both alphas are set
+  bool operator==(const MixupConfig&) const = default;
+};
+
 struct MetricsConfig {
   int port = 0;            // 0 = off; rank r serves on port + LOCAL_RANK
   std::string host_label;  // empty = hostname
@@ -155,6 +166,7 @@ struct Config {
   DistConfig dist;
   CheckpointConfig checkpoint;
   MetricsConfig metrics;
+  MixupConfig mixup;
 
   // Provenance, filled by load_config. Not part of the settings, so operator== ignores it.
   std::string source_path;  // the config file as given on the command line

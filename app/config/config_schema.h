@@ -68,8 +68,8 @@ std::string closest(const std::string& word, const std::vector<std::string>& can
 // Config::origin of a key that was not written anywhere.
 inline constexpr const char* kDefaultOrigin = "(default)";
 
-inline constexpr const char* kSections[] = {"model",    "data", "train",      "optim",
-                                            "schedule", "dist", "checkpoint", "metrics"};
+inline constexpr const char* kSections[] = {"model", "data",       "train",   "optim", "schedule",
+                                            "dist",  "checkpoint", "metrics", "mixup"};
 
 // One visitor per [table], each taking that table's struct (const or not) and calling
 // visit(section, key, member, rule) for its keys in schema (and file) order.
@@ -119,6 +119,7 @@ void visit_data_fields(Data& d, Visit&& visit) {
   visit("data", "bad_samples", d.bad_samples, one_of(setting_names<BadSamplePolicy>()));
   visit("data", "cache", d.cache, one_of(setting_names<CacheMode>()));
   visit("data", "cache_bytes", d.cache_bytes, or_special(at_least(0), -1, "a quarter of MemAvailable"));
+  visit("data", "repeated_augmentations", d.repeated_augmentations, at_least(1));
 }
 
 template <typename Train, typename Visit>
@@ -134,6 +135,7 @@ void visit_train_fields(Train& t, Visit&& visit) {
   visit("train", "seed", t.seed, at_least(0));
   visit("train", "grad_accum_steps", t.grad_accum_steps, at_least(1));
   visit("train", "label_smoothing", t.label_smoothing, half_open(0, 1));
+  visit("train", "loss", t.loss, one_of(setting_names<LossKind>()));
   visit("train", "loss_scale_init", t.loss_scale_init, open_closed(0, 1e38));
   visit("train", "log_every_steps", t.log_every_steps, at_least(1));
   visit("train", "eval_every_epochs", t.eval_every_epochs, at_least(0));
@@ -200,6 +202,14 @@ void visit_metrics_fields(Metrics& m, Visit&& visit) {
   visit("metrics", "run", m.run, any());
 }
 
+template <typename Mixup, typename Visit>
+void visit_mixup_fields(Mixup& m, Visit&& visit) {
+  visit("mixup", "mixup_alpha", m.mixup_alpha, at_least(0));
+  visit("mixup", "cutmix_alpha", m.cutmix_alpha, at_least(0));
+  visit("mixup", "prob", m.prob, closed(0, 1));
+  visit("mixup", "switch_prob", m.switch_prob, closed(0, 1));
+}
+
 // Calls visit(section, key, member, rule) for every key in schema (and file) order. C is Config or
 // const Config, so one list serves readers and writers.
 template <typename C, typename Visit>
@@ -212,6 +222,7 @@ void visit_fields(C& c, Visit&& visit) {
   visit_dist_fields(c.dist, visit);
   visit_checkpoint_fields(c.checkpoint, visit);
   visit_metrics_fields(c.metrics, visit);
+  visit_mixup_fields(c.mixup, visit);
 }
 
 }  // namespace trainer::config_schema

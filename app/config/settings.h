@@ -11,6 +11,7 @@
 #include "data/bad_samples.h"
 #include "data/cache_mode.h"
 #include "nn/amp/precision_policy.h"
+#include "nn/loss_kind.h"
 #include "nn/optim/lr_schedule.h"
 
 namespace trainer {
@@ -86,6 +87,11 @@ template <>
 struct SettingNames<Precision> {
   static constexpr Precision values[] = {Precision::fp32, Precision::tf32, Precision::bf16, Precision::fp16};
   static std::string name(Precision v) { return std::string(precision_name(v)); }
+};
+template <>
+struct SettingNames<LossKind> {
+  static constexpr LossKind values[] = {LossKind::cross_entropy, LossKind::bce};
+  static std::string name(LossKind v) { return std::string(loss_kind_name(v)); }
 };
 
 template <class E>

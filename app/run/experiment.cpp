@@ -5,6 +5,7 @@
 #include "app/common/format.h"
 #include "app/run/device_setup.h"
 #include "data/distributed_sampler.h"
+#include "data/repeated_aug_sampler.h"
 #include "nn/models/registry.h"
 #include "nn/optim/adamw.h"
 #include "nn/optim/sgd.h"
@@ -127,12 +128,25 @@ void build_model(Experiment& e, const Config& config) {
   if (e.precision.input_format == MemoryFormat::channels_last) e.model->to(MemoryFormat::channels_last);
 }
 
+// This rank's share of an epoch's samples, as the sampler will deal them (the same on every rank).
+int64_t samples_per_rank(const Experiment& e, const Config& config) {
+  if (config.data.repeated_augmentations == 1)
+    return DistributedSampler(e.data.train->size(), e.world_size, e.rank, config.data.shuffle, 0,
+                              config.data.drop_last)
+        .num_samples();
+  try {
+    return RepeatedAugSampler(e.data.train->size(), e.world_size, e.rank, config.data.shuffle, 0,
+                              config.data.repeated_augmentations)
+        .num_samples();
+  } catch (const std::invalid_argument& err) {
+    throw config_error_at(config, "data.repeated_augmentations", err.what());
+  }
+}
+
 // Steps per epoch come from this rank's share of the samples, as the sampler will deal them.
 void count_steps(Experiment& e, const Config& config) {
-  DistributedSampler sampler(e.data.train->size(), e.world_size, e.rank, config.data.shuffle, 0,
-                             config.data.drop_last);
-  const int64_t batches =
-      steps_per_epoch(sampler.num_samples(), config.data.batch_size, config.data.drop_last);
+  const int64_t per_rank = samples_per_rank(e, config);
+  const int64_t batches = steps_per_epoch(per_rank, config.data.batch_size, config.data.drop_last);
   e.steps_per_epoch = batches / config.train.grad_accum_steps;
   if (e.steps_per_epoch < 1)
     throw config_error_at(config, "data.batch_size",

@@ -7,6 +7,8 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <stdexcept>
+#include <vector>
 
 #include "app/common/format.h"
 #include "app/run/checkpoint.h"
@@ -493,16 +495,33 @@ void summarize_epoch(TrainingRun& run, int epoch, const EpochProgress& progress)
       run.step.scaler->scale());
 }
 
+// This rank's indices for the epoch, from the first sample not yet dealt (a world-size change's offset).
+// Repeated augmentation deals whole epochs only: its repeated list has no meaning at another world size.
+std::vector<int64_t> epoch_indices(TrainingRun& run, int epoch) {
+  const int64_t offset = run.state.epoch_sample_offset;
+  if (!run.repeated_sampler) {
+    run.sampler->set_epoch(epoch);
+    return run.sampler->indices_from(offset);
+  }
+  if (offset != 0)
+    throw std::runtime_error(
+        fmt("data.repeated_augmentations: the checkpoint was written at another world size mid-epoch "
+            "(offset %lld); repeated augmentation cannot re-shard an epoch. HINT: resume at the checkpoint's "
+            "world size, or from an epoch-end checkpoint",
+            static_cast<long long>(offset)));
+  run.repeated_sampler->set_epoch(epoch);
+  return run.repeated_sampler->indices();
+}
+
 // One epoch, st.epoch: its steps from st.batch_in_epoch on, then the train loss over the ranks, the
 // evaluation, the epoch's log line and a periodic checkpoint.
 EpochEnd run_epoch(TrainingRun& run) {
   TrainingState& st = run.state;
   const int epoch = static_cast<int>(st.epoch);
-  run.sampler->set_epoch(epoch);
   LoaderOptions lo =
       epoch_loader_options(run.context.config, run.context.env.local_world_size, epoch, st.batch_in_epoch);
   lo.allocate_batch = batch_allocator_for(input_device(run.context));
-  DataLoader loader(run.experiment.data.train, run.sampler->indices_from(st.epoch_sample_offset), lo);
+  DataLoader loader(run.experiment.data.train, epoch_indices(run, epoch), lo);
   const Normalization& norm = run.experiment.normalization;
   DevicePrefetcher input(loader, input_device(run.context),
                          {norm.mean, norm.std, run.context.precision.input_format});

@@ -47,6 +47,13 @@ bool fetch_micro_batch(TrainingRun& run, DevicePrefetcher& input, MicroBatch& mb
   return true;
 }
 
+// Mixup/CutMix: the draws of (step, micro-batch) staged on the device ahead of the micro-batch's forward,
+// which reads them there (eagerly or replayed). A function of the step alone: every rank stages the same.
+void stage_mix_draws(TrainingRun& run, int micro, const Tensor& images) {
+  if (run.step.mixer && run.step.soft_loss.mix_images)
+    run.step.mixer->stage(run.state.step, micro, images.size(2), images.size(3));
+}
+
 // What a step's micro-batch adds to the counters.
 void count_micro_batch(TrainingRun& run, const MicroBatch& mb, StepResult& result) {
   run.state.samples_seen += mb.batch->labels.numel() * run.experiment.world_size;
@@ -120,6 +127,7 @@ std::optional<StepResult> eager_step(TrainingRun& run, DevicePrefetcher& input, 
       if (!fetch_micro_batch(run, input, current)) return std::nullopt;
     }
     count_micro_batch(run, current, result);
+    stage_mix_draws(run, micro, current.images);
     return StepInput{current.images, current.labels};
   };
   result.lr = step_lr(run.experiment, run.state);
@@ -161,6 +169,7 @@ StepResult graphed_step(TrainingRun& run, MicroBatch mb) {
   StepResult result;
   run.reporter.timer->begin(Phase::graph);
   graph.load(mb.images, mb.labels);
+  stage_mix_draws(run, 0, mb.images);
   result.lr = step_lr(run.experiment, run.state);
   set_step_lr(optimizer, result.lr);  // the graph reads it from the device (use_device_scalars)
   if (graph.captured()) {

@@ -334,6 +334,34 @@ void set_up_step_graph(TrainingRun& run) {
                                : ""));
 }
 
+// Mixup/CutMix and the BCE loss: the draws' tensor on the device, the loss the step forms, a log line.
+void set_up_soft_targets(TrainingRun& run) {
+  const Config& config = run.context.config;
+  const MixSettings mix{.mixup_alpha = config.mixup.mixup_alpha,
+                        .cutmix_alpha = config.mixup.cutmix_alpha,
+                        .prob = config.mixup.prob,
+                        .switch_prob = config.mixup.switch_prob};
+  if (!mix.enabled() && config.train.loss == LossKind::cross_entropy) return;
+  StepMachinery& step = run.step;
+  step.mixer =
+      std::make_unique<BatchMixer>(mix, static_cast<uint64_t>(config.train.seed), run.context.device);
+  step.soft_loss = TrainingLoss{.kind = config.train.loss,
+                                .label_smoothing = config.train.label_smoothing,
+                                .draws = &step.mixer->draws(),
+                                .mix_images = mix.enabled()};
+  run.reporter.log.line(
+      fmt("loss: %s on soft targets (label smoothing %g)%s",
+          std::string(loss_kind_name(config.train.loss)).c_str(), config.train.label_smoothing,
+          mix.enabled()
+              ? fmt("; mixup alpha %g, cutmix alpha %g, prob %g, switch prob %g: batches mixed on the %s, "
+                    "draws from (seed, step)%s",
+                    mix.mixup_alpha, mix.cutmix_alpha, mix.prob, mix.switch_prob,
+                    run.context.device.is_cuda() ? "GPU" : "CPU",
+                    run.step.graph ? ", read on the device by the CUDA graph" : "")
+                    .c_str()
+              : ""));
+}
+
 // ---- the step: its parts, the losses' way back to the host, the sampler, the loop's state
 void set_up_step(TrainingRun& run) {
   const RunContext& context = run.context;
@@ -355,6 +383,7 @@ void set_up_step(TrainingRun& run) {
   if (config.train.cudnn_batchnorm)
     reporter.log.line("cuDNN batch norm: " + cudnn_batchnorm_state(config, context.device));
   step.params = run.experiment.model->parameters();
+  set_up_soft_targets(run);
   step.parts.emplace(StepParts{
       .model = *run.experiment.model,
       .optimizer = *run.experiment.optimizer,
@@ -364,6 +393,7 @@ void set_up_step(TrainingRun& run) {
       .params = step.params,
       .autocast = context.precision.autocast,
       .label_smoothing = config.train.label_smoothing,
+      .soft_loss = step.mixer ? &step.soft_loss : nullptr,
       .clip_grad_norm = config.optim.clip_grad_norm,
       .accum = config.train.grad_accum_steps,
       // On the CPU a loss read costs nothing: a NaN stops the run before its update. A GPU's losses come
@@ -377,6 +407,10 @@ void set_up_step(TrainingRun& run) {
   });
   run.sampler.emplace(run.experiment.data.train->size(), run.experiment.world_size, context.rank(),
                       config.data.shuffle, static_cast<uint64_t>(config.train.seed), config.data.drop_last);
+  if (config.data.repeated_augmentations > 1)
+    run.repeated_sampler.emplace(run.experiment.data.train->size(), run.experiment.world_size, context.rank(),
+                                 config.data.shuffle, static_cast<uint64_t>(config.train.seed),
+                                 config.data.repeated_augmentations);
   reporter.summary.world_size = run.experiment.world_size;
   reporter.summary.run_dir = run.files.run_dir;
   reporter.summary.best_test_accuracy = run.state.best_accuracy;

@@ -21,6 +21,7 @@
 #include "app/train/summary.h"
 #include "app/train/train_loop.h"
 #include "data/distributed_sampler.h"
+#include "data/repeated_aug_sampler.h"
 #include "dist/data_parallel_step.h"
 #include "dist/gradient_reducer.h"
 #include "dist/heartbeat.h"
@@ -35,6 +36,8 @@
 #include "metrics/step_timer.h"
 #include "nn/amp/loss_scaler.h"
 #include "nn/amp/precision_policy.h"
+#include "nn/batch_mix.h"
+#include "nn/training_loss.h"
 
 namespace trainer {
 
@@ -119,6 +122,10 @@ struct StepMachinery {
   // train.cuda_graph: the captured step; null when every step runs eagerly. It goes before the process
   // group (leave_process_group, and the destructor's order).
   std::unique_ptr<StepGraph> graph;
+  // Soft targets (mixup.*, train.loss = "bce"): the draws' device tensor and the loss the step forms
+  // from them (parts->soft_loss points here); null / unused otherwise.
+  std::unique_ptr<BatchMixer> mixer;
+  TrainingLoss soft_loss;
 };
 
 // The loop's decisions between steps and epochs.
@@ -149,6 +156,7 @@ struct TrainingRun {
   TrainingState state;  // where training is: step, epoch, samples, losses (what a checkpoint holds)
   StepMachinery step;
   std::optional<DistributedSampler> sampler;
+  std::optional<RepeatedAugSampler> repeated_sampler;  // data.repeated_augmentations > 1: deals instead
   LoopState loop;
 };
 

@@ -310,7 +310,12 @@ TEST_F(TrainCommand, ConfigCommandPrintsResolvedKeysWithSources) {
   RunResult r = run_trainer("config " + write_config() + " --set optim.lr=0.2");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("optim.lr"), std::string::npos);
-  EXPECT_NE(r.output.find("0.2           [--set]"), std::string::npos) << r.output;
+  // The columns are as wide as the longest key and value: find optim.lr's line, then its value and source.
+  const size_t line = r.output.find("\noptim.lr ");
+  ASSERT_NE(line, std::string::npos) << r.output;
+  const std::string row = r.output.substr(line + 1, r.output.find('\n', line + 1) - line - 1);
+  EXPECT_NE(row.find(" 0.2 "), std::string::npos) << row;
+  EXPECT_NE(row.find("[--set]"), std::string::npos) << row;
 }
 
 }  // namespace

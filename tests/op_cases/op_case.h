@@ -115,6 +115,7 @@ std::vector<OpCase> pool_cases();
 std::vector<OpCase> batch_norm_cases();
 std::vector<OpCase> loss_optim_cases();
 std::vector<OpCase> transformer_cases();
+std::vector<OpCase> soft_target_cases();
 
 // The case's inputs, drawn from `seed` in f64 (fixed dtypes as given), on the host.
 Tensors make_inputs(const OpCase& c, uint64_t seed);

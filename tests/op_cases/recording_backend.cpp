@@ -259,6 +259,39 @@ Tensor RecordingBackend::dropout_mask(const Shape& shape, double p, DType dtype,
   return inner_.dropout_mask(shape, p, dtype, gen);
 }
 
+std::pair<Tensor, Tensor> RecordingBackend::soft_cross_entropy(const Tensor& logits, const Tensor& targets) {
+  called_.insert("soft_cross_entropy");
+  return inner_.soft_cross_entropy(logits, targets);
+}
+
+Tensor RecordingBackend::soft_cross_entropy_backward(const Tensor& grad_loss, const Tensor& probs,
+                                                     const Tensor& targets) {
+  called_.insert("soft_cross_entropy_backward");
+  return inner_.soft_cross_entropy_backward(grad_loss, probs, targets);
+}
+
+Tensor RecordingBackend::bce_with_logits(const Tensor& logits, const Tensor& targets) {
+  called_.insert("bce_with_logits");
+  return inner_.bce_with_logits(logits, targets);
+}
+
+Tensor RecordingBackend::bce_with_logits_backward(const Tensor& grad_loss, const Tensor& logits,
+                                                  const Tensor& targets) {
+  called_.insert("bce_with_logits_backward");
+  return inner_.bce_with_logits_backward(grad_loss, logits, targets);
+}
+
+Tensor RecordingBackend::mix_images(const Tensor& images, const Tensor& draws) {
+  called_.insert("mix_images");
+  return inner_.mix_images(images, draws);
+}
+
+Tensor RecordingBackend::mix_targets(const Tensor& labels, int64_t classes, double label_smoothing,
+                                     const Tensor& draws, DType dtype) {
+  called_.insert("mix_targets");
+  return inner_.mix_targets(labels, classes, label_smoothing, draws, dtype);
+}
+
 void RecordingBackend::sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, bool first_step,
                                 const SgdParams& p) {
   called_.insert("sgd_step");

@@ -80,6 +80,15 @@ class RecordingBackend final : public Backend {
   Tensor topk_correct(const Tensor& logits, const Tensor& targets, int k) override;
   Tensor argmax(const Tensor& logits) override;
   Tensor dropout_mask(const Shape& shape, double p, DType dtype, Generator& gen) override;
+  std::pair<Tensor, Tensor> soft_cross_entropy(const Tensor& logits, const Tensor& targets) override;
+  Tensor soft_cross_entropy_backward(const Tensor& grad_loss, const Tensor& probs,
+                                     const Tensor& targets) override;
+  Tensor bce_with_logits(const Tensor& logits, const Tensor& targets) override;
+  Tensor bce_with_logits_backward(const Tensor& grad_loss, const Tensor& logits,
+                                  const Tensor& targets) override;
+  Tensor mix_images(const Tensor& images, const Tensor& draws) override;
+  Tensor mix_targets(const Tensor& labels, int64_t classes, double label_smoothing, const Tensor& draws,
+                     DType dtype) override;
   void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, bool first_step,
                 const SgdParams& p) override;
   void sgd_step_many(const std::vector<SgdUpdate>& updates, const SgdParams& p) override;
