@@ -12,6 +12,15 @@ double radians(double degrees) { return degrees * std::numbers::pi / 180.0; }
 
 double degrees(double radians) { return radians * 180.0 / std::numbers::pi; }
 
+// nearbyint (halves to even, as grid_sample's nearest rounds) without a library call: adding and
+// subtracting 1.5 * 2^23 leaves the float rounded to an integer in the default rounding mode, exact
+// for |x| < 2^22, far beyond any image's coordinates; larger values are outside the image anyway.
+float round_half_even(float x) {
+  constexpr float kShift = 12582912.0f;  // 1.5 * 2^23
+  if (!(std::fabs(x) < 4194304.0f)) return x;
+  return (x + kShift) - kShift;  // not folded: the build keeps IEEE semantics (no -ffast-math)
+}
+
 }  // namespace
 
 std::array<double, 6> inverse_affine_matrix(double center_x, double center_y, double angle_degrees,
@@ -49,16 +58,15 @@ void warp_affine_nearest(uint8_t* hwc, ImageSize size, const std::array<double, 
     for (int64_t j = 0; j < w; ++j) {
       const float xc = -half_w + 0.5f + static_cast<float>(j);
       const float gx = (xc * x0 + yc * x1) + x2, gy = (xc * y0 + yc * y1) + y2;
-      // Halves round to even, as grid_sample's nearest does (nearbyint).
-      const float sx = std::nearbyint(((gx + 1.0f) * fw - 1.0f) / 2.0f);
-      const float sy = std::nearbyint(((gy + 1.0f) * fh - 1.0f) / 2.0f);
+      const float sx = round_half_even(((gx + 1.0f) * fw - 1.0f) / 2.0f);
+      const float sy = round_half_even(((gy + 1.0f) * fh - 1.0f) / 2.0f);
       uint8_t* out = hwc + (i * w + j) * c;
       if (sx < 0 || sy < 0 || sx >= fw || sy >= fh) {
         std::memset(out, 0, static_cast<size_t>(c));
         continue;
       }
       const uint8_t* in = scratch.data() + (static_cast<int64_t>(sy) * w + static_cast<int64_t>(sx)) * c;
-      std::memcpy(out, in, static_cast<size_t>(c));
+      for (int64_t k = 0; k < c; ++k) out[k] = in[k];
     }
   }
 }

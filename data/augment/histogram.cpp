@@ -14,10 +14,20 @@ void posterize(uint8_t* hwc, ImageSize size, int bits) {
   for (int64_t i = 0; i < size.bytes(); ++i) hwc[i] &= mask;
 }
 
+namespace {
+
+// Every op here maps a byte to a byte: one table of 256, then a branch-free pass.
+void apply_table(uint8_t* bytes, int64_t count, const uint8_t (&table)[256]) {
+  for (int64_t i = 0; i < count; ++i) bytes[i] = table[bytes[i]];
+}
+
+}  // namespace
+
 void solarize(uint8_t* hwc, ImageSize size, double threshold) {
   const float at = static_cast<float>(threshold);
-  for (int64_t i = 0; i < size.bytes(); ++i)
-    if (static_cast<float>(hwc[i]) >= at) hwc[i] = static_cast<uint8_t>(255 - hwc[i]);
+  uint8_t table[256];
+  for (int v = 0; v < 256; ++v) table[v] = static_cast<uint8_t>(static_cast<float>(v) >= at ? 255 - v : v);
+  apply_table(hwc, size.bytes(), table);
 }
 
 void autocontrast(uint8_t* hwc, ImageSize size) {
@@ -30,10 +40,10 @@ void autocontrast(uint8_t* hwc, ImageSize size) {
     }
     if (lo == hi) continue;  // torchvision: an infinite scale becomes 1 with minimum 0, i.e. unchanged
     const float minimum = lo, scale = 255.0f / (static_cast<float>(hi) - minimum);
-    for (int64_t p = 0; p < size.pixels(); ++p) {
-      uint8_t& v = hwc[p * c + ch];
-      v = static_cast<uint8_t>(std::clamp((static_cast<float>(v) - minimum) * scale, 0.0f, 255.0f));
-    }
+    uint8_t table[256];
+    for (int v = 0; v < 256; ++v)
+      table[v] = static_cast<uint8_t>(std::clamp((static_cast<float>(v) - minimum) * scale, 0.0f, 255.0f));
+    for (int64_t p = 0; p < size.pixels(); ++p) hwc[p * c + ch] = table[hwc[p * c + ch]];
   }
 }
 
