@@ -402,7 +402,10 @@ void Loader::check_augment_keys(const Fail& fail) {
                                               std::to_string(a.magnitude_bins) + "), got " +
                                               std::to_string(a.randaugment_magnitude));
   }
-  if (a.color_jitter[3] > 0.5) {
+  if (!a.color_jitter.empty() && a.color_jitter.size() != 4) {
+    fail("augment.color_jitter", "must be [] (off) or [brightness, contrast, saturation, hue], got " +
+                                     std::to_string(a.color_jitter.size()) + " values");
+  } else if (!a.color_jitter.empty() && a.color_jitter[3] > 0.5) {
     fail("augment.color_jitter",
          "hue (the 4th value) must be <= 0.5, got " + schema::format_number(a.color_jitter[3]));
   }

@@ -72,11 +72,11 @@ struct AugmentSection {
   int randaugment_ops = 2;                     // RandAugment's num_ops
   int randaugment_magnitude = 9;               // a bin in [0, magnitude_bins)
   int magnitude_bins = 31;                     // RandAugment's and TrivialAugmentWide's num_magnitude_bins
-  std::vector<double> color_jitter = {0.0, 0.0, 0.0, 0.0};  // brightness, contrast, saturation, hue
-  double random_erasing = 0.0;                              // probability; 0 = off
-  std::vector<double> erasing_scale = {0.02, 0.33};         // area fraction, [min, max]
-  std::vector<double> erasing_ratio = {0.3, 3.3};           // aspect ratio h / w, [min, max]
-  ErasingValue erasing_value = ErasingValue::zero;          // zero | random
+  std::vector<double> color_jitter;            // [] = off, or [brightness, contrast, saturation, hue]
+  double random_erasing = 0.0;                 // probability; 0 = off
+  std::vector<double> erasing_scale = {0.02, 0.33};  // area fraction, [min, max]
+  std::vector<double> erasing_ratio = {0.3, 3.3};    // aspect ratio h / w, [min, max]
+  ErasingValue erasing_value = ErasingValue::zero;   // zero | random
   bool operator==(const AugmentSection&) const = default;
 };
 

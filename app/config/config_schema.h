@@ -127,7 +127,7 @@ void visit_augment_fields(Augment& a, Visit&& visit) {
   visit("augment", "randaugment_ops", a.randaugment_ops, at_least(0));
   visit("augment", "randaugment_magnitude", a.randaugment_magnitude, at_least(0));
   visit("augment", "magnitude_bins", a.magnitude_bins, at_least(2));
-  visit("augment", "color_jitter", a.color_jitter, exactly(4, at_least(0)));
+  visit("augment", "color_jitter", a.color_jitter, at_least(0));  // [] or 4 values: check_augment_keys
   visit("augment", "random_erasing", a.random_erasing, closed(0, 1));
   visit("augment", "erasing_scale", a.erasing_scale, exactly(2, open_closed(0, 1)));
   visit("augment", "erasing_ratio", a.erasing_ratio, exactly(2, greater_than(0)));

@@ -80,7 +80,8 @@ TEST_F(AugmentConfigTest, BadValuesNameTheirPosition) {
           .find(path + ":2:25: augment.randaugment_magnitude: must be < augment.magnitude_bins (31), got 31"),
       std::string::npos);
   EXPECT_NE(error_of("[augment]\ncolor_jitter = [0.4, 0.4, 0.4]\n")
-                .find(path + ":2:16: augment.color_jitter: must have exactly 4 elements, got 3"),
+                .find(path + ":2:16: augment.color_jitter: must be [] (off) or [brightness, contrast, "
+                             "saturation, hue], got 3 values"),
             std::string::npos);
   EXPECT_NE(error_of("[augment]\ncolor_jitter = [0.4, 0.4, 0.4, 0.6]\n")
                 .find(path + ":2:16: augment.color_jitter: hue (the 4th value) must be <= 0.5, got 0.6"),
