@@ -54,6 +54,7 @@ void apply_transforms(const TransformConfig& config, uint8_t* hwc, ImageSize siz
                       std::vector<uint8_t>& scratch) {
   if (config.crop_padding > 0) random_crop(hwc, size, config.crop_padding, gen, scratch);
   if (config.horizontal_flip) random_horizontal_flip(hwc, size, gen);
+  if (config.augment.enabled()) apply_augment(config.augment, hwc, size, gen, scratch);
 }
 
 }  // namespace trainer

@@ -5,23 +5,20 @@
 #include <cstdint>
 #include <vector>
 
+#include "data/augment/augment.h"
+#include "data/image_size.h"
 #include "nn/random.h"
 
 namespace trainer {
-
-struct ImageSize {
-  int64_t height = 0;
-  int64_t width = 0;
-  int64_t channels = 0;
-  int64_t bytes() const { return height * width * channels; }
-};
 
 struct TransformConfig {
   // torchvision RandomCrop(size=(H, W), padding=crop_padding): pad with zeros on every side, then cut
   // an H x W window at a random offset. 0 disables it.
   int64_t crop_padding = 0;
   bool horizontal_flip = false;  // RandomHorizontalFlip(p=0.5)
-  bool enabled() const { return crop_padding > 0 || horizontal_flip; }
+  // After the crop and the flip: a policy (RandAugment...), colour jitter, random erasing (data/augment/).
+  AugmentConfig augment;
+  bool enabled() const { return crop_padding > 0 || horizontal_flip || augment.enabled(); }
 };
 
 // dst(y, x) = src(y + dy, x + dx), zero where that falls outside src. dst and src must not overlap.
@@ -36,7 +33,8 @@ void horizontal_flip(uint8_t* hwc, ImageSize size);
 // Flips with probability 1/2; always draws one number, so later draws do not depend on the outcome.
 void random_horizontal_flip(uint8_t* hwc, ImageSize size, Generator& gen);
 
-// Crop, then flip: torchvision's usual order for CIFAR-style training.
+// Crop, then flip, then the augmentations: torchvision's usual order (RandomCrop or RandomResizedCrop,
+// RandomHorizontalFlip, AutoAugment/RandAugment/TrivialAugmentWide, ..., RandomErasing).
 void apply_transforms(const TransformConfig& config, uint8_t* hwc, ImageSize size, Generator& gen,
                       std::vector<uint8_t>& scratch);
 

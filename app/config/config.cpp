@@ -167,6 +167,8 @@ class Loader {
   void check_cross_keys();
   template <typename Fail>
   void check_model_size_keys(const Fail& fail);
+  template <typename Fail>
+  void check_augment_keys(const Fail& fail);
   bool has_problems() const { return !problems_.empty(); }
   void throw_if_problems();
 
@@ -390,6 +392,32 @@ void Loader::check_model_size_keys(const Fail& fail) {
                       "'. HINT: remove it, or set model.name to one of those");
 }
 
+// The [augment] rules that tie keys together: a RandAugment bin within the bins, hue within half a turn,
+// and [min, max] ranges in order.
+template <typename Fail>
+void Loader::check_augment_keys(const Fail& fail) {
+  const AugmentSection& a = config_.augment;
+  if (a.randaugment_magnitude >= a.magnitude_bins) {
+    fail("augment.randaugment_magnitude", "must be < augment.magnitude_bins (" +
+                                              std::to_string(a.magnitude_bins) + "), got " +
+                                              std::to_string(a.randaugment_magnitude));
+  }
+  if (!a.color_jitter.empty() && a.color_jitter.size() != 4) {
+    fail("augment.color_jitter", "must be [] (off) or [brightness, contrast, saturation, hue], got " +
+                                     std::to_string(a.color_jitter.size()) + " values");
+  } else if (!a.color_jitter.empty() && a.color_jitter[3] > 0.5) {
+    fail("augment.color_jitter",
+         "hue (the 4th value) must be <= 0.5, got " + schema::format_number(a.color_jitter[3]));
+  }
+  for (const auto& [key, range] : {std::pair{"augment.erasing_scale", a.erasing_scale},
+                                   std::pair{"augment.erasing_ratio", a.erasing_ratio}}) {
+    if (range[0] > range[1]) {
+      fail(key, "must be [min, max] with min <= max, got [" + schema::format_number(range[0]) + ", " +
+                    schema::format_number(range[1]) + "]");
+    }
+  }
+}
+
 void Loader::check_cross_keys() {
   const auto set_by_user = [&](const std::string& key) {
     return config_.origin.at(key) != schema::kDefaultOrigin;
@@ -417,6 +445,7 @@ void Loader::check_cross_keys() {
          "schedule \"multistep\" needs schedule.milestones, e.g. [30, 60, 80]");
   }
   check_model_size_keys(fail);
+  check_augment_keys(fail);
 }
 
 void Loader::throw_if_problems() {
@@ -434,9 +463,9 @@ void Loader::throw_if_problems() {
 }  // namespace
 
 bool Config::operator==(const Config& other) const {
-  return model == other.model && data == other.data && train == other.train && optim == other.optim &&
-         schedule == other.schedule && dist == other.dist && checkpoint == other.checkpoint &&
-         metrics == other.metrics && mixup == other.mixup;
+  return model == other.model && data == other.data && augment == other.augment && train == other.train &&
+         optim == other.optim && schedule == other.schedule && dist == other.dist &&
+         checkpoint == other.checkpoint && metrics == other.metrics && mixup == other.mixup;
 }
 
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {

@@ -66,6 +66,21 @@ struct DataConfig {
   bool operator==(const DataConfig&) const = default;
 };
 
+// [augment]: training augmentations on the uint8 images in the loader threads (data/augment/), after
+// data.random_crop_padding / the random resized crop and data.hflip. Training split only.
+struct AugmentSection {
+  AugmentPolicy policy = AugmentPolicy::none;  // none | randaugment | trivialaugment | autoaugment
+  int randaugment_ops = 2;                     // RandAugment's num_ops
+  int randaugment_magnitude = 9;               // a bin in [0, magnitude_bins)
+  int magnitude_bins = 31;                     // RandAugment's and TrivialAugmentWide's num_magnitude_bins
+  std::vector<double> color_jitter;            // [] = off, or [brightness, contrast, saturation, hue]
+  double random_erasing = 0.0;                 // probability; 0 = off
+  std::vector<double> erasing_scale = {0.02, 0.33};  // area fraction, [min, max]
+  std::vector<double> erasing_ratio = {0.3, 3.3};    // aspect ratio h / w, [min, max]
+  ErasingValue erasing_value = ErasingValue::zero;   // zero | random
+  bool operator==(const AugmentSection&) const = default;
+};
+
 struct TrainConfig {
   int epochs = 4;
   int max_steps = 0;                              // 0 = no limit
@@ -160,6 +175,7 @@ struct MetricsConfig {
 struct Config {
   ModelConfig model;
   DataConfig data;
+  AugmentSection augment;
   TrainConfig train;
   OptimConfig optim;
   ScheduleConfig schedule;

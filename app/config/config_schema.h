@@ -68,8 +68,8 @@ std::string closest(const std::string& word, const std::vector<std::string>& can
 // Config::origin of a key that was not written anywhere.
 inline constexpr const char* kDefaultOrigin = "(default)";
 
-inline constexpr const char* kSections[] = {"model", "data",       "train",   "optim", "schedule",
-                                            "dist",  "checkpoint", "metrics", "mixup"};
+inline constexpr const char* kSections[] = {"model",    "data", "augment",    "train",   "optim",
+                                            "schedule", "dist", "checkpoint", "metrics", "mixup"};
 
 // One visitor per [table], each taking that table's struct (const or not) and calling
 // visit(section, key, member, rule) for its keys in schema (and file) order.
@@ -120,6 +120,19 @@ void visit_data_fields(Data& d, Visit&& visit) {
   visit("data", "cache", d.cache, one_of(setting_names<CacheMode>()));
   visit("data", "cache_bytes", d.cache_bytes, or_special(at_least(0), -1, "a quarter of MemAvailable"));
   visit("data", "repeated_augmentations", d.repeated_augmentations, at_least(1));
+}
+
+template <typename Augment, typename Visit>
+void visit_augment_fields(Augment& a, Visit&& visit) {
+  visit("augment", "policy", a.policy, one_of(setting_names<AugmentPolicy>()));
+  visit("augment", "randaugment_ops", a.randaugment_ops, at_least(0));
+  visit("augment", "randaugment_magnitude", a.randaugment_magnitude, at_least(0));
+  visit("augment", "magnitude_bins", a.magnitude_bins, at_least(2));
+  visit("augment", "color_jitter", a.color_jitter, at_least(0));  // [] or 4 values: check_augment_keys
+  visit("augment", "random_erasing", a.random_erasing, closed(0, 1));
+  visit("augment", "erasing_scale", a.erasing_scale, exactly(2, open_closed(0, 1)));
+  visit("augment", "erasing_ratio", a.erasing_ratio, exactly(2, greater_than(0)));
+  visit("augment", "erasing_value", a.erasing_value, one_of(setting_names<ErasingValue>()));
 }
 
 template <typename Train, typename Visit>
@@ -216,6 +229,7 @@ template <typename C, typename Visit>
 void visit_fields(C& c, Visit&& visit) {
   visit_model_fields(c.model, visit);
   visit_data_fields(c.data, visit);
+  visit_augment_fields(c.augment, visit);
   visit_train_fields(c.train, visit);
   visit_optim_fields(c.optim, visit);
   visit_schedule_fields(c.schedule, visit);

@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "data/augment/augment.h"
 #include "data/bad_samples.h"
 #include "data/cache_mode.h"
 #include "nn/amp/precision_policy.h"
@@ -75,6 +76,17 @@ template <>
 struct SettingNames<CacheMode> {
   static constexpr CacheMode values[] = {CacheMode::none, CacheMode::encoded, CacheMode::decoded};
   static std::string name(CacheMode v) { return to_string(v); }
+};
+template <>
+struct SettingNames<AugmentPolicy> {
+  static constexpr AugmentPolicy values[] = {AugmentPolicy::none, AugmentPolicy::randaugment,
+                                             AugmentPolicy::trivialaugment, AugmentPolicy::autoaugment};
+  static std::string name(AugmentPolicy v) { return to_string(v); }
+};
+template <>
+struct SettingNames<ErasingValue> {
+  static constexpr ErasingValue values[] = {ErasingValue::zero, ErasingValue::random};
+  static std::string name(ErasingValue v) { return to_string(v); }
 };
 template <>
 struct SettingNames<ScheduleKind> {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "app/common/format.h"
+#include "app/run/augmentation.h"
 #include "app/run/checkpoint.h"
 #include "app/run/datasets.h"
 #include "app/run/evaluate.h"
@@ -330,6 +331,7 @@ LoaderOptions epoch_loader_options(const Config& config, int local_world_size, i
   lo.drop_last = config.data.drop_last;
   lo.transforms.crop_padding = config.data.random_crop_padding;
   lo.transforms.horizontal_flip = config.data.hflip;
+  lo.transforms.augment = train_augmentation(config);
   lo.seed = static_cast<uint64_t>(config.train.seed);
   lo.epoch = epoch;
   lo.num_workers =

@@ -14,7 +14,8 @@ namespace {
 LoaderOptions options_with(int workers) {
   LoaderOptions options;
   options.batch_size = 8;
-  options.transforms = {2, true};
+  options.transforms.crop_padding = 2;
+  options.transforms.horizontal_flip = true;
   options.seed = 5;
   options.num_workers = workers;
   return options;

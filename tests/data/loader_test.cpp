@@ -95,7 +95,8 @@ TEST(DataLoader, BatchesAreIdenticalWhateverTheWorkerCount) {
   sampler.set_epoch(3);
   LoaderOptions options;
   options.batch_size = 16;
-  options.transforms = {4, true};
+  options.transforms.crop_padding = 4;
+  options.transforms.horizontal_flip = true;
   options.seed = 17;
   options.epoch = 3;
 
@@ -153,7 +154,8 @@ TEST(DataLoader, ResumingMidEpochGivesTheSameRemainingBatches) {
   const auto dataset = synthetic(50);
   LoaderOptions options;
   options.batch_size = 8;
-  options.transforms = {2, true};
+  options.transforms.crop_padding = 2;
+  options.transforms.horizontal_flip = true;
   options.seed = 1;
   std::vector<int64_t> indices(50);
   for (int64_t i = 0; i < 50; ++i) indices[static_cast<size_t>(i)] = (i * 7) % 50;
@@ -174,7 +176,8 @@ TEST(DataLoader, AugmentationChangesWithTheEpoch) {
   const auto dataset = synthetic(8);
   LoaderOptions options;
   options.batch_size = 8;
-  options.transforms = {4, true};
+  options.transforms.crop_padding = 4;
+  options.transforms.horizontal_flip = true;
   const std::vector<int64_t> indices = {0, 1, 2, 3, 4, 5, 6, 7};
   DataLoader epoch0(dataset, indices, options);
   options.epoch = 1;

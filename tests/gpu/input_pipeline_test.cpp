@@ -69,7 +69,8 @@ TEST(InputPipeline, PrefetchedBatchesEqualTheSynchronousPath) {
   for (int64_t i = 0; i < 203; ++i) indices[static_cast<size_t>(i)] = (i * 37) % 203;
   LoaderOptions options;
   options.batch_size = 32;
-  options.transforms = {4, true};
+  options.transforms.crop_padding = 4;
+  options.transforms.horizontal_flip = true;
   options.seed = 11;
   const std::vector<float> mean = {0.5f, 0.4f, 0.3f}, std = {0.2f, 0.3f, 0.25f};
   DataLoader reference(dataset, indices, options);

@@ -15,6 +15,7 @@
 #include "app/common/cli.h"
 #include "app/common/format.h"
 #include "app/common/json_text.h"
+#include "app/config/settings.h"
 #include "data/cache_mode.h"
 #include "data/cifar.h"
 #include "data/file_cache.h"
@@ -30,7 +31,8 @@ namespace fs = std::filesystem;
 const char* kBenchDataUsage =
     "usage: trainer bench-data [--root DIR] [--images N] [--jpeg-size N] [--crop N] [--jpeg-batch N]\n"
     "                          [--cifar-samples N] [--batches 128,512] [--workers N] [--out DIR]\n"
-    "                          [--cache none|encoded|decoded] [--cache-bytes N]\n\n"
+    "                          [--cache none|encoded|decoded] [--cache-bytes N]\n"
+    "                          [--augment POLICY] [--randaugment N,M] [--random-erasing P]\n\n"
     "Measures the input pipeline alone (no model) through the real DataLoader, at 1 worker and at N:\n"
     "  jpeg_rrc224      JPEG decode + RandomResizedCrop to --crop (ImageFolder, training mode); reported\n"
     "                   as images/s and images/s per core used (min(workers, cores)).\n"
@@ -51,6 +53,11 @@ const char* kBenchDataUsage =
     "                       count starts from an empty cache and times its first and second epochs\n"
     "                       apart: jpeg_rrc<crop>_<mode>_epoch1 (filling it), _epoch2 (reading it)\n"
     "  --cache-bytes N      its budget (default: a quarter of MemAvailable, as data.cache_bytes = -1)\n"
+    "  --augment POLICY     none|randaugment|trivialaugment|autoaugment: with it (or --random-erasing),\n"
+    "                       the JPEG benchmark also runs with [augment] after the crop and the flip, as\n"
+    "                       jpeg_rrc<crop>_<policy>[_erasing], next to plain crops (data/augment/)\n"
+    "  --randaugment N,M    RandAugment's num_ops and magnitude (default 2,9; 31 bins)\n"
+    "  --random-erasing P   RandomErasing's probability (default 0: off; values \"random\")\n"
     "  --out DIR            output directory (default runs/bench-data-<time>)\n\n"
     "Writes loader_bench.csv and loader_bench.json (results, cores, build) into the output directory.\n\n"
     "example: trainer bench-data --out runs/bench-data\n";
@@ -62,6 +69,7 @@ struct BenchDataArgs {
   int workers = 0;  // 0: the host's cores
   CacheMode cache = CacheMode::none;
   int64_t cache_bytes = -1;  // -1: default_cache_bytes
+  AugmentConfig augment;     // the JPEG benchmark's augmented run; not enabled() = none
   bool help = false;
 };
 
@@ -74,11 +82,48 @@ int64_t positive(const std::string& flag, const std::string& text) {
   return v;
 }
 
+double probability(const std::string& flag, const std::string& text) {
+  double v = -1;
+  const char* end = text.data() + text.size();
+  const auto [p, ec] = std::from_chars(text.data(), end, v);
+  if (text.empty() || ec != std::errc() || p != end || !(v >= 0 && v <= 1))
+    throw UsageError(flag + " expects a probability in [0, 1], got '" + text + "'");
+  return v;
+}
+
+// --augment, --randaugment and --random-erasing into args.augment; false for any other flag.
+bool parse_augment_flag(const std::string& flag, ArgWalker& w, BenchDataArgs& a) {
+  if (flag == "--augment") {
+    const std::string value = w.value();
+    const auto policy = parse_setting<AugmentPolicy>(value);
+    if (!policy)
+      throw UsageError("--augment: one of none, randaugment, trivialaugment, autoaugment; got '" + value +
+                       "'");
+    a.augment.policy = *policy;
+  } else if (flag == "--randaugment") {
+    const std::string value = w.value();
+    const size_t comma = value.find(',');
+    if (comma == std::string::npos) throw UsageError("--randaugment expects N,M, got '" + value + "'");
+    a.augment.randaugment_ops = static_cast<int>(positive(flag, value.substr(0, comma)));
+    const std::string magnitude = value.substr(comma + 1);
+    a.augment.randaugment_magnitude = magnitude == "0" ? 0 : static_cast<int>(positive(flag, magnitude));
+    if (a.augment.randaugment_magnitude >= a.augment.magnitude_bins)
+      throw UsageError("--randaugment: the magnitude must be < 31");
+  } else if (flag == "--random-erasing") {
+    a.augment.erasing.probability = probability(flag, w.value());
+    a.augment.erasing.value = ErasingValue::random;
+  } else {
+    return false;
+  }
+  return true;
+}
+
 BenchDataArgs parse(const std::vector<std::string>& args) {
   BenchDataArgs a;
   ArgWalker w(args);  // "--flag value" and "--flag=value" alike, as every other command
   while (w.next()) {
     const std::string& flag = w.arg();
+    if (parse_augment_flag(flag, w, a)) continue;
     if (flag == "--help" || flag == "-h")
       a.help = true;
     else if (flag == "--root")
@@ -162,6 +207,18 @@ void write_csv(const fs::path& path, const std::vector<LoaderBenchPoint>& points
   if (!out) throw std::runtime_error("cannot write " + path.string());
 }
 
+// "randaugment2m9_erasing0.25" for the benchmark's name and the JSON; "none" without augmentation.
+std::string augment_label(const AugmentConfig& augment) {
+  std::string label;
+  if (augment.policy == AugmentPolicy::randaugment)
+    label = fmt("randaugment%dm%d", augment.randaugment_ops, augment.randaugment_magnitude);
+  else if (augment.policy != AugmentPolicy::none)
+    label = to_string(augment.policy);
+  if (augment.erasing.enabled())
+    label += (label.empty() ? "" : "_") + fmt("erasing%g", augment.erasing.probability);
+  return label.empty() ? "none" : label;
+}
+
 void write_json(const fs::path& path, const std::vector<LoaderBenchPoint>& points, const BenchDataArgs& a,
                 unsigned cores, const std::string& jpeg_source) {
   nlohmann::ordered_json js;
@@ -171,6 +228,7 @@ void write_json(const fs::path& path, const std::vector<LoaderBenchPoint>& point
   js["jpeg_size"] = a.jpeg_size;
   js["crop"] = a.crop;
   js["cache"] = to_string(a.cache);
+  js["augment"] = augment_label(a.augment);
   js["results"] = nlohmann::ordered_json::array();
   for (const auto& p : points) {
     nlohmann::ordered_json j;
@@ -227,6 +285,14 @@ std::vector<LoaderBenchPoint> bench_jpeg(const BenchDataArgs& a, const std::stri
     folder.cache.budget_bytes =
         a.cache_bytes > 0 ? a.cache_bytes : default_cache_bytes(this_host_limits().available_memory);
   }
+  // Plain crops, and the same crops followed by --augment's pipeline (with the flip, as a recipe has it).
+  std::vector<std::pair<std::string, TransformConfig>> variants = {{jpeg_benchmark, {}}};
+  if (a.augment.enabled()) {
+    TransformConfig augmented;
+    augmented.horizontal_flip = true;
+    augmented.augment = a.augment;
+    variants.emplace_back(jpeg_benchmark + "_" + augment_label(a.augment), augmented);
+  }
   for (int workers : worker_counts) {
     LoaderOptions lo;
     lo.batch_size = a.jpeg_batch;
@@ -235,7 +301,10 @@ std::vector<LoaderBenchPoint> bench_jpeg(const BenchDataArgs& a, const std::stri
     // A fresh dataset per point: a cache filled by the previous point would flatter the first epoch.
     const auto images = std::make_shared<ImageFolder>(jpeg_dir, folder);
     if (a.cache == CacheMode::none) {
-      points.push_back(time_loader(jpeg_benchmark, images, lo, images->size(), static_cast<int>(cores)));
+      for (const auto& [name, transforms] : variants) {
+        lo.transforms = transforms;
+        points.push_back(time_loader(name, images, lo, images->size(), static_cast<int>(cores)));
+      }
       continue;
     }
     for (int epoch = 0; epoch < 2; ++epoch) {
@@ -262,7 +331,8 @@ std::vector<LoaderBenchPoint> bench_cifar(const BenchDataArgs& a, const ScratchD
     for (int workers : worker_counts) {
       LoaderOptions lo;
       lo.batch_size = batch;
-      lo.transforms = {4, true};
+      lo.transforms.crop_padding = 4;
+      lo.transforms.horizontal_flip = true;
       lo.num_workers = workers;
       lo.seed = 1;
       points.push_back(time_loader("cifar_crop_flip", cifar, lo, cifar->size(), static_cast<int>(cores)));
