@@ -23,6 +23,8 @@ struct ModelConfig {
   int num_classes = 0;                      // 0 = from the dataset
   int in_channels = 0;                      // 0 = from the dataset
   double dropout = 0.0;                     // [0, 1)
+  // Weights to start from (fine-tuning): a safetensors file with torchvision's names; empty = none.
+  std::string pretrained;
   // The small ViT ("vit"; 0 = its default): patch size, encoder layers, heads, width, MLP width.
   int patch_size = 0;
   int depth = 0;

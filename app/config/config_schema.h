@@ -82,6 +82,7 @@ void visit_model_fields(Model& m, Visit&& visit) {
   visit("model", "num_classes", m.num_classes, or_special(at_least(2), 0, "from the dataset"));
   visit("model", "in_channels", m.in_channels, or_special(at_least(1), 0, "from the dataset"));
   visit("model", "dropout", m.dropout, half_open(0, 1));
+  visit("model", "pretrained", m.pretrained, any());
   visit("model", "patch_size", m.patch_size, or_special(at_least(1), 0, "the model's own"));
   visit("model", "depth", m.depth, or_special(at_least(1), 0, "the model's own"));
   visit("model", "heads", m.heads, or_special(at_least(1), 0, "the model's own"));

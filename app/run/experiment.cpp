@@ -4,6 +4,7 @@
 
 #include "app/common/format.h"
 #include "app/run/device_setup.h"
+#include "app/run/pretrained.h"
 #include "data/distributed_sampler.h"
 #include "data/repeated_aug_sampler.h"
 #include "nn/models/registry.h"
@@ -122,6 +123,14 @@ void build_model(Experiment& e, const Config& config) {
     e.model = create_model(m);
   } catch (const std::invalid_argument& err) {
     throw config_error_at(config, "model.name", err.what());
+  }
+  if (!config.model.pretrained.empty()) {
+    try {
+      e.pretrained_note = load_pretrained(config.model.pretrained, *e.model, classifier_prefix(m.name))
+                              .summary(config.model.pretrained);
+    } catch (const std::exception& err) {
+      throw config_error_at(config, "model.pretrained", err.what());
+    }
   }
   e.model->to(e.device);
   // A channels-last network keeps its convolution weights channels-last too (see Module::to).

@@ -36,6 +36,7 @@ struct Experiment {
   int64_t schedule_steps = 0;
   int64_t warmup_steps = 0;                 // the schedule's linear warm-up (after cut_warmup_to_fit)
   std::vector<std::string> schedule_notes;  // for the log: warm-up cut, run stopped before the schedule ends
+  std::string pretrained_note;              // for the log: what model.pretrained loaded; "" without one
   double base_lr = 0.0;                     // after linear scaling
 };
 

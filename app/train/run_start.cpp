@@ -252,6 +252,7 @@ void log_run_description(Log& log, const Config& config, const Experiment& e, co
   log.line(fmt("model: %s, %lld parameters; %lld steps/epoch, %lld steps, lr %.4g", config.model.name.c_str(),
                static_cast<long long>(e.model->parameter_count()), static_cast<long long>(e.steps_per_epoch),
                static_cast<long long>(e.total_steps), e.base_lr));
+  if (!e.pretrained_note.empty()) log.line(e.pretrained_note);
   for (const std::string& note : e.schedule_notes) log.line("warning: " + note);
   log.line("device: " + device.str() + ", run directory: " + run_dir);
   log.line("build: " + build.str());

@@ -45,6 +45,15 @@ std::vector<std::string> model_names() {
 
 bool model_has_stem_choice(const std::string& name) { return name.starts_with("resnet"); }
 
+std::string classifier_prefix(const std::string& name) {
+  if (name.starts_with("resnet")) return "fc.";
+  if (name.starts_with("vit")) return "heads.head.";
+  if (name.starts_with("convnext")) return "classifier.2.";
+  if (name == "mlp") return "fc3.";
+  if (name == "cnn") return "fc2.";
+  throw std::invalid_argument("classifier_prefix: unknown model '" + name + "'");
+}
+
 std::shared_ptr<Generator> dropout_generator_for(const ModelOptions& options) {
   return options.dropout_generator ? options.dropout_generator
                                    : std::make_shared<Generator>(options.seed ^ 0x5eed0d0full);

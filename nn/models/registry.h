@@ -47,6 +47,9 @@ std::shared_ptr<Module> create_model(const ModelOptions& options);
 std::vector<std::string> model_names();
 // Whether the model takes ModelOptions::stem (the ResNets: a CIFAR or an ImageNet stem).
 bool model_has_stem_choice(const std::string& name);
+// The state-dict prefix of the model's classifier head, whose shape follows the class count ("fc." of a
+// ResNet, "heads.head." of a ViT, "classifier.2." of a ConvNeXt, the last linear of mlp and cnn).
+std::string classifier_prefix(const std::string& name);
 // The generator of the model's dropout and drop-path masks: options.dropout_generator, or one seeded
 // from options.seed when that is null.
 std::shared_ptr<Generator> dropout_generator_for(const ModelOptions& options);
