@@ -167,6 +167,8 @@ class Loader {
   void check_cross_keys();
   template <typename Fail>
   void check_model_size_keys(const Fail& fail);
+  template <typename Fail>
+  void check_optimizer_and_ema_keys(const Fail& fail);
   bool has_problems() const { return !problems_.empty(); }
   void throw_if_problems();
 
@@ -390,6 +392,24 @@ void Loader::check_model_size_keys(const Fail& fail) {
                       "'. HINT: remove it, or set model.name to one of those");
 }
 
+// LAMB and LARS need each parameter's whole norm, which a ZeRO shard does not hold; keep_best can only
+// rank the average's accuracy when there is an average.
+template <typename Fail>
+void Loader::check_optimizer_and_ema_keys(const Fail& fail) {
+  const OptimizerKind name = config_.optim.name;
+  if ((name == OptimizerKind::lamb || name == OptimizerKind::lars) && config_.dist.zero_stage > 0)
+    fail("dist.zero_stage", "ZeRO shards parameters, but optim.name = \"" + setting_name(name) +
+                                "\" needs each parameter's whole norm (its trust ratio). HINT: set "
+                                "dist.zero_stage = 0, or use sgd or adamw");
+  if (config_.checkpoint.keep_best_on == KeepBestOn::ema && !config_.ema.active())
+    fail("checkpoint.keep_best_on",
+         "\"ema\" ranks the weight average's accuracy, but there is none. "
+         "HINT: set ema.enabled = true (and ema.decay > 0)");
+  if (config_.ema.min_decay > config_.ema.decay)
+    fail("ema.min_decay", "must not exceed ema.decay (" + schema::format_number(config_.ema.decay) +
+                              "), got " + schema::format_number(config_.ema.min_decay));
+}
+
 void Loader::check_cross_keys() {
   const auto set_by_user = [&](const std::string& key) {
     return config_.origin.at(key) != schema::kDefaultOrigin;
@@ -417,6 +437,7 @@ void Loader::check_cross_keys() {
          "schedule \"multistep\" needs schedule.milestones, e.g. [30, 60, 80]");
   }
   check_model_size_keys(fail);
+  check_optimizer_and_ema_keys(fail);
 }
 
 void Loader::throw_if_problems() {
@@ -436,7 +457,7 @@ void Loader::throw_if_problems() {
 bool Config::operator==(const Config& other) const {
   return model == other.model && data == other.data && train == other.train && optim == other.optim &&
          schedule == other.schedule && dist == other.dist && checkpoint == other.checkpoint &&
-         metrics == other.metrics;
+         metrics == other.metrics && ema == other.ema;
 }
 
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {

@@ -3,6 +3,8 @@
 //   model.safetensors      parameters and buffers under torchvision's names (loads into PyTorch)
 //   optimizer.safetensors  optimizer state (momentum buffers, Adam moments, per-parameter steps)
 //   config.toml            the resolved config of the run
+//   ema.safetensors        the weight average (ema.enabled), under the model's names; its counts are
+//                          the manifest's [ema] table
 //   checkpoint.toml        the manifest: training position, RNG states, and size + CRC-32C per file;
 //                          its first line is the CRC-32C of the rest (manifest_crc32c)
 // Each tensor's CRC-32C is also in its safetensors metadata, so a corrupt tensor is named. The
@@ -21,6 +23,7 @@
 
 #include "app/config/config.h"
 #include "nn/modules/module.h"
+#include "nn/optim/ema.h"
 #include "nn/optim/optimizer.h"
 #include "nn/safetensors.h"
 
@@ -49,6 +52,10 @@ struct TrainingState {
   double train_seconds = 0.0;
   double best_accuracy = 0.0;
   double accuracy = -1.0;  // test top-1 measured right before this checkpoint; -1 = none
+  // The same for the weight average (ema.enabled); -1 = none. keep_best ranks by it with
+  // checkpoint.keep_best_on = "ema".
+  double best_ema_accuracy = 0.0;
+  double ema_accuracy = -1.0;
   double epoch_loss_sum = 0.0;
   int64_t epoch_steps = 0;
   double loss_scale = 0.0;  // fp16 LossScaler; 0 = none recorded
@@ -70,8 +77,9 @@ class CheckpointManager {
 
   // Writes step-<state.step> and prunes old ones (keep_last newest plus keep_best best). Throws
   // CheckpointError (after removing its temp directory) when anything fails, e.g. a full disk.
+  // `ema` (may be null): the weight average, written to ema.safetensors.
   std::string save(Module& model, const Optimizer& optimizer, const TrainingState& state,
-                   const std::string& config_toml);
+                   const std::string& config_toml, const ModelEma* ema = nullptr);
   const std::string& dir() const { return dir_; }
   // Removes temp directories (".step-*.tmp") left by a writer that died before its rename; they are
   // never candidates for resuming. Returns their paths, for the log.
@@ -125,8 +133,11 @@ std::optional<CheckpointInfo> find_latest_checkpoint(const std::string& dir,
 std::string remap_world_size(TrainingState& state, int64_t dataset_size, bool drop_last, int world_size,
                              int64_t batch_size, int grad_accum_steps);
 
-// Verifies and loads a checkpoint into model and optimizer; returns its state.
-TrainingState load_checkpoint(const std::string& path, Module& model, Optimizer& optimizer);
+// Verifies and loads a checkpoint into model and optimizer (and `ema`, when not null: from the
+// checkpoint's average, or, for a checkpoint written without one, a fresh average of the loaded weights
+// whose first update copies them); returns its state.
+TrainingState load_checkpoint(const std::string& path, Module& model, Optimizer& optimizer,
+                              ModelEma* ema = nullptr);
 
 // Each tensor's CRC-32C as safetensors metadata ("crc32c.<name>": 8 hex digits), which every safetensors
 // file the trainer writes carries (checkpoints, final.safetensors, --dump-logits).

@@ -9,6 +9,7 @@
 #include "app/run/datasets.h"
 #include "app/run/device_setup.h"
 #include "nn/modules/module.h"
+#include "nn/optim/ema.h"
 #include "nn/optim/lr_schedule.h"
 #include "nn/optim/optimizer.h"
 #include "nn/random.h"
@@ -23,6 +24,9 @@ struct Experiment {
   std::shared_ptr<Module> model;
   std::unique_ptr<Optimizer> optimizer;
   std::unique_ptr<LrSchedule> schedule;
+  // ema.enabled (and decay > 0): the weight average, made by make_model_ema once the model holds the
+  // weights every rank starts from; null otherwise.
+  std::unique_ptr<ModelEma> ema;
   Device device;
   PrecisionPolicy precision;  // decided once for the device (RunDevice)
   int world_size = 1;
@@ -40,6 +44,9 @@ struct Experiment {
 
 // The samples of one optimizer step over all ranks: data.batch_size x grad_accum_steps x world_size.
 int64_t global_batch(const Config& config, int world_size);
+
+// The weight average of `model` that the config asks for (ema.*), or null.
+std::unique_ptr<ModelEma> make_model_ema(const Config& config, Module& model);
 
 // Builds everything with the model on `device`; with_optimizer=false skips the optimizer and schedule
 // (evaluation). local_world_size: the ranks on this node (ProcessEnv::local_world_size, read at start-up).

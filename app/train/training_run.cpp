@@ -196,6 +196,9 @@ void build_model(TrainingRun& run) {
   // Every rank starts from rank 0's weights and buffers; gradients are averaged in buckets while
   // backward runs (nothing happens at world size 1).
   broadcast_state(pg.comm(), e.model->state_dict());
+  // The weight average starts from those weights; every rank keeps it whole, ZeRO or not (ZeRO's step
+  // all-gathers the full parameters before the average reads them).
+  e.ema = make_model_ema(config, *e.model);
   ZeroOptimizer* zero = data_parallel.zero = wrap_in_zero_optimizer(config, e, pg, log);
   data_parallel.ddp_reducer.emplace(zero ? std::make_shared<SingleProcessComm>() : pg.comm_ptr(),
                                     e.model->named_parameters());
@@ -365,6 +368,7 @@ void set_up_step(TrainingRun& run) {
       .autocast = context.precision.autocast,
       .label_smoothing = config.train.label_smoothing,
       .clip_grad_norm = config.optim.clip_grad_norm,
+      .ema = run.experiment.ema.get(),
       .accum = config.train.grad_accum_steps,
       // On the CPU a loss read costs nothing: a NaN stops the run before its update. A GPU's losses come
       // back while the next step runs (app/train/train_step.cpp).
@@ -380,6 +384,7 @@ void set_up_step(TrainingRun& run) {
   reporter.summary.world_size = run.experiment.world_size;
   reporter.summary.run_dir = run.files.run_dir;
   reporter.summary.best_test_accuracy = run.state.best_accuracy;
+  reporter.summary.best_ema_test_accuracy = run.state.best_ema_accuracy;
   run.loop.done = run.state.step >= run.experiment.total_steps;
   if (Heartbeat* heartbeat = run.processes.heartbeat)
     reporter.timer->set_phase_observer([heartbeat](Phase p) { heartbeat->set_phase(phase_name(p)); });

@@ -113,6 +113,16 @@ void ModelEma::load_state(const std::vector<std::pair<std::string, Tensor>>& sta
   steps_ = steps;
 }
 
+void ModelEma::restart_from_model(int64_t steps) {
+  for (size_t i = 0; i < averages_.size(); ++i) averages_[i].copy_(*model_state_[i].tensor);
+  updates_.fill_(0.0);
+  steps_ = steps;
+}
+
+void ModelEma::copy_from_model() {
+  for (size_t i = 0; i < averages_.size(); ++i) averages_[i].copy_(*model_state_[i].tensor);
+}
+
 void ModelEma::copy_to_model() const {
   for (size_t i = 0; i < averages_.size(); ++i) model_state_[i].tensor->copy_(averages_[i]);
 }

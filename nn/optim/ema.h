@@ -60,8 +60,14 @@ class ModelEma {
   std::vector<std::pair<std::string, Tensor>> state_tensors() const;
   void load_state(const std::vector<std::pair<std::string, Tensor>>& state, int64_t steps, int64_t updates);
 
-  // Copies the average into the model (all of its state dict), e.g. to evaluate it.
+  // Starts the average again as a copy of the model's current state, with no update applied yet (the
+  // next one copies, as the first does) and `steps` optimizer steps seen.
+  void restart_from_model(int64_t steps);
+
+  // Copies the average into the model (all of its state dict), e.g. to evaluate it, and back: the
+  // model's state becomes the average (after the ranks averaged its BatchNorm statistics, say).
   void copy_to_model() const;
+  void copy_from_model();
 
  private:
   EmaOptions options_;
