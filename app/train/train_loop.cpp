@@ -434,7 +434,11 @@ std::string evaluate_at_epoch_end(TrainingRun& run, int epoch) {
         skipped > 0 ? fmt(", %lld unreadable skipped", static_cast<long long>(skipped)) : "";
     eval_part += fmt(" (%lld images%s, %.1fs)", static_cast<long long>(m.count()), skipped_note.c_str(),
                      seconds_since(eval_start));
-    EvalCells cells{m.mean_loss(), m.top1(), m.top5(), m.auc()};
+    EvalCells cells;
+    cells.loss = m.mean_loss();
+    cells.top1 = m.top1();
+    cells.top5 = m.top5();
+    cells.auc = m.auc();
     eval_part += evaluate_ema(run, cells);
     run.reporter.epoch_csv.set_eval(cells);
     // Every rank holds the same merged metrics, so every rank stops after this epoch.

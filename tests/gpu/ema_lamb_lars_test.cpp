@@ -99,10 +99,11 @@ void compare_steps(const Options& options, const std::string& what) {
   Generator gen(9);
   const std::vector<Shape> shapes = {{300, 257}, {257}, {64, 3, 3, 3}};
   std::vector<NamedParameter> host, device;
+  const std::vector<std::string> names = {"w", "b", "k"};
   for (size_t i = 0; i < shapes.size(); ++i) {
     const Tensor w = random(shapes[i], gen);
-    host.push_back({"p" + std::to_string(i), Variable(w.clone(), true)});
-    device.push_back({"p" + std::to_string(i), Variable(w.to(gpu()), true)});
+    host.push_back({names[i], Variable(w.clone(), true)});
+    device.push_back({names[i], Variable(w.to(gpu()), true)});
   }
   Opt cpu_opt(host, options), gpu_opt(device, options);
   for (int step = 0; step < 3; ++step) {
