@@ -209,7 +209,7 @@ std::string CheckpointManager::save(Module& model, const Optimizer& optimizer, c
   return final_path.string();
 }
 
-int64_t checkpoint_bytes(Module& model, const Optimizer& optimizer, size_t config_bytes) {
+int64_t checkpoint_bytes(Module& model, const Optimizer& optimizer, size_t config_bytes, bool with_ema) {
   // A safetensors header entry (name, dtype, shape, offsets) and its CRC metadata: under 256 bytes.
   constexpr int64_t kHeaderPerTensor = 256, kBlock = 4096, kManifest = 16 * 1024;
   auto blocks = [](int64_t bytes) { return (bytes + kBlock - 1) / kBlock * kBlock; };
@@ -223,8 +223,9 @@ int64_t checkpoint_bytes(Module& model, const Optimizer& optimizer, size_t confi
       state += slots * static_cast<int64_t>(p.data().nbytes()) + 8;
       state_tensors += slots + 1;
     }
-  return blocks(weights + tensors * kHeaderPerTensor) + blocks(state + state_tensors * kHeaderPerTensor) +
-         blocks(static_cast<int64_t>(config_bytes)) + blocks(kManifest) + kBlock;  // + the directory
+  return (with_ema ? 2 : 1) * blocks(weights + tensors * kHeaderPerTensor) +
+         blocks(state + state_tensors * kHeaderPerTensor) + blocks(static_cast<int64_t>(config_bytes)) +
+         blocks(kManifest) + kBlock;  // + the directory
 }
 
 std::vector<std::string> CheckpointManager::remove_stale_temps() {

@@ -95,7 +95,9 @@ class CheckpointManager {
 // The bytes one checkpoint of `model` and `optimizer` takes on disk: weights, optimizer state (at its
 // full size even before the first step allocates it), the config text and the manifest, each file
 // rounded up to whole file-system blocks. Rank 0 checks at start that checkpoint.dir holds two.
-int64_t checkpoint_bytes(Module& model, const Optimizer& optimizer, size_t config_bytes);
+// with_ema: the weight average's file too (the model's state once more).
+int64_t checkpoint_bytes(Module& model, const Optimizer& optimizer, size_t config_bytes,
+                         bool with_ema = false);
 
 // Checks a checkpoint directory: the manifest matches its CRC-32C and parses, its step is the one in
 // the directory's name and no count is negative, every file has its recorded size and CRC-32C, and

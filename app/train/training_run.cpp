@@ -155,8 +155,8 @@ void check_checkpoint_room(TrainingRun& run) {
   std::string problem;
   const CheckpointConfig& c = run.context.config.checkpoint;
   if (run.context.writer() && writes_checkpoints(c)) {
-    const int64_t one =
-        checkpoint_bytes(*run.experiment.model, *run.experiment.optimizer, run.files.config_toml.size());
+    const int64_t one = checkpoint_bytes(*run.experiment.model, *run.experiment.optimizer,
+                                         run.files.config_toml.size(), run.experiment.ema != nullptr);
     const std::string size = format_bytes(static_cast<double>(one));
     const int64_t existing = checkpoints_in(run.files.ckpt_dir);
     const std::string setting = checkpoint_dir_setting(run.context.config);
