@@ -13,6 +13,7 @@ namespace {
 void update_with_device_scaler(const StepParts& parts) {
   parts.scaler.unscale_on_device(parts.params, parts.agree_found_inf);
   parts.optimizer.step();
+  if (parts.ema) parts.ema->after_optimizer_step(false, parts.scaler.found_inf_flag());
   parts.scaler.update_on_device();
 }
 
@@ -29,6 +30,7 @@ bool update_with_host_scaler(const StepParts& parts, std::optional<double> lr) {
     if (lr) set_step_lr(parts.optimizer, *lr);
     parts.optimizer.step();
   }
+  if (parts.ema) parts.ema->after_optimizer_step(!finite, nullptr);
   scaler.update(!finite);
   return finite;
 }

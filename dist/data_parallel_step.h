@@ -14,6 +14,7 @@
 #include "nn/amp/loss_scaler.h"
 #include "nn/autograd/variable.h"
 #include "nn/modules/module.h"
+#include "nn/optim/ema.h"
 #include "nn/optim/optimizer.h"
 #include "nn/training_loss.h"
 
@@ -34,7 +35,10 @@ struct StepParts {
   // label_smoothing above.
   const TrainingLoss* soft_loss = nullptr;
   double clip_grad_norm = 0.0;  // 0: no clipping
-  int accum = 1;                // micro-batches per optimizer step
+  // ema.enabled: the weight average, updated after every optimizer update that was not skipped (on a
+  // device loss scaler, skipped on its found-inf flag there), inside the step so a CUDA graph holds it.
+  ModelEma* ema = nullptr;
+  int accum = 1;  // micro-batches per optimizer step
   // Read each micro-batch's loss on the host before its backward, and stop the step at one that is not
   // finite before anything is updated: free on the CPU; a GPU's losses are read back after the step.
   bool check_losses_on_host = false;

@@ -51,6 +51,7 @@ ZeroOptimizer::ZeroOptimizer(std::shared_ptr<Comm> comm, std::unique_ptr<Optimiz
       param.name = p.name;
       param.var = p.param;
       param.weight_decay = group.weight_decay;
+      param.lr_scale = group.lr_scale;
       params_.push_back(std::move(param));
       total_ += p.param.numel();
     }
@@ -279,10 +280,10 @@ void ZeroOptimizer::update_shard(Tensor& param_shard, const Tensor& grad_shard) 
     Backend& be = backend_for(w);
     if (adamw_) {
       Tensor m = part(slots_[0]), v = part(slots_[1]);
-      be.adamw_step(w, g, m, v, adamw_params(adamw_options_, lr(), p.weight_decay, p.steps));
+      be.adamw_step(w, g, m, v, adamw_params(adamw_options_, lr() * p.lr_scale, p.weight_decay, p.steps));
     } else {
       Tensor buffer = slots_.empty() ? Tensor() : part(slots_[0]);
-      be.sgd_step(w, g, buffer, p.steps == 1, sgd_params(sgd_, lr(), p.weight_decay));
+      be.sgd_step(w, g, buffer, p.steps == 1, sgd_params(sgd_, lr() * p.lr_scale, p.weight_decay));
     }
   }
 }

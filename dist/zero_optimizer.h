@@ -112,6 +112,7 @@ class ZeroOptimizer final : public Optimizer {
     std::string name;
     Variable var;
     double weight_decay = 0.0;
+    double lr_scale = 1.0;  // its group's (layer-wise LR decay)
     int bucket = 0;
     int64_t bucket_begin = 0;  // offset within its bucket's flat vector
     int64_t steps = 0;         // updates received (the same on every rank)

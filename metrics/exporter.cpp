@@ -70,6 +70,9 @@ struct Metrics {
   prom::Gauge* eval_top1 = nullptr;
   prom::Gauge* eval_top5 = nullptr;
   prom::Gauge* eval_loss = nullptr;
+  prom::Gauge* ema_eval_top1 = nullptr;  // the weight average's (ema.enabled)
+  prom::Gauge* ema_eval_top5 = nullptr;
+  prom::Gauge* ema_eval_loss = nullptr;
   prom::Gauge* gpu_utilization = nullptr;
   std::array<prom::Gauge*, 2> cache_files{};  // [training, evaluation]
   std::array<prom::Gauge*, 2> cache_bytes{};
@@ -157,6 +160,13 @@ Metrics register_metrics(prom::Registry& registry, const prom::Labels& common, c
   m.eval_top5 =
       &gauge("trainer_eval_top5_ratio", "Top-5 accuracy of the last evaluation (NaN: none yet)", kNaN);
   m.eval_loss = &gauge("trainer_eval_loss", "Mean test loss of the last evaluation (NaN: none yet)", kNaN);
+  // NaN without ema.enabled: the series exist in every run, so the dashboards need no second layout.
+  m.ema_eval_top1 = &gauge("trainer_ema_eval_accuracy_ratio",
+                           "Top-1 accuracy of the weight average at the last evaluation (NaN: none)", kNaN);
+  m.ema_eval_top5 = &gauge("trainer_ema_eval_top5_ratio",
+                           "Top-5 accuracy of the weight average at the last evaluation (NaN: none)", kNaN);
+  m.ema_eval_loss = &gauge("trainer_ema_eval_loss",
+                           "Mean test loss of the weight average at the last evaluation (NaN: none)", kNaN);
   // NaN until a reading arrives: a rank on the CPU, or without NVML, shows no data rather than 0.
   m.gpu_utilization = &gauge("trainer_gpu_utilization_ratio",
                              "Fraction of NVML's last sample period in which a kernel ran on this "
@@ -349,6 +359,12 @@ void Exporter::set_eval(double top1, double top5, double loss) {
   state_->m.eval_top1->Set(top1);
   state_->m.eval_top5->Set(top5);
   state_->m.eval_loss->Set(loss);
+}
+void Exporter::set_ema_eval(double top1, double top5, double loss) {
+  if (!state_) return;
+  state_->m.ema_eval_top1->Set(top1);
+  state_->m.ema_eval_top5->Set(top5);
+  state_->m.ema_eval_loss->Set(loss);
 }
 void Exporter::set_data_cache(bool training, int64_t files, uint64_t bytes) {
   if (!state_) return;

@@ -90,6 +90,8 @@ class Exporter {
   void set_epoch(int64_t epoch);  // 1-based epoch being trained
   // The last evaluation: top-1 and top-5 as ratios in [0, 1], the mean test loss. NaN until then.
   void set_eval(double top1, double top5, double loss);
+  // The same for the weight average's evaluation (ema.enabled), as trainer_ema_eval_*.
+  void set_ema_eval(double top1, double top5, double loss);
   // data.cache of the training or evaluation split: files and bytes held (FileCache::files() and
   // bytes()), as trainer_data_cache_files{split} and trainer_data_cache_bytes{split}.
   void set_data_cache(bool training, int64_t files, uint64_t bytes);

@@ -56,13 +56,14 @@ std::string train_steps_row(int64_t step, int epoch, double loss, double lr, dou
 
 std::string epoch_metrics_header() {
   return "wall_time,epoch,step,train_loss,eval_loss,eval_top1,eval_top5,eval_auc,lr,images_per_second,"
-         "loss_scale";
+         "loss_scale,ema_eval_loss,ema_eval_top1,ema_eval_top5";
 }
 
 std::string epoch_metrics_row(const EpochMetrics& m) {
   return seconds3(m.wall_time) + ',' + std::to_string(m.epoch) + ',' + std::to_string(m.step) + ',' +
          g9(m.train_loss) + ',' + cell(m.eval_loss) + ',' + cell(m.eval_top1) + ',' + cell(m.eval_top5) +
-         ',' + cell(m.eval_auc) + ',' + g9(m.lr) + ',' + g9(m.images_per_second) + ',' + g9(m.loss_scale);
+         ',' + cell(m.eval_auc) + ',' + g9(m.lr) + ',' + g9(m.images_per_second) + ',' + g9(m.loss_scale) +
+         ',' + cell(m.ema_eval_loss) + ',' + cell(m.ema_eval_top1) + ',' + cell(m.ema_eval_top5);
 }
 
 void keep_csv_rows_up_to_step(const std::string& path, const std::string& header, int step_column,
@@ -97,6 +98,9 @@ void EpochMetricsCsv::write_epoch(int epoch, int64_t step, double train_loss, do
     m.eval_top1 = eval_->top1;
     m.eval_top5 = eval_->top5;
     if (!std::isnan(eval_->auc)) m.eval_auc = eval_->auc;
+    m.ema_eval_loss = eval_->ema_loss;
+    m.ema_eval_top1 = eval_->ema_top1;
+    m.ema_eval_top5 = eval_->ema_top5;
   }
   m.lr = lr;
   m.images_per_second = images_per_second;

@@ -49,6 +49,7 @@ struct EpochMetrics {
   double lr = 0.0;
   double images_per_second = 0.0;
   double loss_scale = 1.0;
+  std::optional<double> ema_eval_loss, ema_eval_top1, ema_eval_top5;  // the weight average's (ema.enabled)
 };
 
 std::string epoch_metrics_header();
@@ -65,7 +66,8 @@ struct EvalCells {
   double loss = 0.0;
   double top1 = 0.0;
   double top5 = 0.0;
-  double auc = 0.0;  // NaN when not defined: written empty
+  double auc = 0.0;                                    // NaN when not defined: written empty
+  std::optional<double> ema_loss, ema_top1, ema_top5;  // the weight average's evaluation, when there is one
 };
 
 // Rank 0's metrics.csv. open() keeps the rows up to `first_step` (the checkpoint's step when resuming;

@@ -99,6 +99,49 @@ struct AdamWParams {
   const int64_t* applied_steps = nullptr;
 };
 
+// Backend::ema_update: the decay rule of timm's ModelEmaV3 (nn/optim/update_rules.h: ema_decay) and
+// where the step's verdicts live. The k-th applied update (k = *updates + 1) uses the decay of step
+// k * every_steps.
+struct EmaRule {
+  double decay = 0.9999, min_decay = 0.0;
+  bool warmup = false;
+  double warmup_gamma = 1.0, warmup_power = 2.0 / 3.0;
+  int64_t every_steps = 1;
+};
+struct EmaParams {
+  EmaRule rule;
+  // The loss scaler's found-inf flag (as SgdParams::skip_if): nonzero leaves everything as it is.
+  const int64_t* skip_if = nullptr;
+  // Nonzero or null: this step updates. Zero: it does not (ema.every_steps inside a CUDA graph, where the
+  // host stages the verdict before each replay).
+  const int64_t* gate = nullptr;
+};
+
+// Backend::lamb_step: timm's Lamb (bias correction, grad averaging, coupled weight decay, the trust
+// ratio of nn/optim/update_rules.h, global gradient-norm clipping).
+struct LambParams {
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-6, weight_decay = 0.01;
+  bool trust_clip = false, always_adapt = false;
+  int64_t step = 1;                        // 1-based, for the bias correction
+  const double* device_scalars = nullptr;  // [lr, bias_correction1, sqrt(bias_correction2)]
+  const int64_t* skip_if = nullptr;        // as AdamWParams::skip_if
+  const int64_t* applied_steps = nullptr;  // as AdamWParams::applied_steps
+  // max_grad_norm > 0: the gradient is divided by max(sqrt(*grad_sq_norm) / max_grad_norm, 1), where
+  // grad_sq_norm (f64, on the parameter's device) is the squared norm of every gradient of the step
+  // (Backend::add_squared_norms).
+  double max_grad_norm = 0.0;
+  const double* grad_sq_norm = nullptr;
+};
+
+// Backend::lars_step: timm's Lars (trust ratio with coefficient and eps, optional LARC clipping,
+// coupled weight decay inside the adaptation, then SGD's momentum with dampening and Nesterov).
+struct LarsParams {
+  double lr = 1.0, momentum = 0.0, dampening = 0.0, weight_decay = 0.0, trust_coeff = 1e-3, eps = 1e-8;
+  bool nesterov = false, trust_clip = false, always_adapt = false;
+  const double* device_scalars = nullptr;  // [lr]
+  const int64_t* skip_if = nullptr;        // as SgdParams::skip_if
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -334,6 +377,28 @@ class Backend {
   // updates an optimizer applied in a step whose skipping the device decides. counts is i64 [n] on this
   // backend's device, skip_if an i64 there.
   virtual void count_updates(Tensor& counts, const std::vector<int64_t>& rows, const int64_t* skip_if) = 0;
+
+  // ---- weight averages and layer-wise adaptive optimizers (nn/cpu/optim_layerwise.cpp,
+  // nn/cuda/ema.cu, nn/cuda/lamb_lars.cu).
+  // One update of a model's exponential moving average, all tensors in one launch on a GPU: each
+  // floating average becomes lerp(average, value, 1 - decay) (torch.lerp's formula), or a copy of value
+  // where `copy` is set; integer tensors are copied. `updates` (i64 [1] on this backend's device) counts
+  // the applied updates: the decay is ema_decay(rule, (*updates + 1) * every_steps), and it advances by
+  // one, unless p.skip_if is set or p.gate is zero (then nothing changes).
+  struct EmaPair {
+    Tensor* average;
+    const Tensor* value;  // same shape, dtype and layout
+    bool copy;
+  };
+  virtual void ema_update(const std::vector<EmaPair>& pairs, Tensor& updates, const EmaParams& p) = 0;
+  // out[0] += sum of the squares of every element of every tensor, in f64 (out: f64 [1] on this
+  // backend's device): LAMB's global gradient norm, left on the device.
+  virtual void add_squared_norms(const std::vector<const Tensor*>& tensors, Tensor& out) = 0;
+  virtual void lamb_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
+                         const LambParams& p) = 0;
+  // momentum_buffer starts as the first (adapted) gradient, as sgd_step's.
+  virtual void lars_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, bool first_step,
+                         const LarsParams& p) = 0;
 };
 
 Backend& backend_for(Device device);

@@ -49,6 +49,37 @@ AdamWScalars adamw_scalars(const AdamWParams& p) {
   return {p.lr / (1.0 - std::pow(p.beta1, step)), std::sqrt(1.0 - std::pow(p.beta2, step))};
 }
 
+LambScalars lamb_scalars(const LambParams& p, int64_t step) {
+  if (step < 1) throw std::invalid_argument("lamb_step: step is 1-based, got " + std::to_string(step));
+  const double t = static_cast<double>(step);
+  return {1.0 - std::pow(p.beta1, t), std::sqrt(1.0 - std::pow(p.beta2, t))};
+}
+
+void check_ema_update(const std::vector<Backend::EmaPair>& pairs, const Tensor& updates, Device device) {
+  check_flag(updates, device, "ema_update (updates)");
+  for (const Backend::EmaPair& pair : pairs) {
+    const Tensor& a = *pair.average;
+    const Tensor& v = *pair.value;
+    const bool floating = a.dtype() == DType::f32 || a.dtype() == DType::f64;
+    if (a.device() != device || v.device() != device || a.shape() != v.shape() || a.dtype() != v.dtype() ||
+        !(floating || a.dtype() == DType::i64) || !a.is_contiguous(a.suggest_memory_format()) ||
+        (a.strides() != v.strides() && a.numel() > 1))
+      throw std::invalid_argument(
+          "ema_update: the average " + a.str() + " and its value " + v.str() +
+          " must be dense f32, f64 or i64 tensors of one shape, dtype and layout on " + device.str());
+  }
+}
+
+void check_squared_norms(const std::vector<const Tensor*>& tensors, const Tensor& out, Device device) {
+  if (out.dtype() != DType::f64 || out.numel() != 1 || out.device() != device)
+    throw std::invalid_argument("add_squared_norms: out must be f64 [1] on " + device.str() + ", got " +
+                                out.str());
+  for (const Tensor* t : tensors)
+    if (t->device() != device || (t->dtype() != DType::f32 && t->dtype() != DType::f64))
+      throw std::invalid_argument("add_squared_norms: " + t->str() + " must be f32 or f64 on " +
+                                  device.str());
+}
+
 void check_flag(const Tensor& flag, Device device, const char* op) {
   if (flag.dtype() != DType::i64 || flag.numel() != 1 || flag.device() != device)
     throw std::invalid_argument(std::string(op) + ": the flag must be i64 [1] on " + device.str() + ", got " +

@@ -35,6 +35,19 @@ struct AdamWScalars {
 };
 AdamWScalars adamw_scalars(const AdamWParams& p);  // throws unless p.step >= 1
 
+// timm's Lamb's bias corrections for update `step` (1-based).
+struct LambScalars {
+  double bias_correction1;       // 1 - beta1^t
+  double bias_correction2_sqrt;  // sqrt(1 - beta2^t)
+};
+LambScalars lamb_scalars(const LambParams& p, int64_t step);  // throws unless step >= 1
+
+// ema_update's arguments: every average dense, on `device`, with its value's shape, dtype and strides
+// (floating or i64; `copy` for floating ones only matters), updates i64 [1] on `device`.
+void check_ema_update(const std::vector<Backend::EmaPair>& pairs, const Tensor& updates, Device device);
+// add_squared_norms' arguments: floating tensors on `device`, out f64 [1] there.
+void check_squared_norms(const std::vector<const Tensor*>& tensors, const Tensor& out, Device device);
+
 // sync_bn_global_stats' arguments: packed sums of 2C + 1 values, f32 or f64 statistics, running
 // statistics both defined or neither. Returns C.
 int64_t check_sync_bn_global_stats(const Tensor& packed, DType stats, const Tensor& running_mean,

@@ -169,6 +169,7 @@ class Loader {
   void check_model_size_keys(const Fail& fail);
   template <typename Fail>
   void check_augment_keys(const Fail& fail);
+  void check_optimizer_and_ema_keys(const Fail& fail);
   bool has_problems() const { return !problems_.empty(); }
   void throw_if_problems();
 
@@ -418,6 +419,24 @@ void Loader::check_augment_keys(const Fail& fail) {
   }
 }
 
+// LAMB and LARS need each parameter's whole norm, which a ZeRO shard does not hold; keep_best can only
+// rank the average's accuracy when there is an average.
+template <typename Fail>
+void Loader::check_optimizer_and_ema_keys(const Fail& fail) {
+  const OptimizerKind name = config_.optim.name;
+  if ((name == OptimizerKind::lamb || name == OptimizerKind::lars) && config_.dist.zero_stage > 0)
+    fail("dist.zero_stage", "ZeRO shards parameters, but optim.name = \"" + setting_name(name) +
+                                "\" needs each parameter's whole norm (its trust ratio). HINT: set "
+                                "dist.zero_stage = 0, or use sgd or adamw");
+  if (config_.checkpoint.keep_best_on == KeepBestOn::ema && !config_.ema.active())
+    fail("checkpoint.keep_best_on",
+         "\"ema\" ranks the weight average's accuracy, but there is none. "
+         "HINT: set ema.enabled = true (and ema.decay > 0)");
+  if (config_.ema.min_decay > config_.ema.decay)
+    fail("ema.min_decay", "must not exceed ema.decay (" + schema::format_number(config_.ema.decay) +
+                              "), got " + schema::format_number(config_.ema.min_decay));
+}
+
 void Loader::check_cross_keys() {
   const auto set_by_user = [&](const std::string& key) {
     return config_.origin.at(key) != schema::kDefaultOrigin;
@@ -446,6 +465,7 @@ void Loader::check_cross_keys() {
   }
   check_model_size_keys(fail);
   check_augment_keys(fail);
+  check_optimizer_and_ema_keys(fail);
 }
 
 void Loader::throw_if_problems() {
@@ -465,7 +485,8 @@ void Loader::throw_if_problems() {
 bool Config::operator==(const Config& other) const {
   return model == other.model && data == other.data && augment == other.augment && train == other.train &&
          optim == other.optim && schedule == other.schedule && dist == other.dist &&
-         checkpoint == other.checkpoint && metrics == other.metrics && mixup == other.mixup;
+         checkpoint == other.checkpoint && metrics == other.metrics && mixup == other.mixup &&
+         ema == other.ema;
 }
 
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {

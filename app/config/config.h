@@ -106,7 +106,7 @@ struct TrainConfig {
 };
 
 struct OptimConfig {
-  OptimizerKind name = OptimizerKind::sgd;  // sgd | adamw
+  OptimizerKind name = OptimizerKind::sgd;  // sgd | adamw | lamb | lars
   double lr = 0.1;
   double momentum = 0.9;
   bool nesterov = false;
@@ -117,7 +117,26 @@ struct OptimConfig {
   double clip_grad_norm = 0.0;             // 0 = off
   LrScaling lr_scaling = LrScaling::none;  // none | linear
   int base_batch_size = 128;               // linear scaling: lr * global_batch / base_batch_size
+  double layer_decay = 0.0;                // (0, 1]: layer-wise LR decay (timm's); 0 = off
+  double max_grad_norm = 1.0;              // lamb: its global gradient-norm clipping; 0 = off
+  bool trust_clip = false;                 // lamb: LAMBC (trust ratio <= 1); lars: LARC
+  double trust_coeff = 1e-3;               // lars
+  double dampening = 0.0;                  // lars: momentum dampening
   bool operator==(const OptimConfig&) const = default;
+};
+
+// The exponential moving average of the weights (timm's ModelEmaV3; nn/optim/ema.h).
+struct EmaConfig {
+  bool enabled = false;
+  double decay = 0.9999;  // [0, 1); 0 = off
+  bool warmup = false;    // ModelEmaV3's warm-up of the decay
+  double warmup_gamma = 1.0;
+  double warmup_power = 2.0 / 3.0;
+  double min_decay = 0.0;
+  int every_steps = 1;
+  bool average_buffers = true;  // false: BatchNorm's running statistics are copied
+  bool active() const { return enabled && decay > 0.0; }
+  bool operator==(const EmaConfig&) const = default;
 };
 
 struct ScheduleConfig {
@@ -147,9 +166,10 @@ struct CheckpointConfig {
   int every_epochs = 1;
   int keep_last = 3;
   bool save_final = true;
-  int keep_best = 0;                     // also keep the N checkpoints with the best test top-1
-  bool on_signal = true;                 // SIGINT/SIGTERM write a checkpoint before exiting
-  bool allow_world_size_change = false;  // resume at another world size, remapped by samples seen
+  int keep_best = 0;                            // also keep the N checkpoints with the best test top-1
+  KeepBestOn keep_best_on = KeepBestOn::model;  // whose top-1 keep_best ranks: model | ema
+  bool on_signal = true;                        // SIGINT/SIGTERM write a checkpoint before exiting
+  bool allow_world_size_change = false;         // resume at another world size, remapped by samples seen
   // a periodic checkpoint not written (full disk...): continue | stop
   OnCheckpointError on_error = OnCheckpointError::keep_training;
   bool operator==(const CheckpointConfig&) const = default;
@@ -185,6 +205,7 @@ struct Config {
   CheckpointConfig checkpoint;
   MetricsConfig metrics;
   MixupConfig mixup;
+  EmaConfig ema;
 
   // Provenance, filled by load_config. Not part of the settings, so operator== ignores it.
   std::string source_path;  // the config file as given on the command line

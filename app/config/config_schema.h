@@ -68,8 +68,8 @@ std::string closest(const std::string& word, const std::vector<std::string>& can
 // Config::origin of a key that was not written anywhere.
 inline constexpr const char* kDefaultOrigin = "(default)";
 
-inline constexpr const char* kSections[] = {"model",    "data", "augment",    "train",   "optim",
-                                            "schedule", "dist", "checkpoint", "metrics", "mixup"};
+inline constexpr const char* kSections[] = {"model", "data",       "augment", "train", "optim", "schedule",
+                                            "dist",  "checkpoint", "metrics", "mixup", "ema"};
 
 // One visitor per [table], each taking that table's struct (const or not) and calling
 // visit(section, key, member, rule) for its keys in schema (and file) order.
@@ -170,6 +170,11 @@ void visit_optim_fields(Optim& o, Visit&& visit) {
   visit("optim", "clip_grad_norm", o.clip_grad_norm, at_least(0));
   visit("optim", "lr_scaling", o.lr_scaling, one_of(setting_names<LrScaling>()));
   visit("optim", "base_batch_size", o.base_batch_size, at_least(1));
+  visit("optim", "layer_decay", o.layer_decay, or_special(open_closed(0, 1), 0, "off"));
+  visit("optim", "max_grad_norm", o.max_grad_norm, at_least(0));
+  visit("optim", "trust_clip", o.trust_clip, any());
+  visit("optim", "trust_coeff", o.trust_coeff, greater_than(0));
+  visit("optim", "dampening", o.dampening, half_open(0, 1));
 }
 
 template <typename Schedule, typename Visit>
@@ -203,6 +208,7 @@ void visit_checkpoint_fields(Checkpoint& k, Visit&& visit) {
   visit("checkpoint", "keep_last", k.keep_last, at_least(1));
   visit("checkpoint", "save_final", k.save_final, any());
   visit("checkpoint", "keep_best", k.keep_best, at_least(0));
+  visit("checkpoint", "keep_best_on", k.keep_best_on, one_of(setting_names<KeepBestOn>()));
   visit("checkpoint", "on_signal", k.on_signal, any());
   visit("checkpoint", "allow_world_size_change", k.allow_world_size_change, any());
   visit("checkpoint", "on_error", k.on_error, one_of(setting_names<OnCheckpointError>()));
@@ -224,6 +230,18 @@ void visit_mixup_fields(Mixup& m, Visit&& visit) {
   visit("mixup", "switch_prob", m.switch_prob, closed(0, 1));
 }
 
+template <typename Ema, typename Visit>
+void visit_ema_fields(Ema& e, Visit&& visit) {
+  visit("ema", "enabled", e.enabled, any());
+  visit("ema", "decay", e.decay, half_open(0, 1));
+  visit("ema", "warmup", e.warmup, any());
+  visit("ema", "warmup_gamma", e.warmup_gamma, greater_than(0));
+  visit("ema", "warmup_power", e.warmup_power, greater_than(0));
+  visit("ema", "min_decay", e.min_decay, half_open(0, 1));
+  visit("ema", "every_steps", e.every_steps, at_least(1));
+  visit("ema", "average_buffers", e.average_buffers, any());
+}
+
 // Calls visit(section, key, member, rule) for every key in schema (and file) order. C is Config or
 // const Config, so one list serves readers and writers.
 template <typename C, typename Visit>
@@ -238,6 +256,7 @@ void visit_fields(C& c, Visit&& visit) {
   visit_checkpoint_fields(c.checkpoint, visit);
   visit_metrics_fields(c.metrics, visit);
   visit_mixup_fields(c.mixup, visit);
+  visit_ema_fields(c.ema, visit);
 }
 
 }  // namespace trainer::config_schema

@@ -45,8 +45,20 @@ std::string SettingNames<CommBackendChoice>::name(CommBackendChoice v) {
 }
 
 std::string SettingNames<OptimizerKind>::name(OptimizerKind v) {
-  return v == OptimizerKind::adamw ? "adamw" : "sgd";
+  switch (v) {
+    case OptimizerKind::adamw:
+      return "adamw";
+    case OptimizerKind::lamb:
+      return "lamb";
+    case OptimizerKind::lars:
+      return "lars";
+    case OptimizerKind::sgd:
+      break;
+  }
+  return "sgd";
 }
+
+std::string SettingNames<KeepBestOn>::name(KeepBestOn v) { return v == KeepBestOn::ema ? "ema" : "model"; }
 
 std::string SettingNames<OnCheckpointError>::name(OnCheckpointError v) {
   return v == OnCheckpointError::stop ? "stop" : "continue";

@@ -23,7 +23,8 @@ enum class DeviceChoice { automatic, cpu, cuda };       // train.device
 enum class LrScaling { none, linear };                  // optim.lr_scaling
 enum class CommBackendChoice { automatic, nccl, tcp };  // dist.backend
 enum class OnCheckpointError { keep_training, stop };   // checkpoint.on_error
-enum class OptimizerKind { sgd, adamw };                // optim.name
+enum class OptimizerKind { sgd, adamw, lamb, lars };    // optim.name
+enum class KeepBestOn { model, ema };                   // checkpoint.keep_best_on
 
 // For each enumerated setting: `values`, every value in the order the messages list them, and
 // name(value), its TOML spelling.
@@ -58,8 +59,14 @@ struct SettingNames<CommBackendChoice> {
 };
 template <>
 struct SettingNames<OptimizerKind> {
-  static constexpr OptimizerKind values[] = {OptimizerKind::sgd, OptimizerKind::adamw};
+  static constexpr OptimizerKind values[] = {OptimizerKind::sgd, OptimizerKind::adamw, OptimizerKind::lamb,
+                                             OptimizerKind::lars};
   static std::string name(OptimizerKind v);
+};
+template <>
+struct SettingNames<KeepBestOn> {
+  static constexpr KeepBestOn values[] = {KeepBestOn::model, KeepBestOn::ema};
+  static std::string name(KeepBestOn v);
 };
 template <>
 struct SettingNames<OnCheckpointError> {

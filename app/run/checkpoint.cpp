@@ -26,6 +26,7 @@ namespace fs = std::filesystem;
 constexpr int kFormat = 2;
 constexpr const char* kManifestCrcKey = "manifest_crc32c";
 const char* kFiles[] = {"model.safetensors", "optimizer.safetensors", "config.toml"};
+constexpr const char* kEmaFile = "ema.safetensors";  // only with ema.enabled
 
 std::string step_name(int64_t step) {
   char buf[32];
@@ -97,6 +98,8 @@ toml::table state_to_toml(const TrainingState& s) {
                      {"train_seconds", s.train_seconds},
                      {"best_accuracy", s.best_accuracy},
                      {"accuracy", s.accuracy},
+                     {"best_ema_accuracy", s.best_ema_accuracy},
+                     {"ema_accuracy", s.ema_accuracy},
                      {"epoch_loss_sum", s.epoch_loss_sum},
                      {"epoch_steps", s.epoch_steps},
                      {"loss_scale", s.loss_scale},
@@ -132,6 +135,8 @@ TrainingState state_from_toml(const toml::table& t, const std::string& where) {
   s.train_seconds = float_of("train_seconds");
   s.best_accuracy = float_of("best_accuracy");
   s.accuracy = float_of("accuracy");
+  s.best_ema_accuracy = t["best_ema_accuracy"].value_or(0.0);  // absent before the weight average
+  s.ema_accuracy = t["ema_accuracy"].value_or(-1.0);
   s.epoch_loss_sum = float_of("epoch_loss_sum");
   s.epoch_steps = int_of("epoch_steps");
   s.loss_scale = float_of("loss_scale");
@@ -151,7 +156,8 @@ CheckpointManager::CheckpointManager(std::string dir, const CheckpointConfig& co
     : dir_(std::move(dir)), config_(config), crash_before_rename_step_(crash_before_rename_step) {}
 
 std::string CheckpointManager::save(Module& model, const Optimizer& optimizer, const TrainingState& state,
-                                    const std::string& config_toml, const std::optional<ModelCard>& card) {
+                                    const std::string& config_toml, const std::optional<ModelCard>& card,
+                                    const ModelEma* ema) {
   const std::string name = step_name(state.step);
   const fs::path final_path = fs::path(dir_) / name;
   const fs::path tmp = fs::path(dir_) / ("." + name + ".tmp");
@@ -163,6 +169,7 @@ std::string CheckpointManager::save(Module& model, const Optimizer& optimizer, c
     for (const auto& e : model.state_dict()) weights.emplace_back(e.name, *e.tensor);
     save_with_crcs((tmp / kFiles[0]).string(), weights, card);
     save_with_crcs((tmp / kFiles[1]).string(), optimizer.state_tensors());
+    if (ema) save_with_crcs((tmp / kEmaFile).string(), ema->state_tensors());
     {
       std::ofstream out(tmp / kFiles[2]);
       out << config_toml;
@@ -173,8 +180,11 @@ std::string CheckpointManager::save(Module& model, const Optimizer& optimizer, c
         {"format", kFormat}, {"optimizer", optimizer.name()}, {"optimizer_steps", optimizer.step_count()}};
     manifest.insert("state", state_to_toml(state));
     if (card) manifest.insert("model_card", model_card_toml(*card));
+    if (ema) manifest.insert("ema", toml::table{{"steps", ema->steps()}, {"updates", ema->updates()}});
+    std::vector<const char*> written(std::begin(kFiles), std::end(kFiles));
+    if (ema) written.push_back(kEmaFile);
     toml::table files;
-    for (const char* f : kFiles) {
+    for (const char* f : written) {
       const std::string p = (tmp / f).string();
       fsync_path(p, false);
       files.insert(f, toml::table{{"bytes", static_cast<int64_t>(fs::file_size(p))},
@@ -205,7 +215,7 @@ std::string CheckpointManager::save(Module& model, const Optimizer& optimizer, c
   return final_path.string();
 }
 
-int64_t checkpoint_bytes(Module& model, const Optimizer& optimizer, size_t config_bytes) {
+int64_t checkpoint_bytes(Module& model, const Optimizer& optimizer, size_t config_bytes, bool with_ema) {
   // A safetensors header entry (name, dtype, shape, offsets) and its CRC metadata: under 256 bytes.
   constexpr int64_t kHeaderPerTensor = 256, kBlock = 4096, kManifest = 16 * 1024;
   auto blocks = [](int64_t bytes) { return (bytes + kBlock - 1) / kBlock * kBlock; };
@@ -219,8 +229,9 @@ int64_t checkpoint_bytes(Module& model, const Optimizer& optimizer, size_t confi
       state += slots * static_cast<int64_t>(p.data().nbytes()) + 8;
       state_tensors += slots + 1;
     }
-  return blocks(weights + tensors * kHeaderPerTensor) + blocks(state + state_tensors * kHeaderPerTensor) +
-         blocks(static_cast<int64_t>(config_bytes)) + blocks(kManifest) + kBlock;  // + the directory
+  return (with_ema ? 2 : 1) * blocks(weights + tensors * kHeaderPerTensor) +
+         blocks(state + state_tensors * kHeaderPerTensor) + blocks(static_cast<int64_t>(config_bytes)) +
+         blocks(kManifest) + kBlock;  // + the directory
 }
 
 std::vector<std::string> CheckpointManager::remove_stale_temps() {
@@ -255,7 +266,8 @@ void CheckpointManager::prune() {
     double accuracy = -1;
     try {
       toml::table m = toml::parse_file((d.path() / "checkpoint.toml").string());
-      accuracy = m["state"]["accuracy"].value_or(-1.0);
+      accuracy =
+          m["state"][config_.keep_best_on == KeepBestOn::ema ? "ema_accuracy" : "accuracy"].value_or(-1.0);
     } catch (...) {
     }
     entries.push_back({d.path().string(), std::stoll(n.substr(5)), accuracy});
@@ -366,7 +378,9 @@ TrainingState verify_checkpoint(const std::string& path) {
   if (format >= 2 && !has_crc)
     throw CheckpointError(manifest_path + ": corrupt manifest (its first line, " + kManifestCrcKey +
                           ", is missing)");
-  for (const char* f : kFiles) {
+  std::vector<const char*> listed(std::begin(kFiles), std::end(kFiles));
+  if (manifest["files"][kEmaFile].as_table()) listed.push_back(kEmaFile);
+  for (const char* f : listed) {
     const std::string p = (fs::path(path) / f).string();
     const toml::table* entry = manifest["files"][f].as_table();
     if (!entry) throw CheckpointError(manifest_path + ": no entry for " + f);
@@ -385,6 +399,7 @@ TrainingState verify_checkpoint(const std::string& path) {
   }
   check_tensor_crcs((fs::path(path) / kFiles[0]).string());
   check_tensor_crcs((fs::path(path) / kFiles[1]).string());
+  if (listed.size() > std::size(kFiles)) check_tensor_crcs((fs::path(path) / kEmaFile).string());
   const toml::table* state = manifest["state"].as_table();
   if (!state) throw CheckpointError(manifest_path + ": no [state] table");
   TrainingState s = state_from_toml(*state, manifest_path);
@@ -478,7 +493,24 @@ std::string checkpoint_identity(const std::string& path) {
   return crc32c_hex(crc32c_file((fs::path(path) / "checkpoint.toml").string()));
 }
 
-TrainingState load_checkpoint(const std::string& path, Module& model, Optimizer& optimizer) {
+namespace {
+
+// The checkpoint's weight average into `ema`; without one, the average restarts from the loaded weights.
+void load_ema(const std::string& path, const toml::table& manifest, ModelEma& ema, int64_t step) {
+  const fs::path file = fs::path(path) / kEmaFile;
+  if (!manifest["files"][kEmaFile].as_table()) {
+    ema.restart_from_model(step);
+    return;
+  }
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (auto& [name, t] : load_safetensors(file.string())) tensors.emplace_back(name, t);
+  ema.load_state(tensors, manifest["ema"]["steps"].value_or(int64_t{-1}),
+                 manifest["ema"]["updates"].value_or(int64_t{-1}));
+}
+
+}  // namespace
+
+TrainingState load_checkpoint(const std::string& path, Module& model, Optimizer& optimizer, ModelEma* ema) {
   TrainingState state = verify_checkpoint(path);
   const std::string manifest_path = (fs::path(path) / "checkpoint.toml").string();
   toml::table manifest = toml::parse_file(manifest_path);
@@ -492,6 +524,7 @@ TrainingState load_checkpoint(const std::string& path, Module& model, Optimizer&
     for (auto& [name, t] : load_safetensors((fs::path(path) / kFiles[1]).string()))
       opt_state.emplace_back(name, t);
     optimizer.load_state(opt_state, manifest["optimizer_steps"].value_or(int64_t{0}));
+    if (ema) load_ema(path, manifest, *ema, state.step);
   } catch (const CheckpointError&) {
     throw;
   } catch (const std::exception& e) {

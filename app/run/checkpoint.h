@@ -3,6 +3,8 @@
 //   model.safetensors      parameters and buffers under torchvision's names (loads into PyTorch)
 //   optimizer.safetensors  optimizer state (momentum buffers, Adam moments, per-parameter steps)
 //   config.toml            the resolved config of the run
+//   ema.safetensors        the weight average (ema.enabled), under the model's names; its counts are
+//                          the manifest's [ema] table
 //   checkpoint.toml        the manifest: training position, RNG states, and size + CRC-32C per file,
 //                          the model card (class names, eval transform: app/run/model_card.h);
 //                          its first line is the CRC-32C of the rest (manifest_crc32c)
@@ -23,6 +25,7 @@
 #include "app/config/config.h"
 #include "app/run/model_card.h"
 #include "nn/modules/module.h"
+#include "nn/optim/ema.h"
 #include "nn/optim/optimizer.h"
 #include "nn/safetensors.h"
 
@@ -51,6 +54,10 @@ struct TrainingState {
   double train_seconds = 0.0;
   double best_accuracy = 0.0;
   double accuracy = -1.0;  // test top-1 measured right before this checkpoint; -1 = none
+  // The same for the weight average (ema.enabled); -1 = none. keep_best ranks by it with
+  // checkpoint.keep_best_on = "ema".
+  double best_ema_accuracy = 0.0;
+  double ema_accuracy = -1.0;
   double epoch_loss_sum = 0.0;
   int64_t epoch_steps = 0;
   double loss_scale = 0.0;  // fp16 LossScaler; 0 = none recorded
@@ -72,9 +79,11 @@ class CheckpointManager {
 
   // Writes step-<state.step> and prunes old ones (keep_last newest plus keep_best best). Throws
   // CheckpointError (after removing its temp directory) when anything fails, e.g. a full disk. The
-  // model card, when given, goes into model.safetensors' metadata and the manifest.
+  // model card, when given, goes into model.safetensors' metadata and the manifest; `ema` (may be
+  // null): the weight average, written to ema.safetensors.
   std::string save(Module& model, const Optimizer& optimizer, const TrainingState& state,
-                   const std::string& config_toml, const std::optional<ModelCard>& card = std::nullopt);
+                   const std::string& config_toml, const std::optional<ModelCard>& card = std::nullopt,
+                   const ModelEma* ema = nullptr);
   const std::string& dir() const { return dir_; }
   // Removes temp directories (".step-*.tmp") left by a writer that died before its rename; they are
   // never candidates for resuming. Returns their paths, for the log.
@@ -90,7 +99,9 @@ class CheckpointManager {
 // The bytes one checkpoint of `model` and `optimizer` takes on disk: weights, optimizer state (at its
 // full size even before the first step allocates it), the config text and the manifest, each file
 // rounded up to whole file-system blocks. Rank 0 checks at start that checkpoint.dir holds two.
-int64_t checkpoint_bytes(Module& model, const Optimizer& optimizer, size_t config_bytes);
+// with_ema: the weight average's file too (the model's state once more).
+int64_t checkpoint_bytes(Module& model, const Optimizer& optimizer, size_t config_bytes,
+                         bool with_ema = false);
 
 // Checks a checkpoint directory: the manifest matches its CRC-32C and parses, its step is the one in
 // the directory's name and no count is negative, every file has its recorded size and CRC-32C, and
@@ -128,8 +139,11 @@ std::optional<CheckpointInfo> find_latest_checkpoint(const std::string& dir,
 std::string remap_world_size(TrainingState& state, int64_t dataset_size, bool drop_last, int world_size,
                              int64_t batch_size, int grad_accum_steps);
 
-// Verifies and loads a checkpoint into model and optimizer; returns its state.
-TrainingState load_checkpoint(const std::string& path, Module& model, Optimizer& optimizer);
+// Verifies and loads a checkpoint into model and optimizer (and `ema`, when not null: from the
+// checkpoint's average, or, for a checkpoint written without one, a fresh average of the loaded weights
+// whose first update copies them); returns its state.
+TrainingState load_checkpoint(const std::string& path, Module& model, Optimizer& optimizer,
+                              ModelEma* ema = nullptr);
 
 // Each tensor's CRC-32C as safetensors metadata ("crc32c.<name>": 8 hex digits), which every safetensors
 // file the trainer writes carries (checkpoints, final.safetensors, --dump-logits).

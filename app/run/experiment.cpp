@@ -9,13 +9,46 @@
 #include "data/repeated_aug_sampler.h"
 #include "nn/models/registry.h"
 #include "nn/optim/adamw.h"
+#include "nn/optim/lamb.h"
+#include "nn/optim/lars.h"
 #include "nn/optim/sgd.h"
 
 namespace trainer {
 namespace {
 
+// timm's Lamb and Lars; betas, eps, weight decay and its groups as the other optimizers read them.
+std::unique_ptr<Optimizer> make_layerwise_optimizer(const OptimConfig& o, Module& model, double lr) {
+  if (o.name == OptimizerKind::lamb) {
+    LambOptions l;
+    l.lr = lr;
+    l.beta1 = o.betas.at(0);
+    l.beta2 = o.betas.at(1);
+    l.eps = o.eps;
+    l.weight_decay = o.weight_decay;
+    l.max_grad_norm = o.max_grad_norm;
+    l.trust_clip = o.trust_clip;
+    l.no_decay_bn_bias = o.no_decay_bn_bias;
+    l.layer_decay = o.layer_decay;
+    return std::make_unique<Lamb>(model.named_parameters(), l);
+  }
+  LarsOptions l;
+  l.lr = lr;
+  l.momentum = o.momentum;
+  l.dampening = o.dampening;
+  l.nesterov = o.nesterov;
+  l.weight_decay = o.weight_decay;
+  l.trust_coeff = o.trust_coeff;
+  l.eps = o.eps;
+  l.trust_clip = o.trust_clip;
+  l.no_decay_bn_bias = o.no_decay_bn_bias;
+  l.layer_decay = o.layer_decay;
+  return std::make_unique<Lars>(model.named_parameters(), l);
+}
+
 std::unique_ptr<Optimizer> make_optimizer(const Config& c, Module& model, double lr) {
   const OptimConfig& o = c.optim;
+  if (o.name == OptimizerKind::lamb || o.name == OptimizerKind::lars)
+    return make_layerwise_optimizer(o, model, lr);
   if (o.name == OptimizerKind::sgd) {
     SgdOptions s;
     s.lr = lr;
@@ -23,6 +56,7 @@ std::unique_ptr<Optimizer> make_optimizer(const Config& c, Module& model, double
     s.nesterov = o.nesterov;
     s.weight_decay = o.weight_decay;
     s.no_decay_bn_bias = o.no_decay_bn_bias;
+    s.layer_decay = o.layer_decay;
     return std::make_unique<Sgd>(model.named_parameters(), s);
   }
   AdamWOptions a;
@@ -32,6 +66,7 @@ std::unique_ptr<Optimizer> make_optimizer(const Config& c, Module& model, double
   a.eps = o.eps;
   a.weight_decay = o.weight_decay;
   a.no_decay_bn_bias = o.no_decay_bn_bias;
+  a.layer_decay = o.layer_decay;
   return std::make_unique<AdamW>(model.named_parameters(), a);
 }
 
@@ -192,6 +227,24 @@ void build_optimizer_and_schedule(Experiment& e, const Config& config) {
 }
 
 }  // namespace
+
+std::unique_ptr<ModelEma> make_model_ema(const Config& config, Module& model) {
+  const EmaConfig& c = config.ema;
+  if (!c.active()) return nullptr;
+  EmaOptions o;
+  o.decay = c.decay;
+  o.warmup = c.warmup;
+  o.warmup_gamma = c.warmup_gamma;
+  o.warmup_power = c.warmup_power;
+  o.min_decay = c.min_decay;
+  o.every_steps = c.every_steps;
+  o.average_buffers = c.average_buffers;
+  try {
+    return std::make_unique<ModelEma>(model, o);
+  } catch (const std::invalid_argument& err) {
+    throw config_error_at(config, "ema.decay", err.what());
+  }
+}
 
 int64_t global_batch(const Config& config, int world_size) {
   return static_cast<int64_t>(config.data.batch_size) * config.train.grad_accum_steps * world_size;

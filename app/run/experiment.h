@@ -10,6 +10,7 @@
 #include "app/run/device_setup.h"
 #include "nn/models/registry.h"
 #include "nn/modules/module.h"
+#include "nn/optim/ema.h"
 #include "nn/optim/lr_schedule.h"
 #include "nn/optim/optimizer.h"
 #include "nn/random.h"
@@ -24,6 +25,9 @@ struct Experiment {
   std::shared_ptr<Module> model;
   std::unique_ptr<Optimizer> optimizer;
   std::unique_ptr<LrSchedule> schedule;
+  // ema.enabled (and decay > 0): the weight average, made by make_model_ema once the model holds the
+  // weights every rank starts from; null otherwise.
+  std::unique_ptr<ModelEma> ema;
   Device device;
   PrecisionPolicy precision;  // decided once for the device (RunDevice)
   int world_size = 1;
@@ -48,6 +52,9 @@ int64_t global_batch(const Config& config, int world_size);
 // build_experiment builds, and `trainer predict` / `export` rebuild from a model card without the data.
 ModelOptions model_options_for(const Config& config, int64_t channels, int64_t num_classes,
                                int64_t image_size);
+
+// The weight average of `model` that the config asks for (ema.*), or null.
+std::unique_ptr<ModelEma> make_model_ema(const Config& config, Module& model);
 
 // Builds everything with the model on `device`; with_optimizer=false skips the optimizer and schedule
 // (evaluation). local_world_size: the ranks on this node (ProcessEnv::local_world_size, read at start-up).

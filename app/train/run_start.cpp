@@ -289,7 +289,7 @@ TrainingState start_or_resume(const Config& config, const std::string& resume_pa
   st.batch_size = config.data.batch_size;
   st.run_dir = run_dir;
   if (!resume_path.empty()) {
-    st = load_checkpoint(resume_path, *e.model, *e.optimizer);
+    st = load_checkpoint(resume_path, *e.model, *e.optimizer, e.ema.get());
     check_position_fits(st, resume_path, limits);
     start = fmt("step %lld of checkpoint %s", static_cast<long long>(st.step),
                 checkpoint_identity(resume_path).c_str());

@@ -7,7 +7,8 @@
 //
 // What makes a replay equal an eager step: the batch is copied into input tensors the graph reads
 // (the same addresses every replay); the learning rate and AdamW's step-dependent factors are read
-// from the device (Optimizer::use_device_scalars); BatchNorm counts its batches on the device. What
+// from the device (Optimizer::use_device_scalars); BatchNorm counts its batches on the device; the
+// weight average (ema.enabled) reads its decay's count, the skip flag and its every-N gate there. What
 // stays eager: the first full-size step (it allocates the optimizer state and picks the
 // convolution algorithms, which a capture must not do), and any batch of another shape (an epoch's
 // smaller last batch). fp16's loss scaler decides on the device where it can (see

@@ -20,6 +20,11 @@ std::string summary_json(const RunSummary& s) {
   j["final_test_loss"] = s.final_test_loss;
   j["final_test_skipped_samples"] = s.final_test_skipped;
   j["final_train_loss"] = s.final_train_loss;
+  if (s.has_ema) {
+    j["final_ema_test_accuracy"] = s.final_ema_test_accuracy;
+    j["best_ema_test_accuracy"] = s.best_ema_test_accuracy;
+    j["final_ema_test_loss"] = s.final_ema_test_loss;
+  }
   j["run_dir"] = s.run_dir;
   j["weights"] = s.weights;
   // A path that is not UTF-8 must not lose the summary: such bytes become U+FFFD.

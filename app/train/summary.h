@@ -19,6 +19,11 @@ struct RunSummary {
   double final_test_loss = 0.0;
   int64_t final_test_skipped = 0;  // unreadable test images left out (data.bad_samples = "skip")
   double final_train_loss = 0.0;
+  // The weight average's (ema.enabled; written only then): its last and best test top-1, its last loss.
+  bool has_ema = false;
+  double final_ema_test_accuracy = 0.0;
+  double best_ema_test_accuracy = 0.0;
+  double final_ema_test_loss = 0.0;
   std::string run_dir;
   std::string weights;
 };

@@ -139,8 +139,9 @@ std::string rescue_final_checkpoint(TrainingRun& run, const std::string& failure
   if (!same_directory(rescue_dir, run.files.ckpt_dir)) {
     try {
       CheckpointManager rescue(rescue_dir, run.context.config.checkpoint);
-      const std::string path = rescue.save(*run.experiment.model, *run.experiment.optimizer, run.state,
-                                           run.files.config_toml, model_card_of(run.experiment));
+      const std::string path =
+          rescue.save(*run.experiment.model, *run.experiment.optimizer, run.state, run.files.config_toml,
+                      model_card_of(run.experiment), run.experiment.ema.get());
       return what + "; it was written to " + path + " instead. HINT: continue with --resume " + path +
              " (or --resume auto) once checkpoint.dir has room, or use its model.safetensors";
     } catch (const std::exception& e) {
@@ -162,6 +163,17 @@ std::string rescue_final_checkpoint(TrainingRun& run, const std::string& failure
          "; --resume auto continues from the newest checkpoint";
 }
 
+// model.bn_stats_sync = "average" for the weight average's BatchNorm statistics too, at the same points
+// as the model's (evaluations and checkpoints), so every rank holds, evaluates and resumes the same
+// average.
+void average_ema_bn_stats(TrainingRun& run) {
+  ModelEma* ema = run.experiment.ema.get();
+  if (!ema || !run.data_parallel.average_bn_stats || run.processes.group->world_size() == 1) return;
+  EmaWeightsScope average_in_place(*run.experiment.model, *ema);
+  average_bn_running_stats(*run.experiment.model, run.processes.group->comm());
+  ema->copy_from_model();
+}
+
 // Only rank 0 writes; the others wait for it, so no rank runs ahead of a checkpoint in progress. A
 // checkpoint that must not fail -- the final one, or any under checkpoint.on_error = "stop" -- stops every
 // rank together after the barrier (a final one after rank 0's rescue), never rank 0 alone.
@@ -170,6 +182,7 @@ void save_checkpoint(TrainingRun& run, bool final) {
   ProcessGroup& pg = *run.processes.group;
   TrainingState& st = run.state;
   if (run.data_parallel.average_bn_stats) average_bn_running_stats(*e.model, pg.comm());
+  average_ema_bn_stats(run);
   if (run.data_parallel.zero)
     run.data_parallel.zero->gather_state();  // the full optimizer state, for rank 0 to write
   st.loss_scale = run.step.scaler->scale();
@@ -181,8 +194,8 @@ void save_checkpoint(TrainingRun& run, bool final) {
     st.rng_states.assign(pg.world_size(), dropout_state);
     try {
       if (Heartbeat* h = pg.heartbeat()) h->set_phase("checkpoint");
-      const std::string path =
-          run.checkpoints->save(*e.model, *e.optimizer, st, run.files.config_toml, model_card_of(e));
+      const std::string path = run.checkpoints->save(*e.model, *e.optimizer, st, run.files.config_toml,
+                                                     model_card_of(e), e.ema.get());
       run.reporter.log.line("checkpoint: " + path);
     } catch (const std::exception& err) {
       // The previous checkpoints are intact; by default a periodic failure (full disk, say) must not
@@ -216,6 +229,7 @@ bool checkpoint_due_at_step(const CheckpointConfig& checkpoint, const LoopState&
 void save_checkpoint_at_step(TrainingRun& run) {
   sync_step_csvs(run.reporter);
   run.state.accuracy = -1;
+  run.state.ema_accuracy = -1;
   save_checkpoint(run, false);
 }
 
@@ -363,6 +377,33 @@ double train_loss_over_ranks(ProcessGroup& pg, const TrainingState& state) {
   return sums[1] > 0 ? sums[0] / sums[1] : 0.0;
 }
 
+// The weight average (ema.enabled), evaluated on the test split like the model, in its place (its
+// BatchNorm statistics averaged over the ranks as the model's are), beside the model's results in the
+// summary, the exporter and metrics.csv. Returns the log line's part ("" without an average).
+std::string evaluate_ema(TrainingRun& run, EvalCells& cells) {
+  const ModelEma* ema = run.experiment.ema.get();
+  if (!ema) return "";
+  TrainingState& st = run.state;
+  RunSummary& summary = run.reporter.summary;
+  Comm& comm = run.processes.group->comm();
+  const auto start = Clock::now();
+  average_ema_bn_stats(run);
+  EmaWeightsScope average_in_place(*run.experiment.model, *ema);
+  const EvalMetrics m = evaluate(run.experiment, *run.experiment.data.test, &comm);
+  st.ema_accuracy = m.top1();
+  st.best_ema_accuracy = std::max(st.best_ema_accuracy, m.top1());
+  summary.has_ema = true;
+  summary.final_ema_test_accuracy = m.top1();
+  summary.best_ema_test_accuracy = st.best_ema_accuracy;
+  summary.final_ema_test_loss = m.mean_loss();
+  run.reporter.exporter->set_ema_eval(m.top1(), m.top5(), m.mean_loss());
+  cells.ema_loss = m.mean_loss();
+  cells.ema_top1 = m.top1();
+  cells.ema_top5 = m.top5();
+  return fmt(" | EMA test loss %.4f top1 %.2f%% top5 %.2f%% (%.1fs)", m.mean_loss(), 100 * m.top1(),
+             100 * m.top5(), seconds_since(start));
+}
+
 // Evaluates on the test split after the last epoch and every train.eval_every_epochs, updating the
 // summary and stopping the run when train.target_accuracy is reached. Returns the epoch log line's
 // evaluation part ("" without an evaluation).
@@ -374,6 +415,7 @@ std::string evaluate_at_epoch_end(TrainingRun& run, int epoch) {
   const int every = config.train.eval_every_epochs;
   std::string eval_part;
   st.accuracy = -1;
+  st.ema_accuracy = -1;
   if (last || (every > 0 && (epoch + 1) % every == 0)) {
     const auto eval_start = Clock::now();
     if (run.data_parallel.average_bn_stats)
@@ -390,7 +432,6 @@ std::string evaluate_at_epoch_end(TrainingRun& run, int epoch) {
     st.accuracy = m.top1();
     st.best_accuracy = std::max(st.best_accuracy, m.top1());
     run.reporter.exporter->set_eval(m.top1(), m.top5(), m.mean_loss());
-    run.reporter.epoch_csv.set_eval({m.mean_loss(), m.top1(), m.top5(), m.auc()});
     summary.best_test_accuracy = st.best_accuracy;
     eval_part =
         fmt(" | test loss %.4f top1 %.2f%% top5 %.2f%%", m.mean_loss(), 100 * m.top1(), 100 * m.top5());
@@ -399,6 +440,13 @@ std::string evaluate_at_epoch_end(TrainingRun& run, int epoch) {
         skipped > 0 ? fmt(", %lld unreadable skipped", static_cast<long long>(skipped)) : "";
     eval_part += fmt(" (%lld images%s, %.1fs)", static_cast<long long>(m.count()), skipped_note.c_str(),
                      seconds_since(eval_start));
+    EvalCells cells;
+    cells.loss = m.mean_loss();
+    cells.top1 = m.top1();
+    cells.top5 = m.top5();
+    cells.auc = m.auc();
+    eval_part += evaluate_ema(run, cells);
+    run.reporter.epoch_csv.set_eval(cells);
     // Every rank holds the same merged metrics, so every rank stops after this epoch.
     const double target = config.train.target_accuracy;
     if (target > 0 && m.top1() >= target) {

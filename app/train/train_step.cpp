@@ -172,9 +172,12 @@ StepResult graphed_step(TrainingRun& run, MicroBatch mb) {
   stage_mix_draws(run, 0, mb.images);
   result.lr = step_lr(run.experiment, run.state);
   set_step_lr(optimizer, result.lr);  // the graph reads it from the device (use_device_scalars)
+  ModelEma* ema = run.experiment.ema.get();
+  if (ema) ema->stage_gate();  // ema.every_steps: whether this step updates the average, on the device
   if (graph.captured()) {
     graph.replay();
     optimizer.count_replayed_step();
+    if (ema) ema->count_replayed_step();
   } else {
     capture_step(run, graph);
   }

@@ -155,8 +155,8 @@ void check_checkpoint_room(TrainingRun& run) {
   std::string problem;
   const CheckpointConfig& c = run.context.config.checkpoint;
   if (run.context.writer() && writes_checkpoints(c)) {
-    const int64_t one =
-        checkpoint_bytes(*run.experiment.model, *run.experiment.optimizer, run.files.config_toml.size());
+    const int64_t one = checkpoint_bytes(*run.experiment.model, *run.experiment.optimizer,
+                                         run.files.config_toml.size(), run.experiment.ema != nullptr);
     const std::string size = format_bytes(static_cast<double>(one));
     const int64_t existing = checkpoints_in(run.files.ckpt_dir);
     const std::string setting = checkpoint_dir_setting(run.context.config);
@@ -196,6 +196,9 @@ void build_model(TrainingRun& run) {
   // Every rank starts from rank 0's weights and buffers; gradients are averaged in buckets while
   // backward runs (nothing happens at world size 1).
   broadcast_state(pg.comm(), e.model->state_dict());
+  // The weight average starts from those weights; every rank keeps it whole, ZeRO or not (ZeRO's step
+  // all-gathers the full parameters before the average reads them).
+  e.ema = make_model_ema(config, *e.model);
   ZeroOptimizer* zero = data_parallel.zero = wrap_in_zero_optimizer(config, e, pg, log);
   data_parallel.ddp_reducer.emplace(zero ? std::make_shared<SingleProcessComm>() : pg.comm_ptr(),
                                     e.model->named_parameters());
@@ -395,6 +398,7 @@ void set_up_step(TrainingRun& run) {
       .label_smoothing = config.train.label_smoothing,
       .soft_loss = step.mixer ? &step.soft_loss : nullptr,
       .clip_grad_norm = config.optim.clip_grad_norm,
+      .ema = run.experiment.ema.get(),
       .accum = config.train.grad_accum_steps,
       // On the CPU a loss read costs nothing: a NaN stops the run before its update. A GPU's losses come
       // back while the next step runs (app/train/train_step.cpp).
@@ -414,6 +418,7 @@ void set_up_step(TrainingRun& run) {
   reporter.summary.world_size = run.experiment.world_size;
   reporter.summary.run_dir = run.files.run_dir;
   reporter.summary.best_test_accuracy = run.state.best_accuracy;
+  reporter.summary.best_ema_test_accuracy = run.state.best_ema_accuracy;
   run.loop.done = run.state.step >= run.experiment.total_steps;
   if (Heartbeat* heartbeat = run.processes.heartbeat)
     reporter.timer->set_phase_observer([heartbeat](Phase p) { heartbeat->set_phase(phase_name(p)); });

@@ -37,14 +37,14 @@ AdamWParams adamw_params(const AdamWOptions& options, double lr, double weight_d
 }
 
 AdamW::AdamW(std::vector<NamedParameter> params, const AdamWOptions& options)
-    : Optimizer(
-          "adamw",
-          make_param_groups(std::move(params), validated(options).weight_decay, options.no_decay_bn_bias),
-          options.lr, {"exp_avg", "exp_avg_sq"}),
+    : Optimizer("adamw",
+                make_param_groups(std::move(params), validated(options).weight_decay,
+                                  options.no_decay_bn_bias, options.layer_decay),
+                options.lr, {"exp_avg", "exp_avg_sq"}),
       options_(options) {}
 
 void AdamW::update(Variable& param, const ParamGroup& group, ParamState& state) {
-  AdamWParams p = adamw_params(options_, lr(), group.weight_decay, state.steps);
+  AdamWParams p = adamw_params(options_, group_lr(group), group.weight_decay, state.steps);
   p.device_scalars = current_device_scalars();
   p.skip_if = skip_flag();
   p.applied_steps = current_applied_steps();
@@ -52,8 +52,8 @@ void AdamW::update(Variable& param, const ParamGroup& group, ParamState& state) 
 }
 
 void AdamW::device_scalar_values(const ParamGroup& group, int64_t step, double* out) const {
-  const AdamWScalars s = adamw_scalars(adamw_params(options_, lr(), group.weight_decay, step));
-  out[0] = lr();
+  const AdamWScalars s = adamw_scalars(adamw_params(options_, group_lr(group), group.weight_decay, step));
+  out[0] = group_lr(group);
   out[1] = s.step_size;
   out[2] = s.bias_correction2_sqrt;
 }

@@ -15,6 +15,7 @@ struct AdamWOptions {
   double eps = 1e-8;
   double weight_decay = 0.01;
   bool no_decay_bn_bias = false;  // weight decay 0 for vectors, biases, position embeddings (timm)
+  double layer_decay = 0.0;       // > 0: layer-wise LR decay (nn/optim/layer_decay.h)
 };
 
 // The kernel's parameters for one update of a parameter on its `step`-th update (1-based), for AdamW

@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "nn/backend.h"
+#include "nn/optim/layer_decay.h"
 
 namespace trainer {
 namespace {
@@ -50,7 +51,9 @@ std::string entry_name(const std::string& slot, const std::string& param) { retu
 }  // namespace
 
 std::vector<ParamGroup> make_param_groups(std::vector<NamedParameter> params, double weight_decay,
-                                          bool no_decay_bn_bias) {
+                                          bool no_decay_bn_bias, double layer_decay) {
+  if (layer_decay > 0.0)
+    return split_by_layer(make_param_groups(std::move(params), weight_decay, no_decay_bn_bias), layer_decay);
   if (!no_decay_bn_bias) return {ParamGroup{"default", std::move(params), weight_decay}};
   ParamGroup decay{"decay", {}, weight_decay}, no_decay{"no_decay", {}, 0.0};
   for (NamedParameter& p : params) {
@@ -144,7 +147,9 @@ void Optimizer::update_group(const ParamGroup& group, const std::vector<Update>&
   current_applied_steps_ = nullptr;
 }
 
-void Optimizer::device_scalar_values(const ParamGroup&, int64_t, double* out) const { out[0] = lr_; }
+void Optimizer::device_scalar_values(const ParamGroup& group, int64_t, double* out) const {
+  out[0] = group_lr(group);
+}
 
 void Optimizer::use_device_scalars() {
   size_t count = 0;

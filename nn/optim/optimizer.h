@@ -19,17 +19,20 @@
 namespace trainer {
 
 struct ParamGroup {
-  std::string name;  // "default", or "decay" / "no_decay" with no_decay_bn_bias
+  std::string name;  // "default", or "decay" / "no_decay" with no_decay_bn_bias ("layer_<i>_..." by layer)
   std::vector<NamedParameter> params;
   double weight_decay = 0.0;
+  // The group's learning rate is the optimizer's times this (timm's lr_scale: layer-wise LR decay).
+  double lr_scale = 1.0;
 };
 
 // Splits parameters into one group with `weight_decay` and, when `no_decay_bn_bias` is set, a
 // "no_decay" group with weight decay 0 holding every parameter with at most one dimension or a name
 // ending in ".bias" (biases, BatchNorm weights and biases: timm's param_groups_weight_decay). Empty
-// groups are left out.
+// groups are left out. layer_decay > 0 (timm's param_groups_layer_decay) splits each of them further by
+// layer, with lr_scale layer_decay^(last layer - layer) (nn/optim/layer_decay.h); 0 leaves it off.
 std::vector<ParamGroup> make_param_groups(std::vector<NamedParameter> params, double weight_decay,
-                                          bool no_decay_bn_bias);
+                                          bool no_decay_bn_bias, double layer_decay = 0.0);
 
 class Optimizer {
  public:
@@ -48,6 +51,8 @@ class Optimizer {
 
   void set_lr(double lr);  // all groups; schedules call it before every step
   double lr() const { return lr_; }
+  // The learning rate of a group's updates: lr() * group.lr_scale.
+  double group_lr(const ParamGroup& group) const { return lr_ * group.lr_scale; }
   // Number of step() calls so far (restored by load_state).
   int64_t step_count() const { return step_count_; }
   const std::vector<ParamGroup>& param_groups() const { return groups_; }

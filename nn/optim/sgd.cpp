@@ -43,14 +43,14 @@ SgdParams sgd_params(const SgdOptions& options, double lr, double weight_decay) 
 }
 
 Sgd::Sgd(std::vector<NamedParameter> params, const SgdOptions& options)
-    : Optimizer(
-          "sgd",
-          make_param_groups(std::move(params), validated(options).weight_decay, options.no_decay_bn_bias),
-          options.lr, sgd_slots(options)),
+    : Optimizer("sgd",
+                make_param_groups(std::move(params), validated(options).weight_decay,
+                                  options.no_decay_bn_bias, options.layer_decay),
+                options.lr, sgd_slots(options)),
       options_(options) {}
 
 void Sgd::update(Variable& param, const ParamGroup& group, ParamState& state) {
-  SgdParams p = sgd_params(options_, lr(), group.weight_decay);
+  SgdParams p = sgd_params(options_, group_lr(group), group.weight_decay);
   p.device_scalars = current_device_scalars();
   p.skip_if = skip_flag();
   Tensor no_buffer;
@@ -64,7 +64,7 @@ void Sgd::update_group(const ParamGroup& group, const std::vector<Update>& updat
     if (u.param->data().device() != first.device() || u.param->data().dtype() != first.dtype())
       return Optimizer::update_group(group, updates);  // one launch takes one device and dtype
   // The device scalars (the learning rate) are the same for every parameter of a group.
-  SgdParams p = sgd_params(options_, lr(), group.weight_decay);
+  SgdParams p = sgd_params(options_, group_lr(group), group.weight_decay);
   p.device_scalars = updates.front().device_scalars;
   p.skip_if = skip_flag();
   std::vector<Backend::SgdUpdate> batch;

@@ -13,6 +13,7 @@ struct SgdOptions {
   double weight_decay = 0.0;
   bool nesterov = false;
   bool no_decay_bn_bias = false;  // weight decay 0 for vectors, biases, position embeddings (timm)
+  double layer_decay = 0.0;       // > 0: layer-wise LR decay (nn/optim/layer_decay.h)
 };
 
 // The kernel's parameters for one update (Sgd and ZeroOptimizer's shards alike).

@@ -351,6 +351,23 @@ TEST_F(DistributedTrain, ZeroStage2ResumeAfterSigtermIsBitExact) {
       " --set dist.zero_stage=2 --set optim.name=adamw --set optim.lr=0.002");
 }
 
+// The weight average (ema.enabled) on two ranks with ZeRO stage 1: every rank keeps it whole, rank 0
+// writes it, and the resumed run's last average equals the uninterrupted run's byte for byte.
+TEST_F(DistributedTrain, TwoRankResumeWithTheAverageAndZeroIsBitExact) {
+  expect_two_rank_resume_after_sigterm_is_bit_exact(
+      " --set dist.zero_stage=1 --set optim.name=adamw --set optim.lr=0.002 --set ema.enabled=true"
+      " --set ema.decay=0.9 --set ema.warmup=true");
+  const auto last_average = [&](const std::string& run) {
+    fs::path newest;
+    for (const auto& d : fs::directory_iterator(dir_ / run / "checkpoints"))
+      if (d.path().filename().string().starts_with("step-") && d.path() > newest) newest = d.path();
+    return read_file(newest / "ema.safetensors");
+  };
+  const std::string full = last_average("full");
+  EXPECT_FALSE(full.empty());
+  EXPECT_EQ(full, last_average("cut"));
+}
+
 // ZeRO acceptance through the training loop: 20 steps with stages 1 and 2 end at stage 0's weights
 // (relative difference < 1e-6) on 2 and 3 ranks, SGD with momentum and weight decay, and AdamW, with
 // gradient accumulation and clipping.

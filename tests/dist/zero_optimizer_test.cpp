@@ -15,6 +15,8 @@
 #include "nn/functional.h"
 #include "nn/modules/linear.h"
 #include "nn/optim/adamw.h"
+#include "nn/optim/lamb.h"
+#include "nn/optim/lars.h"
 #include "nn/optim/sgd.h"
 #include "nn/safetensors.h"
 
@@ -393,6 +395,41 @@ TEST(ZeroOptimizer, Stage2SkippedStepLeavesNothingInTheShard) {
     };
     EXPECT_EQ(run(true), run(false));
   });
+}
+
+// Layer-wise LR decay reaches the shards: each parameter's piece steps at its group's LR (fc1 at half
+// the head's), so one rank's ZeRO step equals the plain optimizer's; LAMB and LARS, which need whole
+// norms, are refused.
+TEST(ZeroOptimizer, ShardsHonourLayerDecayAndRefuseLambAndLars) {
+  for (int stage : {1, 2}) {
+    Mlp plain_model, zero_model;
+    SgdOptions o;
+    o.lr = 0.05;
+    o.momentum = 0.9;
+    o.layer_decay = 0.5;
+    Sgd plain(plain_model.named_parameters(), o);
+    ZeroOptimizer zero(std::make_shared<SingleProcessComm>(),
+                       std::make_unique<Sgd>(zero_model.named_parameters(), o),
+                       zero_options(zero_model, stage, 0.0));
+    for (int step = 0; step < 3; ++step) {
+      for (Module* m : {static_cast<Module*>(&plain_model), static_cast<Module*>(&zero_model)})
+        F::sum(m->forward(Variable(data(0, step, 0)))).backward();
+      plain.step();
+      zero.step();
+      plain.zero_grad();
+      zero.zero_grad();
+    }
+    EXPECT_EQ(weights(plain_model), weights(zero_model)) << "stage " << stage;
+  }
+  Mlp model;
+  EXPECT_THROW(
+      ZeroOptimizer(std::make_shared<SingleProcessComm>(),
+                    std::make_unique<Lamb>(model.named_parameters(), LambOptions{}), ZeroOptions{1, 0.0}),
+      std::invalid_argument);
+  EXPECT_THROW(
+      ZeroOptimizer(std::make_shared<SingleProcessComm>(),
+                    std::make_unique<Lars>(model.named_parameters(), LarsOptions{}), ZeroOptions{1, 0.0}),
+      std::invalid_argument);
 }
 
 TEST(ZeroOptimizer, RejectsUnsupportedStages) {

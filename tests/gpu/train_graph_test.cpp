@@ -132,6 +132,33 @@ TEST_F(TrainGraph, Fp16AdamWWithTheDeviceLossScalerReplaysEqualEagerStepsBitwise
   }
 }
 
+// The weight average inside the captured step: fp16's device loss scaler skips steps 1-3 (the average
+// skips them on the flag), every_steps = 3 reads the gate staged before each replay, the warm-up reads
+// its count on the device; the last average equals the eager run's byte for byte.
+TEST_F(TrainGraph, TheAverageReplaysEqualEagerUpdatesBitwise) {
+  REQUIRE_GPU();
+  expect_graph_equals_eager(config("[optim]\nlr = 0.05\n[ema]\nenabled = true\ndecay = 0.99\nwarmup = true\n"
+                                   "every_steps = 3\n"),
+                            kFp16FromAnOverflowingScale);
+  const fs::path file = fs::path("checkpoints") / "step-00000050" / "ema.safetensors";
+  const std::string graphed = read_file(dir_ / "true" / file);
+  EXPECT_FALSE(graphed.empty());
+  EXPECT_EQ(graphed, read_file(dir_ / "false" / file));
+}
+
+// LAMB (its global norm on the device) and LARS with layer-wise LR decay, captured.
+TEST_F(TrainGraph, LambAndLarsReplaysEqualEagerStepsBitwise) {
+  REQUIRE_GPU();
+  expect_graph_equals_eager(config("[optim]\nname = \"lamb\"\nlr = 0.005\nweight_decay = 0.02\n"
+                                   "layer_decay = 0.8\n"),
+                            "");
+  fs::remove_all(dir_ / "true");
+  fs::remove_all(dir_ / "false");
+  expect_graph_equals_eager(config("[optim]\nname = \"lars\"\nlr = 0.5\nweight_decay = 1e-4\n"
+                                   "trust_coeff = 0.02\nlayer_decay = 0.8\n"),
+                            "");
+}
+
 // On a GPU the loss is read back one step late (replayed or eager): a diverging run still stops at a
 // non-finite loss with the step and the hint, and writes no final checkpoint of NaN weights.
 TEST_F(TrainGraph, ANanLossStopsTheRunWithAndWithoutTheGraph) {

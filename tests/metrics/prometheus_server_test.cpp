@@ -57,6 +57,7 @@ class FakeTraining {
       e.set_device_memory({100 << 20, 128 << 20, 110 << 20});
       e.set_epoch(1 + step / 50);
       e.set_eval(0.9, 0.99, 0.3);
+      e.set_ema_eval(0.91, 0.995, 0.28);  // the weight average's (ema.enabled)
       e.set_gpu_utilization(0.8);
       std::this_thread::sleep_for(std::chrono::milliseconds(40));
     }

@@ -54,14 +54,18 @@ TEST(EpochMetricsRow, EmptyCellsForWhatWasNotMeasured) {
   m.lr = 0.01;
   m.images_per_second = 1234.5;
   m.loss_scale = 65536;
-  EXPECT_EQ(epoch_metrics_row(m), "100.250,3,300,0.5,,,,,0.01,1234.5,65536");
+  EXPECT_EQ(epoch_metrics_row(m), "100.250,3,300,0.5,,,,,0.01,1234.5,65536,,,");
   m.eval_loss = 0.4;
   m.eval_top1 = 0.9;
   m.eval_top5 = 0.99;
-  EXPECT_EQ(epoch_metrics_row(m), "100.250,3,300,0.5,0.4,0.9,0.99,,0.01,1234.5,65536");
+  EXPECT_EQ(epoch_metrics_row(m), "100.250,3,300,0.5,0.4,0.9,0.99,,0.01,1234.5,65536,,,");
+  m.ema_eval_loss = 0.35;  // the weight average's evaluation (ema.enabled), its own columns
+  m.ema_eval_top1 = 0.91;
+  m.ema_eval_top5 = 0.995;
+  EXPECT_EQ(epoch_metrics_row(m), "100.250,3,300,0.5,0.4,0.9,0.99,,0.01,1234.5,65536,0.35,0.91,0.995");
   EXPECT_EQ(epoch_metrics_header(),
             "wall_time,epoch,step,train_loss,eval_loss,eval_top1,eval_top5,eval_auc,lr,images_per_second,"
-            "loss_scale");
+            "loss_scale,ema_eval_loss,ema_eval_top1,ema_eval_top5");
 }
 
 // Epoch rows carry the evaluation set before them, once; AUC NaN (not defined) stays empty.

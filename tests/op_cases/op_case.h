@@ -114,6 +114,7 @@ std::vector<OpCase> conv_matmul_cases();
 std::vector<OpCase> pool_cases();
 std::vector<OpCase> batch_norm_cases();
 std::vector<OpCase> loss_optim_cases();
+std::vector<OpCase> layerwise_optim_cases();
 std::vector<OpCase> transformer_cases();
 std::vector<OpCase> soft_target_cases();
 

@@ -102,7 +102,7 @@ double rtol_for(const OpCase& c, DType dtype) {
 std::vector<OpCase> all_op_cases() {
   std::vector<OpCase> all;
   for (auto family : {elementwise_cases, reduction_cases, conv_matmul_cases, pool_cases, batch_norm_cases,
-                      loss_optim_cases, transformer_cases, soft_target_cases})
+                      loss_optim_cases, transformer_cases, soft_target_cases, layerwise_optim_cases})
     for (OpCase& c : family()) all.push_back(std::move(c));
   return all;
 }

@@ -315,4 +315,26 @@ void RecordingBackend::count_updates(Tensor& counts, const std::vector<int64_t>&
   inner_.count_updates(counts, rows, skip_if);
 }
 
+void RecordingBackend::ema_update(const std::vector<EmaPair>& pairs, Tensor& updates, const EmaParams& p) {
+  called_.insert("ema_update");
+  inner_.ema_update(pairs, updates, p);
+}
+
+void RecordingBackend::add_squared_norms(const std::vector<const Tensor*>& tensors, Tensor& out) {
+  called_.insert("add_squared_norms");
+  inner_.add_squared_norms(tensors, out);
+}
+
+void RecordingBackend::lamb_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
+                                 const LambParams& p) {
+  called_.insert("lamb_step");
+  inner_.lamb_step(param, grad, exp_avg, exp_avg_sq, p);
+}
+
+void RecordingBackend::lars_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, bool first_step,
+                                 const LarsParams& p) {
+  called_.insert("lars_step");
+  inner_.lars_step(param, grad, momentum_buffer, first_step, p);
+}
+
 }  // namespace trainer::op_cases

@@ -205,7 +205,8 @@ BytesPerParam bytes_per_param(OptimizerKind optimizer, double momentum) {
   // of the measured activations). So every precision stores 4 + 4 bytes per parameter.
   b.weights = b.gradients = 4;
   b.master = 0;
-  b.optimizer = optimizer == OptimizerKind::adamw ? 8 : (momentum > 0 ? 4 : 0);
+  const bool two_moments = optimizer == OptimizerKind::adamw || optimizer == OptimizerKind::lamb;
+  b.optimizer = two_moments ? 8 : (momentum > 0 ? 4 : 0);
   return b;
 }
 
@@ -286,8 +287,7 @@ void print_inputs(const PlanArgs& a, const Config& config, const std::string& no
   std::printf(
       "bytes per parameter: weights %d, gradients %d, fp32 master %d, optimizer state %d (%s), total %d\n",
       b.weights, b.gradients, b.master, b.optimizer,
-      config.optim.name == OptimizerKind::adamw ? "AdamW: 2 moments"
-                                                : (b.optimizer ? "SGD momentum" : "SGD, no momentum"),
+      b.optimizer == 8 ? "2 moments" : (b.optimizer ? "momentum" : "SGD, no momentum"),
       b.weights + b.gradients + b.master + b.optimizer);
   std::printf(
       "activations: %s measured by a dry-run step on %s (peak %s over %s of weights, buffers and "
