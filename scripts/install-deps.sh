@@ -20,6 +20,7 @@ packages=(
   prometheus                                           # tests: a real Prometheus server
   chromium                                             # tests: trainer report's page in a real browser
   python3-torch python3-torchvision                    # tests: the PyTorch reference checks (CPU)
+  python3-onnx                                         # tests: onnx.checker on the exported models
 )
 
 missing=()

@@ -169,6 +169,7 @@ class Loader {
   void check_model_size_keys(const Fail& fail);
   template <typename Fail>
   void check_augment_keys(const Fail& fail);
+  template <typename Fail>
   void check_optimizer_and_ema_keys(const Fail& fail);
   bool has_problems() const { return !problems_.empty(); }
   void throw_if_problems();

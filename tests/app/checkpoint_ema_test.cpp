@@ -47,7 +47,7 @@ class CheckpointEma : public ::testing::Test {
     s.step = step;
     s.accuracy = 1.0 - ema_accuracy;  // the model's ranking would be the reverse
     s.ema_accuracy = ema_accuracy;
-    return m.save(*model_, *opt_, s, "[train]\nepochs = 2\n", ema_.get());
+    return m.save(*model_, *opt_, s, "[train]\nepochs = 2\n", std::nullopt, ema_.get());
   }
 
   std::vector<std::string> kept() const {
@@ -97,7 +97,7 @@ TEST_F(CheckpointEma, ACheckpointWithoutAnAverageRestartsItFromTheLoadedWeights)
   CheckpointManager m(dir_.string(), CheckpointConfig{});
   TrainingState s;
   s.step = 5;
-  const std::string path = m.save(*model_, *opt_, s, "", nullptr);
+  const std::string path = m.save(*model_, *opt_, s, "", std::nullopt, nullptr);
   load_checkpoint(path, *model_, *opt_, ema_.get());
   EXPECT_EQ(ema_->steps(), 5);
   EXPECT_EQ(ema_->updates(), 0);  // the next update copies, as a first one does
