@@ -4,29 +4,20 @@ build/ops_parity wrote, to 1e-12 relative to each tensor's largest magnitude.
 
     build/ops_parity /tmp/ops && python3 scripts/torch_parity_ops.py /tmp/ops
 """
-import json
-import struct
 import sys
 
 import torch
 import torch.nn.functional as F
 
+from torch_parity import load_safetensors  # our reader: no safetensors package needed
+
 TOLERANCE = 1e-12
 
 
 def load(path):
-    with open(path, "rb") as f:
-        body = f.read()
-    (header_len,) = struct.unpack("<Q", body[:8])
-    header = json.loads(body[8 : 8 + header_len])
-    data = body[8 + header_len :]
-    tensors = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        assert info["dtype"] == "F64", f"{name}: expected F64, got {info['dtype']}"
-        begin, end = info["data_offsets"]
-        tensors[name] = torch.frombuffer(bytearray(data[begin:end]), dtype=torch.float64).reshape(info["shape"])
+    tensors = load_safetensors(path)
+    for name, t in tensors.items():
+        assert t.dtype == torch.float64, f"{name}: expected F64, got {t.dtype}"
     return tensors
 
 

@@ -6,6 +6,7 @@
 set -euo pipefail
 build=${1:?BUILD_DIR}
 here=$(cd "$(dirname "$0")" && pwd)
+torch_modules="torch torchvision"  # torch_parity.py's reader imports torchvision too
 source "$here/torch_python.sh"
 if [[ ! -x $build/ops_parity ]]; then
   echo "torch_parity_ops: $build/ops_parity not built (cmake --build $build --target ops_parity): skipped"

@@ -6,14 +6,8 @@
 set -euo pipefail
 build=${1:?BUILD_DIR}
 here=$(cd "$(dirname "$0")" && pwd)
-python=""
-for p in python3 /usr/bin/python3; do  # a pyenv python3 first on PATH may lack Debian's modules
-  if "$p" -c 'import torch' 2>/dev/null; then python=$p; break; fi
-done
-if [ -z "$python" ]; then
-  echo "torch_parity_soft_losses: PyTorch not found (apt-get install python3-torch): skipped"
-  exit 77
-fi
+torch_modules="torch torchvision"  # torch_parity.py's reader imports torchvision too
+source "$here/torch_python.sh"
 if [[ ! -x $build/soft_losses_parity ]]; then
   echo "torch_parity_soft_losses: $build/soft_losses_parity not built" \
     "(cmake --build $build --target soft_losses_parity): skipped"
@@ -22,4 +16,4 @@ fi
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 "$build/soft_losses_parity" "$out"
-"$python" "$here/torch_parity_soft_losses.py" "$out"
+"$torch_python" "$here/torch_parity_soft_losses.py" "$out"

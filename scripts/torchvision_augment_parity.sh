@@ -6,18 +6,8 @@
 set -euo pipefail
 build=${1:?BUILD_DIR}
 here=$(cd "$(dirname "$0")" && pwd)
-# The first python3 that has torchvision: a virtual environment's or pyenv's first, then Debian's.
-python=""
-for candidate in python3 /usr/bin/python3; do
-  if command -v "$candidate" >/dev/null && "$candidate" -c 'import torchvision' 2>/dev/null; then
-    python=$candidate
-    break
-  fi
-done
-if [[ -z $python ]]; then
-  echo "torchvision_augment_parity: torchvision not found (apt-get install python3-torchvision): skipped"
-  exit 77
-fi
+torch_modules="torch torchvision"
+source "$here/torch_python.sh"
 if [[ ! -x $build/augment_parity_dump ]]; then
   echo "torchvision_augment_parity: $build/augment_parity_dump not built" \
        "(cmake --build $build --target augment_parity_dump): skipped"
@@ -26,4 +16,4 @@ fi
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 "$build/augment_parity_dump" "$out"
-"$python" "$here/torchvision_augment_parity.py" "$out"
+"$torch_python" "$here/torchvision_augment_parity.py" "$out"

@@ -12,7 +12,7 @@ namespace {
 
 const AdamWOptions& validated(const AdamWOptions& o) {
   auto check = [](bool ok, const std::string& what, double value) {
-    if (!ok) throw std::invalid_argument("adamw: invalid " + what + " " + std::to_string(value));
+    require_option("adamw", ok, what, value);
   };
   check(std::isfinite(o.lr) && o.lr >= 0.0, "learning rate (must be >= 0)", o.lr);
   check(o.beta1 >= 0.0 && o.beta1 < 1.0, "beta1 (must be in [0, 1))", o.beta1);

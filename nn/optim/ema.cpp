@@ -4,13 +4,13 @@
 #include <map>
 #include <stdexcept>
 
+#include "nn/optim/optimizer.h"
+
 namespace trainer {
 namespace {
 
 const EmaOptions& validated(const EmaOptions& o) {
-  auto check = [](bool ok, const std::string& what, double value) {
-    if (!ok) throw std::invalid_argument("ema: invalid " + what + " " + std::to_string(value));
-  };
+  auto check = [](bool ok, const std::string& what, double value) { require_option("ema", ok, what, value); };
   check(o.decay >= 0.0 && o.decay < 1.0, "decay (must be in [0, 1))", o.decay);
   check(o.min_decay >= 0.0 && o.min_decay <= o.decay, "min_decay (must be in [0, decay])", o.min_decay);
   check(std::isfinite(o.warmup_gamma) && o.warmup_gamma > 0.0, "warmup_gamma (must be > 0)", o.warmup_gamma);

@@ -11,7 +11,7 @@ namespace {
 
 const LambOptions& validated(const LambOptions& o) {
   auto check = [](bool ok, const std::string& what, double value) {
-    if (!ok) throw std::invalid_argument("lamb: invalid " + what + " " + std::to_string(value));
+    require_option("lamb", ok, what, value);
   };
   check(std::isfinite(o.lr) && o.lr >= 0.0, "learning rate (must be >= 0)", o.lr);
   check(o.beta1 >= 0.0 && o.beta1 < 1.0, "beta1 (must be in [0, 1))", o.beta1);

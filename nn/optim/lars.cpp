@@ -9,7 +9,7 @@ namespace {
 
 const LarsOptions& validated(const LarsOptions& o) {
   auto check = [](bool ok, const std::string& what, double value) {
-    if (!ok) throw std::invalid_argument("lars: invalid " + what + " " + std::to_string(value));
+    require_option("lars", ok, what, value);
   };
   check(std::isfinite(o.lr) && o.lr >= 0.0, "learning rate (must be >= 0)", o.lr);
   check(std::isfinite(o.momentum) && o.momentum >= 0.0, "momentum (must be >= 0)", o.momentum);

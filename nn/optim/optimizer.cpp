@@ -10,6 +10,11 @@
 #include "nn/optim/layer_decay.h"
 
 namespace trainer {
+
+void require_option(const char* owner, bool ok, const std::string& what, double value) {
+  if (!ok)
+    throw std::invalid_argument(std::string(owner) + ": invalid " + what + " " + std::to_string(value));
+}
 namespace {
 
 // The one device every parameter is on; throws naming the first that is elsewhere.

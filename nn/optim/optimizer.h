@@ -18,6 +18,9 @@
 
 namespace trainer {
 
+// PyTorch's option checks: throws std::invalid_argument("<owner>: invalid <what> <value>") unless ok.
+void require_option(const char* owner, bool ok, const std::string& what, double value);
+
 struct ParamGroup {
   std::string name;  // "default", or "decay" / "no_decay" with no_decay_bn_bias ("layer_<i>_..." by layer)
   std::vector<NamedParameter> params;

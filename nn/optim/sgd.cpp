@@ -10,9 +10,7 @@ namespace trainer {
 namespace {
 
 const SgdOptions& validated(const SgdOptions& o) {
-  auto check = [](bool ok, const std::string& what, double value) {
-    if (!ok) throw std::invalid_argument("sgd: invalid " + what + " " + std::to_string(value));
-  };
+  auto check = [](bool ok, const std::string& what, double value) { require_option("sgd", ok, what, value); };
   check(std::isfinite(o.lr) && o.lr >= 0.0, "learning rate (must be >= 0)", o.lr);
   check(std::isfinite(o.momentum) && o.momentum >= 0.0, "momentum (must be >= 0)", o.momentum);
   check(std::isfinite(o.dampening), "dampening", o.dampening);
