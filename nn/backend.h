@@ -199,6 +199,23 @@ class Backend {
   // of transposed matrices (a permuted view) is read in place.
   virtual Tensor bmm(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) = 0;
 
+  // A linear layer's forward as one GEMM with the bias added in its epilogue, where the backend has
+  // such a GEMM for these operands: x [M, in] @ w [out, in]^T + bias [out] -> [M, out]; nullopt
+  // otherwise, and the caller runs matmul and a row-broadcast add. CUDA: cuBLASLt's BIAS epilogue,
+  // which saves the add's read and write of [M, out].
+  virtual std::optional<Tensor> linear_fused(const Tensor& x, const Tensor& w, const Tensor& bias) {
+    (void)x, (void)w, (void)bias;
+    return std::nullopt;
+  }
+  // A linear layer's weight and bias gradients in one GEMM, where the backend can: {g^T @ x [out, in],
+  // the column sums of g [out]} for g [M, out] and x [M, in]; nullopt otherwise, and the caller runs
+  // matmul and sum. CUDA: cuBLASLt's BGRADB epilogue sums g while the GEMM reads it anyway.
+  virtual std::optional<std::pair<Tensor, Tensor>> linear_weight_grads_fused(const Tensor& g,
+                                                                             const Tensor& x) {
+    (void)g, (void)x;
+    return std::nullopt;
+  }
+
   // ---- convolution (nn/cpu/conv.cpp). x [N, C, H, W], w [O, C/groups, KH, KW], bias [O] or undefined.
   virtual Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p) = 0;
   virtual Tensor conv2d_backward_input(const Tensor& grad_y, const Tensor& w, const Shape& x_shape,

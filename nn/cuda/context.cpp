@@ -170,6 +170,9 @@ void init_cuda_backend(int device_index) {
   void* workspace = nullptr;
   CUDA_CHECK(cudaMalloc(&workspace, kCublasWorkspace));
   CUBLAS_CHECK(cublasSetWorkspace(ctx.cublas, workspace, kCublasWorkspace));
+  ctx.gemm_workspace = workspace;
+  ctx.gemm_workspace_bytes = kCublasWorkspace;
+  CUBLAS_CHECK(cublasLtCreate(&ctx.cublas_lt));
   CUDNN_CHECK(cudnnCreate(&ctx.cudnn));
   CUDNN_CHECK(cudnnSetStream(ctx.cudnn, ctx.stream));
   ctx.options = g_context.options;  // set before the device was (tests, benchmarks)

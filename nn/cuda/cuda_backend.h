@@ -3,6 +3,7 @@
 // convolutions, cuBLAS for matmul, own kernels (one op family per .cu file in nn/cuda/) for the rest.
 // Memory comes from the caching allocator (nn/cuda/caching_allocator.h). This header is plain C++ plus
 // the CUDA, cuBLAS and cuDNN headers, so .cu and .cpp files both include it.
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <cudnn.h>
@@ -21,6 +22,10 @@ struct CudaContext {
   int device = -1;
   cudaStream_t stream = nullptr;  // the compute stream every kernel runs on
   cublasHandle_t cublas = nullptr;
+  cublasLtHandle_t cublas_lt = nullptr;  // GEMMs with epilogues (nn/cuda/linear_lt.cpp)
+  // cuBLAS's workspace, shared with cuBLASLt: both run on `stream`, one call after another.
+  void* gemm_workspace = nullptr;
+  size_t gemm_workspace_bytes = 0;
   cudnnHandle_t cudnn = nullptr;
   int sm_count = 1;  // multiprocessors, for sizing grid-stride launches
   // The kernel choices (TF32, determinism, cuDNN's fused paths), set by runtime::apply_backend_options;
@@ -73,6 +78,9 @@ class CudaBackend final : public Backend {
  public:
   TRAINER_BACKEND_OVERRIDES
   void sgd_step_many(const std::vector<SgdUpdate>& updates, const SgdParams& p) override;
+  std::optional<Tensor> linear_fused(const Tensor& x, const Tensor& w, const Tensor& bias) override;
+  std::optional<std::pair<Tensor, Tensor>> linear_weight_grads_fused(const Tensor& g,
+                                                                     const Tensor& x) override;
   std::optional<BnGrads> bn_backward_fused(const Tensor& grad_y, const Tensor& x, const Tensor& mean,
                                            const Tensor& invstd, const Tensor& gamma, const Tensor& beta,
                                            const Tensor& relu_out, double eps) override;

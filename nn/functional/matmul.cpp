@@ -49,16 +49,18 @@ Variable linear(const Variable& x, const Variable& weight, const Variable& bias)
   }
   Backend& k = backend_for(x.data());
   const Tensor tx = x.data(), tw = weight.data();
-  Tensor y = k.matmul(tx, tw, false, true);  // [N, out]
   const bool has_bias = bias.defined();
-  if (has_bias) y = k.binary(BinaryOp::add, y, bias.data());
+  std::optional<Tensor> fused = has_bias ? k.linear_fused(tx, tw, bias.data()) : std::nullopt;
+  Tensor y = fused ? *fused : k.matmul(tx, tw, false, true);  // [N, out]
+  if (has_bias && !fused) y = k.binary(BinaryOp::add, y, bias.data());
   std::vector<Variable> inputs{x, weight};
   if (has_bias) inputs.push_back(bias);
   return record_op("linear", y, inputs, [tx, tw, has_bias](const Tensor& g) -> std::vector<Tensor> {
     Backend& k = backend_for(g);
-    std::vector<Tensor> grads{k.matmul(g, tw, false, false), k.matmul(g, tx, true, false)};
-    if (has_bias) grads.push_back(k.sum(g, {0}, false));
-    return grads;
+    const Tensor grad_x = k.matmul(g, tw, false, false);
+    if (!has_bias) return {grad_x, k.matmul(g, tx, true, false)};
+    if (auto fused = k.linear_weight_grads_fused(g, tx)) return {grad_x, fused->first, fused->second};
+    return {grad_x, k.matmul(g, tx, true, false), k.sum(g, {0}, false)};
   });
 }
 

@@ -1,5 +1,6 @@
-// matmul and bmm in their four transpositions (bmm also on permuted views, read in place), and conv2d with
-// both backward kernels over strides, padding, dilation, groups, 1x1 and bias.
+// matmul and bmm in their four transpositions, linear with its fused bias epilogues (bmm also on permuted
+// views, read in place), and conv2d with both backward kernels over strides, padding, dilation, groups, 1x1
+// and bias.
 #include "op_case.h"
 
 namespace trainer::op_cases {
@@ -21,6 +22,35 @@ OpCase matmul_case(bool trans_a, bool trans_b) {
   };
   c.differentiable = {0, 1};
   c.device_dtypes = {DType::f32, DType::bf16};
+  return c;
+}
+
+// A linear layer: the fused GEMM with its bias epilogue and the fused weight + bias gradients where
+// the backend has them (cuBLASLt on the GPU), matmul + add / sum otherwise (the CPU reference).
+OpCase linear_case(int64_t rows, int64_t in, int64_t out) {
+  OpCase c;
+  c.name = "linear_fused and linear_weight_grads_fused (or matmul + add, sum) " + std::to_string(rows) + "x" +
+           std::to_string(in) + " -> " + std::to_string(out);
+  c.inputs = {uniform({rows, in}), uniform({out, in}), uniform({out}),
+              uniform({rows, out})};  // x, w, bias, g
+  auto forward = [](Backend& b, const Tensors& in) {
+    if (auto y = b.linear_fused(in[0], in[1], in[2])) return *y;
+    return b.binary(BinaryOp::add, b.matmul(in[0], in[1], false, true), in[2]);
+  };
+  auto weight_grads = [](Backend& b, const Tensor& g, const Tensor& x) {
+    if (auto fused = b.linear_weight_grads_fused(g, x)) return Tensors{fused->first, fused->second};
+    return Tensors{b.matmul(g, x, true, false), b.sum(g, {0}, false)};
+  };
+  c.run = [=](Backend& b, Tensors& in) {
+    const Tensors grads = weight_grads(b, in[3], in[0]);
+    return Tensors{forward(b, in), grads[0], grads[1]};
+  };
+  c.gradient = [=](Backend& b, Tensors& in, const Tensor& g) {
+    const Tensors grads = weight_grads(b, g, in[0]);
+    return Tensors{b.matmul(g, in[1], false, false), grads[0], grads[1]};
+  };
+  c.differentiable = {0, 1, 2};
+  c.device_dtypes = {DType::f32, DType::bf16, DType::f16};
   return c;
 }
 
@@ -132,6 +162,8 @@ std::vector<OpCase> conv_matmul_cases() {
     for (bool tb : {false, true}) cases.push_back(matmul_case(ta, tb));
   for (bool ta : {false, true})
     for (bool tb : {false, true}) cases.push_back(bmm_case(ta, tb));
+  cases.push_back(linear_case(24, 16, 8));  // cuBLASLt's alignment: its epilogues run
+  cases.push_back(linear_case(5, 7, 3));    // odd sizes: cuBLASLt may decline, the pieces then
   cases.push_back(bmm_case(false, false, BmmLayout::transposed));
   cases.push_back(bmm_case(false, true, BmmLayout::heads_between));
   const std::vector<ConvShape> shapes = {

@@ -87,6 +87,17 @@ Tensor RecordingBackend::matmul(const Tensor& a, const Tensor& b, bool trans_a, 
   called_.insert("matmul");
   return inner_.matmul(a, b, trans_a, trans_b);
 }
+
+std::optional<Tensor> RecordingBackend::linear_fused(const Tensor& x, const Tensor& w, const Tensor& bias) {
+  called_.insert("linear_fused");
+  return inner_.linear_fused(x, w, bias);
+}
+
+std::optional<std::pair<Tensor, Tensor>> RecordingBackend::linear_weight_grads_fused(const Tensor& g,
+                                                                                     const Tensor& x) {
+  called_.insert("linear_weight_grads_fused");
+  return inner_.linear_weight_grads_fused(g, x);
+}
 Tensor RecordingBackend::bmm(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
   called_.insert("bmm");
   return inner_.bmm(a, b, trans_a, trans_b);

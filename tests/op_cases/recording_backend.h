@@ -31,6 +31,9 @@ class RecordingBackend final : public Backend {
   void update_loss_scale(Tensor& scale, Tensor& tracker, Tensor& skipped, Tensor& flag,
                          const LossScaleRule& rule) override;
   Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) override;
+  std::optional<Tensor> linear_fused(const Tensor& x, const Tensor& w, const Tensor& bias) override;
+  std::optional<std::pair<Tensor, Tensor>> linear_weight_grads_fused(const Tensor& g,
+                                                                     const Tensor& x) override;
   Tensor bmm(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) override;
   Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p) override;
   Tensor conv2d_backward_input(const Tensor& grad_y, const Tensor& w, const Shape& x_shape,
