@@ -48,7 +48,12 @@ class ModelEma {
   // stage_gate() before a step that is captured or replayed: writes whether the coming step updates to
   // the device, where the recorded kernels read it. count_replayed_step() after a replay, as the optimizer's.
   void stage_gate();
-  void count_replayed_step() { ++steps_; }
+  // The replay consumed the staged verdict: an eager step after it (a short last batch) decides on the
+  // host again instead of reading the previous replay's gate.
+  void count_replayed_step() {
+    ++steps_;
+    gate_staged_ = false;
+  }
 
   // Optimizer steps seen, and updates applied (a host read of the device count: a synchronisation).
   int64_t steps() const { return steps_; }
