@@ -8,7 +8,8 @@
 //
 // How a convolution runs is chosen once per shape and cached (nn/cuda/conv_plan_cache.h) among cuDNN's
 // graph API (nn/cuda/conv_graph_api.h) and legacy API (nn/cuda/conv_legacy_api.h) candidates; a stem
-// with few input channels may run as im2col + GEMM instead (nn/cuda/im2col_conv.h).
+// with few input channels may run as im2col + GEMM instead (nn/cuda/im2col_conv.h), and a channels-last
+// depthwise convolution (ConvNeXt's 7x7) runs on our own kernels (nn/cuda/depthwise_conv.h).
 #include <functional>
 #include <optional>
 #include <stdexcept>
@@ -20,6 +21,7 @@
 #include "nn/cuda/conv_plan_cache.h"
 #include "nn/cuda/conv_stats_fusion.h"
 #include "nn/cuda/cuda_common.h"
+#include "nn/cuda/depthwise_conv.h"
 #include "nn/cuda/im2col_conv.h"
 
 namespace trainer {
@@ -99,14 +101,17 @@ Tensor CudaBackend::conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor&
       return out;
     });
   };
+  const bool depthwise = depthwise_conv_applies(x_in, x_in.shape(), w_in.shape(), p);
   // A stem with few input channels may run faster as im2col + GEMM (nn/cuda/im2col_conv.h).
   const auto plain = [&] {
+    if (depthwise) return depthwise_conv_forward(x_in, w_in, Tensor(), p);
     std::optional<Tensor> y = im2col_conv_forward(x_in, w_in, p, ys, cudnn);
     return y ? *y : cudnn();
   };
   // train.cudnn_fusion: a convolution feeding a training BatchNorm may also sum its output per channel.
   if (std::optional<Tensor> fused = conv2d_with_channel_sums(x_in, w_in, bias.defined(), p, ys, plain))
     return *fused;
+  if (depthwise) return depthwise_conv_forward(x_in, w_in, bias, p);  // the bias added in the same pass
   Tensor y = plain();
   if (bias.defined()) add_channel_bias(y, bias);
   return y;
@@ -122,6 +127,8 @@ Tensor CudaBackend::conv2d_backward_input(const Tensor& grad_y, const Tensor& w_
   if (grad_y.shape() != ys)
     throw std::invalid_argument("conv2d_backward_input: grad_y has shape " + shape_str(grad_y.shape()) +
                                 ", the convolution's output shape is " + shape_str(ys));
+  if (depthwise_conv_applies(grad_y, x_shape, w_in.shape(), p))
+    return depthwise_conv_backward_input(grad_y, w_in, x_shape, p);
   const DType dtype = grad_y.dtype();
   const bool nhwc = grad_y.suggest_memory_format() == MemoryFormat::channels_last;
   return with_layout_fallback(nhwc, dtype, [&](bool cl) {
@@ -151,6 +158,8 @@ Tensor CudaBackend::conv2d_backward_weight(const Tensor& grad_y, const Tensor& x
                                 ", the convolution's output shape is " + shape_str(ys));
   const DType dtype = grad_y.dtype();
   const bool nhwc = x_in.suggest_memory_format() == MemoryFormat::channels_last;
+  if (depthwise_conv_applies(x_in, x_in.shape(), w_shape, p))
+    return depthwise_conv_backward_weight(grad_y, x_in, w_shape, p, format_for(nhwc));
   const std::function<Tensor()> cudnn = [&] {
     return with_layout_fallback(nhwc, dtype, [&](bool cl) {
       const MemoryFormat f = format_for(cl);

@@ -3,6 +3,7 @@
 // same inputs and compares. Tests skip (and CI, which has no GPU, passes) when no device is visible.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -72,6 +73,22 @@ inline void expect_close(const Tensor& expected, const Tensor& actual, double rt
       ADD_FAILURE() << what << ": element " << i << " expected " << e[i] << " got " << a[i];
   }
   EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << e.size() << " elements differ";
+}
+
+// |a - e| within rtol of the largest |e|, elementwise: a device result against an f32 reference (a
+// half-precision one on the same rounded inputs) whose small elements carry no tighter bound.
+inline void expect_near_scale(const Tensor& expected, const Tensor& actual, double rtol,
+                              const std::string& what) {
+  ASSERT_EQ(expected.shape(), actual.shape()) << what;
+  const std::vector<double> e = expected.contiguous().to_vector<double>(),
+                            a = actual.contiguous().to_vector<double>();
+  double scale = 0.0, diff = 0.0;
+  for (size_t i = 0; i < e.size(); ++i) {
+    scale = std::max(scale, std::fabs(e[i]));
+    diff = std::max(diff, std::fabs(a[i] - e[i]));
+  }
+  EXPECT_LE(diff, rtol * scale) << what << ": largest difference " << diff << ", scale " << scale;
+  EXPECT_GT(scale, 0.0) << what;
 }
 
 inline void expect_equal(const Tensor& expected, const Tensor& actual, const std::string& what = "") {

@@ -31,20 +31,6 @@ Conv2dParams conv(int sh, int sw, int ph, int pw, int dilation = 1) {
   return p;
 }
 
-// |a - e| within rtol of the largest |e|: a half-precision result against an f32 reference.
-void expect_near_scale(const Tensor& expected, const Tensor& actual, double rtol, const std::string& what) {
-  ASSERT_EQ(expected.shape(), actual.shape()) << what;
-  const std::vector<double> e = expected.contiguous().to_vector<double>(),
-                            a = actual.contiguous().to_vector<double>();
-  double scale = 0.0, diff = 0.0;
-  for (size_t i = 0; i < e.size(); ++i) {
-    scale = std::max(scale, std::fabs(e[i]));
-    diff = std::max(diff, std::fabs(a[i] - e[i]));
-  }
-  EXPECT_LE(diff, rtol * scale) << what << ": largest difference " << diff << ", scale " << scale;
-  EXPECT_GT(scale, 0.0) << what;
-}
-
 TEST(Im2colConv, ForcedPathGivesTheCpuConvolutionAndWeightGradient) {
   REQUIRE_GPU();
   testing::set_backend_option(&runtime::BackendOptions::deterministic, false);

@@ -176,6 +176,12 @@ std::vector<OpCase> conv_matmul_cases() {
       {"depthwise 3x3 (groups = channels)", {2, 8, 5, 6}, {8, 1, 3, 3}, conv_params(1, 1, 1, 8), true, false},
       // ConvNeXt's three convolutions: the block's depthwise 7x7, the downsampling 2x2/2, the patch stem.
       {"depthwise 7x7 pad 3 (ConvNeXt block)", {2, 16, 7, 7}, {16, 1, 7, 7}, conv_params(1, 3, 1, 16)},
+      // 6 channels: one channel per thread in half precision on the GPU's depthwise kernels; 9x11 plane.
+      {"depthwise 5x5 pad 2, 6 channels, no bias",
+       {2, 6, 9, 11},
+       {6, 1, 5, 5},
+       conv_params(1, 2, 1, 6),
+       false},
       {"2x2 stride 2 (ConvNeXt downsampling)", {2, 8, 6, 6}, {16, 8, 2, 2}, conv_params(2, 0)},
       {"4x4 stride 4 patch stem, 3 channels", {2, 3, 8, 8}, {8, 3, 4, 4}, conv_params(4, 0)},
       {"5x3 kernel, 4x2 pad",
