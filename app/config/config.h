@@ -166,6 +166,7 @@ struct CheckpointConfig {
   int every_epochs = 1;
   int keep_last = 3;
   bool save_final = true;
+  bool save_initial = false;                    // initial.safetensors before a fresh run's step 1
   int keep_best = 0;                            // also keep the N checkpoints with the best test top-1
   KeepBestOn keep_best_on = KeepBestOn::model;  // whose top-1 keep_best ranks: model | ema
   bool on_signal = true;                        // SIGINT/SIGTERM write a checkpoint before exiting

@@ -207,6 +207,7 @@ void visit_checkpoint_fields(Checkpoint& k, Visit&& visit) {
   visit("checkpoint", "every_epochs", k.every_epochs, at_least(0));
   visit("checkpoint", "keep_last", k.keep_last, at_least(1));
   visit("checkpoint", "save_final", k.save_final, any());
+  visit("checkpoint", "save_initial", k.save_initial, any());
   visit("checkpoint", "keep_best", k.keep_best, at_least(0));
   visit("checkpoint", "keep_best_on", k.keep_best_on, one_of(setting_names<KeepBestOn>()));
   visit("checkpoint", "on_signal", k.on_signal, any());

@@ -10,6 +10,7 @@
 #include "app/common/format.h"
 #include "app/run/device_setup.h"
 #include "app/run/loader_workers.h"
+#include "app/run/model_card.h"
 #include "app/train/phase_clock.h"
 #include "app/train/run_start.h"
 #include "dist/consistency.h"
@@ -272,6 +273,22 @@ StepTimesCsv open_step_times_csv(const std::string& run_dir, int64_t first_step,
   return csv;
 }
 
+// checkpoint.save_initial: rank 0 writes the weights of a fresh run's first step (every rank holds them
+// since broadcast_state) beside where the final weights go; a failure stops every rank now.
+void write_initial_weights(TrainingRun& run) {
+  const std::string path = run.files.ckpt_dir + "/initial.safetensors";
+  std::string problem;
+  if (run.context.writer()) {
+    try {
+      save_weights(path, *run.experiment.model, model_card_of(run.experiment));
+      run.reporter.log.line("initial weights: " + path);
+    } catch (const std::exception& err) {
+      problem = "checkpoint.save_initial: " + path + " not written: " + err.what();
+    }
+  }
+  agree_on_start_check(run, "initial_weights", problem);
+}
+
 // ---- where to start: a fresh run, or exactly where a checkpoint left off; the per-step CSVs
 void choose_start(TrainingRun& run) {
   const RunFiles& paths = run.files;
@@ -291,6 +308,7 @@ void choose_start(TrainingRun& run) {
   run.reporter.step_times =
       open_step_times_csv(paths.run_dir, run.state.step, run.context.writer(), run.reporter.log, full_disk);
   if (run.context.writer()) run.reporter.epoch_csv.open(paths.run_dir, run.state.step, full_disk);
+  if (run.context.config.checkpoint.save_initial && run.state.step == 0) write_initial_weights(run);
 }
 
 // ---- fp16's dynamic loss scaling (every other precision runs with the scaler disabled, scale 1). On
