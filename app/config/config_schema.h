@@ -83,6 +83,8 @@ void visit_model_fields(Model& m, Visit&& visit) {
   visit("model", "in_channels", m.in_channels, or_special(at_least(1), 0, "from the dataset"));
   visit("model", "dropout", m.dropout, half_open(0, 1));
   visit("model", "pretrained", m.pretrained, any());
+  visit("model", "freeze", m.freeze, any());  // prefixes checked against the model (app/run/freeze.h)
+  visit("model", "freeze_epochs", m.freeze_epochs, or_special(at_least(1), 0, "the whole run"));
   visit("model", "patch_size", m.patch_size, or_special(at_least(1), 0, "the model's own"));
   visit("model", "depth", m.depth, or_special(at_least(1), 0, "the model's own"));
   visit("model", "heads", m.heads, or_special(at_least(1), 0, "the model's own"));
