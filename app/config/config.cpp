@@ -41,6 +41,8 @@ std::string expected_type() {
     return "a string";
   else if constexpr (std::is_same_v<T, std::vector<double>>)
     return "an array of floats";
+  else if constexpr (std::is_same_v<T, std::vector<std::string>>)
+    return "an array of strings";
   else
     return "an array of integers";
 }
@@ -167,6 +169,8 @@ class Loader {
   void check_cross_keys();
   template <typename Fail>
   void check_model_size_keys(const Fail& fail);
+  template <typename Fail>
+  void check_freeze_keys(const Fail& fail);
   template <typename Fail>
   void check_augment_keys(const Fail& fail);
   template <typename Fail>
@@ -349,9 +353,11 @@ void Loader::read_array(const std::string& dotted, const toml::node& node, std::
     const toml::node& element = *array->get(i);
     E value{};
     std::string problem = read_value(element, rule, value);
-    if (problem.empty() && rule.strictly_increasing && !values.empty() && !(value > values.back())) {
-      problem = "must be greater than the element before it (" + schema::format_number(values.back()) +
-                "), got " + schema::format_number(value);
+    if constexpr (std::is_arithmetic_v<E>) {
+      if (problem.empty() && rule.strictly_increasing && !values.empty() && !(value > values.back())) {
+        problem = "must be greater than the element before it (" + schema::format_number(values.back()) +
+                  "), got " + schema::format_number(value);
+      }
     }
     if (!problem.empty()) return report_value(dotted, element, problem, i);
     values.push_back(value);
@@ -392,6 +398,21 @@ void Loader::check_model_size_keys(const Fail& fail) {
     if (k.changed && !k.applies)
       fail(k.key, "sizes model " + std::string(k.models) + ", not '" + name +
                       "'. HINT: remove it, or set model.name to one of those");
+}
+
+// model.freeze_epochs says when model.freeze ends, so it needs one; ZeRO's shards are laid out once over
+// the parameters that train, which a freeze changes (app/run/freeze.h checks the prefixes themselves).
+template <typename Fail>
+void Loader::check_freeze_keys(const Fail& fail) {
+  const ModelConfig& m = config_.model;
+  if (m.freeze.empty() && m.freeze_epochs != 0)
+    fail("model.freeze_epochs",
+         "has nothing to end: model.freeze is empty. HINT: set model.freeze (e.g. "
+         "[\"backbone\"]) or remove model.freeze_epochs");
+  if (!m.freeze.empty() && config_.dist.zero_stage > 0)
+    fail("dist.zero_stage",
+         "ZeRO shards the parameters that train once, but model.freeze changes which "
+         "do. HINT: set dist.zero_stage = 0 to fine-tune with frozen layers");
 }
 
 // The [augment] rules that tie keys together: a RandAugment bin within the bins, hue within half a turn,
@@ -465,6 +486,7 @@ void Loader::check_cross_keys() {
          "schedule \"multistep\" needs schedule.milestones, e.g. [30, 60, 80]");
   }
   check_model_size_keys(fail);
+  check_freeze_keys(fail);
   check_augment_keys(fail);
   check_optimizer_and_ema_keys(fail);
 }

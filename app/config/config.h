@@ -25,6 +25,10 @@ struct ModelConfig {
   double dropout = 0.0;                     // [0, 1)
   // Weights to start from (fine-tuning): a safetensors file with torchvision's names; empty = none.
   std::string pretrained;
+  // Fine-tuning: parameter-name prefixes ("layer1", "layer2.0") or "backbone" (all but the classifier
+  // head) left untrained for the first freeze_epochs epochs (0 = the whole run); app/run/freeze.h.
+  std::vector<std::string> freeze;
+  int freeze_epochs = 0;
   // The small ViT ("vit"; 0 = its default): patch size, encoder layers, heads, width, MLP width.
   int patch_size = 0;
   int depth = 0;
@@ -166,6 +170,7 @@ struct CheckpointConfig {
   int every_epochs = 1;
   int keep_last = 3;
   bool save_final = true;
+  bool save_initial = false;                    // initial.safetensors before a fresh run's step 1
   int keep_best = 0;                            // also keep the N checkpoints with the best test top-1
   KeepBestOn keep_best_on = KeepBestOn::model;  // whose top-1 keep_best ranks: model | ema
   bool on_signal = true;                        // SIGINT/SIGTERM write a checkpoint before exiting

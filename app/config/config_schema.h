@@ -83,6 +83,8 @@ void visit_model_fields(Model& m, Visit&& visit) {
   visit("model", "in_channels", m.in_channels, or_special(at_least(1), 0, "from the dataset"));
   visit("model", "dropout", m.dropout, half_open(0, 1));
   visit("model", "pretrained", m.pretrained, any());
+  visit("model", "freeze", m.freeze, any());  // prefixes checked against the model (app/run/freeze.h)
+  visit("model", "freeze_epochs", m.freeze_epochs, or_special(at_least(1), 0, "the whole run"));
   visit("model", "patch_size", m.patch_size, or_special(at_least(1), 0, "the model's own"));
   visit("model", "depth", m.depth, or_special(at_least(1), 0, "the model's own"));
   visit("model", "heads", m.heads, or_special(at_least(1), 0, "the model's own"));
@@ -207,6 +209,7 @@ void visit_checkpoint_fields(Checkpoint& k, Visit&& visit) {
   visit("checkpoint", "every_epochs", k.every_epochs, at_least(0));
   visit("checkpoint", "keep_last", k.keep_last, at_least(1));
   visit("checkpoint", "save_final", k.save_final, any());
+  visit("checkpoint", "save_initial", k.save_initial, any());
   visit("checkpoint", "keep_best", k.keep_best, at_least(0));
   visit("checkpoint", "keep_best_on", k.keep_best_on, one_of(setting_names<KeepBestOn>()));
   visit("checkpoint", "on_signal", k.on_signal, any());

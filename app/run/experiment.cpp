@@ -263,7 +263,10 @@ Experiment build_experiment(const Config& config, const RunDevice& run_device, b
   build_model(e, config);
   count_steps(e, config);
   e.base_lr = scaled_base_lr(config, e.world_size);
-  if (with_optimizer) build_optimizer_and_schedule(e, config);
+  if (with_optimizer) {
+    build_optimizer_and_schedule(e, config);
+    e.frozen = FrozenParameters(config, *e.model, classifier_prefix(config.model.name));
+  }
   return e;
 }
 

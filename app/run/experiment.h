@@ -8,6 +8,7 @@
 #include "app/config/config.h"
 #include "app/run/datasets.h"
 #include "app/run/device_setup.h"
+#include "app/run/freeze.h"
 #include "nn/models/registry.h"
 #include "nn/modules/module.h"
 #include "nn/optim/ema.h"
@@ -41,6 +42,7 @@ struct Experiment {
   int64_t warmup_steps = 0;                 // the schedule's linear warm-up (after cut_warmup_to_fit)
   std::vector<std::string> schedule_notes;  // for the log: warm-up cut, run stopped before the schedule ends
   std::string pretrained_note;              // for the log: what model.pretrained loaded; "" without one
+  FrozenParameters frozen;                  // model.freeze (with the optimizer only); applied per epoch
   double base_lr = 0.0;                     // after linear scaling
 };
 

@@ -20,6 +20,7 @@
 #include "app/run/model_card.h"
 #include "app/run/run_directory.h"
 #include "app/train/divergence.h"
+#include "app/train/frozen_epochs.h"
 #include "app/train/host_readback.h"
 #include "app/train/step_graph.h"
 #include "app/train/summary.h"
@@ -584,6 +585,7 @@ EpochEnd run_epoch(TrainingRun& run) {
   run.experiment.model->train();
   run.experiment.optimizer
       ->zero_grad();  // micro-batches left over by the previous epoch must not leak into this one
+  freeze_for_epoch(run, epoch);
   EpochProgress progress{Clock::now(), st.train_seconds, st.samples_seen};
   run.reporter.exporter->set_epoch(epoch + 1);
   run_steps(run, input, epoch, progress);

@@ -10,6 +10,7 @@
 #include "app/common/format.h"
 #include "app/run/device_setup.h"
 #include "app/run/loader_workers.h"
+#include "app/run/model_card.h"
 #include "app/train/phase_clock.h"
 #include "app/train/run_start.h"
 #include "dist/consistency.h"
@@ -200,6 +201,8 @@ void build_model(TrainingRun& run) {
   // all-gathers the full parameters before the average reads them).
   e.ema = make_model_ema(config, *e.model);
   ZeroOptimizer* zero = data_parallel.zero = wrap_in_zero_optimizer(config, e, pg, log);
+  // Every parameter requires a gradient here: model.freeze takes effect at the first epoch, which
+  // rebuilds the reducer over the parameters that train (rebuild_gradient_reducer).
   data_parallel.ddp_reducer.emplace(zero ? std::make_shared<SingleProcessComm>() : pg.comm_ptr(),
                                     e.model->named_parameters());
   data_parallel.reducer =
@@ -211,6 +214,14 @@ void build_model(TrainingRun& run) {
   if (!workers_warning.empty()) log.error(workers_warning);
   const std::string lr_note = lr_scaling_note(config, context.world());
   if (!lr_note.empty()) log.line(lr_note);
+}
+
+// allreduce_total: from the moment the first gradient bucket is launched (its gradients are ready on
+// the compute stream) to the end of the reduce (the compute stream has waited for the last bucket;
+// run_step closes it). Both ends on the compute timeline; on the CPU both are host times.
+void observe_first_bucket_launch(TrainingRun& run) {
+  run.data_parallel.reducer->set_first_launch_observer(
+      [&timer = *run.reporter.timer] { timer.begin(Phase::allreduce_total, Timeline::compute); });
 }
 
 // ---- observability: per-phase step times, exported per rank for Prometheus
@@ -232,12 +243,8 @@ void start_metrics(TrainingRun& run) {
     reporter.log.line(gpu.available() ? "GPU utilisation: exported from NVML (trainer_gpu_utilization_ratio)"
                                       : "GPU utilisation: not exported: " + gpu.why_unavailable());
   // CUDA events on a GPU
-  StepTimer& timer = reporter.timer.emplace(phase_clock_for(context.device, run.processes.group->comm()));
-  // allreduce_total: from the moment the first gradient bucket is launched (its gradients are ready on
-  // the compute stream) to the end of the reduce (the compute stream has waited for the last bucket;
-  // run_step closes it). Both ends on the compute timeline; on the CPU both are host times.
-  run.data_parallel.reducer->set_first_launch_observer(
-      [&timer] { timer.begin(Phase::allreduce_total, Timeline::compute); });
+  reporter.timer.emplace(phase_clock_for(context.device, run.processes.group->comm()));
+  observe_first_bucket_launch(run);
 }
 
 StepTimesCsv open_step_times_csv(const std::string& run_dir, int64_t first_step, bool writer, Log& log,
@@ -272,6 +279,22 @@ StepTimesCsv open_step_times_csv(const std::string& run_dir, int64_t first_step,
   return csv;
 }
 
+// checkpoint.save_initial: rank 0 writes the weights of a fresh run's first step (every rank holds them
+// since broadcast_state) beside where the final weights go; a failure stops every rank now.
+void write_initial_weights(TrainingRun& run) {
+  const std::string path = run.files.ckpt_dir + "/initial.safetensors";
+  std::string problem;
+  if (run.context.writer()) {
+    try {
+      save_weights(path, *run.experiment.model, model_card_of(run.experiment));
+      run.reporter.log.line("initial weights: " + path);
+    } catch (const std::exception& err) {
+      problem = "checkpoint.save_initial: " + path + " not written: " + err.what();
+    }
+  }
+  agree_on_start_check(run, "initial_weights", problem);
+}
+
 // ---- where to start: a fresh run, or exactly where a checkpoint left off; the per-step CSVs
 void choose_start(TrainingRun& run) {
   const RunFiles& paths = run.files;
@@ -291,6 +314,7 @@ void choose_start(TrainingRun& run) {
   run.reporter.step_times =
       open_step_times_csv(paths.run_dir, run.state.step, run.context.writer(), run.reporter.log, full_disk);
   if (run.context.writer()) run.reporter.epoch_csv.open(paths.run_dir, run.state.step, full_disk);
+  if (run.context.config.checkpoint.save_initial && run.state.step == 0) write_initial_weights(run);
 }
 
 // ---- fp16's dynamic loss scaling (every other precision runs with the scaler disabled, scale 1). On
@@ -426,6 +450,16 @@ void set_up_step(TrainingRun& run) {
 }
 
 }  // namespace
+
+void rebuild_gradient_reducer(TrainingRun& run) {
+  DataParallel& data_parallel = run.data_parallel;
+  if (data_parallel.zero)  // load_config refuses model.freeze with dist.zero_stage
+    throw std::logic_error("rebuild_gradient_reducer: ZeRO's buckets are laid out once");
+  data_parallel.ddp_reducer.emplace(run.processes.group->comm_ptr(),
+                                    run.experiment.model->named_parameters());
+  data_parallel.reducer = &*data_parallel.ddp_reducer;
+  observe_first_bucket_launch(run);
+}
 
 int64_t max_over_ranks(ProcessGroup& pg, int64_t local) {
   if (pg.world_size() == 1) return local;

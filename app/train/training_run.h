@@ -134,6 +134,8 @@ struct LoopState {
   int stop_signal = 0;                   // the signal all ranks agreed to stop on; 0 = none
   std::function<double()> pending_stop;  // GPUs: the last step's stop-signal agreement, still on its way
   int64_t skipped_steps_reported = 0;    // a device loss scaler's skipped steps logged so far
+  // Whether model.freeze's parameters are frozen now; none before the first epoch sets it.
+  std::optional<bool> frozen;
   // GPUs at world size > 1: the one-element flag the agreement reduces, kept for the run. Refilling it
   // is safe: the next fill queues on the compute stream behind the read-back copy of the last value.
   Tensor stop_flag;
@@ -159,6 +161,10 @@ struct TrainingRun {
   std::optional<RepeatedAugSampler> repeated_sampler;  // data.repeated_augmentations > 1: deals instead
   LoopState loop;
 };
+
+// The DDP reducer again, over the parameters that require a gradient now (model.freeze changed them),
+// its first bucket's launch timed like the first one's. Not with ZeRO, whose shards are laid out once.
+void rebuild_gradient_reducer(TrainingRun& run);
 
 // Builds the run: processes and device, run directory and log, model and optimizer, metrics, the start
 // point (fresh or a checkpoint), the loss scaler and the step.

@@ -1,7 +1,8 @@
 // train.cuda_graph: `trainer train` with its steps replayed as a CUDA graph gives the same run as eager
 // steps, bit for bit under train.deterministic: the same loss at every step (50 of them, the learning
 // rate changing every step, an epoch's smaller last batch run eagerly between replays) and the same
-// final weights, optimizer state and BatchNorm counters. Runs the graph cannot take say so in the log.
+// final weights, optimizer state and BatchNorm counters, a freeze ending mid-run included. Runs the
+// graph cannot take say so in the log.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -157,6 +158,19 @@ TEST_F(TrainGraph, LambAndLarsReplaysEqualEagerStepsBitwise) {
   expect_graph_equals_eager(config("[optim]\nname = \"lars\"\nlr = 0.5\nweight_decay = 1e-4\n"
                                    "trust_coeff = 0.02\nlayer_decay = 0.8\n"),
                             "");
+}
+
+// model.freeze_epochs: the graph captured while conv1 and bn1 are frozen is dropped when they start to
+// train (epoch 3, step 21); that step runs eagerly (allocating their momentum) and step 22 is captured
+// anew. Losses, weights and optimizer state equal the eager run's bit for bit.
+TEST_F(TrainGraph, AFreezeEndingMidRunIsRecapturedAndEqualsEagerStepsBitwise) {
+  REQUIRE_GPU();
+  expect_graph_equals_eager(config("[optim]\nlr = 0.05\n"),
+                            " --set model.freeze=[\\\"conv1\\\",\\\"bn1\\\"] --set model.freeze_epochs=2");
+  const std::string log = read_file(dir_ / "true" / "train.log");
+  EXPECT_NE(log.find("freeze: ends at epoch 3"), std::string::npos) << log;
+  EXPECT_NE(log.find("CUDA graph: dropped with the old set of trained parameters"), std::string::npos) << log;
+  EXPECT_NE(log.find("CUDA graph: step 22 captured"), std::string::npos) << log;
 }
 
 // On a GPU the loss is read back one step late (replayed or eager): a diverging run still stops at a
