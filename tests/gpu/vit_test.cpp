@@ -16,21 +16,6 @@ namespace {
 
 using namespace gpu_test;
 
-// ||a - b|| / ||b||.
-double relative_error(const Tensor& a, const Tensor& b) {
-  const std::vector<double> x = a.to(Device::cpu()).to_vector<double>(),
-                            y = b.to(Device::cpu()).to_vector<double>();
-  double num = 0.0, den = 0.0;
-  for (size_t i = 0; i < x.size(); ++i) num += (x[i] - y[i]) * (x[i] - y[i]), den += y[i] * y[i];
-  return std::sqrt(num) / std::max(std::sqrt(den), 1e-30);
-}
-
-double norm(const Tensor& t) {
-  double s = 0.0;
-  for (double v : t.to(Device::cpu()).to_vector<double>()) s += v * v;
-  return std::sqrt(s);
-}
-
 // A small ViT whose zero-initialised head and class token are given values, so every gradient is
 // non-trivial.
 std::shared_ptr<Module> small_vit() {
