@@ -10,6 +10,9 @@
 //   ... --device cuda --cudnn-bn 0  BatchNorm's backward through our kernels instead of cuDNN's
 //                                   (train.cudnn_batchnorm, on by default as in the trainer; where it
 //                                   applies, bf16/fp16 on a GPU, the device column says "+cudnn-bn")
+//   ... --device cuda --fused-attention 0  attention composed of bmm and softmax instead of cuDNN's
+//                                   fused flash attention (on by default where it applies, bf16/fp16;
+//                                   the device column then says "+composed-attn")
 //   ... --device cuda --trace 5     then 5 more steps under CUPTI: GPU time per kernel, busy time, API calls
 //   ... --optim adamw --classes 1000  AdamW (weight decay 0.05, none on norms/biases/embeddings) and a
 //                                   1000-class head, as the ViT/ConvNeXt comparisons with torchvision
@@ -53,6 +56,7 @@ struct Point {
   bool fusion = false;           // CUDA only: train.cudnn_fusion (nn/cuda/conv_stats_fusion.h)
   bool cudnn_bn = true;          // CUDA only: train.cudnn_batchnorm (nn/cuda/cudnn_batch_norm.h)
   bool cudnn_bn_forward = true;  // CUDA only: its forward too, where faster (as the trainer does)
+  bool fused_attention = true;   // CUDA only: cuDNN's fused attention (nn/cuda/fused_attention.h)
   std::string optim = "sgd";     // sgd (momentum 0.9) | adamw (the ViT/ConvNeXt recipes' optimizer)
   int64_t classes = 10;          // 1000 for the ImageNet-shaped comparisons with torchvision
 };
@@ -93,7 +97,8 @@ Device bench_device(const Point& p) {
   runtime::apply_backend_options({.allow_tf32 = precision_policy_for(p.math).allow_tf32,
                                   .conv_stats_fusion = p.fusion,
                                   .cudnn_batch_norm = p.cudnn_bn,
-                                  .cudnn_batch_norm_forward = p.cudnn_bn_forward});
+                                  .cudnn_batch_norm_forward = p.cudnn_bn_forward,
+                                  .fused_attention = p.fused_attention});
   return Device::cuda(0);
 }
 
@@ -227,6 +232,8 @@ int main(int argc, char** argv) {
       custom.cudnn_bn = std::atoi(v) != 0;
     else if (k == "--cudnn-bn-forward")
       custom.cudnn_bn_forward = std::atoi(v) != 0;
+    else if (k == "--fused-attention")
+      custom.fused_attention = std::atoi(v) != 0;
     else if (k == "--optim")
       custom.optim = v;
     else if (k == "--classes")
@@ -247,14 +254,15 @@ int main(int argc, char** argv) {
   for (const Point& p : points) {
     try {
       const Result r = run(p);
-      std::printf("%-10s %6lld %5lldx%lldx%lld %10s %5s %6s %10.1f %10.0f\n", p.model.c_str(),
-                  static_cast<long long>(p.batch), static_cast<long long>(p.image),
-                  static_cast<long long>(p.image), static_cast<long long>(p.channels),
-                  (p.device + (r.graph ? "+graph" : "") + (p.fusion ? "+fusion" : "") +
-                   (uses_cudnn_batch_norm(p) ? "+cudnn-bn" : ""))
-                      .c_str(),
-                  std::string(precision_name(p.math)).c_str(), p.channels_last ? "cl" : "nchw",
-                  r.images_per_second, r.peak_mib);
+      std::printf(
+          "%-10s %6lld %5lldx%lldx%lld %10s %5s %6s %10.1f %10.0f\n", p.model.c_str(),
+          static_cast<long long>(p.batch), static_cast<long long>(p.image), static_cast<long long>(p.image),
+          static_cast<long long>(p.channels),
+          (p.device + (r.graph ? "+graph" : "") + (p.fusion ? "+fusion" : "") +
+           (uses_cudnn_batch_norm(p) ? "+cudnn-bn" : "") + (p.fused_attention ? "" : "+composed-attn"))
+              .c_str(),
+          std::string(precision_name(p.math)).c_str(), p.channels_last ? "cl" : "nchw", r.images_per_second,
+          r.peak_mib);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "nn_bench: %s\n", e.what());
       return 1;

@@ -15,6 +15,10 @@ void Backend::sgd_step_many(const std::vector<SgdUpdate>& updates, const SgdPara
     sgd_step(*u.param, *u.grad, u.momentum_buffer ? *u.momentum_buffer : no_buffer, u.first_step, p);
 }
 
+Tensor packed_attention_head(const Tensor& qkv, int which) {
+  return qkv.slice(2, which, which + 1).squeeze(2).permute({0, 2, 1, 3});  // [B, T, H, d] -> [B, H, T, d]
+}
+
 int64_t conv_output_size(int64_t in, int kernel, int stride, int pad, int dilation) {
   return (in + 2 * pad - dilation * (kernel - 1) - 1) / stride + 1;
 }

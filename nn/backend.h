@@ -59,6 +59,25 @@ struct BnForward {
   Tensor y, mean, invstd;
 };
 
+// fused_attention's result. out [B, H, T, dv] in q's dtype, laid out as [B, T, H, dv] in memory (the
+// heads of a token side by side: a permute away from the out-projection's [B * T, H * dv] input, no
+// copy); stats f32 [B, H, T, 1]: each row's max + log(sum(exp)) of scale * q k^T, which is all the
+// backward keeps of the softmax (not the [T, S] probabilities).
+struct AttentionForward {
+  Tensor out, stats;
+};
+
+// fused_attention_backward's result: the gradients in q's, k's and v's shapes. When q, k and v are the
+// three packed_attention_head views of one [B, T, 3, H, d] tensor (MultiheadAttention's projection),
+// the gradients are the same views of one fresh tensor of that layout, `packed`, so the projection's
+// gradient needs no copy; `packed` is undefined otherwise.
+struct AttentionGrads {
+  Tensor grad_q, grad_k, grad_v, packed;
+};
+
+// q (which 0), k (1) or v (2) of a packed qkv [B, T, 3, H, d] as a [B, H, T, d] view.
+Tensor packed_attention_head(const Tensor& qkv, int which);
+
 // layer_norm's result: the output and, per row, the statistics its backward needs (as PyTorch saves
 // them): the mean and rstd = 1 / sqrt(biased var + eps), [rows] in accumulate_dtype(x).
 struct LayerNormForward {
@@ -285,6 +304,28 @@ class Backend {
                                                     double momentum, double eps, const BnEpilogue& epilogue) {
     (void)x, (void)gamma, (void)beta, (void)running_mean, (void)running_var, (void)momentum, (void)eps,
         (void)epilogue;
+    return std::nullopt;
+  }
+
+  // ---- fused attention: softmax(scale * q k^T) v per batch entry and head in one kernel that never
+  // writes the [T, S] scores (flash attention), where the backend has one for these inputs; nullopt
+  // otherwise, and the caller composes it of bmm and softmax (nn/functional/attention.cpp), which stays
+  // the reference. q [B, H, T, d], k [B, H, S, d], v [B, H, S, dv], any strides with the last dimension
+  // dense (slices of a packed projection are read in place). CUDA: cuDNN's flash-attention graphs for
+  // bf16/f16 on sm80+ (nn/cuda/fused_attention.h says where else).
+  virtual std::optional<AttentionForward> fused_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                                          double scale) {
+    (void)q, (void)k, (void)v, (void)scale;
+    return std::nullopt;
+  }
+  // The gradients of fused_attention's output given grad_out (out's shape, any strides), from the
+  // forward's inputs, out and stats; nullopt where the backend did not run that forward (the caller
+  // then recomputes the composed form and differentiates it).
+  virtual std::optional<AttentionGrads> fused_attention_backward(const Tensor& grad_out, const Tensor& q,
+                                                                 const Tensor& k, const Tensor& v,
+                                                                 const Tensor& out, const Tensor& stats,
+                                                                 double scale) {
+    (void)grad_out, (void)q, (void)k, (void)v, (void)out, (void)stats, (void)scale;
     return std::nullopt;
   }
 

@@ -107,10 +107,14 @@ Variable softmax(const Variable& x);
 
 // ---- attention (nn/functional/attention.cpp): torch.nn.functional.scaled_dot_product_attention
 // without mask or dropout: softmax(q k^T / sqrt(d)) v per batch entry and head. q [B, H, T, d],
-// k [B, H, S, d], v [B, H, S, dv] -> [B, H, T, dv], differentiable in all three. Composed of bmm and
-// softmax for now; a fused kernel (cuDNN's flash attention) may replace the GPU path under the same
-// contract.
+// k [B, H, S, d], v [B, H, S, dv] -> [B, H, T, dv] (any strides), differentiable in all three. The
+// backend's fused kernel where it has one for the inputs (Backend::fused_attention: cuDNN's flash
+// attention for bf16/f16 on a GPU), else composed of bmm and softmax.
 Variable scaled_dot_product_attention(const Variable& q, const Variable& k, const Variable& v);
+// Self-attention over a packed projection, as MultiheadAttention computes it: qkv [N, T, 3, H, d] (q, k
+// and v stacked) -> [N, T, H, d], each token's heads side by side. The fused kernel reads q, k and v
+// in place and writes the packed gradient directly, so no permute copy is made either way.
+Variable packed_self_attention(const Variable& qkv);
 
 // ---- loss and metrics (nn/functional/loss.cpp). logits [N, K], targets i64 [N].
 // Mean cross-entropy with label smoothing (PyTorch's CrossEntropyLoss(label_smoothing=...)).

@@ -45,6 +45,9 @@ struct BackendOptions {
   bool cudnn_batch_norm = false;   // BatchNorm's backward through cuDNN's NHWC kernels
   bool cudnn_batch_norm_forward =
       true;  // with cudnn_batch_norm: its forward too, shape by shape where faster
+  // Attention through cuDNN's fused flash-attention graphs where they apply (nn/cuda/fused_attention.h);
+  // off: composed of bmm and softmax everywhere (tests and nn_bench --fused-attention 0 compare the two).
+  bool fused_attention = true;
   // Tests: take the path wherever it applies, without timing it against ours.
   bool force_conv_stats_fusion = false;
   bool force_cudnn_batch_norm_forward = false;
@@ -55,7 +58,8 @@ struct BackendOptions {
 // ignored) on the CPU.
 void apply_backend_options(const BackendOptions& options);
 const BackendOptions& backend_options();
-// "tf32 off, deterministic off, cuDNN fusion where faster, cuDNN batch norm on (forward where faster)".
+// "tf32 off, deterministic off, cuDNN fusion where faster, cuDNN batch norm on (forward where faster),
+// fused attention on".
 std::string describe_backend_options(const BackendOptions& options);
 
 // Options for a scope: `change` edits a copy of the current ones, which apply until the scope ends.

@@ -11,7 +11,8 @@ std::string describe_backend_options(const BackendOptions& o) {
       std::string("tf32 ") + on_off(o.allow_tf32) + ", deterministic " + on_off(o.deterministic) +
       ", cuDNN fusion " + (o.conv_stats_fusion ? "where faster" : "off") + ", cuDNN batch norm " +
       (o.cudnn_batch_norm ? (o.cudnn_batch_norm_forward ? "on (forward where faster)" : "on (backward)")
-                          : "off");
+                          : "off") +
+      ", fused attention " + on_off(o.fused_attention);
   if (o.force_conv_stats_fusion || o.force_cudnn_batch_norm_forward || o.force_im2col_conv)
     line += std::string(", forced (tests):") + (o.force_conv_stats_fusion ? " fusion" : "") +
             (o.force_cudnn_batch_norm_forward ? " cudnn-bn-forward" : "") +

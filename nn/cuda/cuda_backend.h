@@ -87,6 +87,11 @@ class CudaBackend final : public Backend {
   std::optional<BnForward> bn_forward_fused(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                             Tensor& running_mean, Tensor& running_var, double momentum,
                                             double eps, const BnEpilogue& epilogue) override;
+  std::optional<AttentionForward> fused_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                                  double scale) override;
+  std::optional<AttentionGrads> fused_attention_backward(const Tensor& grad_out, const Tensor& q,
+                                                         const Tensor& k, const Tensor& v, const Tensor& out,
+                                                         const Tensor& stats, double scale) override;
 };
 
 }  // namespace trainer

@@ -23,16 +23,25 @@ std::array<int64_t, 4> dense_strides(const Shape& s, bool nhwc) {
 
 BackendDesc tensor_desc(int64_t uid, cudnnDataType_t dt, const Shape& shape, bool nhwc, int64_t alignment,
                         bool is_virtual) {
+  return strided_tensor_desc(uid, dt, {shape[0], shape[1], shape[2], shape[3]}, dense_strides(shape, nhwc),
+                             alignment, is_virtual ? Residence::is_virtual : Residence::memory);
+}
+
+BackendDesc strided_tensor_desc(int64_t uid, cudnnDataType_t dt, const std::array<int64_t, 4>& dims,
+                                const std::array<int64_t, 4>& strides, int64_t alignment,
+                                Residence residence) {
   BackendDesc t(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
   if (!t) return t;
-  const std::array<int64_t, 4> dims{shape[0], shape[1], shape[2], shape[3]};
-  const std::array<int64_t, 4> strides = dense_strides(shape, nhwc);
+  const bool yes = true;
   if (!set(t.get(), CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &dt) ||
       !set(t.get(), CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dims.data()) ||
       !set(t.get(), CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, strides.data()) ||
       !set(t.get(), CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid) ||
       !set(t.get(), CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &alignment) ||
-      (is_virtual && !set(t.get(), CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &is_virtual)) ||
+      (residence == Residence::is_virtual &&
+       !set(t.get(), CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &yes)) ||
+      (residence == Residence::by_value &&
+       !set(t.get(), CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &yes)) ||
       !GRAPH_OK(cudnnBackendFinalize(t.get())))
     return BackendDesc();
   return t;

@@ -76,6 +76,12 @@ std::array<int64_t, 4> dense_strides(const Shape& s, bool nhwc);
 // graph that never reaches memory. Empty when cuDNN refuses it.
 BackendDesc tensor_desc(int64_t uid, cudnnDataType_t dt, const Shape& shape, bool nhwc, int64_t alignment,
                         bool is_virtual = false);
+// How a tensor of a graph is held: in memory, never (virtual), or as a host scalar passed at execution.
+enum class Residence { memory, is_virtual, by_value };
+// The same with any 4-D dims and strides (attention's strided views of a packed projection).
+BackendDesc strided_tensor_desc(int64_t uid, cudnnDataType_t dt, const std::array<int64_t, 4>& dims,
+                                const std::array<int64_t, 4>& strides, int64_t alignment,
+                                Residence residence = Residence::memory);
 
 // A finalised 2-D cross-correlation descriptor (stride, padding, dilation of p; groups are not set)
 // accumulating in `compute`. Empty when cuDNN refuses it.

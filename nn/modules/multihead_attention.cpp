@@ -37,11 +37,10 @@ Variable MultiheadAttention::forward(const Variable& x) {
   // The tokens of every sample are the rows of one GEMM.
   const Variable qkv =
       F::reshape(F::linear(F::reshape(x, {n * t, d}), in_proj_weight_, in_proj_bias_), {n, t, 3, h, hd});
-  auto heads_of = [&](int64_t which) {  // q, k or v as [N, H, T, hd]
-    return F::permute(F::reshape(F::slice(qkv, 2, which, which + 1), {n, t, h, hd}), {0, 2, 1, 3});
-  };
-  const Variable attended = F::scaled_dot_product_attention(heads_of(0), heads_of(1), heads_of(2));
-  const Variable joined = F::reshape(F::permute(attended, {0, 2, 1, 3}), {n * t, d});  // heads side by side
+  // [N, T, H, hd]: q, k and v are read from qkv in place and, on the fused path, the heads come back
+  // side by side in memory, so joining them below is a view.
+  const Variable attended = F::packed_self_attention(qkv);
+  const Variable joined = F::reshape(attended, {n * t, d});  // heads side by side
   return F::reshape(out_proj_->forward(joined), {n, t, d});
 }
 

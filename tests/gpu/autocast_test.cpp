@@ -35,21 +35,6 @@ Batch make_batch(int channels, int n = 32) {
   return b;
 }
 
-// ||a - b|| / ||b|| over all elements.
-double relative_error(const Tensor& a, const Tensor& b) {
-  const std::vector<double> va = a.to(Device::cpu()).to_vector<double>(),
-                            vb = b.to(Device::cpu()).to_vector<double>();
-  double num = 0, den = 0;
-  for (size_t i = 0; i < va.size(); ++i) num += (va[i] - vb[i]) * (va[i] - vb[i]), den += vb[i] * vb[i];
-  return std::sqrt(num / std::max(den, 1e-30));
-}
-
-double norm(const Tensor& a) {
-  double s = 0;
-  for (double v : a.to(Device::cpu()).to_vector<double>()) s += v * v;
-  return std::sqrt(s);
-}
-
 TEST(Autocast, HalfForwardWithFp32MasterGradients) {
   REQUIRE_GPU();
   const Batch b = make_batch(1);

@@ -91,6 +91,21 @@ inline void expect_near_scale(const Tensor& expected, const Tensor& actual, doub
   EXPECT_GT(scale, 0.0) << what;
 }
 
+// ||actual - expected|| / ||expected|| over all elements (any devices, dtypes and layouts).
+inline double relative_error(const Tensor& actual, const Tensor& expected) {
+  const std::vector<double> a = actual.to(Device::cpu()).to_vector<double>(),
+                            e = expected.to(Device::cpu()).to_vector<double>();
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) num += (a[i] - e[i]) * (a[i] - e[i]), den += e[i] * e[i];
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
+inline double norm(const Tensor& t) {
+  double s = 0;
+  for (double v : t.to(Device::cpu()).to_vector<double>()) s += v * v;
+  return std::sqrt(s);
+}
+
 inline void expect_equal(const Tensor& expected, const Tensor& actual, const std::string& what = "") {
   expect_close(expected, actual, 0.0, 0.0, what);
 }

@@ -1,14 +1,18 @@
 // The Vision Transformer and its ops on the GPU: the small ViT's logits and every gradient against the
-// CPU in f32, F::bmm under autocast (half product, f32 master gradients), and the ViT under bf16 and
-// fp16 autocast against its f32 run. The kernels alone are in the op table (bmm cases).
+// CPU in f32, F::bmm under autocast (half product, f32 master gradients), the ViT under bf16 and fp16
+// autocast against its f32 run, and ViT-S/16's bf16 step with cuDNN's fused attention and without it,
+// each against the f32 step. The kernels alone are in the op table (bmm and attention cases) and
+// tests/gpu/fused_attention_test.cpp.
 #include <algorithm>
 #include <cmath>
 #include <optional>
 #include <vector>
 
 #include "nn/amp/autocast.h"
+#include "nn/cuda/fused_attention.h"
 #include "nn/functional.h"
 #include "nn/models/registry.h"
+#include "nn/runtime.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace trainer {
@@ -16,23 +20,16 @@ namespace {
 
 using namespace gpu_test;
 
-// ||a - b|| / ||b||.
-double relative_error(const Tensor& a, const Tensor& b) {
-  const std::vector<double> x = a.to(Device::cpu()).to_vector<double>(),
-                            y = b.to(Device::cpu()).to_vector<double>();
-  double num = 0.0, den = 0.0;
-  for (size_t i = 0; i < x.size(); ++i) num += (x[i] - y[i]) * (x[i] - y[i]), den += y[i] * y[i];
-  return std::sqrt(num) / std::max(std::sqrt(den), 1e-30);
-}
-
-double norm(const Tensor& t) {
-  double s = 0.0;
-  for (double v : t.to(Device::cpu()).to_vector<double>()) s += v * v;
-  return std::sqrt(s);
-}
-
-// A small ViT whose zero-initialised head and class token are given values, so every gradient is
+// A ViT whose zero-initialised head and class token are given values, so every gradient is
 // non-trivial.
+std::shared_ptr<Module> vit_with_live_head(const ModelOptions& o) {
+  auto m = create_model(o);
+  Generator gen(4);
+  for (auto& nt : m->state_dict())
+    if (nt.name == "heads.head.weight" || nt.name == "class_token") uniform_(*nt.tensor, -0.2, 0.2, gen);
+  return m;
+}
+
 std::shared_ptr<Module> small_vit() {
   ModelOptions o;
   o.name = "vit";
@@ -40,11 +37,7 @@ std::shared_ptr<Module> small_vit() {
   o.image_size = 16;
   o.num_classes = 10;
   o.patch_size = 4, o.depth = 2, o.width = 64, o.heads = 4, o.mlp_dim = 128, o.seed = 3;
-  auto m = create_model(o);
-  Generator gen(4);
-  for (auto& nt : m->state_dict())
-    if (nt.name == "heads.head.weight" || nt.name == "class_token") uniform_(*nt.tensor, -0.2, 0.2, gen);
-  return m;
+  return vit_with_live_head(o);
 }
 
 struct Outcome {
@@ -65,6 +58,18 @@ Outcome forward_backward(Module& m, const Tensor& x, const Tensor& y, std::optio
   loss.backward();
   for (const Variable& p : m.parameters()) r.grads.push_back(p.grad().to(Device::cpu()));
   return r;
+}
+
+// Each gradient's error relative to its norm floored at 1% of the largest gradient's (autocast_test.cpp's
+// rule), the largest over the parameters.
+double worst_gradient_error(const Outcome& got, const Outcome& ref) {
+  double largest = 0.0, worst = 0.0;
+  for (const Tensor& g : ref.grads) largest = std::max(largest, norm(g));
+  for (size_t i = 0; i < ref.grads.size(); ++i) {
+    const double n = norm(ref.grads[i]);
+    worst = std::max(worst, relative_error(got.grads[i], ref.grads[i]) * n / std::max(n, 0.01 * largest));
+  }
+  return worst;
 }
 
 TEST(ViTGpu, SmallViTMatchesTheCpuInF32) {
@@ -115,16 +120,45 @@ TEST(ViTGpu, SmallViTUnderAutocastFollowsF32) {
     const Outcome got = forward_backward(*m, x, y, half);
     // Rounding only (no ReLU or max-pool to flip): bf16 keeps 8 bits, so a few percent at most.
     EXPECT_LT(relative_error(got.logits, ref.logits), 5e-2) << dtype_name(half);
-    // Errors relative to each gradient's norm floored at 1% of the largest (autocast_test.cpp's rule):
-    // fp16 gradients without loss scaling lose the smallest ones to underflow.
-    double largest = 0.0;
-    for (const Tensor& g : ref.grads) largest = std::max(largest, norm(g));
-    for (size_t i = 0; i < ref.grads.size(); ++i) {
-      const double n = norm(ref.grads[i]);
-      const double err = relative_error(got.grads[i], ref.grads[i]) * n / std::max(n, 0.01 * largest);
-      EXPECT_LT(err, 0.1) << dtype_name(half) << " parameter " << i;
-    }
+    // fp16 gradients without loss scaling lose the smallest ones to underflow: hence the floor.
+    EXPECT_LT(worst_gradient_error(got, ref), 0.1) << dtype_name(half);
   }
+}
+
+// ViT-S/16 at 224x224 (197 tokens, 6 heads of 64): its bf16 step with the fused attention and with
+// the composed one, each against the f32 step (composed: f32 never fuses). The fused step must be as
+// close as the composed one, within rounding.
+TEST(ViTGpu, FusedAttentionStepFollowsF32AsTheComposedStepDoes) {
+  REQUIRE_GPU();
+  ModelOptions o;
+  o.name = "vit_s_16", o.image_size = 224, o.num_classes = 10, o.seed = 3;
+  auto m = vit_with_live_head(o);
+  m->to(gpu());
+  Generator gen(8);
+  const Tensor x = on_gpu(random({4, 3, 224, 224}, gen));
+  const Tensor y = Tensor::from_vector(std::vector<int64_t>{0, 5, 2, 9}, {4}).to(gpu());
+  const Outcome ref = forward_backward(*m, x, y, std::nullopt);
+  const int64_t forwards = cuda::fused_attention_forward_calls(),
+                backwards = cuda::fused_attention_backward_calls();
+  const Outcome fused = forward_backward(*m, x, y, DType::bf16);
+  EXPECT_EQ(cuda::fused_attention_forward_calls() - forwards, 12) << "one fused forward per encoder layer";
+  EXPECT_EQ(cuda::fused_attention_backward_calls() - backwards, 12) << "one fused backward per encoder layer";
+  Outcome composed;
+  {
+    runtime::ScopedBackendOptions off([](runtime::BackendOptions& b) { b.fused_attention = false; });
+    composed = forward_backward(*m, x, y, DType::bf16);
+  }
+  EXPECT_EQ(cuda::fused_attention_forward_calls() - forwards, 12)
+      << "the switch must force the composed path";
+  const double fused_logits = relative_error(fused.logits, ref.logits),
+               composed_logits = relative_error(composed.logits, ref.logits);
+  const double fused_grads = worst_gradient_error(fused, ref),
+               composed_grads = worst_gradient_error(composed, ref);
+  EXPECT_LT(fused_logits, 5e-2);
+  EXPECT_LT(fused_grads, 0.1);
+  // Both round the same products to bf16 at different points: comparable errors, not equal ones.
+  EXPECT_LT(fused_logits, 2 * composed_logits + 1e-3) << "composed " << composed_logits;
+  EXPECT_LT(fused_grads, 2 * composed_grads + 1e-2) << "composed " << composed_grads;
 }
 
 }  // namespace

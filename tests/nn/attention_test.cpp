@@ -1,6 +1,7 @@
-// F::bmm, F::scaled_dot_product_attention, the shape ops a ViT adds (expand, cat, slice) and the
-// MultiheadAttention module: autograd wiring against finite differences, and values against loops
-// written out here. The kernels themselves are in the op table (tests/op_cases/conv_matmul_cases.cpp).
+// F::bmm, F::scaled_dot_product_attention and F::packed_self_attention, attention composed on tensors
+// (nn/composed_attention.h), the shape ops a ViT adds (expand, cat, slice) and the MultiheadAttention
+// module: autograd wiring against finite differences, and values against loops written out here. The
+// kernels themselves are in the op table (tests/op_cases/conv_matmul_cases.cpp, transformer_cases.cpp).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "gradcheck.h"
+#include "nn/composed_attention.h"
 #include "nn/functional.h"
 #include "nn/modules/multihead_attention.h"
 
@@ -100,6 +102,49 @@ TEST(Attention, MatchesLoopsAndFiniteDifferences) {
       [](const std::vector<Variable>& in) { return F::scaled_dot_product_attention(in[0], in[1], in[2]); },
       {q, k, v});
   EXPECT_LT(r.max_rel_error, 1e-7) << r.worst;
+}
+
+TEST(Attention, PackedSelfAttentionIsAttentionOfTheHeadViews) {
+  Generator gen(22);
+  const int64_t N = 2, T = 5, H = 3, d = 4;
+  const Variable qkv = random_leaf({N, T, 3, H, d}, gen);
+  const Variable out = F::packed_self_attention(qkv);
+  ASSERT_EQ(out.shape(), (Shape{N, T, H, d}));
+  const Tensor& p = qkv.data();
+  const Variable expect = F::scaled_dot_product_attention(Variable(packed_attention_head(p, 0)),
+                                                          Variable(packed_attention_head(p, 1)),
+                                                          Variable(packed_attention_head(p, 2)));
+  const std::vector<double> got = out.data().to_vector<double>(),
+                            want = expect.data().permute({0, 2, 1, 3}).to_vector<double>();
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(got[i], want[i]) << i;
+  const auto r =
+      gradcheck([](const std::vector<Variable>& in) { return F::packed_self_attention(in[0]); }, {qkv});
+  EXPECT_LT(r.max_rel_error, 1e-7) << r.worst;
+  EXPECT_THROW(F::packed_self_attention(Variable(Tensor::zeros({N, T, 2, H, d}))), std::invalid_argument);
+}
+
+// What stands in for a fused backward the backend cannot run: the recorded composition's gradients.
+TEST(Attention, ComposedOnTensorsGivesTheRecordedCompositionsValuesAndGradients) {
+  Generator gen(23);
+  const Variable q = random_leaf({2, 3, 5, 4}, gen), k = random_leaf({2, 3, 6, 4}, gen),
+                 v = random_leaf({2, 3, 6, 2}, gen);
+  const Tensor dy = random_tensor({2, 3, 5, 2}, gen);
+  Variable out = F::scaled_dot_product_attention(q, k, v);
+  out.backward(dy);
+  Backend& cpu = cpu_backend();
+  const double scale = 0.5;  // 1 / sqrt(4)
+  const std::vector<double> got = composed_attention(cpu, q.data(), k.data(), v.data(), scale)
+                                      .to_vector<double>(),
+                            want = out.data().to_vector<double>();
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-14) << i;
+  const AttentionGrads g = composed_attention_backward(cpu, dy, q.data(), k.data(), v.data(), scale);
+  for (const auto& [mine, autograd] :
+       {std::pair{g.grad_q, q.grad()}, std::pair{g.grad_k, k.grad()}, std::pair{g.grad_v, v.grad()}}) {
+    ASSERT_EQ(mine.shape(), autograd.shape());
+    const std::vector<double> a = mine.to_vector<double>(), b = autograd.to_vector<double>();
+    for (size_t i = 0; i < b.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-13) << i;
+  }
+  EXPECT_FALSE(g.packed.defined());
 }
 
 TEST(Attention, RefusesShapesThatDoNotPair) {

@@ -200,6 +200,20 @@ std::optional<BnForward> RecordingBackend::bn_forward_fused(const Tensor& x, con
   return inner_.bn_forward_fused(x, gamma, beta, running_mean, running_var, momentum, eps, epilogue);
 }
 
+std::optional<AttentionForward> RecordingBackend::fused_attention(const Tensor& q, const Tensor& k,
+                                                                  const Tensor& v, double scale) {
+  called_.insert("fused_attention");
+  return inner_.fused_attention(q, k, v, scale);
+}
+
+std::optional<AttentionGrads> RecordingBackend::fused_attention_backward(const Tensor& grad_out,
+                                                                         const Tensor& q, const Tensor& k,
+                                                                         const Tensor& v, const Tensor& out,
+                                                                         const Tensor& stats, double scale) {
+  called_.insert("fused_attention_backward");
+  return inner_.fused_attention_backward(grad_out, q, k, v, out, stats, scale);
+}
+
 void RecordingBackend::sync_bn_local_stats(const Tensor& x, Tensor& packed) {
   called_.insert("sync_bn_local_stats");
   inner_.sync_bn_local_stats(x, packed);

@@ -63,6 +63,11 @@ class RecordingBackend final : public Backend {
   std::optional<BnForward> bn_forward_fused(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                             Tensor& running_mean, Tensor& running_var, double momentum,
                                             double eps, const BnEpilogue& epilogue) override;
+  std::optional<AttentionForward> fused_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                                  double scale) override;
+  std::optional<AttentionGrads> fused_attention_backward(const Tensor& grad_out, const Tensor& q,
+                                                         const Tensor& k, const Tensor& v, const Tensor& out,
+                                                         const Tensor& stats, double scale) override;
   void sync_bn_local_stats(const Tensor& x, Tensor& packed) override;
   std::pair<Tensor, Tensor> sync_bn_global_stats(const Tensor& packed, DType stats, double eps,
                                                  double momentum, Tensor& running_mean,

@@ -1,7 +1,11 @@
 // The ops a ViT or ConvNeXt adds to a ResNet's: layer norm (over the last dimension, and over the
-// channels of a channels-last image batch), softmax over the last dimension, and GELU in both forms
-// over the range where its curve bends (the elementwise family checks them on [-1, 1] like every
-// unary op). Each case runs its backward on a listed dy too, so the device comparison covers it.
+// channels of a channels-last image batch), softmax over the last dimension, GELU in both forms over
+// the range where its curve bends (the elementwise family checks them on [-1, 1] like every unary op),
+// and attention (fused where the backend has it, composed of bmm and softmax otherwise). Each case runs
+// its backward on a listed dy too, so the device comparison covers it.
+#include <cmath>
+
+#include "nn/composed_attention.h"
 #include "op_case.h"
 
 namespace trainer::op_cases {
@@ -105,6 +109,59 @@ OpCase gelu_case(UnaryOp op) {
   return c;
 }
 
+struct AttentionSetup {
+  int64_t b, h, t, s, d, dv;
+  bool packed;    // q, k, v are views of one qkv [B, T, 3, H, d] input (s == t, dv == d), as in a ViT
+  bool gradient;  // checked against finite differences too (small shapes only)
+};
+
+// out = attention(q, k, v) and its gradients for dy, as nn/functional/attention.cpp runs them: the
+// backend's fused kernels where it has them, the composed form otherwise (the backend's backward is
+// asked all the same, and declines a forward it did not run).
+Tensors attention_and_gradients(Backend& b, const Tensors& qkv, const Tensor& dy) {
+  const Tensor &q = qkv[0], &k = qkv[1], &v = qkv[2];
+  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(3)));
+  const std::optional<AttentionForward> fused = b.fused_attention(q, k, v, scale);
+  const AttentionForward f =
+      fused ? *fused : AttentionForward{composed_attention(b, q, k, v, scale), Tensor()};
+  std::optional<AttentionGrads> g = b.fused_attention_backward(dy, q, k, v, f.out, f.stats, scale);
+  if (!g) g = composed_attention_backward(b, dy, q, k, v, scale);
+  return {f.out, g->grad_q, g->grad_k, g->grad_v};
+}
+
+// Inputs: qkv (packed) or q, k, v; then dy [B, T, H, dv], read through a permuted view (the layout the
+// out-projection hands back). Outputs: out, then the gradients of q, k and v for dy.
+OpCase attention_case(const std::string& what, const AttentionSetup& s) {
+  OpCase c;
+  c.name = "fused_attention and fused_attention_backward " + what;
+  if (s.packed)
+    c.inputs = {uniform({s.b, s.t, 3, s.h, s.d}, -2.0, 2.0)};
+  else
+    c.inputs = {uniform({s.b, s.h, s.t, s.d}, -2.0, 2.0), uniform({s.b, s.h, s.s, s.d}, -2.0, 2.0),
+                uniform({s.b, s.h, s.s, s.dv})};
+  c.inputs.push_back(uniform({s.b, s.t, s.h, s.dv}));  // dy
+  auto views = [s](const Tensors& in) {
+    if (!s.packed) return Tensors{in[0], in[1], in[2]};
+    return Tensors{packed_attention_head(in[0], 0), packed_attention_head(in[0], 1),
+                   packed_attention_head(in[0], 2)};
+  };
+  c.run = [views](Backend& b, Tensors& in) {
+    return attention_and_gradients(b, views(in), in.back().permute({0, 2, 1, 3}));
+  };
+  if (s.gradient)
+    c.gradient = [views, s](Backend& b, Tensors& in, const Tensor& seed) {
+      const Tensors r = attention_and_gradients(b, views(in), seed);
+      if (!s.packed) return Tensors{r[1], r[2], r[3]};
+      Tensor packed = Tensor::empty(in[0].shape(), r[1].dtype(), r[1].device());
+      for (int which = 0; which < 3; ++which) packed_attention_head(packed, which).copy_(r[1 + which]);
+      return Tensors{packed};
+    };
+  c.differentiable = s.packed ? std::vector<int>{0} : std::vector<int>{0, 1, 2};
+  c.device_dtypes = {DType::f32, DType::bf16, DType::f16};
+  c.rtol_f32 = 1e-4;
+  return c;
+}
+
 }  // namespace
 
 std::vector<OpCase> transformer_cases() {
@@ -132,6 +189,20 @@ std::vector<OpCase> transformer_cases() {
   cases.push_back(softmax_case("of logits in [-100, 200], 4x50", {4, 50}, -100.0, 200.0));
   cases.push_back(softmax_case("of a transposed 37x6 view", {6, 37}, -3.0, 3.0, true));
   cases.push_back(softmax_case("of rows of one, 4x1", {4, 1}, -3.0, 3.0));
+  // Odd sequence lengths (no tile of the fused kernels divides them), packed and apart, k/v longer than q.
+  cases.push_back(
+      attention_case("of a packed qkv, T 17, 2 heads of 8",
+                     {.b = 2, .h = 2, .t = 17, .s = 17, .d = 8, .dv = 8, .packed = true, .gradient = true}));
+  cases.push_back(
+      attention_case("of q, k, v apart, T 9, S 13, d 16, dv 8",
+                     {.b = 2, .h = 3, .t = 9, .s = 13, .d = 16, .dv = 8, .packed = false, .gradient = true}));
+  cases.push_back(attention_case(
+      "of a packed qkv, T 65, 4 heads of 32",
+      {.b = 3, .h = 4, .t = 65, .s = 65, .d = 32, .dv = 32, .packed = true, .gradient = false}));
+  // ViT-B/16's attention at 224x224: 197 tokens, 12 heads of 64.
+  cases.push_back(attention_case(
+      "of a packed qkv, ViT-B/16's T 197, 12 heads of 64",
+      {.b = 2, .h = 12, .t = 197, .s = 197, .d = 64, .dv = 64, .packed = true, .gradient = false}));
   cases.push_back(gelu_case(UnaryOp::gelu_erf));
   cases.push_back(gelu_case(UnaryOp::gelu_tanh));
   return cases;
