@@ -7,13 +7,19 @@
 #   bench/imagefolder_bench.sh BIN_DIR OUT_DIR [JPEG_DIR]
 # BIN_DIR holds trainer (source the bundle's env.sh first). Without JPEG_DIR, 13,000 + 500 JPEGs of
 # 500x375 at quality 90 are generated in /tmp/jpegs (bench/make_jpeg_folder.py, needs PIL).
-# PARTS picks what runs (default "jpeg cifar data").
+# PARTS picks what runs (default "jpeg cifar data"). Part "augment" is issue 39's data_wait table:
+# resnet50 bf16 (channels-last) at batch 256 on the JPEG folder, 224 random-resized crops + flips, (a)
+# plain, (b) RandAugment(2, 9) + random erasing 0.25 + mixup 0.8 / cutmix 1.0: img/s and data_wait from
+# `trainer bench`, then PyTorch's (bench/torch_imagefolder_bench.py [--augment]). AUG_DEVICE (cuda),
+# AUG_PRECISION (bf16), AUG_BATCH (256), AUG_SETS (more --set k=v) and PYTHON (python3, for PyTorch) let
+# it run on a CPU as a check:
+#   PARTS=augment AUG_DEVICE=cpu AUG_PRECISION=fp32 AUG_BATCH=4 STEPS=2 WARMUP=1 bench/imagefolder_bench.sh ...
 set -u
 B=${1:?BIN_DIR}; OUT=${2:?OUT_DIR}; J=${3:-/tmp/jpegs}
 PARTS=${PARTS:-jpeg cifar data}
 mkdir -p "$OUT"
 has() { [[ " $PARTS " == *" $1 "* ]]; }
-if has jpeg || has data; then
+if has jpeg || has data || has augment; then
   [ -d "$J/train" ] || python3 bench/make_jpeg_folder.py "$J" | tee "$OUT/jpegs.txt"
 fi
 if has jpeg; then
@@ -47,4 +53,32 @@ fi
 if has data; then
 echo "== trainer bench-data on the JPEG folder (loader alone, 1 worker and all cores)"
 timeout 300 "$B/trainer" bench-data --root "$J/train" --out /tmp/benchdata 2>&1 | tail -12 | tee "$OUT/bench_data.txt"
+fi
+if has augment; then
+AB=${AUG_BATCH:-256}; AD=${AUG_DEVICE:-cuda}
+echo "== issue 39: resnet50 ${AUG_PRECISION:-bf16} batch $AB on the JPEG folder, plain crops vs RandAugment(2, 9)" \
+  "+ random erasing 0.25 + mixup 0.8 / cutmix 1.0"
+heavy=(--set augment.policy=randaugment --set augment.randaugment_ops=2 --set augment.randaugment_magnitude=9
+       --set augment.random_erasing=0.25 --set mixup.mixup_alpha=0.8 --set mixup.cutmix_alpha=1.0)
+extra=(); for s in ${AUG_SETS:-}; do extra+=(--set "$s"); done
+printf "%-10s %-16s %10s %10s\n" "recipe" "by" "img/s" "data_wait" | tee "$OUT/augment.txt"
+for recipe in plain augmented; do
+  sets=(); [ $recipe = augmented ] && sets=("${heavy[@]}")
+  rm -rf "/tmp/ifaug-$recipe"
+  timeout 600 "$B/trainer" bench configs/imagefolder_resnet50.toml --procs 1 --precisions "${AUG_PRECISION:-bf16}" \
+    --batch "$AB" --steps ${STEPS:-40} --warmup ${WARMUP:-10} --data real --set data.root="$J" \
+    --set train.device="$AD" "${sets[@]}" "${extra[@]}" --out "/tmp/ifaug-$recipe" > "$OUT/augment_$recipe.log" 2>&1
+  # bench.csv: img_per_s is column 6, data_wait_pct column 11
+  if [ -f "/tmp/ifaug-$recipe/bench.csv" ]; then
+    awk -F, -v r=$recipe 'NR == 2 {printf "%-10s %-16s %10.1f %9.1f%%\n", r, "trainer bench", $6, $11}' \
+      "/tmp/ifaug-$recipe/bench.csv" | tee -a "$OUT/augment.txt"
+  else
+    echo "$recipe: trainer bench failed, see $OUT/augment_$recipe.log" | tee -a "$OUT/augment.txt"
+  fi
+  flag=(); [ $recipe = augmented ] && flag=(--augment)
+  timeout 600 ${PYTHON:-python3} bench/torch_imagefolder_bench.py "$J" --batch "$AB" --steps ${STEPS:-40} --warmup ${WARMUP:-10} \
+    --device "$AD" "${flag[@]}" > "$OUT/augment_${recipe}_pytorch.log" 2>&1
+  sed -nE 's/.*: ([0-9]+) img\/s, data_wait ([0-9.]+)%/\1 \2/p' "$OUT/augment_${recipe}_pytorch.log" \
+    | awk -v r=$recipe '{printf "%-10s %-16s %10.1f %9.1f%%\n", r, "pytorch", $1, $2}' | tee -a "$OUT/augment.txt"
+done
 fi
