@@ -11,7 +11,7 @@
 # resnet50 bf16 (channels-last) at batch 256 on the JPEG folder, 224 random-resized crops + flips, (a)
 # plain, (b) RandAugment(2, 9) + random erasing 0.25 + mixup 0.8 / cutmix 1.0: img/s and data_wait from
 # `trainer bench`, then PyTorch's (bench/torch_imagefolder_bench.py [--augment]). AUG_DEVICE (cuda),
-# AUG_PRECISION (bf16), AUG_BATCH (256), AUG_SETS (more --set k=v) and PYTHON (python3, for PyTorch) let
+# AUG_PRECISION (bf16), AUG_BATCH (256), AUG_TORCH (1; 0 leaves PyTorch's rows out), AUG_SETS (more --set k=v) and PYTHON (python3, for PyTorch) let
 # it run on a CPU as a check:
 #   PARTS=augment AUG_DEVICE=cpu AUG_PRECISION=fp32 AUG_BATCH=4 STEPS=2 WARMUP=1 bench/imagefolder_bench.sh ...
 set -u
@@ -75,6 +75,7 @@ for recipe in plain augmented; do
   else
     echo "$recipe: trainer bench failed, see $OUT/augment_$recipe.log" | tee -a "$OUT/augment.txt"
   fi
+  [ "${AUG_TORCH:-1}" = 1 ] || continue  # AUG_TORCH=0: the trainer's rows only
   flag=(); [ $recipe = augmented ] && flag=(--augment)
   timeout 600 ${PYTHON:-python3} bench/torch_imagefolder_bench.py "$J" --batch "$AB" --steps ${STEPS:-40} --warmup ${WARMUP:-10} \
     --device "$AD" "${flag[@]}" > "$OUT/augment_${recipe}_pytorch.log" 2>&1
