@@ -96,6 +96,7 @@ struct TrainConfig {
   bool cuda_graph = true;       // replay each full-size step as a CUDA graph where the run allows it
   bool cudnn_fusion = false;    // BatchNorm statistics in the convolutions' epilogues where faster
   bool cudnn_batchnorm = true;  // BatchNorm's backward through cuDNN's NHWC batch-norm kernels
+  bool fused_attention = true;  // attention through cuDNN's fused flash-attention graphs (ViTs)
   std::int64_t seed = 0;
   int grad_accum_steps = 1;
   double label_smoothing = 0.0;

@@ -148,6 +148,7 @@ void visit_train_fields(Train& t, Visit&& visit) {
   visit("train", "cuda_graph", t.cuda_graph, any());
   visit("train", "cudnn_fusion", t.cudnn_fusion, any());
   visit("train", "cudnn_batchnorm", t.cudnn_batchnorm, any());
+  visit("train", "fused_attention", t.fused_attention, any());
   visit("train", "seed", t.seed, at_least(0));
   visit("train", "grad_accum_steps", t.grad_accum_steps, at_least(1));
   visit("train", "label_smoothing", t.label_smoothing, half_open(0, 1));

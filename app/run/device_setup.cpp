@@ -38,7 +38,8 @@ void apply_to_backend(const PrecisionPolicy& policy, const Config& config, Devic
   runtime::apply_backend_options({.allow_tf32 = policy.allow_tf32,
                                   .deterministic = config.train.deterministic,
                                   .conv_stats_fusion = policy.conv_stats_fusion,
-                                  .cudnn_batch_norm = policy.cudnn_batch_norm});
+                                  .cudnn_batch_norm = policy.cudnn_batch_norm,
+                                  .fused_attention = config.train.fused_attention});
 }
 
 // The half dtype the forward pass autocasts to (train.precision "bf16" or "fp16"); none for fp32/tf32.
