@@ -52,6 +52,7 @@ std::optional<DType> autocast_dtype_for(const Config& config) {
 RunDevice setup_device(const Config& config, int local_rank) {
   RunDevice run;
   run.device = pick_device(config, local_rank);
+  check_precision(config, run.device);  // train, eval, predict, plan: a config error, not a kernel's
   run.precision = precision_policy(config, run.device);
   apply_to_backend(run.precision, config, run.device);
   return run;
@@ -80,8 +81,8 @@ void check_precision(const Config& config, Device device) {
     throw config_error_at(
         config, "train.precision",
         "'" + std::string(precision_name(config.train.precision)) +
-            "' is a GPU precision; the CPU backend trains in fp32 only (it has no fast half "
-            "or tf32 arithmetic). HINT: set train.precision = \"fp32\" or train on a GPU");
+            "' is a GPU precision; the CPU backend computes in fp32 only (it has no fast half "
+            "or tf32 arithmetic). HINT: set train.precision = \"fp32\" or run on a GPU");
 }
 
 PrecisionPolicy precision_policy(const Config& config, Device device) {

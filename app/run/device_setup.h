@@ -20,7 +20,8 @@ struct RunDevice {
 // "cpu" -> the CPU; "cuda" -> GPU local_rank (an error with a hint when this build has no CUDA backend
 // or there is no such GPU: never a silent fallback to GPU 0 or to the CPU); "auto" -> GPU local_rank
 // when this build has the CUDA backend and a GPU is visible, else the CPU. On a GPU the backend's
-// kernel switches (TF32, determinism, cuDNN's fused paths) are set from the policy.
+// kernel switches (TF32, determinism, cuDNN's fused paths) are set from the policy. Throws
+// check_precision's config error when the device cannot run train.precision.
 RunDevice setup_device(const Config& config, int local_rank);
 // The CPU and its policy, for tools and tests that run on the CPU whatever train.device says.
 RunDevice cpu_run_device(const Config& config);

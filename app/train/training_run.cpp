@@ -26,8 +26,7 @@ RunContext make_run_context(const Config& config, const TrainOptions& options) {
   const ProcessEnv env = process_env();
   export_nccl_settings(config);
   // The device first: NCCL needs it, and LOCAL_RANK picks it (never a silent fallback to GPU 0).
-  const RunDevice run_device = setup_device(config, env.local_rank);
-  check_precision(config, run_device.device);
+  const RunDevice run_device = setup_device(config, env.local_rank);  // checks the precision too
   const TrainerBuild build = trainer_build();
   return RunContext{.config = config,
                     .options = options,

@@ -1,4 +1,5 @@
-// `trainer eval --summary PATH` writes what eval measured, not a training summary full of zeros.
+// `trainer eval --summary PATH` writes what eval measured, not a training summary full of zeros; eval
+// and predict refuse a GPU precision on the CPU as train does.
 #include "app/commands/train_eval/eval_summary.h"
 
 #include <gtest/gtest.h>
@@ -50,6 +51,19 @@ TEST_F(EvalSummaryRun, WritesEvalShapedJsonWithPerClassAccuracy) {
   EXPECT_EQ(count_of(json, "\"class\": "), 10u) << json;  // every class eval printed
   for (const char* train_only : {"train_seconds", "samples_per_second", "world_size", "best_test_accuracy"})
     EXPECT_EQ(json.find(train_only), std::string::npos) << train_only << " in " << json;
+}
+
+// A GPU precision on the CPU: eval, predict and plan stop with train's config error (key and hint), not
+// with a kernel's dtype error.
+TEST_F(EvalSummaryRun, AHalfPrecisionOnTheCpuIsAConfigError) {
+  const auto [cfg, weights] = trained();
+  for (const std::string command : {"eval " + cfg + " --weights " + weights,
+                                    "predict " + cfg + " --weights " + weights + " " + weights}) {
+    const RunResult r = run_trainer(command + " --set train.device=cpu --set train.precision=bf16");
+    EXPECT_NE(r.exit_code, 0) << command << "\n" << r.output;
+    EXPECT_NE(r.output.find("train.precision: 'bf16' is a GPU precision"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("HINT: set train.precision = \"fp32\""), std::string::npos) << r.output;
+  }
 }
 
 TEST(EvalSummaryJson, NanIsNullAndClassesWithoutNameUseTheirIndex) {

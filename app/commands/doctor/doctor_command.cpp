@@ -203,8 +203,7 @@ void check_config(Report& r, const std::string& path, const std::vector<std::str
     r.fail("dataset", e.what(), "fix data.root / data.dataset, or benchmark with data.dataset = synthetic");
   }
   try {
-    const Device device = setup_device(config, env.local_rank).device;
-    check_precision(config, device);
+    const Device device = setup_device(config, env.local_rank).device;  // checks the precision too
     r.pass("device", device.str() + ", precision " + std::string(precision_name(config.train.precision)));
   } catch (const std::exception& e) {
     r.fail("device", e.what(), "set train.device / train.precision to what this machine has");
