@@ -141,8 +141,13 @@ bool run(const LtGemm& g) {
   if (!algo) return false;
   const float alpha = 1.0f, beta = 0.0f;
   CudaContext& ctx = cuda_context();
-  CUBLAS_CHECK(cublasLtMatmul(ctx.cublas_lt, s.op, &alpha, g.a, s.a, g.b, s.b, &beta, g.d, s.d, g.d, s.d,
-                              &*algo, ctx.gemm_workspace, ctx.gemm_workspace_bytes, cuda_stream()));
+  // A launch cuBLASLt refuses (NOT_SUPPORTED, INVALID_VALUE: a constraint the heuristic did not see)
+  // queued nothing, so the caller's unfused path is still exact; anything else is a real error.
+  const cublasStatus_t status =
+      cublasLtMatmul(ctx.cublas_lt, s.op, &alpha, g.a, s.a, g.b, s.b, &beta, g.d, s.d, g.d, s.d, &*algo,
+                     ctx.gemm_workspace, ctx.gemm_workspace_bytes, cuda_stream());
+  if (status == CUBLAS_STATUS_NOT_SUPPORTED || status == CUBLAS_STATUS_INVALID_VALUE) return false;
+  CUBLAS_CHECK(status);
   return true;
 }
 
@@ -164,7 +169,8 @@ std::optional<Tensor> CudaBackend::linear_fused(const Tensor& x, const Tensor& w
   const std::optional<cudaDataType_t> type = lt_type(x.dtype());
   if (!type || !bias.defined() || w.dtype() != x.dtype() || bias.dtype() != x.dtype() || !row_major(x) ||
       !row_major(w) || bias.dim() != 1 || bias.stride(0) != 1 || w.size(1) != x.size(1) ||
-      bias.size(0) != w.size(0) || !fits_int({x.size(0), x.size(1), w.size(0)}))
+      bias.size(0) != w.size(0) || !fits_int({x.size(0), x.size(1), w.size(0)}) ||
+      alignment_of(bias.raw_data()) < 16)  // the heuristic is not told the bias's alignment: keep it safe
     return std::nullopt;
   check_device(x, "linear", "input");
   check_device(w, "linear", "weight");
