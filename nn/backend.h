@@ -169,7 +169,10 @@ class Backend {
   virtual void copy(Tensor& dst, const Tensor& src) = 0;
   virtual void fill(Tensor& dst, double value) = 0;
 
-  // ---- elementwise (nn/cpu/elementwise.cpp). Binary ops broadcast numpy-style.
+  // ---- elementwise (nn/cpu/elementwise.cpp). Binary ops broadcast numpy-style. a and b share a dtype,
+  // except that add takes an f32 a beside a half b of a's shape and returns f32 (PyTorch's promotion;
+  // b is widened as it is read): a transformer's f32 residual stream plus a half branch, without the
+  // pass that would widen the branch first.
   virtual Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) = 0;
   // a op s, or s op a when scalar_first (for s - a and s / a).
   virtual Tensor binary_scalar(BinaryOp op, const Tensor& a, double s, bool scalar_first) = 0;
@@ -358,12 +361,15 @@ class Backend {
   // beta. That is the last dimension of a contiguous tensor, and the channels of a channels-last
   // [N, C, H, W] one (ConvNeXt's LayerNorm2d) with no transpose. y has x's shape and layout. gamma and
   // beta are [normalized_size], in x's dtype or accumulate_dtype(x), or undefined (no affine map).
-  // Computed in f32 for half inputs (f64 on the CPU for f32 ones).
+  // Computed in f32 for half inputs (f64 on the CPU for f32 ones). y is stored in y_dtype: x's, or a
+  // half dtype beside an f32 x -- the rounding autocast's next matmul would do, done by the kernel that
+  // writes y (a transformer's f32 residual stream into its linears), so no cast pass reads y again.
   virtual LayerNormForward layer_norm(const Tensor& x, int64_t normalized_size, const Tensor& gamma,
-                                      const Tensor& beta, double eps) = 0;
-  // The gradients of layer_norm given its saved statistics: grad_x in x's dtype and layout (grad_y is
-  // read as x is), grad_gamma = sum over rows of grad_y * xhat and grad_beta = sum of grad_y, both
-  // [normalized_size] in accumulate_dtype(x) and computed only when gamma is defined.
+                                      const Tensor& beta, double eps, DType y_dtype) = 0;
+  // The gradients of layer_norm given its saved statistics: grad_x in x's dtype and layout (grad_y, in
+  // x's dtype or the half y_dtype of the forward, is read as x is), grad_gamma = sum over rows of
+  // grad_y * xhat and grad_beta = sum of grad_y, both [normalized_size] in accumulate_dtype(x) and
+  // computed only when gamma is defined.
   virtual LayerNormGrads layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& mean,
                                              const Tensor& rstd, const Tensor& gamma) = 0;
 

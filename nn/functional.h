@@ -97,9 +97,11 @@ Variable drop_path(const Variable& x, double p, bool training, Generator& gen);
 // memory order is the same in both formats reads as suggest_memory_format() says. Any other layout, or a
 // normalized dimension whose size is not normalized_size, throws std::invalid_argument (make the input
 // .contiguous() or .contiguous(channels_last) first). weight/bias [normalized_size] or undefined. The
-// result has x's dtype and layout. Under autocast a half x stays half (see nn/functional/layer_norm.cpp).
+// result has x's layout and dtype, or y_dtype: a half dtype beside an f32 x, where the caller knows that
+// the result only feeds autocast's matmuls, which would round it to that dtype anyway (the kernel
+// stores it rounded). Under autocast a half x stays half (see nn/functional/layer_norm.cpp).
 Variable layer_norm(const Variable& x, int64_t normalized_size, const Variable& weight, const Variable& bias,
-                    double eps = 1e-5);
+                    double eps = 1e-5, std::optional<DType> y_dtype = std::nullopt);
 
 // ---- softmax (nn/functional/softmax.cpp): torch.softmax(x, dim=-1), numerically stable (the row's
 // maximum is subtracted). Any layout; the result is contiguous, in x's dtype.

@@ -190,6 +190,23 @@ int64_t check_layer_norm(const Tensor& x, int64_t normalized_size, const Tensor&
   return x.numel() / normalized_size;
 }
 
+bool check_binary_dtypes(BinaryOp op, const Tensor& a, const Tensor& b, const char* op_name) {
+  if (a.dtype() == b.dtype()) return false;
+  if (op == BinaryOp::add && a.dtype() == DType::f32 && is_half(b.dtype()) && a.shape() == b.shape())
+    return true;
+  throw std::invalid_argument(std::string(op_name) + ": dtype mismatch " + dtype_text(a.dtype()) + " vs " +
+                              dtype_text(b.dtype()) +
+                              " (only add takes an f32 tensor beside a half one of its shape)");
+}
+
+void check_layer_norm_output_dtype(DType y_dtype, DType x_dtype, const char* op) {
+  if (y_dtype == x_dtype || (x_dtype == DType::f32 && is_half(y_dtype))) return;
+  throw std::invalid_argument(std::string(op) + ": the output of a " + dtype_text(x_dtype) +
+                              " input is stored as " + dtype_text(x_dtype) +
+                              (x_dtype == DType::f32 ? " or a half dtype" : std::string()) + ", not " +
+                              dtype_text(y_dtype));
+}
+
 int64_t check_layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& mean,
                                   const Tensor& rstd, const Tensor& gamma, const char* op) {
   const int64_t rows = mean.numel();
@@ -198,10 +215,12 @@ int64_t check_layer_norm_backward(const Tensor& grad_y, const Tensor& x, const T
                                 " row statistics do not divide the input " + shape_str(x.shape()));
   const int64_t normalized_size = rows == 0 ? (gamma.defined() ? gamma.numel() : 1) : x.numel() / rows;
   check_layer_norm(x, normalized_size, gamma, Tensor(), op);
-  if (grad_y.shape() != x.shape() || grad_y.dtype() != x.dtype() || grad_y.device() != x.device())
-    throw std::invalid_argument(std::string(op) + ": grad_y must be a " + dtype_text(x.dtype()) + " " +
-                                shape_str(x.shape()) + " tensor on the input's device, got " +
-                                dtype_text(grad_y.dtype()) + " " + shape_str(grad_y.shape()));
+  const bool dtype_ok = grad_y.dtype() == x.dtype() || (x.dtype() == DType::f32 && is_half(grad_y.dtype()));
+  if (grad_y.shape() != x.shape() || !dtype_ok || grad_y.device() != x.device())
+    throw std::invalid_argument(std::string(op) + ": grad_y must be a " + dtype_text(x.dtype()) +
+                                (x.dtype() == DType::f32 ? " (or half)" : "") + " " + shape_str(x.shape()) +
+                                " tensor on the input's device, got " + dtype_text(grad_y.dtype()) + " " +
+                                shape_str(grad_y.shape()));
   check_row_statistic(mean, x, rows, op, "mean");
   check_row_statistic(rstd, x, rows, op, "rstd");
   return normalized_size;

@@ -58,7 +58,13 @@ int64_t check_sync_bn_global_stats(const Tensor& packed, DType stats, const Tens
 // undefined (gamma alone, or both; not beta alone). Returns the row count.
 int64_t check_layer_norm(const Tensor& x, int64_t normalized_size, const Tensor& gamma, const Tensor& beta,
                          const char* op);
-// layer_norm_backward's: x as above, grad_y of x's shape and dtype, mean and rstd [rows] in
+// binary's operand dtypes: the same, or (add only) an f32 a beside a half b of a's shape. Returns
+// whether they differ.
+bool check_binary_dtypes(BinaryOp op, const Tensor& a, const Tensor& b, const char* op_name);
+// layer_norm's output dtype: x's, or a half dtype beside an f32 x.
+void check_layer_norm_output_dtype(DType y_dtype, DType x_dtype, const char* op);
+// layer_norm_backward's: x as above, grad_y of x's shape in x's dtype or a half one beside an f32 x
+// (a y_dtype layer_norm accepts), mean and rstd [rows] in
 // accumulate_dtype(x), gamma as above. Returns normalized_size (the row length).
 int64_t check_layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& mean,
                                   const Tensor& rstd, const Tensor& gamma, const char* op);

@@ -33,7 +33,7 @@ void check_same_dtype(const Tensor& a, const Tensor& b, const char* op) {
 }  // namespace
 
 Tensor CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b) {
-  check_same_dtype(a, b, "binary op");
+  if (check_binary_dtypes(op, a, b, "binary op")) return binary(op, a, b.to(a.dtype()));
   const Shape shape = broadcast_shape(a.shape(), b.shape());
   Tensor out = Tensor::empty(shape, a.dtype());
   TRAINER_DISPATCH_FLOAT(a.dtype(), "binary op", [&] {

@@ -1,6 +1,8 @@
 // Layer norm on the CPU: each row of x's memory (Backend::layer_norm's [rows, normalized_size]) is
 // normalised by its own mean and variance, whole rows to a thread. Sums are accumulated in double, f32
 // inputs too, and the variance is a second pass over the row, so a mean far from zero cancels nothing.
+// A half y_dtype beside an f32 x is the f32 result rounded once more, as PyTorch's autocast rounds
+// layer_norm's f32 output for the matmul that follows; a half grad_y is widened to x's dtype first.
 #include <cmath>
 #include <vector>
 
@@ -22,8 +24,9 @@ const T* data_or_null(const Tensor& t) {
 }  // namespace
 
 LayerNormForward CpuBackend::layer_norm(const Tensor& x, int64_t normalized_size, const Tensor& gamma,
-                                        const Tensor& beta, double eps) {
+                                        const Tensor& beta, double eps, DType y_dtype) {
   const int64_t rows = check_layer_norm(x, normalized_size, gamma, beta, "layer_norm");
+  check_layer_norm_output_dtype(y_dtype, x.dtype(), "layer_norm");
   const int64_t C = normalized_size;
   const DType stats = accumulate_dtype(x.dtype());
   LayerNormForward out{Tensor::empty(x.shape(), x.dtype(), Device::cpu(), x.suggest_memory_format()),
@@ -56,6 +59,7 @@ LayerNormForward CpuBackend::layer_norm(const Tensor& x, int64_t normalized_size
         },
         1);
   });
+  if (y_dtype != x.dtype()) out.y = out.y.to(y_dtype);
   return out;
 }
 
@@ -64,7 +68,7 @@ LayerNormGrads CpuBackend::layer_norm_backward(const Tensor& grad_y, const Tenso
   const int64_t C = check_layer_norm_backward(grad_y, x, mean, rstd, gamma, "layer_norm_backward");
   const int64_t rows = mean.numel();
   const MemoryFormat format = x.suggest_memory_format();
-  const Tensor dy = grad_y.contiguous(format);  // read as x is: row r at r * C
+  const Tensor dy = grad_y.to(x.dtype()).contiguous(format);  // read as x is: row r at r * C
   const Tensor g = as_x_dtype(gamma, x.dtype());
   LayerNormGrads out;
   out.grad_x = Tensor::empty(x.shape(), x.dtype(), Device::cpu(), format);

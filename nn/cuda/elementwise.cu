@@ -59,13 +59,35 @@ int64_t row_broadcast_columns(const Shape& shape, const std::vector<Shape>& stri
 }  // namespace
 }  // namespace cuda
 
+namespace cuda {
+namespace {
+
+// f32 a + half b, both dense in the same layout: b widened as it is read (Backend::binary's one mixed
+// case).
+Tensor add_half_to_f32(const Tensor& a, const Tensor& b) {
+  Tensor out = empty(a.shape(), DType::f32, dense_format(a));
+  const float* pa = static_cast<const float*>(a.raw_data());
+  float* o = static_cast<float*>(out.raw_data());
+  CUDA_DISPATCH_FLOAT(b.dtype(), "add", [&] {
+    if constexpr (std::is_same_v<scalar_t, __half> || std::is_same_v<scalar_t, __nv_bfloat16>) {
+      const scalar_t* pb = static_cast<const scalar_t*>(b.raw_data());
+      for_each(out.numel(), [=] __device__(int64_t i) { o[i] = pa[i] + to_acc(pb[i]); });
+    }
+  });
+  return out;
+}
+
+}  // namespace
+}  // namespace cuda
+
 Tensor CudaBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b) {
   using namespace cuda;
   check_device(a, "binary op", "lhs");
   check_device(b, "binary op", "rhs");
-  check_same_dtype(a, b, "binary op");
+  const bool mixed = check_binary_dtypes(op, a, b, "binary op");
   const Shape shape = broadcast_shape(a.shape(), b.shape());
   const bool flat = a.shape() == b.shape() && same_layout(a, b) && is_dense(a);
+  if (mixed) return flat ? add_half_to_f32(a, b) : binary(op, a, b.to(a.dtype()));
   Tensor out = empty(shape, a.dtype(), flat ? dense_format(a) : MemoryFormat::contiguous);
   Shape sh = shape;
   std::vector<Shape> st{out.strides(), broadcast_strides(a, shape), broadcast_strides(b, shape)};

@@ -1,10 +1,11 @@
-// Layer norm on the GPU: one block per row of x's memory (Backend::layer_norm's [rows,
-// normalized_size]), so the channels of a channels-last image batch and the last dimension of a
-// transformer's activations are the same kernel. Half inputs compute in f32; statistics, gamma and beta
-// are f32 (f64 for f64 inputs). The variance is a second pass over the row (the row is in L1/L2 by then),
-// so a mean far from zero cancels nothing. The weight and bias gradients are column sums over all rows
+// Layer norm on the GPU: a warp per row of x's memory (Backend::layer_norm's [rows, normalized_size];
+// a block per row beyond 1024 values), so the channels of a channels-last image batch and the last
+// dimension of a transformer's activations are the same kernel. Half inputs compute in f32; statistics, gamma
+// and beta are f32 (f64 for f64 inputs). The variance is a second pass over the row (the row is in L1/L2 by
+// then), so a mean far from zero cancels nothing. The weight and bias gradients are column sums over all rows
 // in a fixed order: deterministic, no atomics.
 #include <algorithm>
+#include <type_traits>
 
 #include "nn/cuda/kernels.cuh"
 #include "nn/kernel_checks.h"
@@ -24,13 +25,52 @@ const A* data_or_null(const Tensor& t) {
   return t.defined() ? static_cast<const A*>(t.raw_data()) : nullptr;
 }
 
-template <class T, class A>
-__global__ void layer_norm_kernel(const T* x, const A* gamma, const A* beta, T* y, A* mean_out, A* rstd_out,
+// Rows of up to 32 * kPerLane values: a warp per row, each lane holding its kPerLane values (c = lane +
+// 32 j, so each load of the warp is one coalesced run) in registers, so x is read from memory once and
+// the reductions are warp shuffles with no block barrier. ViT (384, 768) and ConvNeXt (96..768) rows
+// fit; longer rows take the block-per-row kernels below.
+constexpr int kRowsPerBlock = 4;  // warps per block
+
+template <class T, class O, class A, int kPerLane>
+__global__ void layer_norm_warp_kernel(const T* x, const A* gamma, const A* beta, O* y, A* mean_out,
+                                       A* rstd_out, int64_t rows, int64_t C, A eps) {
+  using std::sqrt;
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.y;
+  if (r >= rows) return;
+  const int lane = threadIdx.x;
+  const T* xr = x + r * C;
+  A v[kPerLane];
+  A sum = 0;
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) {
+    const int64_t c = lane + 32 * j;
+    v[j] = c < C ? to_acc(xr[c]) : A(0);
+    sum += v[j];
+  }
+  const A mean = warp_sum(sum) / static_cast<A>(C);
+  A squares = 0;
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j)
+    if (lane + 32 * j < C) squares += (v[j] - mean) * (v[j] - mean);
+  const A rstd = A(1) / sqrt(warp_sum(squares) / static_cast<A>(C) + eps);
+  if (lane == 0) mean_out[r] = mean, rstd_out[r] = rstd;
+  O* yr = y + r * C;
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) {
+    const int64_t c = lane + 32 * j;
+    if (c >= C) continue;
+    const A xhat = (v[j] - mean) * rstd;
+    yr[c] = store<O>(gamma ? xhat * gamma[c] + (beta ? beta[c] : A(0)) : xhat);
+  }
+}
+
+template <class T, class O, class A>
+__global__ void layer_norm_kernel(const T* x, const A* gamma, const A* beta, O* y, A* mean_out, A* rstd_out,
                                   int64_t C, A eps) {
   using std::sqrt;
   const int64_t r = blockIdx.x;
   const T* xr = x + r * C;
-  T* yr = y + r * C;
+  O* yr = y + r * C;
   A sum = 0;
   for (int64_t c = threadIdx.x; c < C; c += blockDim.x) sum += to_acc(xr[c]);
   const A mean = block_sum(sum) / static_cast<A>(C);
@@ -43,16 +83,47 @@ __global__ void layer_norm_kernel(const T* x, const A* gamma, const A* beta, T* 
   if (threadIdx.x == 0) mean_out[r] = mean, rstd_out[r] = rstd;
   for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
     const A xhat = (to_acc(xr[c]) - mean) * rstd;
-    yr[c] = store<T>(gamma ? xhat * gamma[c] + (beta ? beta[c] : A(0)) : xhat);
+    yr[c] = store<O>(gamma ? xhat * gamma[c] + (beta ? beta[c] : A(0)) : xhat);
   }
 }
 
-// grad_x = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)), dxhat = dy * gamma, per row.
-template <class T, class A>
-__global__ void layer_norm_grad_x_kernel(const T* dy, const T* x, const A* mean, const A* rstd,
+// grad_x = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)), dxhat = dy * gamma, per row; dy
+// (D) is x's dtype or the half dtype of a forward that stored y as half.
+template <class D, class T, class A, int kPerLane>
+__global__ void layer_norm_grad_x_warp_kernel(const D* dy, const T* x, const A* mean, const A* rstd,
+                                              const A* gamma, T* dx, int64_t rows, int64_t C) {
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.y;
+  if (r >= rows) return;
+  const int lane = threadIdx.x;
+  const D* dyr = dy + r * C;
+  const T* xr = x + r * C;
+  const A m = mean[r], s = rstd[r];
+  A dxhat[kPerLane], xhat[kPerLane];
+  A sum_dxhat = 0, sum_dxhat_xhat = 0;
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) {
+    const int64_t c = lane + 32 * j;
+    const bool in = c < C;
+    dxhat[j] = in ? (gamma ? to_acc(dyr[c]) * gamma[c] : to_acc(dyr[c])) : A(0);
+    xhat[j] = in ? (to_acc(xr[c]) - m) * s : A(0);
+    sum_dxhat += dxhat[j];
+    sum_dxhat_xhat += dxhat[j] * xhat[j];
+  }
+  const A mean_dxhat = warp_sum(sum_dxhat) / static_cast<A>(C);
+  const A mean_dxhat_xhat = warp_sum(sum_dxhat_xhat) / static_cast<A>(C);
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) {
+    const int64_t c = lane + 32 * j;
+    if (c < C) dx[r * C + c] = store<T>(s * (dxhat[j] - mean_dxhat - xhat[j] * mean_dxhat_xhat));
+  }
+}
+
+template <class D, class T, class A>
+__global__ void layer_norm_grad_x_kernel(const D* dy, const T* x, const A* mean, const A* rstd,
                                          const A* gamma, T* dx, int64_t C) {
   const int64_t r = blockIdx.x;
-  const T *dyr = dy + r * C, *xr = x + r * C;
+  const D* dyr = dy + r * C;
+  const T* xr = x + r * C;
   const A m = mean[r], s = rstd[r];
   A sum_dxhat = 0, sum_dxhat_xhat = 0;
   for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
@@ -75,8 +146,8 @@ __global__ void layer_norm_grad_x_kernel(const T* dy, const T* x, const A* mean,
 // Splitting the rows matters for ViTs: C = 768 gives 24 column tiles, far too few blocks for a GPU.
 constexpr int kParamGradRows = 16;
 
-template <class T, class A>
-__global__ void layer_norm_param_grads_kernel(const T* dy, const T* x, const A* mean, const A* rstd,
+template <class D, class T, class A>
+__global__ void layer_norm_param_grads_kernel(const D* dy, const T* x, const A* mean, const A* rstd,
                                               A* part_gamma_out, A* part_beta_out, int64_t rows,
                                               int64_t rows_per_part, int64_t C) {
   __shared__ A part_gamma[kParamGradRows][33], part_beta[kParamGradRows][33];  // 33: no bank conflicts
@@ -128,26 +199,126 @@ void check_rows_fit_grid(int64_t rows, const char* op) {
 }  // namespace
 }  // namespace cuda
 
+namespace cuda {
+namespace {
+
+// The warp kernels' values per lane for rows of C (0: the row is longer than they take).
+int per_lane_for(int64_t C) {
+  for (int k : {4, 8, 16, 32})
+    if (C <= 32 * k) return k;
+  return 0;
+}
+
+// Calls f with the per-lane count as a compile-time constant.
+template <class F>
+void with_per_lane(int per_lane, F&& f) {
+  switch (per_lane) {
+    case 4:
+      return f(std::integral_constant<int, 4>{});
+    case 8:
+      return f(std::integral_constant<int, 8>{});
+    case 16:
+      return f(std::integral_constant<int, 16>{});
+    default:
+      return f(std::integral_constant<int, 32>{});
+  }
+}
+
+// Binds out_t to the element type of a layer norm's output (or its gradient's) beside an input of
+// element type scalar_t: the input's own, or a half dtype beside an f32 input.
+template <class T, class F>
+void with_half_or_same(DType dtype, F&& f) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (dtype == DType::bf16) return f(__nv_bfloat16{});
+    if (dtype == DType::f16) return f(__half{});
+  }
+  f(T{});
+}
+
+template <class T, class O>
+void launch_layer_norm(const Tensor& x, const Tensor& g, const Tensor& b, LayerNormForward& out, int64_t rows,
+                       int64_t C, double eps) {
+  using A = acc_t<T>;
+  const T* px = static_cast<const T*>(x.raw_data());
+  O* py = static_cast<O*>(out.y.raw_data());
+  A *pmean = static_cast<A*>(out.mean.raw_data()), *prstd = static_cast<A*>(out.rstd.raw_data());
+  const int per_lane = per_lane_for(C);
+  if (per_lane == 0) {
+    layer_norm_kernel<T, O, A><<<static_cast<unsigned>(rows), row_block_threads(C), 0, cuda_stream()>>>(
+        px, data_or_null<A>(g), data_or_null<A>(b), py, pmean, prstd, C, static_cast<A>(eps));
+    CUDA_CHECK_LAUNCH();
+    return;
+  }
+  const unsigned blocks = static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock);
+  with_per_lane(per_lane, [&](auto k) {
+    layer_norm_warp_kernel<T, O, A, decltype(k)::value>
+        <<<blocks, dim3(32, kRowsPerBlock), 0, cuda_stream()>>>(
+            px, data_or_null<A>(g), data_or_null<A>(b), py, pmean, prstd, rows, C, static_cast<A>(eps));
+    CUDA_CHECK_LAUNCH();
+  });
+}
+
+template <class D, class T>
+void launch_layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                                const Tensor& g, LayerNormGrads& out, int64_t rows, int64_t C) {
+  using A = acc_t<T>;
+  const D* pdy = static_cast<const D*>(dy.raw_data());
+  const T* px = static_cast<const T*>(x.raw_data());
+  const A *pmean = static_cast<const A*>(mean.raw_data()), *prstd = static_cast<const A*>(rstd.raw_data());
+  T* pdx = static_cast<T*>(out.grad_x.raw_data());
+  const int per_lane = per_lane_for(C);
+  if (per_lane == 0) {
+    layer_norm_grad_x_kernel<D, T, A>
+        <<<static_cast<unsigned>(rows), row_block_threads(C), 0, cuda_stream()>>>(pdy, px, pmean, prstd,
+                                                                                  data_or_null<A>(g), pdx, C);
+    CUDA_CHECK_LAUNCH();
+  } else {
+    const unsigned blocks = static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock);
+    with_per_lane(per_lane, [&](auto k) {
+      layer_norm_grad_x_warp_kernel<D, T, A, decltype(k)::value>
+          <<<blocks, dim3(32, kRowsPerBlock), 0, cuda_stream()>>>(pdy, px, pmean, prstd, data_or_null<A>(g),
+                                                                  pdx, rows, C);
+      CUDA_CHECK_LAUNCH();
+    });
+  }
+  if (!g.defined()) return;
+  const int parts = param_grad_parts(rows, C);
+  const int64_t rows_per_part = (rows + parts - 1) / parts;
+  A* grad_gamma = static_cast<A*>(out.grad_gamma.raw_data());
+  A* grad_beta = static_cast<A*>(out.grad_beta.raw_data());
+  Tensor partials = parts > 1 ? empty({2, parts, C}, accumulate_dtype(x.dtype())) : Tensor();
+  A* part_gamma = parts > 1 ? static_cast<A*>(partials.raw_data()) : grad_gamma;
+  A* part_beta = parts > 1 ? part_gamma + parts * C : grad_beta;
+  const dim3 block(32, kParamGradRows),
+      grid(static_cast<unsigned>((C + 31) / 32), static_cast<unsigned>(parts));
+  layer_norm_param_grads_kernel<D, T, A><<<grid, block, 0, cuda_stream()>>>(
+      pdy, px, pmean, prstd, part_gamma, part_beta, rows, rows_per_part, C);
+  CUDA_CHECK_LAUNCH();
+  if (parts == 1) return;
+  param_grads_sum_parts<A><<<static_cast<unsigned>((C + 255) / 256), 256, 0, cuda_stream()>>>(
+      part_gamma, part_beta, parts, C, grad_gamma, grad_beta);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+}  // namespace cuda
+
 LayerNormForward CudaBackend::layer_norm(const Tensor& x, int64_t normalized_size, const Tensor& gamma,
-                                         const Tensor& beta, double eps) {
+                                         const Tensor& beta, double eps, DType y_dtype) {
   using namespace cuda;
   check_device(x, "layer_norm", "input");
   const int64_t rows = check_layer_norm(x, normalized_size, gamma, beta, "layer_norm");
+  check_layer_norm_output_dtype(y_dtype, x.dtype(), "layer_norm");
   check_rows_fit_grid(rows, "layer_norm");
-  const int64_t C = normalized_size;
   const DType stats = accumulate_dtype(x.dtype());
-  LayerNormForward out{empty(x.shape(), x.dtype(), x.suggest_memory_format()), empty({rows}, stats),
+  LayerNormForward out{empty(x.shape(), y_dtype, x.suggest_memory_format()), empty({rows}, stats),
                        empty({rows}, stats)};
   if (rows == 0) return out;
   const Tensor g = as_compute_dtype(gamma, x.dtype()), b = as_compute_dtype(beta, x.dtype());
-  const int threads = row_block_threads(C);
   CUDA_DISPATCH_FLOAT(x.dtype(), "layer_norm", [&] {
-    using acc = acc_t<scalar_t>;
-    layer_norm_kernel<scalar_t, acc><<<static_cast<unsigned>(rows), threads, 0, cuda_stream()>>>(
-        static_cast<const scalar_t*>(x.raw_data()), data_or_null<acc>(g), data_or_null<acc>(b),
-        static_cast<scalar_t*>(out.y.raw_data()), static_cast<acc*>(out.mean.raw_data()),
-        static_cast<acc*>(out.rstd.raw_data()), C, static_cast<acc>(eps));
-    CUDA_CHECK_LAUNCH();
+    with_half_or_same<scalar_t>(y_dtype, [&](auto o) {
+      launch_layer_norm<scalar_t, decltype(o)>(x, g, b, out, rows, normalized_size, eps);
+    });
   });
   return out;
 }
@@ -171,32 +342,9 @@ LayerNormGrads CudaBackend::layer_norm_backward(const Tensor& grad_y, const Tens
     return out;
   }
   CUDA_DISPATCH_FLOAT(x.dtype(), "layer_norm_backward", [&] {
-    using acc = acc_t<scalar_t>;
-    const scalar_t *pdy = static_cast<const scalar_t*>(dy.raw_data()),
-                   *px = static_cast<const scalar_t*>(x.raw_data());
-    const acc *pmean = static_cast<const acc*>(mean.raw_data()),
-              *prstd = static_cast<const acc*>(rstd.raw_data());
-    layer_norm_grad_x_kernel<scalar_t, acc>
-        <<<static_cast<unsigned>(rows), row_block_threads(C), 0, cuda_stream()>>>(
-            pdy, px, pmean, prstd, data_or_null<acc>(g), static_cast<scalar_t*>(out.grad_x.raw_data()), C);
-    CUDA_CHECK_LAUNCH();
-    if (!gamma.defined()) return;
-    const int parts = param_grad_parts(rows, C);
-    const int64_t rows_per_part = (rows + parts - 1) / parts;
-    acc* grad_gamma = static_cast<acc*>(out.grad_gamma.raw_data());
-    acc* grad_beta = static_cast<acc*>(out.grad_beta.raw_data());
-    Tensor partials = parts > 1 ? empty({2, parts, C}, stats) : Tensor();
-    acc* part_gamma = parts > 1 ? static_cast<acc*>(partials.raw_data()) : grad_gamma;
-    acc* part_beta = parts > 1 ? part_gamma + parts * C : grad_beta;
-    const dim3 block(32, kParamGradRows),
-        grid(static_cast<unsigned>((C + 31) / 32), static_cast<unsigned>(parts));
-    layer_norm_param_grads_kernel<scalar_t, acc><<<grid, block, 0, cuda_stream()>>>(
-        pdy, px, pmean, prstd, part_gamma, part_beta, rows, rows_per_part, C);
-    CUDA_CHECK_LAUNCH();
-    if (parts == 1) return;
-    param_grads_sum_parts<acc><<<static_cast<unsigned>((C + 255) / 256), 256, 0, cuda_stream()>>>(
-        part_gamma, part_beta, parts, C, grad_gamma, grad_beta);
-    CUDA_CHECK_LAUNCH();
+    with_half_or_same<scalar_t>(dy.dtype(), [&](auto d) {
+      launch_layer_norm_backward<decltype(d), scalar_t>(dy, x, mean, rstd, g, out, rows, C);
+    });
   });
   return out;
 }

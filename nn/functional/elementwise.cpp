@@ -6,36 +6,41 @@ namespace {
 Backend& be(const Variable& v) { return backend_for(v.data()); }
 
 Variable binary_op(const char* name, BinaryOp op, const Variable& a, const Variable& b) {
+  // add of a half and an f32 tensor of one shape (a residual stream under autocast): the f32 operand
+  // first, as Backend::binary takes them; the half one's gradient is rounded to its dtype.
+  if (op == BinaryOp::add && is_half(a.dtype()) && b.dtype() == DType::f32) return binary_op(name, op, b, a);
   Tensor y = be(a).binary(op, a.data(), b.data());
+  const DType b_dtype = b.dtype();
   // add and sub need only the shapes: keeping their inputs would hold a residual block's batch-norm
   // output alive until backward (one activation per block; 240 MiB for resnet18-cifar at batch 512).
   const bool needs_values = op == BinaryOp::mul || op == BinaryOp::div;
   const Tensor ta = needs_values ? a.data() : Tensor(), tb = needs_values ? b.data() : Tensor();
   const Shape a_shape = a.shape(), b_shape = b.shape();
-  return record_op(name, y, {a, b}, [op, ta, tb, a_shape, b_shape](const Tensor& g) -> std::vector<Tensor> {
-    Backend& k = backend_for(g);
-    Tensor ga, gb;
-    switch (op) {
-      case BinaryOp::add:
-        ga = g;
-        gb = g;
-        break;
-      case BinaryOp::sub:
-        ga = g;
-        gb = k.unary(UnaryOp::neg, g);
-        break;
-      case BinaryOp::mul:
-        ga = k.binary(BinaryOp::mul, g, tb);
-        gb = k.binary(BinaryOp::mul, g, ta);
-        break;
-      case BinaryOp::div: {
-        ga = k.binary(BinaryOp::div, g, tb);  // d(a/b)/db = -a/b^2 = -(g/b) * (a/b)
-        gb = k.unary(UnaryOp::neg, k.binary(BinaryOp::mul, ga, k.binary(BinaryOp::div, ta, tb)));
-        break;
-      }
-    }
-    return {sum_to_shape(ga, a_shape), sum_to_shape(gb, b_shape)};
-  });
+  return record_op(
+      name, y, {a, b}, [op, ta, tb, a_shape, b_shape, b_dtype](const Tensor& g) -> std::vector<Tensor> {
+        Backend& k = backend_for(g);
+        Tensor ga, gb;
+        switch (op) {
+          case BinaryOp::add:
+            ga = g;
+            gb = g.to(b_dtype);
+            break;
+          case BinaryOp::sub:
+            ga = g;
+            gb = k.unary(UnaryOp::neg, g);
+            break;
+          case BinaryOp::mul:
+            ga = k.binary(BinaryOp::mul, g, tb);
+            gb = k.binary(BinaryOp::mul, g, ta);
+            break;
+          case BinaryOp::div: {
+            ga = k.binary(BinaryOp::div, g, tb);  // d(a/b)/db = -a/b^2 = -(g/b) * (a/b)
+            gb = k.unary(UnaryOp::neg, k.binary(BinaryOp::mul, ga, k.binary(BinaryOp::div, ta, tb)));
+            break;
+          }
+        }
+        return {sum_to_shape(ga, a_shape), sum_to_shape(gb, b_shape)};
+      });
 }
 
 Variable scalar_op(const char* name, BinaryOp op, const Variable& a, double s, bool scalar_first) {

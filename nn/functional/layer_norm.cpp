@@ -34,13 +34,14 @@ void check_normalized_dimension(const Tensor& x, int64_t normalized_size) {
 }  // namespace
 
 Variable layer_norm(const Variable& x, int64_t normalized_size, const Variable& weight, const Variable& bias,
-                    double eps) {
+                    double eps, std::optional<DType> y_dtype) {
   const Tensor xd = x.data();
   check_normalized_dimension(xd, normalized_size);
   if (!(eps >= 0.0)) throw std::invalid_argument("layer_norm: eps must be non-negative");
   const Tensor wd = weight.defined() ? weight.data() : Tensor();
   const Tensor bd = bias.defined() ? bias.data() : Tensor();
-  const LayerNormForward f = backend_for(xd).layer_norm(xd, normalized_size, wd, bd, eps);
+  const LayerNormForward f =
+      backend_for(xd).layer_norm(xd, normalized_size, wd, bd, eps, y_dtype.value_or(xd.dtype()));
   std::vector<Variable> inputs{x};
   if (wd.defined()) inputs.push_back(weight);
   if (bd.defined()) inputs.push_back(bias);

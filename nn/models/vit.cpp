@@ -31,6 +31,8 @@ std::vector<Variable> promoted(const std::vector<Variable>& parts) {
 }
 
 Variable add_promoted(const Variable& a, const Variable& b) {
+  // F::add widens a half operand of the same shape as it reads it (no separate cast pass).
+  if (a.shape() == b.shape()) return F::add(a, b);
   const std::vector<Variable> ab = promoted({a, b});
   return F::add(ab[0], ab[1]);
 }
@@ -80,6 +82,8 @@ ViTEncoderBlock::ViTEncoderBlock(const ViTConfig& c, const std::shared_ptr<Gener
       register_module("self_attention", std::make_shared<MultiheadAttention>(c.hidden_dim, c.num_heads, gen));
   if ((dropout_ = dropout_or_null(c.dropout, dropout_gen))) register_module("dropout", dropout_);
   ln_2_ = register_module("ln_2", std::make_shared<LayerNorm>(c.hidden_dim, kLayerNormEps));
+  ln_1_->set_output_feeds_matmuls(true);  // into the attention's input projection
+  ln_2_->set_output_feeds_matmuls(true);  // into the MLP's first linear
   mlp_ = register_module("mlp",
                          std::make_shared<ViTMlpBlock>(c.hidden_dim, c.mlp_dim, c.dropout, dropout_gen, gen));
 }
@@ -101,6 +105,7 @@ ViTEncoder::ViTEncoder(const ViTConfig& c, const std::shared_ptr<Generator>& dro
     layers_->add("encoder_layer_" + std::to_string(i),
                  std::make_shared<ViTEncoderBlock>(c, dropout_gen, gen));
   ln_ = register_module("ln", std::make_shared<LayerNorm>(c.hidden_dim, kLayerNormEps));
+  ln_->set_output_feeds_matmuls(true);  // the class token's state into the head
 }
 
 Variable ViTEncoder::forward(const Variable& x) {

@@ -3,6 +3,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "nn/amp/autocast.h"
 #include "nn/functional.h"
 
 namespace trainer {
@@ -23,6 +24,12 @@ void LayerNorm::reset_parameters() {
   if (bias_.defined()) bias_.data().fill_(0.0);
 }
 
+std::optional<DType> LayerNorm::output_dtype(const Variable& x) const {
+  const std::optional<DType> half = autocast_dtype();
+  if (output_feeds_matmuls_ && half && x.dtype() == DType::f32) return half;
+  return std::nullopt;
+}
+
 Variable LayerNorm::forward(const Variable& x) {
   const std::string name = "LayerNorm(" + std::to_string(normalized_size_) + ")";
   if (over_ == LayerNormOver::channels) {
@@ -32,7 +39,7 @@ Variable LayerNorm::forward(const Variable& x) {
     const bool channels_inner = x.data().suggest_memory_format() == MemoryFormat::channels_last &&
                                 x.data().is_contiguous(MemoryFormat::channels_last);
     const Variable in = channels_inner ? x : F::contiguous(x, MemoryFormat::channels_last);
-    return F::layer_norm(in, normalized_size_, weight_, bias_, eps_);
+    return F::layer_norm(in, normalized_size_, weight_, bias_, eps_, output_dtype(x));
   }
   if (x.dim() < 1 || x.size(-1) != normalized_size_)
     throw std::invalid_argument(name + " expects input [..., " + std::to_string(normalized_size_) +
@@ -40,7 +47,8 @@ Variable LayerNorm::forward(const Variable& x) {
   // A 4-D channels-last tensor has C innermost, not the last dimension: it is made contiguous too.
   const bool last_inner =
       x.data().suggest_memory_format() == MemoryFormat::contiguous && x.data().is_contiguous();
-  return F::layer_norm(last_inner ? x : F::contiguous(x), normalized_size_, weight_, bias_, eps_);
+  return F::layer_norm(last_inner ? x : F::contiguous(x), normalized_size_, weight_, bias_, eps_,
+                       output_dtype(x));
 }
 
 }  // namespace trainer

@@ -5,6 +5,7 @@
 // (which permutes to NHWC, normalises the last dimension and permutes back). The parameter names
 // match torchvision's, so state dicts load unchanged.
 #include <cstdint>
+#include <optional>
 
 #include "nn/modules/module.h"
 
@@ -23,6 +24,11 @@ class LayerNorm : public Module {
   // network never is).
   Variable forward(const Variable& x) override;
   void reset_parameters();  // weight 1, bias 0
+  // The model's promise that this norm's output feeds only autocast's matmuls (a transformer's
+  // linears and attention projections), which round it to their half dtype: under autocast an f32
+  // input's output is then stored in that dtype by the norm's kernel, the same numbers PyTorch
+  // computes, without the f32 store and the cast pass that reads it again.
+  void set_output_feeds_matmuls(bool feeds) { output_feeds_matmuls_ = feeds; }
 
   int64_t normalized_size() const { return normalized_size_; }
   double eps() const { return eps_; }
@@ -34,6 +40,9 @@ class LayerNorm : public Module {
   int64_t normalized_size_;
   double eps_;
   LayerNormOver over_;
+  bool output_feeds_matmuls_ = false;
+
+  std::optional<DType> output_dtype(const Variable& x) const;
   Variable weight_, bias_;
 };
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "gradcheck.h"
+#include "nn/amp/autocast.h"
 #include "nn/functional.h"
 #include "nn/modules/basic.h"
 #include "nn/modules/layer_norm.h"
@@ -134,6 +135,68 @@ TEST(TransformerOps, LayerNormModuleHasTorchsParametersAndAcceptsAnyLayout) {
   EXPECT_THROW(norm.forward(Variable(Tensor::zeros({2, 4}))), std::invalid_argument);
   EXPECT_THROW(LayerNorm(4, 1e-5, true, LayerNormOver::channels).forward(Variable(Tensor::zeros({2, 4}))),
                std::invalid_argument);
+}
+
+// A ViT's LayerNorm under bf16 autocast stores its output as bf16 (its consumers are matmuls that
+// round it there anyway): the values and every gradient must equal PyTorch's order of operations,
+// an f32 layer norm whose output is then cast to bf16, bit for bit.
+TEST(TransformerOps, ALayerNormFeedingMatmulsStoresBf16AsTheCastAfterItWould) {
+  Generator gen(19);
+  const Tensor x = random_tensor({3, 5, 24}, gen, -2.0, 3.0).to(DType::f32);
+  const Tensor seed = random_tensor({3, 5, 24}, gen).to(DType::bf16);
+  LayerNorm fused(24, 1e-6);
+  fused.weight().data().copy_(random_tensor({24}, gen, 0.5, 1.5));
+  fused.bias().data().copy_(random_tensor({24}, gen));
+  fused.set_output_feeds_matmuls(true);
+  Variable xa(x.clone(), true), wb(fused.weight().data().clone(), true),
+      bb(fused.bias().data().clone(), true);
+  Variable ya;
+  {
+    AutocastScope autocast(DType::bf16);
+    ya = fused.forward(xa);
+  }
+  EXPECT_EQ(ya.dtype(), DType::bf16);
+  ya.backward(seed);
+
+  Variable xb(x.clone(), true);
+  Variable yb = F::to_dtype(F::layer_norm(xb, 24, wb, bb, 1e-6), DType::bf16);
+  yb.backward(seed);
+
+  EXPECT_EQ(max_abs_difference(ya.data(), yb.data()), 0.0);
+  EXPECT_EQ(xa.grad().dtype(), DType::f32);
+  EXPECT_EQ(max_abs_difference(xa.grad(), xb.grad()), 0.0);
+  EXPECT_EQ(max_abs_difference(fused.weight().grad(), wb.grad()), 0.0);
+  EXPECT_EQ(max_abs_difference(fused.bias().grad(), bb.grad()), 0.0);
+
+  // Outside autocast, or without the promise, the output keeps x's dtype.
+  EXPECT_EQ(fused.forward(Variable(x)).dtype(), DType::f32);
+  LayerNorm plain(24, 1e-6);
+  AutocastScope autocast(DType::bf16);
+  EXPECT_EQ(plain.forward(Variable(x)).dtype(), DType::f32);
+}
+
+// A residual add under autocast (f32 stream + bf16 branch) widens the branch as it reads it: the
+// result and the gradients equal the explicit cast's, in either operand order; other mixes throw.
+TEST(TransformerOps, AddingAHalfTensorToAnF32OneEqualsCastingItFirst) {
+  Generator gen(23);
+  const Tensor stream = random_tensor({2, 3, 8}, gen).to(DType::f32);
+  const Tensor branch = random_tensor({2, 3, 8}, gen).to(DType::bf16);
+  const Tensor seed = random_tensor({2, 3, 8}, gen).to(DType::f32);
+  for (bool half_first : {false, true}) {
+    Variable sa(stream.clone(), true), ba(branch.clone(), true);
+    Variable ya = half_first ? F::add(ba, sa) : F::add(sa, ba);
+    EXPECT_EQ(ya.dtype(), DType::f32);
+    ya.backward(seed);
+    Variable sb(stream.clone(), true), bb(branch.clone(), true);
+    Variable yb = F::add(sb, F::to_dtype(bb, DType::f32));
+    yb.backward(seed);
+    EXPECT_EQ(max_abs_difference(ya.data(), yb.data()), 0.0);
+    EXPECT_EQ(ba.grad().dtype(), DType::bf16);
+    EXPECT_EQ(max_abs_difference(ba.grad(), bb.grad()), 0.0);
+    EXPECT_EQ(max_abs_difference(sa.grad(), sb.grad()), 0.0);
+  }
+  EXPECT_THROW(F::mul(Variable(stream), Variable(branch)), std::invalid_argument);
+  EXPECT_THROW(F::add(Variable(stream), Variable(branch.reshape({6, 8}))), std::invalid_argument);
 }
 
 TEST(TransformerOps, GeluModuleUsesItsApproximation) {

@@ -173,6 +173,19 @@ std::vector<OpCase> elementwise_cases() {
     cases.push_back(binary_case(op, {2, 3, 4, 5}, {1, 3, 1, 1}));  // a per-channel operand
     cases.push_back(binary_case(op, {4, 1}, {5}));                 // both sides broadcast
   }
+  {
+    // A transformer's residual add under autocast: an f32 stream plus a bf16 branch, widened as it is
+    // read. b holds bf16 values on both sides (the f64 reference adds the same values in f64).
+    OpCase c;
+    c.name = "binary add of an f32 3x4x5 and a bf16 one";
+    c.inputs = {uniform({3, 4, 5}), uniform({3, 4, 5})};
+    c.run = [](Backend& b, Tensors& in) {
+      const Tensor half = in[1].to(DType::bf16);
+      return Tensors{
+          b.binary(BinaryOp::add, in[0], in[0].dtype() == DType::f32 ? half : half.to(in[0].dtype()))};
+    };
+    cases.push_back(c);
+  }
   for (BinaryOp op : {BinaryOp::add, BinaryOp::sub, BinaryOp::mul, BinaryOp::div})
     for (bool first : {false, true}) cases.push_back(binary_scalar_case(op, first));
   for (UnaryOp op : {UnaryOp::neg, UnaryOp::relu, UnaryOp::sigmoid, UnaryOp::exp, UnaryOp::log, UnaryOp::sqrt,

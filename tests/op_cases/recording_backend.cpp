@@ -235,9 +235,9 @@ std::pair<Tensor, Tensor> RecordingBackend::sync_bn_local_grad_sums(const Tensor
 }
 
 LayerNormForward RecordingBackend::layer_norm(const Tensor& x, int64_t normalized_size, const Tensor& gamma,
-                                              const Tensor& beta, double eps) {
+                                              const Tensor& beta, double eps, DType y_dtype) {
   called_.insert("layer_norm");
-  return inner_.layer_norm(x, normalized_size, gamma, beta, eps);
+  return inner_.layer_norm(x, normalized_size, gamma, beta, eps, y_dtype);
 }
 
 LayerNormGrads RecordingBackend::layer_norm_backward(const Tensor& grad_y, const Tensor& x,

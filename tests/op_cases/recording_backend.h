@@ -76,7 +76,7 @@ class RecordingBackend final : public Backend {
                                                     const Tensor& invstd, const Tensor& global_stats,
                                                     Tensor& packed) override;
   LayerNormForward layer_norm(const Tensor& x, int64_t normalized_size, const Tensor& gamma,
-                              const Tensor& beta, double eps) override;
+                              const Tensor& beta, double eps, DType y_dtype) override;
   LayerNormGrads layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& mean,
                                      const Tensor& rstd, const Tensor& gamma) override;
   Tensor softmax(const Tensor& x) override;

@@ -30,6 +30,9 @@ struct LayerNormSetup {
   bool affine = true;
   bool over_channels = false;  // x is [N, C, H, W], normalised over C in channels-last memory
   double lo = -2.0, hi = 3.0;
+  // An f32 x's output stored as bf16 (a transformer's f32 residual stream into its linears), its
+  // gradient read as bf16; the f64 reference keeps f64.
+  bool half_output = false;
 };
 
 // Inputs: x, [gamma, beta,] dy. Outputs: y, mean, rstd, then the gradients for dy.
@@ -44,12 +47,16 @@ OpCase layer_norm_case(const std::string& what, const LayerNormSetup& s) {
   c.inputs.push_back(values(s.x, s.over_channels, -1.0, 1.0));  // dy
   auto forward = [s](Backend& b, Tensors& in) {
     const Tensor gamma = s.affine ? in[1] : Tensor(), beta = s.affine ? in[2] : Tensor();
-    return b.layer_norm(normalised_layout(in[0], s.over_channels), s.normalized_size, gamma, beta, kEps);
+    const DType x_dtype = in[0].dtype();
+    const DType y_dtype = s.half_output && x_dtype == DType::f32 ? DType::bf16 : x_dtype;
+    return b.layer_norm(normalised_layout(in[0], s.over_channels), s.normalized_size, gamma, beta, kEps,
+                        y_dtype);
   };
-  // dy is passed in its own layout: the kernels read it as they read x.
+  // dy is passed in its own layout (and y's dtype): the kernels read it as they read x.
   auto backward = [s](Backend& b, Tensors& in, const LayerNormForward& f, const Tensor& dy) {
-    const LayerNormGrads g = b.layer_norm_backward(dy, normalised_layout(in[0], s.over_channels), f.mean,
-                                                   f.rstd, s.affine ? in[1] : Tensor());
+    const LayerNormGrads g =
+        b.layer_norm_backward(dy.to(f.y.dtype()), normalised_layout(in[0], s.over_channels), f.mean, f.rstd,
+                              s.affine ? in[1] : Tensor());
     Tensors grads{g.grad_x};
     if (s.affine) grads.push_back(g.grad_gamma), grads.push_back(g.grad_beta);
     return grads;
@@ -170,6 +177,13 @@ std::vector<OpCase> transformer_cases() {
   cases.push_back(layer_norm_case("over the last dim of 2x384", {.x = {2, 384}, .normalized_size = 384}));
   // Rows longer than a block's threads: several values per thread on the GPU.
   cases.push_back(layer_norm_case("over the last dim of 3x1500", {.x = {3, 1500}, .normalized_size = 1500}));
+  {
+    OpCase c = layer_norm_case("over the last dim of 5x768 stored as bf16 beside an f32 input",
+                               {.x = {5, 768}, .normalized_size = 768, .half_output = true});
+    c.device_dtypes = {DType::f32};
+    c.rtol_f32 = 8e-3;  // y and dy are bf16 on the device, f64 in the reference
+    cases.push_back(c);
+  }
   cases.push_back(layer_norm_case("without weight and bias, 3x5x37",
                                   {.x = {3, 5, 37}, .normalized_size = 37, .affine = false}));
   cases.push_back(layer_norm_case("over the channels of a channels-last 4x7x3x5",
