@@ -15,6 +15,16 @@ void Backend::sgd_step_many(const std::vector<SgdUpdate>& updates, const SgdPara
     sgd_step(*u.param, *u.grad, u.momentum_buffer ? *u.momentum_buffer : no_buffer, u.first_step, p);
 }
 
+void Backend::adamw_step_many(const std::vector<AdamWUpdate>& updates, const AdamWParams& p) {
+  for (const AdamWUpdate& u : updates) {
+    AdamWParams each = p;
+    each.step = u.step;
+    each.device_scalars = u.device_scalars;
+    each.applied_steps = u.applied_steps;
+    adamw_step(*u.param, *u.grad, *u.exp_avg, *u.exp_avg_sq, each);
+  }
+}
+
 Tensor packed_attention_head(const Tensor& qkv, int which) {
   return qkv.slice(2, which, which + 1).squeeze(2).permute({0, 2, 1, 3});  // [B, T, H, d] -> [B, H, T, d]
 }

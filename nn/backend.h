@@ -332,6 +332,28 @@ class Backend {
     return std::nullopt;
   }
 
+  // ---- the end of a scaled residual branch (ConvNeXt's block): y = x + h * scale[c] * keep[n] in one
+  // pass, where the backend has the kernel; nullopt otherwise, and the caller composes it of mul and add
+  // (nn/functional/scaled_residual.cpp, the reference). x and h: one dtype, dense, contiguous, shape
+  // [N, ..., C] with the channel c innermost (ConvNeXt's NHWC view); scale [C] in f32 or h's dtype;
+  // keep undefined or [N] in h's dtype (drop path's per-sample multipliers, 0 or 1 / (1 - p)). Computed
+  // in f32, rounded once; y in h's dtype and shape.
+  virtual std::optional<Tensor> scaled_residual_add(const Tensor& x, const Tensor& h, const Tensor& scale,
+                                                    const Tensor& keep) {
+    (void)x, (void)h, (void)scale, (void)keep;
+    return std::nullopt;
+  }
+  // Its gradients for grad_y (x's shape and layout; grad_x is grad_y itself): grad_h = grad_y * scale[c]
+  // * keep[n] in h's dtype, and grad_scale[c] = the sum over rows of grad_y * h * keep[n] in scale's
+  // dtype, summed in f32 in a fixed order (deterministic). nullopt where the forward was not fused.
+  virtual std::optional<std::pair<Tensor, Tensor>> scaled_residual_add_backward(const Tensor& grad_y,
+                                                                                const Tensor& h,
+                                                                                const Tensor& scale,
+                                                                                const Tensor& keep) {
+    (void)grad_y, (void)h, (void)scale, (void)keep;
+    return std::nullopt;
+  }
+
   // ---- synchronised batch norm (nn/cpu/sync_batch_norm.cpp): the pieces dist/sync_batch_norm.cpp
   // puts around its two all-reduces. Each writes or reads the all-reduced f64 buffer in place, so a
   // layer costs a reduction and a collective each way (and one [C] kernel forward), never a host wait.
@@ -437,6 +459,21 @@ class Backend {
   virtual void sgd_step_many(const std::vector<SgdUpdate>& updates, const SgdParams& p);
   virtual void adamw_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
                           const AdamWParams& p) = 0;
+  // adamw_step for many parameters of one optimizer group, as torch.optim.AdamW(fused=True): the CUDA
+  // backend updates up to 36 tensors per launch instead of one launch each (a ViT-B/16 has 152). Each
+  // update brings what may differ between parameters (a group's parameters can have different step
+  // counts, e.g. after a freeze); p gives the rest, its step, device_scalars and applied_steps unused.
+  // The default calls adamw_step for each.
+  struct AdamWUpdate {
+    Tensor* param;
+    const Tensor* grad;
+    Tensor* exp_avg;
+    Tensor* exp_avg_sq;
+    int64_t step;                  // AdamWParams::step
+    const double* device_scalars;  // AdamWParams::device_scalars: this parameter's row, or null
+    const int64_t* applied_steps;  // AdamWParams::applied_steps, or null
+  };
+  virtual void adamw_step_many(const std::vector<AdamWUpdate>& updates, const AdamWParams& p);
   // counts[r] += 1 for each r in rows (distinct), unless *skip_if is nonzero (skip_if may be null): the
   // updates an optimizer applied in a step whose skipping the device decides. counts is i64 [n] on this
   // backend's device, skip_if an i64 there.

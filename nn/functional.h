@@ -107,6 +107,15 @@ Variable layer_norm(const Variable& x, int64_t normalized_size, const Variable& 
 // maximum is subtracted). Any layout; the result is contiguous, in x's dtype.
 Variable softmax(const Variable& x);
 
+// ---- the end of a scaled residual branch (nn/functional/scaled_residual.cpp), ConvNeXt's
+// `x + stochastic_depth(layer_scale * h)`: x + drop_path(h * scale, p) with x and h [N, ..., C] (C
+// innermost in memory, contiguous) and scale [C], the mask drawn as F::drop_path draws it (none unless
+// training and p > 0). One kernel each way where the backend has it (Backend::scaled_residual_add: an
+// f32 scale read as f32, the result rounded once), else composed of mul and add (an f32 scale beside a
+// half h cast to h's dtype first, as the linears' weights are).
+Variable scaled_residual_add(const Variable& x, const Variable& h, const Variable& scale, double p,
+                             bool training, Generator* gen);
+
 // ---- attention (nn/functional/attention.cpp): torch.nn.functional.scaled_dot_product_attention
 // without mask or dropout: softmax(q k^T / sqrt(d)) v per batch entry and head. q [B, H, T, d],
 // k [B, H, S, d], v [B, H, S, dv] -> [B, H, T, dv] (any strides), differentiable in all three. The

@@ -78,6 +78,7 @@ class CudaBackend final : public Backend {
  public:
   TRAINER_BACKEND_OVERRIDES
   void sgd_step_many(const std::vector<SgdUpdate>& updates, const SgdParams& p) override;
+  void adamw_step_many(const std::vector<AdamWUpdate>& updates, const AdamWParams& p) override;
   std::optional<Tensor> linear_fused(const Tensor& x, const Tensor& w, const Tensor& bias) override;
   std::optional<std::pair<Tensor, Tensor>> linear_weight_grads_fused(const Tensor& g,
                                                                      const Tensor& x) override;
@@ -87,6 +88,11 @@ class CudaBackend final : public Backend {
   std::optional<BnForward> bn_forward_fused(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                             Tensor& running_mean, Tensor& running_var, double momentum,
                                             double eps, const BnEpilogue& epilogue) override;
+  std::optional<Tensor> scaled_residual_add(const Tensor& x, const Tensor& h, const Tensor& scale,
+                                            const Tensor& keep) override;
+  std::optional<std::pair<Tensor, Tensor>> scaled_residual_add_backward(const Tensor& grad_y, const Tensor& h,
+                                                                        const Tensor& scale,
+                                                                        const Tensor& keep) override;
   std::optional<AttentionForward> fused_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                                   double scale) override;
   std::optional<AttentionGrads> fused_attention_backward(const Tensor& grad_out, const Tensor& q,

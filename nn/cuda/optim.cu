@@ -56,6 +56,20 @@ struct SgdLaunch {
   bool aligned = true;  // every pointer 16-byte aligned
 };
 
+// The elements [begin, end) of tensor `tensor` that this block of a multi-tensor launch updates: block
+// b is chunk b - chunk_start[t] of the tensor t whose chunks hold it.
+struct BlockChunk {
+  int tensor;
+  int64_t begin, end;
+};
+template <class Launch>
+__device__ __forceinline__ BlockChunk block_chunk(const Launch& l, int64_t chunk_size) {
+  int t = 0;
+  while (t + 1 < l.tensors && l.chunk_start[t + 1] <= static_cast<int>(blockIdx.x)) ++t;
+  const int64_t begin = (blockIdx.x - l.chunk_start[t]) * chunk_size;
+  return {t, begin, begin + chunk_size < l.numel[t] ? begin + chunk_size : l.numel[t]};
+}
+
 // torch.optim.SGD's update of one element, in its order of operations.
 template <class T>
 __device__ __forceinline__ void sgd_element(T& w, T g, T* buf, bool first, T lr, T wd, T mom, T keep,
@@ -75,15 +89,12 @@ template <class T>
 __global__ void sgd_many_kernel(SgdLaunch<T> l, T host_lr, const double* device_lr, const int64_t* skip_if,
                                 T wd, T mom, T keep, bool decay, bool nesterov, bool vec) {
   if (skip_if && *skip_if != 0) return;  // the loss scaler found inf/NaN gradients
-  int t = 0;
-  while (t + 1 < l.tensors && l.chunk_start[t + 1] <= static_cast<int>(blockIdx.x)) ++t;
+  const auto [t, begin, end] = block_chunk(l, kSgdChunk);
   const T lr = device_lr ? static_cast<T>(*device_lr) : host_lr;
   T* w = l.w[t];
   const T* gp = l.g[t];
   T* buf = l.buf[t];
   const bool first = l.first[t];
-  const int64_t begin = (blockIdx.x - l.chunk_start[t]) * kSgdChunk;
-  const int64_t end = begin + kSgdChunk < l.numel[t] ? begin + kSgdChunk : l.numel[t];
   int64_t done = begin;
   if (vec) {
     using P = Pack16<T>;
@@ -171,52 +182,105 @@ void CudaBackend::sgd_step_many(const std::vector<SgdUpdate>& updates, const Sgd
 namespace cuda {
 namespace {
 
-// What the AdamW kernel needs besides the tensors. The step's factors come from the host (lr, step),
-// from the device scalars (a replayed step), or, for the bias correction, from the device count of
-// applied updates (a device loss scaler may skip steps).
+// What the AdamW kernel needs besides the tensors: the group's values, and per tensor where its step's
+// factors come from -- the host (lr, step), the device scalars (a replayed step), or, for the bias
+// correction, the device count of applied updates (a device loss scaler may skip steps).
 template <class T>
 struct AdamWArgs {
-  T w1, b2, w2, eps, host_decay, host_bc2, host_neg_step;
+  T w1, b2, w2, eps, host_decay;
   bool lerp_low, apply_decay;
-  const double* ds;  // [lr, step_size, bias_correction2_sqrt] or null
   double weight_decay, beta1, beta2, host_lr;
-  const int64_t* skip;     // found-inf flag or null
-  const int64_t* applied;  // updates applied so far, or null
+  const int64_t* skip;  // found-inf flag or null
 };
 
+// Up to kAdamWTensors parameters per launch, passed by value as in SgdLaunch (under the 4 KiB of
+// kernel arguments in f64 too); each block updates one chunk of one tensor.
+constexpr int kAdamWTensors = 36;
+constexpr int64_t kAdamWChunk = 16384;  // elements per block
 template <class T>
-__global__ void adamw_kernel(T* w, const T* gp, T* m, T* v, int64_t n, AdamWArgs<T> a) {
+struct AdamWLaunch {
+  int tensors = 0;
+  T* w[kAdamWTensors];
+  const T* g[kAdamWTensors];
+  T* m[kAdamWTensors];
+  T* v[kAdamWTensors];
+  int64_t numel[kAdamWTensors];
+  const double* ds[kAdamWTensors];        // [lr, step_size, bias_correction2_sqrt] or null
+  const int64_t* applied[kAdamWTensors];  // updates applied so far, or null
+  T host_bc2[kAdamWTensors], host_neg_step[kAdamWTensors];
+  int chunk_start[kAdamWTensors + 1];
+  bool aligned = true;  // every pointer 16-byte aligned
+};
+
+// torch.optim.AdamW's update of one element, in its order of operations.
+template <class T>
+__device__ __forceinline__ void adamw_element(T& w, T g, T& m, T& v, const AdamWArgs<T>& a, T decay, T bc2,
+                                              T neg_step) {
+  if (a.apply_decay) w *= decay;
+  // exp_avg.lerp_(grad, 1 - beta1), with torch's two-sided lerp formula.
+  const T diff = g - m;
+  m = a.lerp_low ? m + a.w1 * diff : g - diff * (T(1) - a.w1);
+  v = a.b2 * v + a.w2 * g * g;
+  const T denom = sqrt(v) / bc2 + a.eps;
+  w += neg_step * (m / denom);
+}
+
+template <class T>
+__global__ void adamw_many_kernel(AdamWLaunch<T> l, AdamWArgs<T> a, bool vec) {
+  const auto [t, begin, end] = block_chunk(l, kAdamWChunk);
   // One thread per block works out the step's factors: in every thread, the bias correction's double
   // pow() would cost milliseconds per step on GPUs whose double precision is slow.
   __shared__ T s_decay, s_bc2, s_neg_step;
   __shared__ bool s_skip;
   if (threadIdx.x == 0) {
     s_skip = a.skip && *a.skip != 0;  // the loss scaler found inf/NaN gradients
+    const double* ds = l.ds[t];
     // The host's double arithmetic exactly (no fused multiply-add), so replays equal eager steps.
-    const double lr = a.ds ? a.ds[0] : a.host_lr;
-    s_decay = a.ds ? static_cast<T>(__dsub_rn(1.0, __dmul_rn(lr, a.weight_decay))) : a.host_decay;
-    s_bc2 = a.ds ? static_cast<T>(a.ds[2]) : a.host_bc2;
-    s_neg_step = a.ds ? static_cast<T>(-a.ds[1]) : a.host_neg_step;
-    if (a.applied) {  // adamw_scalars() of the count of updates applied, skipped steps left out
-      const double t = static_cast<double>(*a.applied) + 1.0;
-      s_bc2 = static_cast<T>(sqrt(__dsub_rn(1.0, pow(a.beta2, t))));
-      s_neg_step = static_cast<T>(-__ddiv_rn(lr, __dsub_rn(1.0, pow(a.beta1, t))));
+    const double lr = ds ? ds[0] : a.host_lr;
+    s_decay = ds ? static_cast<T>(__dsub_rn(1.0, __dmul_rn(lr, a.weight_decay))) : a.host_decay;
+    s_bc2 = ds ? static_cast<T>(ds[2]) : l.host_bc2[t];
+    s_neg_step = ds ? static_cast<T>(-ds[1]) : l.host_neg_step[t];
+    if (const int64_t* applied = l.applied[t]) {  // adamw_scalars() of the updates applied, skips left out
+      const double steps = static_cast<double>(*applied) + 1.0;
+      s_bc2 = static_cast<T>(sqrt(__dsub_rn(1.0, pow(a.beta2, steps))));
+      s_neg_step = static_cast<T>(-__ddiv_rn(lr, __dsub_rn(1.0, pow(a.beta1, steps))));
     }
   }
   __syncthreads();
   if (s_skip) return;
   const T decay = s_decay, bc2 = s_bc2, neg_step = s_neg_step;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const T g = gp[i];
-    if (a.apply_decay) w[i] *= decay;
-    // exp_avg.lerp_(grad, 1 - beta1), with torch's two-sided lerp formula.
-    const T diff = g - m[i];
-    m[i] = a.lerp_low ? m[i] + a.w1 * diff : g - diff * (T(1) - a.w1);
-    v[i] = a.b2 * v[i] + a.w2 * g * g;
-    const T denom = sqrt(v[i]) / bc2 + a.eps;
-    w[i] += neg_step * (m[i] / denom);
+  T *w = l.w[t], *m = l.m[t], *v = l.v[t];
+  const T* gp = l.g[t];
+  int64_t done = begin;
+  if (vec) {
+    using P = Pack16<T>;
+    constexpr int V = P::kSize;  // kAdamWChunk is a multiple of V: packs never straddle chunks
+    const int64_t packs = (end - begin) / V;
+    for (int64_t q = threadIdx.x; q < packs; q += blockDim.x) {
+      const int64_t i = begin + q * V;
+      P wv = *reinterpret_cast<const P*>(w + i), mv = *reinterpret_cast<const P*>(m + i),
+        vv = *reinterpret_cast<const P*>(v + i);
+      const P gv = *reinterpret_cast<const P*>(gp + i);
+#pragma unroll
+      for (int j = 0; j < V; ++j) adamw_element(wv.v[j], gv.v[j], mv.v[j], vv.v[j], a, decay, bc2, neg_step);
+      *reinterpret_cast<P*>(w + i) = wv;
+      *reinterpret_cast<P*>(m + i) = mv;
+      *reinterpret_cast<P*>(v + i) = vv;
+    }
+    done = begin + packs * V;
   }
+  for (int64_t i = done + threadIdx.x; i < end; i += blockDim.x)
+    adamw_element(w[i], gp[i], m[i], v[i], a, decay, bc2, neg_step);
+}
+
+template <class T>
+void launch_adamw(AdamWLaunch<T>& l, const AdamWArgs<T>& a) {
+  if (l.tensors == 0) return;
+  adamw_many_kernel<T><<<l.chunk_start[l.tensors], 256, 0, cuda_stream()>>>(l, a, l.aligned);
+  CUDA_CHECK_LAUNCH();
+  l.tensors = 0;
+  l.chunk_start[0] = 0;
+  l.aligned = true;
 }
 
 }  // namespace
@@ -224,38 +288,67 @@ __global__ void adamw_kernel(T* w, const T* gp, T* m, T* v, int64_t n, AdamWArgs
 
 void CudaBackend::adamw_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
                              const AdamWParams& p) {
+  adamw_step_many({{&param, &grad, &exp_avg, &exp_avg_sq, p.step, p.device_scalars, p.applied_steps}}, p);
+}
+
+void CudaBackend::adamw_step_many(const std::vector<AdamWUpdate>& updates, const AdamWParams& p) {
   using namespace cuda;
-  check_device(param, "adamw_step", "parameter");
-  const MemoryFormat format = param_format(param, "adamw_step");
-  const Tensor g_in = grad_like(param, grad, format, "adamw_step");
-  check_state(param, exp_avg, "adamw_step", "exp_avg");
-  check_state(param, exp_avg_sq, "adamw_step", "exp_avg_sq");
-  const AdamWScalars scalars = adamw_scalars(p);  // throws unless p.step >= 1
-  CUDA_DISPATCH_F32_F64(param.dtype(), "adamw_step", [&] {
+  if (updates.empty()) return;
+  const DType dtype = updates[0].param->dtype();
+  // Gradients in another layout than their parameter are copied; they must live until the launch.
+  std::vector<Tensor> gradients;
+  std::vector<AdamWScalars> scalars;
+  gradients.reserve(updates.size());
+  scalars.reserve(updates.size());
+  for (const AdamWUpdate& u : updates) {
+    Tensor& param = *u.param;
+    check_device(param, "adamw_step", "parameter");
+    if (param.dtype() != dtype)
+      throw std::invalid_argument("adamw_step: parameters of one launch must share a dtype, got " +
+                                  param.str() + " and " + updates[0].param->str());
+    gradients.push_back(grad_like(param, *u.grad, param_format(param, "adamw_step"), "adamw_step"));
+    check_state(param, *u.exp_avg, "adamw_step", "exp_avg");
+    check_state(param, *u.exp_avg_sq, "adamw_step", "exp_avg_sq");
+    AdamWParams each = p;
+    each.step = u.step;
+    scalars.push_back(adamw_scalars(each));  // throws unless the step is >= 1
+  }
+  CUDA_DISPATCH_F32_F64(dtype, "adamw_step", [&] {
     AdamWArgs<scalar_t> a;
     a.w1 = static_cast<scalar_t>(1.0 - p.beta1);
     a.b2 = static_cast<scalar_t>(p.beta2);
     a.w2 = static_cast<scalar_t>(1.0 - p.beta2);
     a.eps = static_cast<scalar_t>(p.eps);
     a.host_decay = static_cast<scalar_t>(1.0 - p.lr * p.weight_decay);
-    a.host_bc2 = static_cast<scalar_t>(scalars.bias_correction2_sqrt);
-    a.host_neg_step = static_cast<scalar_t>(-scalars.step_size);
     a.lerp_low = (1.0 - p.beta1) < 0.5;
     a.apply_decay = p.weight_decay != 0.0;
-    a.ds = p.device_scalars;
     a.weight_decay = p.weight_decay;
     a.beta1 = p.beta1;
     a.beta2 = p.beta2;
     a.host_lr = p.lr;
     a.skip = p.skip_if;
-    a.applied = p.applied_steps;
-    const int64_t n = param.numel();
-    if (n == 0) return;
-    constexpr int kThreads = 256;
-    adamw_kernel<scalar_t><<<grid_size(n, kThreads), kThreads, 0, cuda_stream()>>>(
-        static_cast<scalar_t*>(param.raw_data()), static_cast<const scalar_t*>(g_in.raw_data()),
-        static_cast<scalar_t*>(exp_avg.raw_data()), static_cast<scalar_t*>(exp_avg_sq.raw_data()), n, a);
-    CUDA_CHECK_LAUNCH();
+    AdamWLaunch<scalar_t> l;
+    l.chunk_start[0] = 0;
+    for (size_t i = 0; i < updates.size(); ++i) {
+      const AdamWUpdate& u = updates[i];
+      const int64_t n = u.param->numel();
+      if (n == 0) continue;
+      const int k = l.tensors++;
+      l.w[k] = static_cast<scalar_t*>(u.param->raw_data());
+      l.g[k] = static_cast<const scalar_t*>(gradients[i].raw_data());
+      l.m[k] = static_cast<scalar_t*>(u.exp_avg->raw_data());
+      l.v[k] = static_cast<scalar_t*>(u.exp_avg_sq->raw_data());
+      l.numel[k] = n;
+      l.ds[k] = u.device_scalars;
+      l.applied[k] = u.applied_steps;
+      l.host_bc2[k] = static_cast<scalar_t>(scalars[i].bias_correction2_sqrt);
+      l.host_neg_step[k] = static_cast<scalar_t>(-scalars[i].step_size);
+      l.aligned =
+          l.aligned && aligned16(l.w[k]) && aligned16(l.g[k]) && aligned16(l.m[k]) && aligned16(l.v[k]);
+      l.chunk_start[k + 1] = l.chunk_start[k] + static_cast<int>((n + kAdamWChunk - 1) / kAdamWChunk);
+      if (l.tensors == kAdamWTensors) launch_adamw(l, a);
+    }
+    launch_adamw(l, a);
   });
 }
 

@@ -18,4 +18,9 @@ Variable StochasticDepth::forward(const Variable& x) {
   return F::drop_path(x, p_, training_, *gen_);
 }
 
+Variable StochasticDepth::add_scaled_branch(const Variable& x, const Variable& branch,
+                                            const Variable& scale) {
+  return F::scaled_residual_add(x, branch, scale, p_, training_, gen_.get());
+}
+
 }  // namespace trainer

@@ -15,6 +15,9 @@ class StochasticDepth : public Module {
   StochasticDepth(double p, std::shared_ptr<Generator> gen);
   Variable forward(const Variable& x) override;  // [N, ...] -> same
   double p() const { return p_; }
+  // x + forward(branch) with a scale per channel applied to the branch first, in one op
+  // (F::scaled_residual_add; ConvNeXt's block end): the same mask draws as forward.
+  Variable add_scaled_branch(const Variable& x, const Variable& branch, const Variable& scale);
 
  private:
   double p_;

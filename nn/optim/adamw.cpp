@@ -51,6 +51,21 @@ void AdamW::update(Variable& param, const ParamGroup& group, ParamState& state) 
   backend_for(param.data()).adamw_step(param.data(), param.grad(), state.slots[0], state.slots[1], p);
 }
 
+void AdamW::update_group(const ParamGroup& group, const std::vector<Update>& updates) {
+  const Tensor& first = updates.front().param->data();
+  for (const Update& u : updates)
+    if (u.param->data().device() != first.device() || u.param->data().dtype() != first.dtype())
+      return Optimizer::update_group(group, updates);  // one launch takes one device and dtype
+  AdamWParams p = adamw_params(options_, group_lr(group), group.weight_decay, 1);
+  p.skip_if = skip_flag();
+  std::vector<Backend::AdamWUpdate> batch;
+  batch.reserve(updates.size());
+  for (const Update& u : updates)
+    batch.push_back({&u.param->data(), &u.param->grad(), &u.state->slots[0], &u.state->slots[1],
+                     u.state->steps, u.device_scalars, u.applied_steps});
+  backend_for(first).adamw_step_many(batch, p);
+}
+
 void AdamW::device_scalar_values(const ParamGroup& group, int64_t step, double* out) const {
   const AdamWScalars s = adamw_scalars(adamw_params(options_, group_lr(group), group.weight_decay, step));
   out[0] = group_lr(group);

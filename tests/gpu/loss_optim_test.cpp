@@ -183,6 +183,47 @@ TEST(CudaOptim, AdamWSteps) {
     }
 }
 
+// One launch per 36 tensors: 80 parameters (three launches), some spanning several chunks, half of
+// them a step behind the rest (a group whose backbone was frozen for a while), each with its own bias
+// correction, against the CPU's one-by-one updates.
+TEST(CudaOptim, AdamWStepManyEqualsTheCpuOneByOne) {
+  REQUIRE_GPU();
+  Generator gen(46);
+  AdamWParams p;
+  p.lr = 1e-2, p.weight_decay = 0.05;
+  std::vector<Tensor> w, m, v, wg, mg, vg;
+  for (int i = 0; i < 80; ++i) {
+    const int64_t n = i % 9 == 0 ? 40000 + 13 * i : 1 + 37 * i;  // 40k spans three chunks of 16384
+    w.push_back(random({n}, gen, DType::f32));
+    m.push_back(Tensor::zeros({n}, DType::f32));
+    v.push_back(Tensor::zeros({n}, DType::f32));
+    wg.push_back(w.back().to(gpu()));
+    mg.push_back(m.back().to(gpu()));
+    vg.push_back(v.back().to(gpu()));
+  }
+  std::vector<int64_t> steps(w.size(), 0);
+  for (int step = 0; step < 3; ++step) {
+    std::vector<Tensor> g, gg;
+    gg.reserve(w.size());  // updates point into gg
+    std::vector<Backend::AdamWUpdate> updates;
+    for (size_t i = 0; i < w.size(); ++i) {
+      g.push_back(random(w[i].shape(), gen, DType::f32));
+      gg.push_back(g.back().to(gpu()));
+      if (step == 0 && i % 2 == 1) continue;  // odd ones start a step later
+      AdamWParams each = p;
+      each.step = ++steps[i];
+      cpu().adamw_step(w[i], g[i], m[i], v[i], each);
+      updates.push_back({&wg[i], &gg[i], &mg[i], &vg[i], steps[i], nullptr, nullptr});
+    }
+    dev().adamw_step_many(updates, p);
+  }
+  for (size_t i = 0; i < w.size(); ++i) {
+    expect_close(w[i], wg[i], 1e-5, 1e-5, "adamw_step_many param " + std::to_string(i));
+    expect_close(m[i], mg[i], 1e-5, 1e-5, "adamw_step_many exp_avg " + std::to_string(i));
+    expect_close(v[i], vg[i], 1e-5, 1e-5, "adamw_step_many exp_avg_sq " + std::to_string(i));
+  }
+}
+
 // A device loss scaler's skips: the kernel leaves everything as it is while the flag is set, and the
 // bias correction uses the device count of applied updates (count_updates advances it unless skipped),
 // as the CPU backend with the same flag and count.

@@ -137,6 +137,25 @@ std::vector<OpCase> loss_optim_cases() {
     cases.push_back(c);
   }
   {
+    // Two parameters a step apart (the second joins at step 2, as after a freeze): each keeps its own
+    // bias correction inside one call.
+    OpCase c;
+    c.name = "adamw_step_many over two tensors a step apart";
+    c.inputs = {uniform({6, 7}), uniform({6, 7}), uniform({6, 7}), uniform({13}), uniform({13})};
+    c.run = [](Backend& b, Tensors& in) {
+      auto zeros = [&](const Tensor& t) { return Tensor::zeros(t.shape(), t.dtype(), t.device()); };
+      Tensor m0 = zeros(in[0]), v0 = zeros(in[0]), m1 = zeros(in[3]), v1 = zeros(in[3]);
+      AdamWParams p;
+      p.lr = 0.01, p.weight_decay = 0.05;
+      b.adamw_step_many({{&in[0], &in[1], &m0, &v0, 1, nullptr, nullptr}}, p);
+      b.adamw_step_many(
+          {{&in[0], &in[2], &m0, &v0, 2, nullptr, nullptr}, {&in[3], &in[4], &m1, &v1, 1, nullptr, nullptr}},
+          p);
+      return Tensors{in[0], m0, v0, in[3], m1, v1};
+    };
+    cases.push_back(c);
+  }
+  {
     OpCase c;
     c.name = "count_updates, with and without a skip flag";
     c.inputs = {fixed({5}, DType::i64), fixed({1}, DType::i64)};

@@ -200,6 +200,20 @@ std::optional<BnForward> RecordingBackend::bn_forward_fused(const Tensor& x, con
   return inner_.bn_forward_fused(x, gamma, beta, running_mean, running_var, momentum, eps, epilogue);
 }
 
+std::optional<Tensor> RecordingBackend::scaled_residual_add(const Tensor& x, const Tensor& h,
+                                                            const Tensor& scale, const Tensor& keep) {
+  called_.insert("scaled_residual_add");
+  return inner_.scaled_residual_add(x, h, scale, keep);
+}
+
+std::optional<std::pair<Tensor, Tensor>> RecordingBackend::scaled_residual_add_backward(const Tensor& grad_y,
+                                                                                        const Tensor& h,
+                                                                                        const Tensor& scale,
+                                                                                        const Tensor& keep) {
+  called_.insert("scaled_residual_add_backward");
+  return inner_.scaled_residual_add_backward(grad_y, h, scale, keep);
+}
+
 std::optional<AttentionForward> RecordingBackend::fused_attention(const Tensor& q, const Tensor& k,
                                                                   const Tensor& v, double scale) {
   called_.insert("fused_attention");
@@ -321,6 +335,11 @@ void RecordingBackend::sgd_step(Tensor& param, const Tensor& grad, Tensor& momen
                                 const SgdParams& p) {
   called_.insert("sgd_step");
   inner_.sgd_step(param, grad, momentum_buffer, first_step, p);
+}
+
+void RecordingBackend::adamw_step_many(const std::vector<AdamWUpdate>& updates, const AdamWParams& p) {
+  called_.insert("adamw_step_many");
+  inner_.adamw_step_many(updates, p);
 }
 
 void RecordingBackend::sgd_step_many(const std::vector<SgdUpdate>& updates, const SgdParams& p) {

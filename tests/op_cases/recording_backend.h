@@ -63,6 +63,11 @@ class RecordingBackend final : public Backend {
   std::optional<BnForward> bn_forward_fused(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                             Tensor& running_mean, Tensor& running_var, double momentum,
                                             double eps, const BnEpilogue& epilogue) override;
+  std::optional<Tensor> scaled_residual_add(const Tensor& x, const Tensor& h, const Tensor& scale,
+                                            const Tensor& keep) override;
+  std::optional<std::pair<Tensor, Tensor>> scaled_residual_add_backward(const Tensor& grad_y, const Tensor& h,
+                                                                        const Tensor& scale,
+                                                                        const Tensor& keep) override;
   std::optional<AttentionForward> fused_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                                   double scale) override;
   std::optional<AttentionGrads> fused_attention_backward(const Tensor& grad_out, const Tensor& q,
@@ -100,6 +105,7 @@ class RecordingBackend final : public Backend {
   void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, bool first_step,
                 const SgdParams& p) override;
   void sgd_step_many(const std::vector<SgdUpdate>& updates, const SgdParams& p) override;
+  void adamw_step_many(const std::vector<AdamWUpdate>& updates, const AdamWParams& p) override;
   void adamw_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
                   const AdamWParams& p) override;
   void count_updates(Tensor& counts, const std::vector<int64_t>& rows, const int64_t* skip_if) override;

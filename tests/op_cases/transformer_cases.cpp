@@ -169,6 +169,47 @@ OpCase attention_case(const std::string& what, const AttentionSetup& s) {
   return c;
 }
 
+// ConvNeXt's block end, y = x + h * scale[c] * keep[n] over an NHWC [N, H, W, C] view: the backend's
+// fused kernels where it has them, composed of binary ops otherwise (the CPU, the reference).
+// Inputs: x, h, scale, [keep,] dy. Outputs: y, then grad_h and grad_scale for dy.
+OpCase scaled_residual_case(bool with_keep) {
+  OpCase c;
+  c.name =
+      std::string("scaled_residual_add and its backward, 2x3x5x40") + (with_keep ? " with drop path" : "");
+  const Shape shape{2, 3, 5, 40};
+  c.inputs = {uniform(shape), uniform(shape), uniform({40}, 0.5, 1.5)};
+  if (with_keep) c.inputs.push_back(uniform({2}, 0.5, 2.0));
+  c.inputs.push_back(uniform(shape));  // dy
+  auto keep_of = [with_keep](Tensors& in) { return with_keep ? in[3] : Tensor(); };
+  auto forward = [keep_of](Backend& b, Tensors& in) {
+    const Tensor keep = keep_of(in);
+    if (auto y = b.scaled_residual_add(in[0], in[1], in[2], keep)) return *y;
+    Tensor branch = b.binary(BinaryOp::mul, in[1], in[2]);
+    if (keep.defined()) branch = b.binary(BinaryOp::mul, branch, keep.reshape({2, 1, 1, 1}));
+    return b.binary(BinaryOp::add, in[0], branch);
+  };
+  auto backward = [keep_of](Backend& b, Tensors& in, const Tensor& dy) {
+    const Tensor keep = keep_of(in);
+    if (auto g = b.scaled_residual_add_backward(dy, in[1], in[2], keep))
+      return Tensors{dy, g->first, g->second};
+    Tensor gk = keep.defined() ? b.binary(BinaryOp::mul, dy, keep.reshape({2, 1, 1, 1})) : dy;
+    return Tensors{dy, b.binary(BinaryOp::mul, gk, in[2]),
+                   b.sum(b.binary(BinaryOp::mul, gk, in[1]), {0, 1, 2}, false)};
+  };
+  c.run = [forward, backward](Backend& b, Tensors& in) {
+    Tensors out{forward(b, in)};
+    const Tensors g = backward(b, in, in.back());
+    out.push_back(g[1]);
+    out.push_back(g[2]);
+    return out;
+  };
+  c.gradient = [backward](Backend& b, Tensors& in, const Tensor& g) { return backward(b, in, g); };
+  c.differentiable = {0, 1, 2};
+  c.device_dtypes = {DType::f32, DType::bf16};
+  c.rtol_f32 = 2e-5;
+  return c;
+}
+
 }  // namespace
 
 std::vector<OpCase> transformer_cases() {
@@ -196,6 +237,8 @@ std::vector<OpCase> transformer_cases() {
     c.rtol_f32 = 1e-4;
     cases.push_back(c);
   }
+  cases.push_back(scaled_residual_case(false));
+  cases.push_back(scaled_residual_case(true));
   cases.push_back(softmax_case("over the last dim of 3x5x37", {3, 5, 37}, -3.0, 3.0));
   cases.push_back(softmax_case("over the last dim of 2x384", {2, 384}, -3.0, 3.0));
   cases.push_back(softmax_case("over the last dim of 4x1500", {4, 1500}, -3.0, 3.0));
