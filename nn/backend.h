@@ -244,6 +244,17 @@ class Backend {
                                        const Conv2dParams& p) = 0;
   virtual Tensor conv2d_backward_weight(const Tensor& grad_y, const Tensor& x, const Shape& w_shape,
                                         const Conv2dParams& p) = 0;
+  // conv2d_backward_weight and the bias gradient (grad_y summed over N, H, W: [O] in grad_y's dtype)
+  // from one pass over grad_y, where the backend's kernel for this convolution gives both; nullopt
+  // otherwise, and the caller sums grad_y. CUDA: the depthwise kernels (ConvNeXt's 7x7, whose bias
+  // gradient is otherwise a column sum over the block's largest activation).
+  virtual std::optional<std::pair<Tensor, Tensor>> conv2d_weight_and_bias_grads_fused(const Tensor& grad_y,
+                                                                                      const Tensor& x,
+                                                                                      const Shape& w_shape,
+                                                                                      const Conv2dParams& p) {
+    (void)grad_y, (void)x, (void)w_shape, (void)p;
+    return std::nullopt;
+  }
 
   // ---- pooling (nn/cpu/pool.cpp). max_pool2d returns {y, argmax indices}: i64 positions into H*W, or
   // (a backend's choice, CUDA's channels-last kernels) u8 offsets within the window from its padded

@@ -178,4 +178,20 @@ Tensor CudaBackend::conv2d_backward_weight(const Tensor& grad_y, const Tensor& x
   return dw ? *dw : cudnn();
 }
 
+std::optional<std::pair<Tensor, Tensor>> CudaBackend::conv2d_weight_and_bias_grads_fused(
+    const Tensor& grad_y, const Tensor& x, const Shape& w_shape, const Conv2dParams& p) {
+  using namespace cuda;
+  if (!depthwise_conv_applies(x, x.shape(), w_shape, p)) return std::nullopt;
+  check_device(grad_y, "conv2d_backward_weight", "grad_y");
+  check_same_dtype(grad_y, x, "conv2d_backward_weight");
+  const Shape ys = check_geometry("conv2d_backward_weight", x.shape(), w_shape, p);
+  if (grad_y.shape() != ys)
+    throw std::invalid_argument("conv2d_backward_weight: grad_y has shape " + shape_str(grad_y.shape()) +
+                                ", the convolution's output shape is " + shape_str(ys));
+  Tensor grad_bias;
+  const bool nhwc = x.suggest_memory_format() == MemoryFormat::channels_last;
+  Tensor grad_w = depthwise_conv_backward_weight(grad_y, x, w_shape, p, format_for(nhwc), &grad_bias);
+  return std::make_pair(grad_w, grad_bias);
+}
+
 }  // namespace trainer

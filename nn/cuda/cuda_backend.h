@@ -88,6 +88,10 @@ class CudaBackend final : public Backend {
   std::optional<BnForward> bn_forward_fused(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                             Tensor& running_mean, Tensor& running_var, double momentum,
                                             double eps, const BnEpilogue& epilogue) override;
+  std::optional<std::pair<Tensor, Tensor>> conv2d_weight_and_bias_grads_fused(const Tensor& grad_y,
+                                                                              const Tensor& x,
+                                                                              const Shape& w_shape,
+                                                                              const Conv2dParams& p) override;
   std::optional<Tensor> scaled_residual_add(const Tensor& x, const Tensor& h, const Tensor& scale,
                                             const Tensor& keep) override;
   std::optional<std::pair<Tensor, Tensor>> scaled_residual_add_backward(const Tensor& grad_y, const Tensor& h,

@@ -26,9 +26,13 @@ Variable conv2d(const Variable& x, const Variable& weight, const Variable& bias,
       "conv2d", y, std::move(inputs),
       [saved_x, saved_w, x_shape, w_shape, p, has_bias, need_db](const Tensor& g) -> std::vector<Tensor> {
         Backend& k = backend_for(g);
+        const Tensor dx = saved_w.defined() ? k.conv2d_backward_input(g, saved_w, x_shape, p) : Tensor();
+        // Where one kernel pass gives both the weight and the bias gradient (GPU depthwise), take it.
+        if (saved_x.defined() && need_db)
+          if (auto both = k.conv2d_weight_and_bias_grads_fused(g, saved_x, w_shape, p))
+            return {dx, both->first, both->second};
         std::vector<Tensor> grads{
-            saved_w.defined() ? k.conv2d_backward_input(g, saved_w, x_shape, p) : Tensor(),
-            saved_x.defined() ? k.conv2d_backward_weight(g, saved_x, w_shape, p) : Tensor()};
+            dx, saved_x.defined() ? k.conv2d_backward_weight(g, saved_x, w_shape, p) : Tensor()};
         if (has_bias) grads.push_back(need_db ? k.sum(g, {0, 2, 3}, false) : Tensor());
         return grads;
       });

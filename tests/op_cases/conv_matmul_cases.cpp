@@ -126,7 +126,15 @@ Shape conv_output(const ConvShape& s) {
           conv_output_size(s.x[3], static_cast<int>(s.w[3]), s.p.stride_w, s.p.pad_w, s.p.dilation_w)};
 }
 
-// Inputs x, w, bias, and dy (a fixed gradient for the device comparison of the two backward kernels).
+// The weight and bias gradients: the backend's one-pass pair where it has one, else the weight
+// gradient and the sum of dy.
+Tensors weight_and_bias_grads(Backend& b, const Tensor& dy, const Tensor& x, const Shape& w_shape,
+                              const Conv2dParams& p) {
+  if (auto both = b.conv2d_weight_and_bias_grads_fused(dy, x, w_shape, p)) return {both->first, both->second};
+  return {b.conv2d_backward_weight(dy, x, w_shape, p), b.sum(dy, {0, 2, 3}, false)};
+}
+
+// Inputs x, w, bias, and dy (a fixed gradient for the device comparison of the backward kernels).
 OpCase conv_case(const ConvShape& s) {
   OpCase c;
   c.name = "conv2d " + s.name;
@@ -137,14 +145,18 @@ OpCase conv_case(const ConvShape& s) {
     const Tensor& x = in[0];
     const Tensor& w = in[1];
     const Tensor y = b.conv2d(x, w, bias ? in[2] : Tensor(), p);
-    return Tensors{y, b.conv2d_backward_input(in[3], w, x.shape(), p),
-                   b.conv2d_backward_weight(in[3], x, w.shape(), p)};
+    Tensors out{y, b.conv2d_backward_input(in[3], w, x.shape(), p),
+                b.conv2d_backward_weight(in[3], x, w.shape(), p)};
+    if (bias)
+      for (const Tensor& t : weight_and_bias_grads(b, in[3], x, w.shape(), p)) out.push_back(t);
+    return out;
   };
   c.gradient = [p, bias](Backend& b, Tensors& in, const Tensor& g) {
     const Tensor& x = in[0];
     const Tensor& w = in[1];
-    Tensors grads{b.conv2d_backward_input(g, w, x.shape(), p), b.conv2d_backward_weight(g, x, w.shape(), p)};
-    if (bias) grads.push_back(b.sum(g, {0, 2, 3}, false));
+    Tensors grads{b.conv2d_backward_input(g, w, x.shape(), p)};
+    if (!bias) return Tensors{grads[0], b.conv2d_backward_weight(g, x, w.shape(), p)};
+    for (const Tensor& t : weight_and_bias_grads(b, g, x, w.shape(), p)) grads.push_back(t);
     return grads;
   };
   c.differentiable = bias ? std::vector<int>{0, 1, 2} : std::vector<int>{0, 1};

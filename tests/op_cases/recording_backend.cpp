@@ -200,6 +200,12 @@ std::optional<BnForward> RecordingBackend::bn_forward_fused(const Tensor& x, con
   return inner_.bn_forward_fused(x, gamma, beta, running_mean, running_var, momentum, eps, epilogue);
 }
 
+std::optional<std::pair<Tensor, Tensor>> RecordingBackend::conv2d_weight_and_bias_grads_fused(
+    const Tensor& grad_y, const Tensor& x, const Shape& w_shape, const Conv2dParams& p) {
+  called_.insert("conv2d_weight_and_bias_grads_fused");
+  return inner_.conv2d_weight_and_bias_grads_fused(grad_y, x, w_shape, p);
+}
+
 std::optional<Tensor> RecordingBackend::scaled_residual_add(const Tensor& x, const Tensor& h,
                                                             const Tensor& scale, const Tensor& keep) {
   called_.insert("scaled_residual_add");
