@@ -1,8 +1,9 @@
 #pragma once
-// What a finished `trainer` command wrote, read back: a run stopped and resumed compared with the
-// uninterrupted one.
+// What a finished `trainer` command printed or wrote, read back: a number in its output, and a run
+// stopped and resumed compared with the uninterrupted one.
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <filesystem>
 #include <string>
 
@@ -10,6 +11,17 @@
 #include "trainer_process.h"
 
 namespace trainer::testing {
+
+// The number after `marker` in `text` ("1,234" read as 1234): the byte counts of plan's output and of
+// the training log; -1 when there is none.
+inline long long number_after(const std::string& text, const std::string& marker) {
+  const size_t at = text.find(marker);
+  if (at == std::string::npos) return -1;
+  std::string digits;
+  for (size_t i = at + marker.size(); i < text.size() && (std::isdigit(text[i]) || text[i] == ','); ++i)
+    if (text[i] != ',') digits += text[i];
+  return digits.empty() ? -1 : std::stoll(digits);
+}
 
 // A run stopped and resumed against the uninterrupted run in another run directory: the losses, the
 // epoch rows (train_steps.csv, metrics.csv, without their clock columns) and the final weights are the
