@@ -428,6 +428,13 @@ std::map<std::string, Tensor> load_safetensors(const std::string& path, Safetens
   return out;
 }
 
+SafetensorsFile read_safetensors(const std::string& path) {
+  SafetensorsFile file;
+  file.path = path;
+  file.tensors = load_safetensors(path, &file.metadata);
+  return file;
+}
+
 void save_module(const std::string& path, Module& module, const SafetensorsMetadata& metadata) {
   std::vector<std::pair<std::string, Tensor>> tensors;
   for (const NamedTensor& nt : module.state_dict()) tensors.emplace_back(nt.name, *nt.tensor);
@@ -459,7 +466,12 @@ std::string ModuleLoadReport::note(const std::string& path) const {
 }
 
 ModuleLoadReport load_module(const std::string& path, Module& module) {
-  std::map<std::string, Tensor> file = load_safetensors(path);  // adapted tensors replace their entries
+  return load_module(read_safetensors(path), module);
+}
+
+ModuleLoadReport load_module(SafetensorsFile read, Module& module) {
+  const std::string& path = read.path;
+  std::map<std::string, Tensor>& file = read.tensors;  // adapted tensors replace their entries
   const std::vector<NamedTensor> state = module.state_dict();
 
   // Check everything before touching the module, so a failed load leaves it as it was.

@@ -28,6 +28,15 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
 std::map<std::string, Tensor> load_safetensors(const std::string& path,
                                                SafetensorsMetadata* metadata = nullptr);
 
+// A file read once, whole, for readers that each need part of it (`trainer predict` and `export`: the
+// model card in the metadata, the CRC-32Cs, the tensors).
+struct SafetensorsFile {
+  std::string path;  // for messages
+  std::map<std::string, Tensor> tensors;
+  SafetensorsMetadata metadata;
+};
+SafetensorsFile read_safetensors(const std::string& path);
+
 // A module's parameters and buffers under their dotted state-dict names, in PyTorch's order.
 void save_module(const std::string& path, Module& module, const SafetensorsMetadata& metadata = {});
 // What load_module filled in itself rather than read from the file.
@@ -48,6 +57,8 @@ struct ModuleLoadReport {
 // listed in the report: a missing num_batches_tracked counter, set to 0, and a tensor of another shape
 // that the module converts to its own (a ViT's position embedding for another image size).
 ModuleLoadReport load_module(const std::string& path, Module& module);
+// The same from a file already read (read_safetensors).
+ModuleLoadReport load_module(SafetensorsFile file, Module& module);
 
 // Safetensors' dtype names ("F32", "BF16", ...).
 std::string safetensors_dtype_name(DType dtype);

@@ -66,24 +66,32 @@ void save_with_crcs(const std::string& path, const std::vector<std::pair<std::st
 
 // Every tensor of the file against its recorded CRC-32C; returns false when the file records none at
 // all (a foreign file) and `foreign_ok`, else throws CheckpointError naming the file and tensor.
-bool check_tensor_crcs(const std::string& path, bool foreign_ok = false) {
-  SafetensorsMetadata meta;
-  std::map<std::string, Tensor> tensors;
-  try {
-    tensors = load_safetensors(path, &meta);
-  } catch (const std::exception& e) {
-    throw CheckpointError(e.what());
-  }
+bool check_tensor_crcs(const SafetensorsFile& file, bool foreign_ok = false) {
+  const std::string& path = file.path;
+  const SafetensorsMetadata& meta = file.metadata;
   const bool records_crcs = std::any_of(
       meta.begin(), meta.end(), [](const auto& entry) { return entry.first.starts_with(kCrcKeyPrefix); });
   if (!records_crcs && foreign_ok) return false;
-  for (const auto& [name, t] : tensors) {
+  for (const auto& [name, t] : file.tensors) {
     auto it = meta.find("crc32c." + name);
     if (it == meta.end()) throw CheckpointError(path + ": tensor '" + name + "' has no recorded CRC-32C");
     if (it->second != crc32c_hex(tensor_crc(t)))
       throw CheckpointError(path + ": tensor '" + name + "' is corrupt (CRC-32C mismatch)");
   }
   return true;
+}
+
+// The file read for the check: a file that cannot be read is a CheckpointError too.
+SafetensorsFile read_for_crc_check(const std::string& path) {
+  try {
+    return read_safetensors(path);
+  } catch (const std::exception& e) {
+    throw CheckpointError(e.what());
+  }
+}
+
+bool check_tensor_crcs(const std::string& path, bool foreign_ok = false) {
+  return check_tensor_crcs(read_for_crc_check(path), foreign_ok);
 }
 
 toml::table state_to_toml(const TrainingState& s) {
@@ -471,20 +479,40 @@ void save_weights(const std::string& path, Module& model, const std::optional<Mo
   save_with_crcs(path, weights, card);
 }
 
+namespace {
+
+// Weights that failed their check: what to do about it.
+CheckpointError bad_weights_error(const CheckpointError& e) {
+  return CheckpointError(std::string(e.what()) +
+                         ". HINT: copy the file again from where it came from (or use an earlier "
+                         "checkpoint); --no-verify-crc evaluates it as it is");
+}
+
+}  // namespace
+
 std::string load_weights(const std::string& path, Module& model, CrcCheck check) {
+  SafetensorsFile weights;
+  try {  // an unreadable file fails the check as a corrupt one does
+    weights = check == CrcCheck::verify ? read_for_crc_check(path) : read_safetensors(path);
+  } catch (const CheckpointError& e) {
+    throw bad_weights_error(e);
+  }
+  return load_weights(std::move(weights), model, check);
+}
+
+std::string load_weights(SafetensorsFile weights, Module& model, CrcCheck check) {
+  const std::string path = weights.path;
   std::string note = "weights " + path + ": CRC-32C not checked (--no-verify-crc)";
   if (check == CrcCheck::verify) {
     try {
-      note = check_tensor_crcs(path, true)
+      note = check_tensor_crcs(weights, true)
                  ? "weights " + path + ": every tensor matches its CRC-32C"
                  : "weights " + path + ": not verified, the file carries no CRC-32C (not written by trainer)";
     } catch (const CheckpointError& e) {
-      throw CheckpointError(std::string(e.what()) +
-                            ". HINT: copy the file again from where it came from (or use an earlier "
-                            "checkpoint); --no-verify-crc evaluates it as it is");
+      throw bad_weights_error(e);
     }
   }
-  const std::string filled_in = load_module(path, model).note(path);
+  const std::string filled_in = load_module(std::move(weights), model).note(path);
   if (!filled_in.empty()) note += "\nnote: " + filled_in;
   return note;
 }

@@ -161,6 +161,8 @@ enum class CrcCheck { verify, skip };
 // tensor throws CheckpointError naming the tensor and the file. A file that carries none loads
 // unverified. Returns a line for the user saying what was (not) verified.
 std::string load_weights(const std::string& path, Module& model, CrcCheck check);
+// The same from a file already read (read_safetensors): `trainer predict` and `export` read it once.
+std::string load_weights(SafetensorsFile weights, Module& model, CrcCheck check);
 
 // What tells one checkpoint's contents from another's, wherever it is stored: the CRC-32C of its
 // manifest, which holds its state and every file's CRC. Copies of one checkpoint on two nodes agree.

@@ -114,11 +114,13 @@ std::optional<ModelCard> model_card_from_manifest(const toml::table& manifest, c
 }
 
 std::optional<ModelCard> read_model_card(const std::string& weights_path) {
-  SafetensorsMetadata metadata;
-  load_safetensors(weights_path, &metadata);
-  if (auto card = model_card_from_metadata(metadata, weights_path)) return card;
+  return read_model_card(read_safetensors(weights_path));
+}
+
+std::optional<ModelCard> read_model_card(const SafetensorsFile& weights) {
+  if (auto card = model_card_from_metadata(weights.metadata, weights.path)) return card;
   const std::filesystem::path manifest =
-      std::filesystem::path(weights_path).parent_path() / "checkpoint.toml";
+      std::filesystem::path(weights.path).parent_path() / "checkpoint.toml";
   std::error_code error;
   if (!std::filesystem::is_regular_file(manifest, error)) return std::nullopt;
   try {

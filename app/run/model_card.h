@@ -47,5 +47,7 @@ std::optional<ModelCard> model_card_from_metadata(const SafetensorsMetadata& met
 // The card stored with a weights file: its own metadata, else the manifest (checkpoint.toml) of the
 // checkpoint directory it sits in. None for a file without one (older, or foreign: torchvision's).
 std::optional<ModelCard> read_model_card(const std::string& weights_path);
+// The same for a weights file already read (read_safetensors): only the manifest is read, if needed.
+std::optional<ModelCard> read_model_card(const SafetensorsFile& weights);
 
 }  // namespace trainer

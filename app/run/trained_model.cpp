@@ -9,7 +9,9 @@ namespace trainer {
 TrainedModel load_trained_model(const Config& config, const std::string& weights_path,
                                 const RunDevice& device, CrcCheck crc_check, int local_world_size) {
   TrainedModel t;
-  if (std::optional<ModelCard> card = read_model_card(weights_path)) {
+  // Read once: the card, the CRC-32Cs and the tensors all come from this copy.
+  SafetensorsFile weights = read_safetensors(weights_path);
+  if (std::optional<ModelCard> card = read_model_card(weights)) {
     t.card = std::move(*card);
     const EvalTransform& tf = t.card.transform;
     t.options =
@@ -35,7 +37,7 @@ TrainedModel load_trained_model(const Config& config, const std::string& weights
                        " carries no class names (written before trainer stored them with the weights, or "
                        "not by trainer): classes are shown by their index";
   }
-  t.weights_note = load_weights(weights_path, *t.model, crc_check);
+  t.weights_note = load_weights(std::move(weights), *t.model, crc_check);
   t.model->eval();
   return t;
 }

@@ -74,6 +74,7 @@ struct EpochProgress {
   double seconds_before = 0.0;  // st.train_seconds at the epoch's start
   int64_t samples_before = 0;   // st.samples_seen at the epoch's start
   int64_t steps = 0;            // optimizer steps this process ran in the epoch
+  int64_t batches = 0;          // the epoch's micro-batches in the loader (the ones before a resume too)
 };
 
 // A resolved step's phase times: to the exporter, and to rank 0's step_times.csv.
@@ -220,11 +221,25 @@ void save_checkpoint(TrainingRun& run, bool final) {
   run.reporter.exporter->add_checkpoint();
 }
 
-// checkpoint.every_steps: a checkpoint inside the epoch (none after the last step: the final one
-// follows).
-bool checkpoint_due_at_step(const CheckpointConfig& checkpoint, const LoopState& loop,
-                            const TrainingState& state) {
-  return !loop.done && checkpoint.every_steps > 0 && state.step % checkpoint.every_steps == 0;
+// checkpoint.every_epochs: whether the epoch `epoch` (0-based) ends with a checkpoint.
+bool epoch_checkpoint_due(const CheckpointConfig& checkpoint, int epoch) {
+  return checkpoint.every_epochs > 0 && (epoch + 1) % checkpoint.every_epochs == 0;
+}
+
+// checkpoint.every_steps: a checkpoint inside the epoch. None after the run's last step (the final one
+// follows), nor after an epoch's last step when checkpoint.every_epochs writes one after its evaluation:
+// that one holds the same weights, resumes at the next epoch and carries the evaluation, so the step's
+// would be a second full write of the same state. (If that evaluation ends the run -- train.target_accuracy
+// -- or a stop signal arrives with the step, the final or at-signal checkpoint stands in for both, as it
+// did for every_epochs' own: none when checkpoint.save_final or on_signal is off.)
+bool checkpoint_due_at_step(const TrainingRun& run, const EpochProgress& progress, int epoch) {
+  const CheckpointConfig& checkpoint = run.context.config.checkpoint;
+  if (run.loop.done || checkpoint.every_steps <= 0 || run.state.step % checkpoint.every_steps != 0)
+    return false;
+  // Fewer micro-batches left than a step takes: the epoch's steps are done (train_step drops a remainder).
+  const bool epoch_ends =
+      progress.batches - run.state.batch_in_epoch < run.context.config.train.grad_accum_steps;
+  return !(epoch_ends && epoch_checkpoint_due(checkpoint, epoch));
 }
 
 void save_checkpoint_at_step(TrainingRun& run) {
@@ -236,9 +251,7 @@ void save_checkpoint_at_step(TrainingRun& run) {
 
 // checkpoint.every_epochs: a checkpoint after the epoch's evaluation, resuming at the next epoch.
 void maybe_checkpoint_at_epoch_end(TrainingRun& run, int epoch) {
-  const bool periodic = run.context.config.checkpoint.every_epochs > 0 &&
-                        (epoch + 1) % run.context.config.checkpoint.every_epochs == 0;
-  if (!run.loop.done && periodic) {
+  if (!run.loop.done && epoch_checkpoint_due(run.context.config.checkpoint, epoch)) {
     sync_step_csvs(run.reporter);
     ++run.state.epoch;  // the checkpoint resumes at the next epoch
     save_checkpoint(run, false);
@@ -504,7 +517,7 @@ void run_steps(TrainingRun& run, DevicePrefetcher& input, int epoch, EpochProgre
     run.step.fence->step_queued(run.context.device);
     if (auto t = run.reporter.timer->end_step()) observe_step(run.reporter, *t);
     if (run.loop.stop_signal != 0) break;
-    if (checkpoint_due_at_step(run.context.config.checkpoint, run.loop, run.state)) {
+    if (checkpoint_due_at_step(run, progress, epoch)) {
       report_pending(run, pending, progress);  // the checkpoint holds the epoch's loss sum
       save_checkpoint_at_step(run);
     }
@@ -586,7 +599,7 @@ EpochEnd run_epoch(TrainingRun& run) {
   run.experiment.optimizer
       ->zero_grad();  // micro-batches left over by the previous epoch must not leak into this one
   freeze_for_epoch(run, epoch);
-  EpochProgress progress{Clock::now(), st.train_seconds, st.samples_seen};
+  EpochProgress progress{Clock::now(), st.train_seconds, st.samples_seen, 0, loader.num_batches()};
   run.reporter.exporter->set_epoch(epoch + 1);
   run_steps(run, input, epoch, progress);
   end_epoch_steps(run, progress);

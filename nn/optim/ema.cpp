@@ -76,6 +76,12 @@ void ModelEma::stage_gate() {
   gate_staged_ = true;
 }
 
+int64_t ModelEma::bytes() const {
+  int64_t total = 0;
+  for (const Tensor& average : averages_) total += static_cast<int64_t>(average.nbytes());
+  return total;
+}
+
 int64_t ModelEma::updates() const { return static_cast<int64_t>(updates_.to(Device::cpu()).item()); }
 
 std::vector<std::pair<std::string, Tensor>> ModelEma::state_tensors() const {

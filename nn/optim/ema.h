@@ -59,6 +59,9 @@ class ModelEma {
   int64_t steps() const { return steps_; }
   int64_t updates() const;
   const EmaOptions& options() const { return options_; }
+  // The average's memory: its copy of every state-dict entry (parameters and buffers) in that entry's
+  // dtype, on the model's device (`trainer plan` counts it per rank).
+  int64_t bytes() const;
 
   // The average, by the model's state-dict names (copies, for checkpoints), and the restore. load_state
   // throws, changing nothing, on a missing, unexpected or mis-shaped entry, naming it.

@@ -89,6 +89,34 @@ TEST(BenchData, WithACacheTimesTheFirstAndSecondEpochsApart) {
   fs::remove_all(out);
 }
 
+// --cache with --augment: the augmented crops are timed on the cache too (their own fill, then reads),
+// beside the plain crops, instead of the augmentation being left out.
+TEST(BenchData, WithACacheAndAugmentTimesTheAugmentedCropsOnTheCache) {
+  const fs::path out = fs::temp_directory_path() / ("bench_data_cache_aug_test_" + std::to_string(getpid()));
+  fs::remove_all(out);
+  const auto r = run_trainer(
+      "bench-data --images 6 --jpeg-size 40 --crop 24 --jpeg-batch 4 --cifar-samples 50 --batches 8 "
+      "--workers 1 --cache decoded --cache-bytes 1000000 --augment trivialaugment --out " +
+      out.string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("jpeg_rrc24_trivialaugment: data.cache = \"decoded\" holds 6 of 6 files"),
+            std::string::npos)
+      << r.output;
+  const auto csv = lines_of(read_file(out / "loader_bench.csv"));
+  ASSERT_EQ(csv.size(), 1u + 4 + 1) << read_file(out / "loader_bench.csv");
+  const std::vector<std::string> expected = {
+      "jpeg_rrc24_decoded_epoch1,4,1,", "jpeg_rrc24_decoded_epoch2,4,1,",
+      "jpeg_rrc24_trivialaugment_decoded_epoch1,4,1,", "jpeg_rrc24_trivialaugment_decoded_epoch2,4,1,"};
+  for (size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_EQ(csv[i + 1].rfind(expected[i], 0), 0u) << csv[i + 1];
+    EXPECT_NE(csv[i + 1].find(",6,2,"), std::string::npos) << "one epoch of 6 images: " << csv[i + 1];
+  }
+  const nlohmann::json json = nlohmann::json::parse(read_file(out / "loader_bench.json"));
+  EXPECT_EQ(json.at("cache"), "decoded");
+  EXPECT_EQ(json.at("augment"), "trivialaugment");
+  fs::remove_all(out);
+}
+
 TEST(BenchData, HelpAndUsageErrors) {
   const auto help = run_trainer("bench-data --help");
   EXPECT_EQ(help.exit_code, 0);

@@ -19,6 +19,7 @@
 #include "nn/allocator.h"
 #include "nn/models/registry.h"
 #include "nn/tensor.h"
+#include "run_outputs.h"
 #include "trainer_process.h"
 
 namespace {
@@ -26,6 +27,7 @@ namespace {
 namespace fs = std::filesystem;
 using namespace trainer;
 
+using trainer::testing::number_after;
 using trainer::testing::read_file;
 using trainer::testing::run_trainer;
 using trainer::testing::RunResult;
@@ -258,6 +260,18 @@ TEST(PlanMath, BytesPerParameterAndZeroSharding) {
   EXPECT_DOUBLE_EQ(bucketed[1].optimizer, rows[1].optimizer);
 }
 
+// ema.enabled: the weight average's copy is added whole to every strategy, never sharded.
+TEST(PlanMath, TheEmaCopyIsAddedUnshardedToEveryStrategy) {
+  const BytesPerParam adamw = bytes_per_param(OptimizerKind::adamw, 0.9);
+  const auto without = strategy_memory(1000, adamw, 500, 4, {10, 990});
+  const auto with = strategy_memory(1000, adamw, 500, 4, {10, 990}, 4321);
+  ASSERT_EQ(with.size(), without.size());
+  for (size_t s = 0; s < with.size(); ++s) {
+    EXPECT_DOUBLE_EQ(with[s].ema, 4321) << with[s].name;
+    EXPECT_DOUBLE_EQ(with[s].total() - without[s].total(), 4321) << with[s].name;
+  }
+}
+
 TEST(PlanMemoryStats, CpuAllocatorCountsAllocatedAndPeakBytes) {
   const int64_t before = cpu_memory_stats().allocated_bytes;
   cpu_reset_peak_memory_stats();
@@ -311,6 +325,34 @@ TEST_F(Plan, Resnet18ParameterCountAndShardedOptimizerState) {
   RunResult tight = run_trainer("plan " + tiny_config() + " --procs 2 --device-memory 0.0001");
   ASSERT_EQ(tight.exit_code, 0) << tight.output;
   EXPECT_NE(tight.output.find("recommendation: none fits"), std::string::npos) << tight.output;
+}
+
+// ema.enabled keeps a second copy of the weights and buffers on every rank: plan reports it as its own
+// line and column, and its total per rank grows by exactly that many bytes.
+TEST_F(Plan, TheEmaCopyIsCountedAsItsOwnLine) {
+  const std::string cfg = tiny_config();
+  RunResult plain = run_trainer("plan " + cfg + " --procs 2");
+  RunResult ema = run_trainer("plan " + cfg + " --procs 2 --set ema.enabled=true");
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  ASSERT_EQ(ema.exit_code, 0) << ema.output;
+  EXPECT_EQ(plain.output.find("ema copy"), std::string::npos) << plain.output;
+  // The tiny config's model: the cnn on 1x12x12 images, 10 classes; the average copies its state dict.
+  ModelOptions m;
+  m.name = "cnn";
+  m.in_channels = 1;
+  m.image_size = 12;
+  m.num_classes = 10;
+  long long state_bytes = 0;
+  for (const NamedTensor& entry : create_model(m)->state_dict())
+    state_bytes += static_cast<long long>(entry.tensor->nbytes());
+  EXPECT_EQ(number_after(ema.output, "ema copy: "), state_bytes) << ema.output;
+  const long long total_plain = number_after(plain.output, "; total ");
+  const long long total_ema = number_after(ema.output, "; total ");
+  ASSERT_GT(total_plain, 0) << plain.output;
+  EXPECT_EQ(total_ema - total_plain, state_bytes) << plain.output << ema.output;
+  const std::vector<double> dp = table_row(ema.output, "DP");
+  ASSERT_EQ(dp.size(), 7u) << ema.output;  // weights ... activations, the ema copy, the total
+  EXPECT_NEAR(dp[5], state_bytes / 1048576.0, 0.06);
 }
 
 TEST_F(Plan, AllReduceTimeFromGivenOrMeasuredBusBandwidth) {

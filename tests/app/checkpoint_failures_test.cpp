@@ -201,8 +201,8 @@ TEST_F(FullDisk, PeriodicFailureContinuesAndTheFinalCheckpointIsRescuedIntoTheRu
   EXPECT_NE(resumed.output.find("resumed from"), std::string::npos) << resumed.output;
 }
 
-// The at-signal checkpoint is rescued the same way: SIGTERM after step 13 on a disk full since step 8's
-// second save; the run exits 1 (not 143: its checkpoint is not where it was configured) naming the
+// The at-signal checkpoint is rescued the same way: SIGTERM after step 13 on a disk full since step 12's
+// checkpoint; the run exits 1 (not 143: its checkpoint is not where it was configured) naming the
 // rescued copy, which resumes.
 TEST_F(FullDisk, TheAtSignalCheckpointIsRescuedIntoTheRunDirectoryToo) {
   const std::string cfg = write_config();
@@ -224,20 +224,20 @@ TEST_F(FullDisk, TheAtSignalCheckpointIsRescuedIntoTheRunDirectoryToo) {
 }
 
 // checkpoint.on_error = "stop": the run ends at the step whose checkpoint failed, with the error. On a
-// disk with room for two, step-4 and step-8 are written; step 8 is saved again at the epoch's end
-// (with its evaluation), and that copy no longer fits: the run stops there, the first step-8 intact.
+// disk with room for two, step-4 and step-8 (written once, as the epoch's checkpoint) fit; step 12's no
+// longer does: the run stops there, step-4 and step-8 intact.
 TEST_F(FullDisk, OnErrorStopEndsTheRunAtTheFailedCheckpoint) {
   const std::string cfg = write_config("on_error = \"stop\"\n");
   const int64_t one = checkpoint_pages_bytes(cfg);
   RunResult r = train_on_tmpfs(cfg, 2 * one + one / 2, "stop");
   EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_NE(r.output.find("step-00000008 not written"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("step-00000012 not written"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("No space left on device"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("training continues"), std::string::npos) << r.output;
-  EXPECT_EQ(csv_steps(dir_ / "stop.run/train_steps.csv"), 8);
+  EXPECT_EQ(csv_steps(dir_ / "stop.run/train_steps.csv"), 12);
   EXPECT_EQ(trainer::verify_checkpoint((dir_ / "stop/step-00000004").string()).step, 4);
   EXPECT_EQ(trainer::verify_checkpoint((dir_ / "stop/step-00000008").string()).step, 8);
-  EXPECT_FALSE(fs::exists(dir_ / "stop/.step-00000008.tmp"));
+  EXPECT_FALSE(fs::exists(dir_ / "stop/.step-00000012.tmp"));
 }
 
 }  // namespace

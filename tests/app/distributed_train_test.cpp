@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "app/run_outputs.h"
 #include "app/trainer_process.h"
 #include "dist/multi_process.h"
 #include "metrics/child_process.h"
@@ -31,6 +32,7 @@ namespace fs = std::filesystem;
 
 using RankResult = trainer::testing::RunResult;
 using trainer::testing::ChildProcess;
+using trainer::testing::number_after;
 using trainer::testing::read_file;
 
 using trainer::testing::free_port;  // below the kernel's ephemeral range, so parallel tests do not collide
@@ -408,16 +410,6 @@ TEST_F(DistributedTrain, ZeroStagesEndAtStageZerosWeights) {
   }
 }
 
-// The number in "optimizer state N bytes" of one text.
-long long bytes_after(const std::string& text, const std::string& marker) {
-  const size_t at = text.find(marker);
-  if (at == std::string::npos) return -1;
-  std::string digits;
-  for (size_t i = at + marker.size(); i < text.size() && (std::isdigit(text[i]) || text[i] == ','); ++i)
-    if (text[i] != ',') digits += text[i];
-  return digits.empty() ? -1 : std::stoll(digits);
-}
-
 // ZeRO acceptance: the optimizer state each rank measures (the bytes of its shard tensors, logged at
 // start-up) is what `trainer plan` reports for the configured stage (1 and 2), and 1/N of the unsharded
 // state.
@@ -429,9 +421,9 @@ TEST_F(DistributedTrain, ZeroOptimizerStatePerRankIsWhatPlanReports) {
     const std::string row = "ZeRO-" + std::to_string(stage);
     auto plan = run_ranks({"plan " + cfg + set + " --procs " + std::to_string(world)});
     ASSERT_EQ(plan[0].exit_code, 0) << plan[0].output;
-    const long long reported = bytes_after(
+    const long long reported = number_after(
         plan[0].output, "dist.zero_stage = " + std::to_string(stage) + " (" + row + "): optimizer state ");
-    const long long unsharded = bytes_after(plan[0].output, "bytes per rank, ");
+    const long long unsharded = number_after(plan[0].output, "bytes per rank, ");
     ASSERT_GT(reported, 0) << plan[0].output;
     EXPECT_NE(plan[0].output.find(row + " "), std::string::npos);
     EXPECT_NE(plan[0].output.find("<- dist.zero_stage"), std::string::npos) << plan[0].output;
@@ -447,8 +439,8 @@ TEST_F(DistributedTrain, ZeroOptimizerStatePerRankIsWhatPlanReports) {
       ASSERT_EQ(r[rank].exit_code, 0) << r[rank].output;
       const std::string log =
           read_file(run + (rank == 0 ? "/train.log" : "/train.rank" + std::to_string(rank) + ".log"));
-      EXPECT_EQ(bytes_after(log, "optimizer state "), reported) << "rank " << rank << "\n" << log;
-      EXPECT_EQ(bytes_after(log, "bytes on this rank ("), unsharded) << log;
+      EXPECT_EQ(number_after(log, "optimizer state "), reported) << "rank " << rank << "\n" << log;
+      EXPECT_EQ(number_after(log, "bytes on this rank ("), unsharded) << log;
     }
   }
 }

@@ -14,6 +14,7 @@
 
 #include "metrics/run_csv_util.h"
 #include "nn/safetensors.h"
+#include "run_outputs.h"
 #include "trainer_process.h"
 
 namespace {
@@ -200,13 +201,8 @@ TEST_F(TrainCommand, ResumeAfterSigtermIsBitExact) {
       run_trainer("train " + cfg + " --set train.run_dir=" + run_dir("cut") + " --resume auto");
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("resumed from"), std::string::npos) << resumed.output;
-  EXPECT_EQ(trainer::testing::without_wall_time(read_file(dir_ / "full/train_steps.csv")),
-            trainer::testing::without_wall_time(read_file(dir_ / "cut/train_steps.csv")));
   // metrics.csv is resumed like train_steps.csv: the epoch rows up to the checkpoint, then the rest.
-  EXPECT_EQ(trainer::testing::without_timing_columns(read_file(dir_ / "full/metrics.csv")),
-            trainer::testing::without_timing_columns(read_file(dir_ / "cut/metrics.csv")));
-  EXPECT_EQ(read_file(dir_ / "full/checkpoints/final.safetensors"),
-            read_file(dir_ / "cut/checkpoints/final.safetensors"));
+  trainer::testing::expect_same_run(dir_ / "full", dir_ / "cut");
 }
 
 // A closed terminal's SIGHUP stops the run like SIGTERM (a checkpoint at the step, exit 128 + 1)

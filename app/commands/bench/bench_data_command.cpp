@@ -51,7 +51,8 @@ const char* kBenchDataUsage =
     "  --workers N          the multi-worker point (default: this host's cores)\n"
     "  --cache MODE         data.cache for the JPEG benchmark (default none). With a cache, each worker\n"
     "                       count starts from an empty cache and times its first and second epochs\n"
-    "                       apart: jpeg_rrc<crop>_<mode>_epoch1 (filling it), _epoch2 (reading it)\n"
+    "                       apart: jpeg_rrc<crop>_<mode>_epoch1 (filling it), _epoch2 (reading it);\n"
+    "                       with --augment, jpeg_rrc<crop>_<policy>_<mode>_epoch1/2 too (its own cache)\n"
     "  --cache-bytes N      its budget (default: a quarter of MemAvailable, as data.cache_bytes = -1)\n"
     "  --augment POLICY     none|randaugment|trivialaugment|autoaugment: with it (or --random-erasing),\n"
     "                       the JPEG benchmark also runs with [augment] after the crop and the flip, as\n"
@@ -272,7 +273,8 @@ std::string jpeg_input_dir(const BenchDataArgs& a, const ScratchDir& scratch) {
   return jpeg_dir;
 }
 
-// JPEG decode + RandomResizedCrop; with a cache, its filling and its reading epochs apart.
+// JPEG decode + RandomResizedCrop, and with --augment the same followed by the augmentations; with a
+// cache, each one's filling and reading epochs apart.
 std::vector<LoaderBenchPoint> bench_jpeg(const BenchDataArgs& a, const std::string& jpeg_dir,
                                          const std::vector<int>& worker_counts, unsigned cores) {
   std::vector<LoaderBenchPoint> points;
@@ -293,30 +295,30 @@ std::vector<LoaderBenchPoint> bench_jpeg(const BenchDataArgs& a, const std::stri
     augmented.augment = a.augment;
     variants.emplace_back(jpeg_benchmark + "_" + augment_label(a.augment), augmented);
   }
-  for (int workers : worker_counts) {
-    LoaderOptions lo;
-    lo.batch_size = a.jpeg_batch;
-    lo.num_workers = workers;
-    lo.seed = 1;
-    // A fresh dataset per point: a cache filled by the previous point would flatter the first epoch.
-    const auto images = std::make_shared<ImageFolder>(jpeg_dir, folder);
-    if (a.cache == CacheMode::none) {
-      for (const auto& [name, transforms] : variants) {
-        lo.transforms = transforms;
+  for (int workers : worker_counts)
+    for (const auto& [name, transforms] : variants) {
+      LoaderOptions lo;
+      lo.batch_size = a.jpeg_batch;
+      lo.num_workers = workers;
+      lo.seed = 1;
+      lo.transforms = transforms;
+      // A fresh dataset per point: a cache filled by the previous point would flatter the first epoch.
+      const auto images = std::make_shared<ImageFolder>(jpeg_dir, folder);
+      if (a.cache == CacheMode::none) {
         points.push_back(time_loader(name, images, lo, images->size(), static_cast<int>(cores)));
+        continue;
       }
-      continue;
+      // The cache sits under the crop: --augment's pipeline runs on every epoch's cached decode.
+      for (int epoch = 0; epoch < 2; ++epoch) {
+        lo.epoch = epoch;
+        points.push_back(time_loader(name + "_" + to_string(a.cache) + "_epoch" + std::to_string(epoch + 1),
+                                     images, lo, images->size(), static_cast<int>(cores)));
+      }
+      std::printf("%d workers, %s: data.cache = \"%s\" holds %lld of %lld files, %.1f MB\n", workers,
+                  name.c_str(), to_string(a.cache), static_cast<long long>(images->cache()->files()),
+                  static_cast<long long>(images->size()),
+                  static_cast<double>(images->cache()->bytes()) / 1e6);
     }
-    for (int epoch = 0; epoch < 2; ++epoch) {
-      lo.epoch = epoch;
-      points.push_back(
-          time_loader(jpeg_benchmark + "_" + to_string(a.cache) + "_epoch" + std::to_string(epoch + 1),
-                      images, lo, images->size(), static_cast<int>(cores)));
-    }
-    std::printf("%d workers: data.cache = \"%s\" holds %lld of %lld files, %.1f MB\n", workers,
-                to_string(a.cache), static_cast<long long>(images->cache()->files()),
-                static_cast<long long>(images->size()), static_cast<double>(images->cache()->bytes()) / 1e6);
-  }
   return points;
 }
 

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <memory>
 #include <optional>
 
 #include "app/common/cli.h"
@@ -39,7 +40,10 @@ const char* kPlanUsage =
     "takes the bandwidth of `trainer doctor`'s all-reduce smoke test at its largest size (NCCL across\n"
     "this host's GPUs when there are 2 or more, else the CPU communicator between 2 local ranks): a\n"
     "local figure, an upper bound for ranks on several hosts.\n"
-    "The row of the config's dist.zero_stage is marked; its optimizer state per rank is printed in bytes.\n"
+    "With ema.enabled, the weight average's copy of the parameters and buffers is its own column: every\n"
+    "rank keeps it whole, under every strategy.\n"
+    "The row of the config's dist.zero_stage is marked; its optimizer state and total per rank are printed\n"
+    "in bytes.\n"
     "The dataset need not be present: its shape is enough (random images are used for the dry run).\n";
 
 double parse_number(const std::string& flag, const std::string& value) {
@@ -136,6 +140,7 @@ struct DryRun {
   int64_t baseline_bytes = 0;    // weights, buffers and gradients before the measured step
   int64_t peak_bytes = 0;        // during the measured step
   int64_t activation_bytes = 0;  // peak - baseline
+  int64_t ema_bytes = 0;         // ema.enabled: the weight average's copy (ModelEma::bytes), else 0
   std::string device;
   std::vector<int64_t> buckets;  // elements per gradient bucket, as the reducer and ZeRO-2 form them
 };
@@ -193,6 +198,8 @@ DryRun dry_run(const Config& config) {
   step();
   r.peak_bytes = peak_now(device);
   r.activation_bytes = std::max<int64_t>(0, r.peak_bytes - r.baseline_bytes);
+  // The average training would keep (after the measured step: it is no activation).
+  if (const std::unique_ptr<ModelEma> ema = make_model_ema(config, *e.model)) r.ema_bytes = ema->bytes();
   return r;
 }
 
@@ -211,7 +218,8 @@ BytesPerParam bytes_per_param(OptimizerKind optimizer, double momentum) {
 }
 
 std::vector<StrategyMemory> strategy_memory(int64_t params, const BytesPerParam& b, int64_t activation_bytes,
-                                            int ranks, const std::vector<int64_t>& buckets) {
+                                            int ranks, const std::vector<int64_t>& buckets,
+                                            int64_t ema_bytes) {
   const double p = static_cast<double>(params), n = ranks;
   std::vector<StrategyMemory> out;
   const char* names[] = {"DP", "ZeRO-1", "ZeRO-2", "ZeRO-3"};
@@ -227,6 +235,7 @@ std::vector<StrategyMemory> strategy_memory(int64_t params, const BytesPerParam&
     m.master = (s >= 1 ? shard : p) * b.master;
     m.optimizer = (s >= 1 ? shard : p) * b.optimizer;
     m.activations = static_cast<double>(activation_bytes);
+    m.ema = static_cast<double>(ema_bytes);
     out.push_back(m);
   }
   if (!buckets.empty()) {
@@ -294,6 +303,11 @@ void print_inputs(const PlanArgs& a, const Config& config, const std::string& no
       "gradients)\n",
       mib(static_cast<double>(r.activation_bytes)).c_str(), r.device.c_str(),
       mib(static_cast<double>(r.peak_bytes)).c_str(), mib(static_cast<double>(r.baseline_bytes)).c_str());
+  if (r.ema_bytes > 0)
+    std::printf(
+        "ema copy: %s bytes (ema.enabled: the weight average's parameters and buffers, whole on every "
+        "rank)\n",
+        with_commas(r.ema_bytes).c_str());
 }
 
 // The dry run's activations as the estimate for the configured precision: the CPU measures fp32 only,
@@ -310,21 +324,30 @@ int64_t estimated_activations(const Config& config, const DryRun& r) {
   return activations;
 }
 
-// The per-rank memory table, the config's own stage marked, and its optimizer state in bytes.
+// The per-rank memory table (an "ema copy" column with ema.enabled), the config's own stage marked, and
+// its optimizer state and total in bytes.
 void print_strategy_table(const std::vector<StrategyMemory>& rows, int procs, int stage) {
-  std::printf("\nper-rank memory at %d rank%s:\n%-8s %12s %12s %12s %14s %12s %12s\n", procs,
-              procs == 1 ? "" : "s", "strategy", "weights", "gradients", "fp32 master", "optim state",
-              "activations", "total");
-  for (const StrategyMemory& m : rows)
-    std::printf("%-8s %12s %12s %12s %14s %12s %12s%s\n", m.name.c_str(), mib(m.weights).c_str(),
+  const bool ema = rows[0].ema > 0;
+  std::printf("\nper-rank memory at %d rank%s:\n%-8s %12s %12s %12s %14s %12s", procs, procs == 1 ? "" : "s",
+              "strategy", "weights", "gradients", "fp32 master", "optim state", "activations");
+  if (ema) std::printf(" %12s", "ema copy");
+  std::printf(" %12s\n", "total");
+  for (const StrategyMemory& m : rows) {
+    std::printf("%-8s %12s %12s %12s %14s %12s", m.name.c_str(), mib(m.weights).c_str(),
                 mib(m.gradients).c_str(), mib(m.master).c_str(), mib(m.optimizer).c_str(),
-                mib(m.activations).c_str(), mib(m.total()).c_str(),
+                mib(m.activations).c_str());
+    if (ema) std::printf(" %12s", mib(m.ema).c_str());
+    std::printf(" %12s%s\n", mib(m.total()).c_str(),
                 static_cast<int>(m.strategy) == stage ? "  <- dist.zero_stage" : "");
+  }
   // In bytes, to compare with what `trainer train` logs at start-up ("optimizer state N bytes on this
   // rank"): the same count, padding included.
-  std::printf("\ndist.zero_stage = %d (%s): optimizer state %s bytes per rank, %s unsharded\n", stage,
-              rows[stage].name.c_str(), with_commas(std::llround(rows[stage].optimizer)).c_str(),
-              with_commas(std::llround(rows[0].optimizer)).c_str());
+  std::printf(
+      "\ndist.zero_stage = %d (%s): optimizer state %s bytes per rank, %s unsharded; total %s bytes "
+      "per rank\n",
+      stage, rows[stage].name.c_str(), with_commas(std::llround(rows[stage].optimizer)).c_str(),
+      with_commas(std::llround(rows[0].optimizer)).c_str(),
+      with_commas(std::llround(rows[stage].total())).c_str());
 }
 
 // The simplest strategy that fits the device memory (--device-memory, else the GPU's) with 10% headroom.
@@ -372,7 +395,8 @@ int plan_command(const std::vector<std::string>& args) {
   const BytesPerParam b = bytes_per_param(config.optim.name, config.optim.momentum);
   print_inputs(a, config, note, r, b);
   const int64_t activations = estimated_activations(config, r);
-  const std::vector<StrategyMemory> rows = strategy_memory(r.params, b, activations, a.procs, r.buckets);
+  const std::vector<StrategyMemory> rows =
+      strategy_memory(r.params, b, activations, a.procs, r.buckets, r.ema_bytes);
   print_strategy_table(rows, a.procs, config.dist.zero_stage);
   print_all_reduce_estimate(a, r.params, b);
   print_recommendation(a, r, rows);
