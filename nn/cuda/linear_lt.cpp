@@ -102,8 +102,9 @@ void describe(const LtGemm& g, LtDescriptors& s) {
 }
 
 // The heuristic's first algorithm for this call's shape, or nullopt when cuBLASLt has none (an
-// epilogue it does not support for these types or transposes): remembered either way.
-std::optional<cublasLtMatmulAlgo_t> algorithm_for(const LtGemm& g, const LtDescriptors& s) {
+// epilogue it does not support for these types or transposes): remembered either way, in the cache
+// entry returned, which run() clears when cuBLASLt then refuses the launch.
+std::optional<cublasLtMatmulAlgo_t>& algorithm_for(const LtGemm& g, const LtDescriptors& s) {
   using Key = std::tuple<int, int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, uint32_t,
                          uint32_t, uint32_t, uint32_t, bool>;
   static std::map<Key, std::optional<cublasLtMatmulAlgo_t>> cache;
@@ -127,26 +128,30 @@ std::optional<cublasLtMatmulAlgo_t> algorithm_for(const LtGemm& g, const LtDescr
   int found = 0;
   const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(cuda_context().cublas_lt, s.op, s.a, s.b, s.d,
                                                                s.d, s.preference, 1, &result, &found);
-  std::optional<cublasLtMatmulAlgo_t> algo;
+  std::optional<cublasLtMatmulAlgo_t>& algo = cache[key];
   if (status == CUBLAS_STATUS_SUCCESS && found > 0 && result.state == CUBLAS_STATUS_SUCCESS)
     algo = result.algo;
-  return cache[key] = algo;
+  return algo;
 }
 
 // Runs the GEMM; false (nothing queued) when cuBLASLt has no algorithm for it.
 bool run(const LtGemm& g) {
   LtDescriptors s;
   describe(g, s);
-  const std::optional<cublasLtMatmulAlgo_t> algo = algorithm_for(g, s);
+  std::optional<cublasLtMatmulAlgo_t>& algo = algorithm_for(g, s);
   if (!algo) return false;
   const float alpha = 1.0f, beta = 0.0f;
   CudaContext& ctx = cuda_context();
   // A launch cuBLASLt refuses (NOT_SUPPORTED, INVALID_VALUE: a constraint the heuristic did not see)
-  // queued nothing, so the caller's unfused path is still exact; anything else is a real error.
+  // queued nothing, so the caller's unfused path is still exact, and is not retried for this shape
+  // (the cache forgets the algorithm); anything else is a real error.
   const cublasStatus_t status =
       cublasLtMatmul(ctx.cublas_lt, s.op, &alpha, g.a, s.a, g.b, s.b, &beta, g.d, s.d, g.d, s.d, &*algo,
                      ctx.gemm_workspace, ctx.gemm_workspace_bytes, cuda_stream());
-  if (status == CUBLAS_STATUS_NOT_SUPPORTED || status == CUBLAS_STATUS_INVALID_VALUE) return false;
+  if (status == CUBLAS_STATUS_NOT_SUPPORTED || status == CUBLAS_STATUS_INVALID_VALUE) {
+    algo.reset();
+    return false;
+  }
   CUBLAS_CHECK(status);
   return true;
 }

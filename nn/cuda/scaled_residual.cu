@@ -12,15 +12,28 @@ namespace {
 
 constexpr int kRowStrides = 16;  // row strides per column tile (blockDim.y)
 
-// Rows are the [rows, C] view of h; a sample is rows_per_sample consecutive rows.
-template <class T, class S>
+// V consecutive elements per thread and iteration (16 bytes of x, h and y when V > 1, which needs V to
+// divide C and aligned buffers): the channel and the sample are then two integer divisions per pack,
+// not per element (64-bit divisions would cost more than the memory traffic). A sample is per_sample
+// consecutive elements.
+template <class T, class S, int V>
 __global__ void scaled_residual_forward_kernel(const T* x, const T* h, const S* scale, const T* keep, T* y,
-                                               int64_t n, int64_t C, int64_t per_sample) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    float v = to_acc(h[i]) * to_acc(scale[i % C]);
-    if (keep) v *= to_acc(keep[i / per_sample]);
-    y[i] = store<T>(to_acc(x[i]) + v);
+                                               int64_t packs, int64_t C, int64_t per_sample) {
+  using P = Pack16<T>;
+  for (int64_t q = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; q < packs;
+       q += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t i = q * V, c = i % C;  // a pack never crosses a row, so its channels are c .. c + V - 1
+    const float k = keep ? to_acc(keep[i / per_sample]) : 1.0f;
+    if constexpr (V == 1) {
+      y[i] = store<T>(to_acc(x[i]) + to_acc(h[i]) * to_acc(scale[c]) * k);
+    } else {
+      const P xv = *reinterpret_cast<const P*>(x + i), hv = *reinterpret_cast<const P*>(h + i);
+      P yv;
+#pragma unroll
+      for (int j = 0; j < V; ++j)
+        yv.v[j] = store<T>(to_acc(xv.v[j]) + to_acc(hv.v[j]) * to_acc(scale[c + j]) * k);
+      *reinterpret_cast<P*>(y + i) = yv;
+    }
   }
 }
 
@@ -37,9 +50,12 @@ __global__ void scaled_residual_backward_kernel(const T* g, const T* h, const S*
   float sum = 0.0f;
   if (c < C) {
     const float s = to_acc(scale[c]);
+    // The sample of row r, advanced as r grows instead of divided out per row.
+    int64_t sample = (begin + threadIdx.y) / rows_per_sample, next = (sample + 1) * rows_per_sample;
     for (int64_t r = begin + threadIdx.y; r < end; r += kRowStrides) {
+      while (r >= next) ++sample, next += rows_per_sample;
       const int64_t i = r * C + c;
-      const float k = keep ? to_acc(keep[r / rows_per_sample]) : 1.0f;
+      const float k = keep ? to_acc(keep[sample]) : 1.0f;
       const float gk = to_acc(g[i]) * k;
       grad_h[i] = store<T>(gk * s);
       sum += gk * to_acc(h[i]);
@@ -68,7 +84,8 @@ bool applies(const Tensor& x, const Tensor& h, const Tensor& scale, const Tensor
   const bool dtype_ok = (t == DType::f32 || is_half(t)) && x.dtype() == t &&
                         (scale.dtype() == DType::f32 || scale.dtype() == t) &&
                         (!keep.defined() || keep.dtype() == t);
-  if (!dtype_ok || h.dim() < 1 || x.shape() != h.shape() || !x.is_contiguous() || !h.is_contiguous())
+  // At least [N, C]: a sample is then one or more whole rows of C.
+  if (!dtype_ok || h.dim() < 2 || x.shape() != h.shape() || !x.is_contiguous() || !h.is_contiguous())
     return false;
   if (scale.dim() != 1 || scale.size(0) != h.size(-1) || !scale.is_contiguous()) return false;
   if (keep.defined() && (keep.dim() != 1 || keep.size(0) != h.size(0) || !keep.is_contiguous())) return false;
@@ -110,11 +127,17 @@ std::optional<Tensor> CudaBackend::scaled_residual_add(const Tensor& x, const Te
   dispatch(h.dtype(), scale.dtype(), [&](auto t, auto s) {
     using T = decltype(t);
     using S = decltype(s);
-    scaled_residual_forward_kernel<T, S><<<grid_size(n, 256), 256, 0, cuda_stream()>>>(
-        static_cast<const T*>(x.raw_data()), static_cast<const T*>(h.raw_data()),
-        static_cast<const S*>(scale.raw_data()),
-        keep.defined() ? static_cast<const T*>(keep.raw_data()) : nullptr, static_cast<T*>(y.raw_data()), n,
-        C, per_sample);
+    constexpr int V = Pack16<T>::kSize;
+    const T *px = static_cast<const T*>(x.raw_data()), *ph = static_cast<const T*>(h.raw_data());
+    const S* pscale = static_cast<const S*>(scale.raw_data());
+    const T* pkeep = keep.defined() ? static_cast<const T*>(keep.raw_data()) : nullptr;
+    T* py = static_cast<T*>(y.raw_data());
+    if (C % V == 0 && aligned16(px) && aligned16(ph) && aligned16(py))
+      scaled_residual_forward_kernel<T, S, V>
+          <<<grid_size(n / V, 256), 256, 0, cuda_stream()>>>(px, ph, pscale, pkeep, py, n / V, C, per_sample);
+    else
+      scaled_residual_forward_kernel<T, S, 1>
+          <<<grid_size(n, 256), 256, 0, cuda_stream()>>>(px, ph, pscale, pkeep, py, n, C, per_sample);
     CUDA_CHECK_LAUNCH();
   });
   return y;

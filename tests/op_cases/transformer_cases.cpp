@@ -171,20 +171,24 @@ OpCase attention_case(const std::string& what, const AttentionSetup& s) {
 
 // ConvNeXt's block end, y = x + h * scale[c] * keep[n] over an NHWC [N, H, W, C] view: the backend's
 // fused kernels where it has them, composed of binary ops otherwise (the CPU, the reference).
-// Inputs: x, h, scale, [keep,] dy. Outputs: y, then grad_h and grad_scale for dy.
-OpCase scaled_residual_case(bool with_keep) {
+// Inputs: x, h, scale, [keep,] dy. Outputs: y, then grad_h and grad_scale for dy. f32_scale: the scale
+// stays f32 whatever the case's dtype, as ConvNeXt's master weight beside bf16 activations under
+// autocast (the composed form widens or rounds it to h's dtype; grad_scale comes back in f32).
+OpCase scaled_residual_case(bool with_keep, bool f32_scale = false) {
   OpCase c;
-  c.name =
-      std::string("scaled_residual_add and its backward, 2x3x5x40") + (with_keep ? " with drop path" : "");
+  c.name = std::string("scaled_residual_add and its backward, 2x3x5x40") +
+           (with_keep ? " with drop path" : "") + (f32_scale ? ", an f32 scale" : "");
   const Shape shape{2, 3, 5, 40};
-  c.inputs = {uniform(shape), uniform(shape), uniform({40}, 0.5, 1.5)};
+  InputSpec scale_spec = uniform({40}, 0.5, 1.5);
+  if (f32_scale) scale_spec.fixed_dtype = DType::f32;
+  c.inputs = {uniform(shape), uniform(shape), scale_spec};
   if (with_keep) c.inputs.push_back(uniform({2}, 0.5, 2.0));
   c.inputs.push_back(uniform(shape));  // dy
   auto keep_of = [with_keep](Tensors& in) { return with_keep ? in[3] : Tensor(); };
   auto forward = [keep_of](Backend& b, Tensors& in) {
     const Tensor keep = keep_of(in);
     if (auto y = b.scaled_residual_add(in[0], in[1], in[2], keep)) return *y;
-    Tensor branch = b.binary(BinaryOp::mul, in[1], in[2]);
+    Tensor branch = b.binary(BinaryOp::mul, in[1], in[2].to(in[1].dtype()));
     if (keep.defined()) branch = b.binary(BinaryOp::mul, branch, keep.reshape({2, 1, 1, 1}));
     return b.binary(BinaryOp::add, in[0], branch);
   };
@@ -193,8 +197,8 @@ OpCase scaled_residual_case(bool with_keep) {
     if (auto g = b.scaled_residual_add_backward(dy, in[1], in[2], keep))
       return Tensors{dy, g->first, g->second};
     Tensor gk = keep.defined() ? b.binary(BinaryOp::mul, dy, keep.reshape({2, 1, 1, 1})) : dy;
-    return Tensors{dy, b.binary(BinaryOp::mul, gk, in[2]),
-                   b.sum(b.binary(BinaryOp::mul, gk, in[1]), {0, 1, 2}, false)};
+    return Tensors{dy, b.binary(BinaryOp::mul, gk, in[2].to(in[1].dtype())),
+                   b.sum(b.binary(BinaryOp::mul, gk, in[1]), {0, 1, 2}, false).to(in[2].dtype())};
   };
   c.run = [forward, backward](Backend& b, Tensors& in) {
     Tensors out{forward(b, in)};
@@ -203,8 +207,12 @@ OpCase scaled_residual_case(bool with_keep) {
     out.push_back(g[2]);
     return out;
   };
-  c.gradient = [backward](Backend& b, Tensors& in, const Tensor& g) { return backward(b, in, g); };
-  c.differentiable = {0, 1, 2};
+  c.gradient = [backward, f32_scale](Backend& b, Tensors& in, const Tensor& g) {
+    Tensors grads = backward(b, in, g);
+    if (f32_scale) grads.pop_back();  // an f32 input is not differentiated in f64
+    return grads;
+  };
+  c.differentiable = f32_scale ? std::vector<int>{0, 1} : std::vector<int>{0, 1, 2};
   c.device_dtypes = {DType::f32, DType::bf16};
   c.rtol_f32 = 2e-5;
   return c;
@@ -239,6 +247,7 @@ std::vector<OpCase> transformer_cases() {
   }
   cases.push_back(scaled_residual_case(false));
   cases.push_back(scaled_residual_case(true));
+  cases.push_back(scaled_residual_case(true, true));
   cases.push_back(softmax_case("over the last dim of 3x5x37", {3, 5, 37}, -3.0, 3.0));
   cases.push_back(softmax_case("over the last dim of 2x384", {2, 384}, -3.0, 3.0));
   cases.push_back(softmax_case("over the last dim of 4x1500", {4, 1500}, -3.0, 3.0));
