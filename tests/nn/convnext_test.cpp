@@ -155,6 +155,42 @@ TEST(ConvNeXt, BlockMatchesItsDefinition) {
   for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-12) << i;
 }
 
+// The block's end is one op (F::scaled_residual_add); in training it must draw drop path's masks as
+// F::drop_path does and give the composed definition's values and gradients.
+TEST(ConvNeXt, BlockWithDropPathMatchesItsDefinitionWithTheSameDraws) {
+  Generator gen(59);
+  CNBlock block(4, 0.7, 0.5, std::make_shared<Generator>(77), gen);
+  block.to(DType::f64);
+  const Tensor x0 = random_tensor({6, 4, 3, 3}, gen);
+  Variable xa(x0.clone(), true);
+  Variable ya = block.forward(xa);
+  F::sum(ya).backward();
+
+  std::vector<Variable> p;
+  for (const auto& np : block.named_parameters()) p.push_back(Variable(np.param.data().clone(), true));
+  Conv2dParams dw;
+  dw.pad_h = dw.pad_w = 3;
+  dw.groups = 4;
+  Variable xb(x0.clone(), true);
+  Variable h = F::permute(F::conv2d(xb, p[1], p[2], dw), {0, 2, 3, 1});
+  h = F::linear(F::gelu(F::linear(F::layer_norm(F::contiguous(h), 4, p[3], p[4], 1e-6), p[5], p[6])), p[7],
+                p[8]);
+  Generator masks(77);
+  const Variable branch = F::drop_path(F::mul(h, F::reshape(p[0], {4})), 0.5, true, masks);
+  const Variable yb = F::permute(F::add(F::permute(xb, {0, 2, 3, 1}), branch), {0, 3, 1, 2});
+  F::sum(yb).backward();
+
+  const std::vector<double> a = ya.data().contiguous().to_vector<double>(),
+                            b = yb.data().contiguous().to_vector<double>();
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-12) << i;
+  const std::vector<double> ga = xa.grad().contiguous().to_vector<double>(),
+                            gb = xb.grad().contiguous().to_vector<double>();
+  for (size_t i = 0; i < ga.size(); ++i) ASSERT_NEAR(ga[i], gb[i], 1e-12) << i;
+  const std::vector<double> sa = block.layer_scale().grad().to_vector<double>(),
+                            sb = p[0].grad().to_vector<double>();
+  for (size_t i = 0; i < sa.size(); ++i) ASSERT_NEAR(sa[i], sb[i], 1e-12) << i;
+}
+
 TEST(ConvNeXt, LayerScaleIsCastToTheActivationsDtype) {
   // Autocast's case, half activations and an f32 layer_scale, with f64 standing in for the half dtype
   // (the CPU backend has no half kernels).
