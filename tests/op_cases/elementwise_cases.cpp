@@ -173,12 +173,13 @@ std::vector<OpCase> elementwise_cases() {
     cases.push_back(binary_case(op, {2, 3, 4, 5}, {1, 3, 1, 1}));  // a per-channel operand
     cases.push_back(binary_case(op, {4, 1}, {5}));                 // both sides broadcast
   }
-  {
-    // A transformer's residual add under autocast: an f32 stream plus a bf16 branch, widened as it is
-    // read. b holds bf16 values on both sides (the f64 reference adds the same values in f64).
+  // A transformer's residual add under autocast: an f32 stream plus a bf16 branch, widened as it is
+  // read. b holds bf16 values on both sides (the f64 reference adds the same values in f64). 5x13: the
+  // GPU's four-at-a-time path and a one-element tail.
+  for (const Shape& shape : {Shape{3, 4, 5}, Shape{5, 13}}) {
     OpCase c;
-    c.name = "binary add of an f32 3x4x5 and a bf16 one";
-    c.inputs = {uniform({3, 4, 5}), uniform({3, 4, 5})};
+    c.name = "binary add of an f32 " + shape_str(shape) + " and a bf16 one";
+    c.inputs = {uniform(shape), uniform(shape)};
     c.run = [](Backend& b, Tensors& in) {
       const Tensor half = in[1].to(DType::bf16);
       return Tensors{
