@@ -91,6 +91,11 @@ Variable dropout(const Variable& x, double p, bool training, Generator& gen);
 // (index of dimension 0) is zeroed with probability p and the others are scaled by 1 / (1 - p), one
 // draw per sample from gen; the identity in evaluation or at p = 0. p must be in [0, 1).
 Variable drop_path(const Variable& x, double p, bool training, Generator& gen);
+// drop_path's pieces, for ops that apply its mask inside a fused kernel (F::scaled_residual_add): the
+// per-sample mask for x, [N, 1, ..., 1] of 0 or 1 / (1 - p) in x's dtype, drawn from gen as drop_path
+// draws it; and x * mask with the mask a constant (the gradient is grad * mask).
+Tensor drop_path_mask(const Variable& x, double p, Generator& gen);
+Variable multiply_by_mask(const char* name, const Variable& x, const Tensor& mask);
 // torch.nn.functional.layer_norm over one dimension of size normalized_size: the dimension innermost in
 // memory, which is the last one of a contiguous tensor (a transformer's [..., C]) and C of a
 // channels-last [N, C, H, W] tensor (ConvNeXt's LayerNorm2d, with no permute); a 4-D tensor whose

@@ -9,6 +9,8 @@ void check_probability(const char* op, double p) {
     throw std::invalid_argument(std::string(op) + ": p must be in [0, 1), got " + std::to_string(p));
 }
 
+}  // namespace
+
 // x * mask, where mask (0 or 1 / (1 - p)) is x's shape or broadcasts to it; the gradient is g * mask.
 Variable multiply_by_mask(const char* name, const Variable& x, const Tensor& mask) {
   Backend& k = backend_for(x.data());
@@ -18,7 +20,15 @@ Variable multiply_by_mask(const char* name, const Variable& x, const Tensor& mas
                    });
 }
 
-}  // namespace
+Tensor drop_path_mask(const Variable& x, double p, Generator& gen) {
+  check_probability("drop_path", p);
+  if (x.dim() < 1) throw std::invalid_argument("drop_path: input must have a batch dimension");
+  // One draw per sample: dropout's mask of shape [N, 1, ..., 1] broadcasts over the rest, so both
+  // backends run it with the kernels they have and draw the same masks.
+  Shape mask_shape(x.dim(), 1);
+  mask_shape[0] = x.size(0);
+  return backend_for(x.data()).dropout_mask(mask_shape, p, x.dtype(), gen);
+}
 
 Variable dropout(const Variable& x, double p, bool training, Generator& gen) {
   check_probability("dropout", p);
@@ -29,12 +39,7 @@ Variable dropout(const Variable& x, double p, bool training, Generator& gen) {
 Variable drop_path(const Variable& x, double p, bool training, Generator& gen) {
   check_probability("drop_path", p);
   if (!training || p == 0.0) return x;
-  if (x.dim() < 1) throw std::invalid_argument("drop_path: input must have a batch dimension");
-  // One draw per sample: dropout's mask of shape [N, 1, ..., 1] broadcasts over the rest, so both
-  // backends run it with the kernels they have and draw the same masks.
-  Shape mask_shape(x.dim(), 1);
-  mask_shape[0] = x.size(0);
-  return multiply_by_mask("drop_path", x, backend_for(x.data()).dropout_mask(mask_shape, p, x.dtype(), gen));
+  return multiply_by_mask("drop_path", x, drop_path_mask(x, p, gen));
 }
 
 }  // namespace trainer::F

@@ -8,14 +8,8 @@ namespace trainer::F {
 namespace {
 
 Variable composed(const Variable& x, const Variable& h, const Variable& scale, const Tensor& mask) {
-  Variable scaled = mul(h, to_dtype(scale, h.dtype()));
-  if (mask.defined()) {
-    const Tensor m = mask;
-    scaled = record_op(
-        "drop_path", backend_for(h.data()).binary(BinaryOp::mul, scaled.data(), m), {scaled},
-        [m](const Tensor& g) -> std::vector<Tensor> { return {backend_for(g).binary(BinaryOp::mul, g, m)}; });
-  }
-  return add(x, scaled);
+  const Variable scaled = mul(h, to_dtype(scale, h.dtype()));
+  return add(x, mask.defined() ? multiply_by_mask("drop_path", scaled, mask) : scaled);
 }
 
 }  // namespace
@@ -28,19 +22,15 @@ Variable scaled_residual_add(const Variable& x, const Variable& h, const Variabl
     throw std::invalid_argument("scaled_residual_add: x " + shape_str(x.shape()) + " and h " +
                                 shape_str(h.shape()) + " must share a shape [N, ..., C] and scale " +
                                 shape_str(scale.shape()) + " be [C]");
-  Tensor mask;  // [N, 1, ..., 1], drawn as F::drop_path draws it
+  Tensor mask;  // [N, 1, ..., 1]
   if (training && p > 0.0) {
     if (!gen) throw std::invalid_argument("scaled_residual_add: drop path needs a Generator");
-    Shape mask_shape(static_cast<size_t>(h.dim()), 1);
-    mask_shape[0] = h.size(0);
-    mask = backend_for(h.data()).dropout_mask(mask_shape, p, h.dtype(), *gen);
+    mask = drop_path_mask(h, p, *gen);
   }
   const Tensor hd = h.data(), sd = scale.data();
   const Tensor keep = mask.defined() ? mask.reshape({h.size(0)}) : Tensor();
-  const bool dense = x.data().is_contiguous() && hd.is_contiguous();
-  std::optional<Tensor> y = dense && x.dtype() == h.dtype()
-                                ? backend_for(hd).scaled_residual_add(x.data(), hd, sd, keep)
-                                : std::nullopt;
+  // The backend says whether its kernel takes these operands (dtypes, layouts).
+  std::optional<Tensor> y = backend_for(hd).scaled_residual_add(x.data(), hd, sd, keep);
   if (!y) return composed(x, h, scale, mask);
   return record_op(
       "scaled_residual_add", *y, {x, h, scale}, [hd, sd, keep](const Tensor& g) -> std::vector<Tensor> {
