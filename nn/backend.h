@@ -89,6 +89,17 @@ struct LayerNormGrads {
   Tensor grad_x, grad_gamma, grad_beta;
 };
 
+// add_layer_norm's result: the sum h and layer_norm(h) with its statistics.
+struct AddLayerNormForward {
+  Tensor h, y, mean, rstd;
+};
+
+// add_layer_norm_backward's result: grad_x (h's dtype) and grad_branch (branch's dtype: the same tensor
+// when that is h's), grad_gamma and grad_beta (undefined where gamma was).
+struct AddLayerNormGrads {
+  Tensor grad_x, grad_branch, grad_gamma, grad_beta;
+};
+
 // device_scalars (CUDA only, for captured steps; see Optimizer::use_device_scalars): where the
 // kernel reads the values that change from step to step instead of taking them as arguments.
 struct SgdParams {
@@ -405,6 +416,30 @@ class Backend {
   // computed only when gamma is defined.
   virtual LayerNormGrads layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& mean,
                                              const Tensor& rstd, const Tensor& gamma) = 0;
+  // Optional fused form of a pre-norm transformer's join: h = x + branch and y = layer_norm(h), in one
+  // pass that writes both (h in x's dtype, y in y_dtype as layer_norm stores it). x is dense and
+  // contiguous, read as [rows, normalized_size]; branch has x's shape and layout, in x's dtype or (f32
+  // x) a half dtype widened as it is read, as Backend::binary's add does. h rounds x + branch once, as
+  // add does, and y normalises that rounded h. nullopt where the backend has no kernel for these
+  // operands; the caller then adds and normalises apart (the composed form is the reference).
+  virtual std::optional<AddLayerNormForward> add_layer_norm(const Tensor& x, const Tensor& branch,
+                                                            int64_t normalized_size, const Tensor& gamma,
+                                                            const Tensor& beta, double eps, DType y_dtype) {
+    (void)x, (void)branch, (void)normalized_size, (void)gamma, (void)beta, (void)eps, (void)y_dtype;
+    return std::nullopt;
+  }
+  // Its gradients: grad_h = layer_norm_backward(grad_y)'s grad_x + grad_h_in (the gradient h's other
+  // consumers sent; undefined: none), which is x's gradient (in h's dtype) and branch's (also written
+  // in branch_dtype when that differs, by the same pass); grad_gamma and grad_beta as layer_norm_backward
+  // gives them. grad_y is in h's dtype or the forward's half y_dtype. nullopt where the forward was not
+  // fused.
+  virtual std::optional<AddLayerNormGrads> add_layer_norm_backward(const Tensor& grad_y,
+                                                                   const Tensor& grad_h_in, const Tensor& h,
+                                                                   const Tensor& mean, const Tensor& rstd,
+                                                                   const Tensor& gamma, DType branch_dtype) {
+    (void)grad_y, (void)grad_h_in, (void)h, (void)mean, (void)rstd, (void)gamma, (void)branch_dtype;
+    return std::nullopt;
+  }
 
   // ---- softmax over the last dimension (nn/cpu/softmax.cpp): y = exp(x - max) / sum(exp(x - max))
   // per row, in x's dtype, contiguous; half inputs compute in f32.

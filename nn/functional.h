@@ -107,6 +107,15 @@ Variable multiply_by_mask(const char* name, const Variable& x, const Tensor& mas
 // stores it rounded). Under autocast a half x stays half (see nn/functional/layer_norm.cpp).
 Variable layer_norm(const Variable& x, int64_t normalized_size, const Variable& weight, const Variable& bias,
                     double eps = 1e-5, std::optional<DType> y_dtype = std::nullopt);
+// A pre-norm transformer's residual join and the layer norm after it: {h, y} with h = add(x, branch)
+// and y = layer_norm(h, ...) exactly as the two ops give them (branch of x's shape; a half branch beside
+// an f32 x is widened as add widens it). Where the backend fuses them (Backend::add_layer_norm) one pass
+// writes h and y, and one backward pass takes both outputs' gradients: the norm's, plus what h's
+// other consumers (the next residual add) sent, into x's and branch's.
+std::pair<Variable, Variable> add_layer_norm(const Variable& x, const Variable& branch,
+                                             int64_t normalized_size, const Variable& weight,
+                                             const Variable& bias, double eps = 1e-5,
+                                             std::optional<DType> y_dtype = std::nullopt);
 
 // ---- softmax (nn/functional/softmax.cpp): torch.softmax(x, dim=-1), numerically stable (the row's
 // maximum is subtracted). Any layout; the result is contiguous, in x's dtype.

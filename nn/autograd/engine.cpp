@@ -54,8 +54,8 @@ class BackwardWalk {
   }
 
   // Pass 2: runs the nodes from root, newest first, and frees each as soon as it is done.
-  void run(Node* root, const Tensor& grad_output) {
-    grads_[root] = grad_output;
+  void run(Node* root, int root_output, const Tensor& grad_output) {
+    send(root, grad_output, root_output);
     ready_.push(root);
     while (!ready_.empty()) {
       Node* node = ready_.top();
@@ -107,7 +107,13 @@ class BackwardWalk {
 
   // Adds g to child's gradient. With backward_of_two the second part is kept apart from the first;
   // a third part is added in arrival order, as without backward_of_two.
-  void send(Node* child, const Tensor& g) {
+  void send(Node* child, const Tensor& g, int output_nr) {
+    if (child->num_outputs > 1) {
+      std::vector<Tensor>& slots = output_grads_[child];
+      slots.resize(static_cast<size_t>(child->num_outputs));
+      slots[static_cast<size_t>(output_nr)] = accumulate(slots[static_cast<size_t>(output_nr)], g);
+      return;
+    }
     Tensor& first = grads_[child];
     if (!child->backward_of_two || !first.defined()) {
       first = accumulate(first, g);
@@ -122,13 +128,22 @@ class BackwardWalk {
     }
   }
 
-  // The gradient a node received; with backward_of_two, its second part apart.
+  // The gradient a node received; with backward_of_two, its second part apart; for a node with several
+  // outputs, one per output.
   struct Received {
     Tensor grad, second;
+    std::vector<Tensor> per_output;
   };
 
   Received take_received(Node* node) {
     Received r;
+    if (node->num_outputs > 1) {
+      if (auto it = output_grads_.find(node); it != output_grads_.end()) {
+        r.per_output = std::move(it->second);
+        output_grads_.erase(it);
+      }
+      return r;
+    }
     r.grad = std::move(grads_[node]);
     grads_.erase(node);
     if (auto it = second_parts_.find(node); it != second_parts_.end()) {
@@ -140,6 +155,7 @@ class BackwardWalk {
 
   // Runs node's backward closure on what it received.
   std::vector<Tensor> input_grads_of(Node* node, const Received& r) {
+    if (node->num_outputs > 1) return input_grads_of_multi(node, r.per_output);
     if (!node->backward)
       throw std::logic_error("autograd: backward through '" + node->name +
                              "' a second time; its saved tensors were already freed");
@@ -148,6 +164,20 @@ class BackwardWalk {
     std::vector<Tensor> input_grads = !r.grad.defined()    ? std::vector<Tensor>(node->inputs.size())
                                       : r.second.defined() ? node->backward_of_two(r.grad, r.second)
                                                            : node->backward(r.grad);
+    if (input_grads.size() != node->inputs.size())
+      throw std::logic_error("autograd: '" + node->name + "' returned the wrong number of gradients");
+    return input_grads;
+  }
+
+  std::vector<Tensor> input_grads_of_multi(Node* node, std::vector<Tensor> per_output) {
+    if (!node->backward_multi)
+      throw std::logic_error("autograd: backward through '" + node->name +
+                             "' a second time; its saved tensors were already freed");
+    bool any = false;
+    for (const Tensor& g : per_output) any = any || g.defined();
+    if (!any) return std::vector<Tensor>(node->inputs.size());
+    per_output.resize(static_cast<size_t>(node->num_outputs));
+    std::vector<Tensor> input_grads = node->backward_multi(per_output);
     if (input_grads.size() != node->inputs.size())
       throw std::logic_error("autograd: '" + node->name + "' returned the wrong number of gradients");
     return input_grads;
@@ -163,7 +193,7 @@ class BackwardWalk {
       if (g.defined()) {
         check_grad_shape(g, in.shape, node->name);
         if (child)
-          send(child, g);
+          send(child, g, in.output_nr);
         else
           deliver_to_leaf(in.leaf, g);
       } else if (!child) {
@@ -177,6 +207,7 @@ class BackwardWalk {
   static void release(Node* node) {
     node->backward = nullptr;
     node->backward_of_two = nullptr;
+    node->backward_multi = nullptr;
     node->inputs.clear();
   }
 
@@ -191,6 +222,8 @@ class BackwardWalk {
   std::unordered_map<Node*, Tensor> grads_;
   // For nodes with backward_of_two: the second part of their gradient, not yet added to the first.
   std::unordered_map<Node*, Tensor> second_parts_;
+  // For nodes with several outputs: the gradient of each output so far.
+  std::unordered_map<Node*, std::vector<Tensor>> output_grads_;
 };
 
 }  // namespace
@@ -204,17 +237,24 @@ Variable::Variable(Tensor data, bool requires_grad) : impl_(std::make_shared<Var
   impl_->requires_grad = requires_grad;
 }
 
-Variable make_variable(Tensor data, std::shared_ptr<Node> node) {
+Variable make_variable(Tensor data, std::shared_ptr<Node> node, int output_nr) {
   Variable v(std::move(data), node != nullptr);
   v.impl_->grad_fn = std::move(node);
+  v.impl_->output_nr = output_nr;
   return v;
 }
 
-Variable record_op(const char* name, Tensor result, std::vector<Variable> inputs, BackwardFn backward) {
+namespace {
+
+bool any_requires_grad(const std::vector<Variable>& inputs) {
   bool needs_grad = false;
   if (t_grad_mode)
     for (const Variable& in : inputs) needs_grad = needs_grad || in.requires_grad();
-  if (!needs_grad) return Variable(std::move(result), false);
+  return needs_grad;
+}
+
+// A new node with an edge per input (the backward is the caller's to set).
+std::shared_ptr<Node> node_over(const char* name, std::vector<Variable> inputs) {
   auto node = std::make_shared<Node>();
   node->name = name;
   node->sequence_nr = g_next_sequence_nr++;
@@ -223,14 +263,42 @@ Variable record_op(const char* name, Tensor result, std::vector<Variable> inputs
     Edge edge;
     edge.requires_grad = in.requires_grad();
     edge.shape = in.shape();
-    if (in.grad_fn())
+    if (in.grad_fn()) {
       edge.node = in.grad_fn();
-    else if (edge.requires_grad)
+      edge.output_nr = in.impl()->output_nr;
+    } else if (edge.requires_grad) {
       edge.leaf = std::move(in);
+    }
     node->inputs.push_back(std::move(edge));
   }
+  return node;
+}
+
+}  // namespace
+
+Variable record_op(const char* name, Tensor result, std::vector<Variable> inputs, BackwardFn backward) {
+  if (!any_requires_grad(inputs)) return Variable(std::move(result), false);
+  std::shared_ptr<Node> node = node_over(name, std::move(inputs));
   node->backward = std::move(backward);
-  return make_variable(std::move(result), std::move(node));
+  return make_variable(std::move(result), std::move(node), 0);
+}
+
+std::vector<Variable> record_op_multi(const char* name, std::vector<Tensor> results,
+                                      std::vector<Variable> inputs, MultiBackwardFn backward) {
+  std::vector<Variable> outputs;
+  outputs.reserve(results.size());
+  if (!any_requires_grad(inputs)) {
+    for (Tensor& r : results) outputs.emplace_back(std::move(r), false);
+    return outputs;
+  }
+  if (results.size() < 2)
+    throw std::logic_error(std::string("record_op_multi: '") + name + "' has one output");
+  std::shared_ptr<Node> node = node_over(name, std::move(inputs));
+  node->num_outputs = static_cast<int>(results.size());
+  node->backward_multi = std::move(backward);
+  for (size_t i = 0; i < results.size(); ++i)
+    outputs.push_back(make_variable(std::move(results[i]), node, static_cast<int>(i)));
+  return outputs;
 }
 
 void set_backward_of_two(const Variable& v, BackwardOfTwoFn backward_of_two) {
@@ -254,7 +322,7 @@ void Variable::backward(const Tensor& grad_output) {
     return;
   }
   walk.count_consumers(impl_->grad_fn);
-  walk.run(impl_->grad_fn.get(), grad_output);
+  walk.run(impl_->grad_fn.get(), impl_->output_nr, grad_output);
 }
 
 }  // namespace trainer

@@ -24,6 +24,7 @@ struct VariableImpl {
   Tensor grad;
   bool requires_grad = false;
   std::shared_ptr<Node> grad_fn;  // null for leaves
+  int output_nr = 0;              // which of grad_fn's outputs this is (record_op_multi)
   std::vector<GradReadyHook> grad_ready_hooks;
 };
 
@@ -65,7 +66,7 @@ class Variable {
   bool same(const Variable& other) const { return impl_ == other.impl_; }
 
  private:
-  friend Variable make_variable(Tensor, std::shared_ptr<Node>);
+  friend Variable make_variable(Tensor, std::shared_ptr<Node>, int);
   std::shared_ptr<VariableImpl> impl_;
 };
 
@@ -75,12 +76,16 @@ using BackwardFn = std::function<std::vector<Tensor>(const Tensor& grad_output)>
 // The same for a gradient that arrives in two parts (the output feeds two ops): the backward of
 // a + b, for a node whose first pass can add them as it reads (a residual join and the ReLU before it).
 using BackwardOfTwoFn = std::function<std::vector<Tensor>(const Tensor& part_a, const Tensor& part_b)>;
+// The backward of an op with several outputs (record_op_multi): one gradient per output, undefined for
+// an output that received none (nothing consumed it, or its consumers sent none).
+using MultiBackwardFn = std::function<std::vector<Tensor>(const std::vector<Tensor>& grad_outputs)>;
 
 // Where an input's gradient goes. A node does not keep its inputs' data alive: only what its
 // backward closure saved survives until backward (like PyTorch's edges), so an activation is freed as
 // soon as nothing needs it.
 struct Edge {
   std::shared_ptr<Node> node;  // producer of a non-leaf input; null for leaves and constants
+  int output_nr = 0;           // which of node's outputs the input is
   Variable leaf;               // the input itself when it is a leaf that requires a gradient
   bool requires_grad = false;
   Shape shape;  // to check the gradient the op returns
@@ -94,6 +99,9 @@ struct Node {
   // Optional: used instead of backward(a + b) when exactly two parts arrive. Its result must equal
   // backward(a + b) bit for bit.
   BackwardOfTwoFn backward_of_two;
+  // Set instead of backward for a node with several outputs (num_outputs > 1).
+  int num_outputs = 1;
+  MultiBackwardFn backward_multi;
 };
 
 // Gives the node of `v` (the output of the op just recorded) a backward_of_two; nothing for a
@@ -103,6 +111,11 @@ void set_backward_of_two(const Variable& v, BackwardOfTwoFn backward_of_two);
 // Records an op: returns `result` as a Variable whose node backpropagates through `backward` into
 // `inputs`, or a plain Variable when grad mode is off or no input requires a gradient.
 Variable record_op(const char* name, Tensor result, std::vector<Variable> inputs, BackwardFn backward);
+// The same for an op with several outputs that one backward differentiates together (a residual add
+// and the layer norm of its sum): returns one Variable per result, all with the same node. The node
+// runs once every consumer of every output has sent its gradient.
+std::vector<Variable> record_op_multi(const char* name, std::vector<Tensor> results,
+                                      std::vector<Variable> inputs, MultiBackwardFn backward);
 
 // Whether ops record nodes on this thread. NoGradGuard turns recording off for a scope.
 bool grad_mode_enabled();

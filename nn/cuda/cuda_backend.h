@@ -92,6 +92,13 @@ class CudaBackend final : public Backend {
                                                                               const Tensor& x,
                                                                               const Shape& w_shape,
                                                                               const Conv2dParams& p) override;
+  std::optional<AddLayerNormForward> add_layer_norm(const Tensor& x, const Tensor& branch,
+                                                    int64_t normalized_size, const Tensor& gamma,
+                                                    const Tensor& beta, double eps, DType y_dtype) override;
+  std::optional<AddLayerNormGrads> add_layer_norm_backward(const Tensor& grad_y, const Tensor& grad_h_in,
+                                                           const Tensor& h, const Tensor& mean,
+                                                           const Tensor& rstd, const Tensor& gamma,
+                                                           DType branch_dtype) override;
   std::optional<Tensor> scaled_residual_add(const Tensor& x, const Tensor& h, const Tensor& scale,
                                             const Tensor& keep) override;
   std::optional<std::pair<Tensor, Tensor>> scaled_residual_add_backward(const Tensor& grad_y, const Tensor& h,

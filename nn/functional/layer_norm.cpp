@@ -59,4 +59,49 @@ Variable layer_norm(const Variable& x, int64_t normalized_size, const Variable& 
                    });
 }
 
+std::pair<Variable, Variable> add_layer_norm(const Variable& x, const Variable& branch,
+                                             int64_t normalized_size, const Variable& weight,
+                                             const Variable& bias, double eps, std::optional<DType> y_dtype) {
+  const Tensor xd = x.data(), bd_branch = branch.data();
+  const Tensor wd = weight.defined() ? weight.data() : Tensor();
+  const Tensor bd = bias.defined() ? bias.data() : Tensor();
+  std::optional<AddLayerNormForward> f;
+  if (xd.shape() == bd_branch.shape() && eps >= 0.0)
+    f = backend_for(xd).add_layer_norm(xd, bd_branch, normalized_size, wd, bd, eps,
+                                       y_dtype.value_or(xd.dtype()));
+  if (!f) {
+    const Variable h = add(x, branch);
+    return {h, layer_norm(h, normalized_size, weight, bias, eps, y_dtype)};
+  }
+  std::vector<Variable> inputs{x, branch};
+  if (wd.defined()) inputs.push_back(weight);
+  if (bd.defined()) inputs.push_back(bias);
+  const DType branch_dtype = bd_branch.dtype();
+  const DType weight_dtype = wd.defined() ? wd.dtype() : xd.dtype();
+  const DType bias_dtype = bd.defined() ? bd.dtype() : xd.dtype();
+  const bool has_bias = bd.defined();
+  std::vector<Variable> hy = record_op_multi(
+      "add_layer_norm", {f->h, f->y}, std::move(inputs),
+      [h = f->h, wd, mean = f->mean, rstd = f->rstd, has_bias, branch_dtype, weight_dtype,
+       bias_dtype](const std::vector<Tensor>& g) -> std::vector<Tensor> {
+        const Tensor &grad_h = g[0], &grad_y = g[1];
+        std::vector<Tensor> out;
+        if (!grad_y.defined()) {  // only the sum was used: add's backward
+          out = {grad_h, grad_h.to(branch_dtype)};
+          if (wd.defined()) out.emplace_back();
+          if (has_bias) out.emplace_back();
+          return out;
+        }
+        const std::optional<AddLayerNormGrads> grads =
+            backend_for(grad_y).add_layer_norm_backward(grad_y, grad_h, h, mean, rstd, wd, branch_dtype);
+        if (!grads)
+          throw std::logic_error("add_layer_norm: the backend fused the forward but not its backward");
+        out = {grads->grad_x, grads->grad_branch};
+        if (wd.defined()) out.push_back(grads->grad_gamma.to(weight_dtype));
+        if (has_bias) out.push_back(grads->grad_beta.to(bias_dtype));
+        return out;
+      });
+  return {hy[0], hy[1]};
+}
+
 }  // namespace trainer::F

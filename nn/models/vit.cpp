@@ -3,6 +3,8 @@
 #include <cmath>
 #include <stdexcept>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "nn/functional.h"
@@ -89,10 +91,16 @@ ViTEncoderBlock::ViTEncoderBlock(const ViTConfig& c, const std::shared_ptr<Gener
 }
 
 Variable ViTEncoderBlock::forward(const Variable& x) {
-  Variable attended = self_attention_->forward(ln_1_->forward(x));
+  const auto [h, branch] = forward_to_mlp_branch(x, ln_1_->forward(x));
+  return add_promoted(h, branch);
+}
+
+std::pair<Variable, Variable> ViTEncoderBlock::forward_to_mlp_branch(const Variable& x,
+                                                                     const Variable& ln_1_of_x) {
+  Variable attended = self_attention_->forward(ln_1_of_x);
   if (dropout_) attended = dropout_->forward(attended);
-  const Variable h = add_promoted(x, attended);
-  return add_promoted(h, mlp_->forward(ln_2_->forward(h)));
+  const auto [h, normalised] = ln_2_->forward_after_add(x, attended);
+  return {h, mlp_->forward(normalised)};
 }
 
 ViTEncoder::ViTEncoder(const ViTConfig& c, const std::shared_ptr<Generator>& dropout_gen, Generator& gen) {
@@ -101,9 +109,10 @@ ViTEncoder::ViTEncoder(const ViTConfig& c, const std::shared_ptr<Generator>& dro
   init::normal_(pos_embedding_.data(), 0.0, 0.02, gen);
   if ((dropout_ = dropout_or_null(c.dropout, dropout_gen))) register_module("dropout", dropout_);
   layers_ = register_module("layers", std::make_shared<NamedSequential>());
-  for (int64_t i = 0; i < c.num_layers; ++i)
-    layers_->add("encoder_layer_" + std::to_string(i),
-                 std::make_shared<ViTEncoderBlock>(c, dropout_gen, gen));
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    blocks_.push_back(std::make_shared<ViTEncoderBlock>(c, dropout_gen, gen));
+    layers_->add("encoder_layer_" + std::to_string(i), blocks_.back());
+  }
   ln_ = register_module("ln", std::make_shared<LayerNorm>(c.hidden_dim, kLayerNormEps));
   ln_->set_output_feeds_matmuls(true);  // the class token's state into the head
 }
@@ -114,7 +123,15 @@ Variable ViTEncoder::forward(const Variable& x) {
                                 " per sample, got " + shape_str(x.shape()));
   Variable h = add_promoted(x, pos_embedding_);  // broadcast over the batch
   if (dropout_) h = dropout_->forward(h);
-  return ln_->forward(layers_->forward(h));
+  // layers_ then ln_, with each block's last residual add done by the norm after it (the next block's
+  // ln_1, the last one's ln): one pass writes the stream and its normalised copy.
+  Variable normalised = blocks_.front()->ln_1().forward(h);
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    const auto [stream, mlp_branch] = blocks_[i]->forward_to_mlp_branch(h, normalised);
+    LayerNorm& next = i + 1 < blocks_.size() ? blocks_[i + 1]->ln_1() : *ln_;
+    std::tie(h, normalised) = next.forward_after_add(stream, mlp_branch);
+  }
+  return normalised;
 }
 
 VisionTransformer::VisionTransformer(const ViTConfig& c, std::shared_ptr<Generator> dropout_gen,

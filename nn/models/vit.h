@@ -8,6 +8,8 @@
 // Pre-norm encoder blocks: x + attention(ln_1(x)), then x + mlp(ln_2(x)); LayerNorm eps 1e-6; the
 // class token's final state is classified.
 #include <memory>
+#include <utility>
+#include <vector>
 
 #include "nn/models/registry.h"
 #include "nn/modules/layers.h"
@@ -47,6 +49,11 @@ class ViTEncoderBlock : public Module {
  public:
   ViTEncoderBlock(const ViTConfig& config, const std::shared_ptr<Generator>& dropout_gen, Generator& gen);
   Variable forward(const Variable& x) override;  // [N, T, D] -> [N, T, D]
+  // The block given ln_1(x) already (the encoder computes it with the residual add before it, see
+  // LayerNorm::forward_after_add): {h, mlp(ln_2(h))} with h = x + attention(ln_1(x)), so that the next
+  // norm can take the block's last add into its pass as well. forward(x) = h + that branch.
+  std::pair<Variable, Variable> forward_to_mlp_branch(const Variable& x, const Variable& ln_1_of_x);
+  LayerNorm& ln_1() { return *ln_1_; }
 
  private:
   std::shared_ptr<LayerNorm> ln_1_, ln_2_;
@@ -67,6 +74,7 @@ class ViTEncoder : public Module {
   Variable pos_embedding_;  // [1, 1 + T, D]
   std::shared_ptr<Dropout> dropout_;
   std::shared_ptr<NamedSequential> layers_;
+  std::vector<std::shared_ptr<ViTEncoderBlock>> blocks_;  // layers_' modules, in order
   std::shared_ptr<LayerNorm> ln_;
 };
 

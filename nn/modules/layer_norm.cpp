@@ -51,4 +51,15 @@ Variable LayerNorm::forward(const Variable& x) {
                        output_dtype(x));
 }
 
+std::pair<Variable, Variable> LayerNorm::forward_after_add(const Variable& x, const Variable& branch) {
+  const bool fusable = over_ == LayerNormOver::last_dim && x.shape() == branch.shape() && x.dim() >= 1 &&
+                       x.size(-1) == normalized_size_ && x.data().is_contiguous() &&
+                       branch.data().is_contiguous() && dtype_size(branch.dtype()) <= dtype_size(x.dtype());
+  if (!fusable) {
+    const Variable h = F::add(x, branch);
+    return {h, forward(h)};
+  }
+  return F::add_layer_norm(x, branch, normalized_size_, weight_, bias_, eps_, output_dtype(x));
+}
+
 }  // namespace trainer

@@ -23,6 +23,10 @@ class LayerNorm : public Module {
   // and normalising them needs no permute; a contiguous input is converted once (a channels-last
   // network never is).
   Variable forward(const Variable& x) override;
+  // A pre-norm transformer's residual join and this norm: {h, forward(h)} with h = x + branch (branch of
+  // x's shape). One pass where the backend fuses them (F::add_layer_norm): over the last dimension of
+  // contiguous tensors with branch no wider than x (the f32 residual stream and a block's half output).
+  std::pair<Variable, Variable> forward_after_add(const Variable& x, const Variable& branch);
   void reset_parameters();  // weight 1, bias 0
   // The model's promise that this norm's output feeds only autocast's matmuls (a transformer's
   // linears and attention projections), which round it to their half dtype: under autocast an f32

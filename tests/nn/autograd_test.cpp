@@ -115,6 +115,56 @@ TEST(Autograd, BackwardOfTwoGetsTwoPartsAndThreeAreAdded) {
   }
 }
 
+// An op with two outputs (u = 2x, v = 3x) runs its backward once, after every consumer of either output,
+// with one gradient per output; an output nothing consumed arrives undefined; backward() from the second
+// output seeds that output.
+TEST(Autograd, AMultiOutputNodeRunsOnceWithEachOutputsGradient) {
+  for (int mode = 0; mode < 3; ++mode) {  // 0: both outputs used, 1: only v, 2: backward() on v itself
+    Variable x(Tensor::from_vector<double>({1, 2}, {2}), true);
+    int runs = 0;
+    bool u_defined = false;
+    std::vector<Variable> uv = record_op_multi(
+        "two_outputs", {F::mul(x, 2.0).data(), F::mul(x, 3.0).data()}, {x},
+        [&](const std::vector<Tensor>& g) -> std::vector<Tensor> {
+          ++runs;
+          EXPECT_EQ(g.size(), 2u);
+          u_defined = g[0].defined();
+          Tensor dx = backend_for(g[1]).binary_scalar(BinaryOp::mul, g[1], 3.0, false);
+          if (g[0].defined())
+            dx = backend_for(dx).binary(BinaryOp::add, dx,
+                                        backend_for(g[0]).binary_scalar(BinaryOp::mul, g[0], 2.0, false));
+          return {dx};
+        });
+    ASSERT_EQ(uv.size(), 2u);
+    EXPECT_TRUE(uv[0].grad_fn() == uv[1].grad_fn());
+    if (mode == 0) {
+      // u feeds two consumers and v one, recorded in between, so the node waits for all three.
+      Variable total = F::add(F::mul(uv[0], 5.0), F::mul(uv[1], 7.0));
+      total = F::add(total, F::mul(uv[0], 11.0));
+      F::sum(total).backward();
+      EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{53, 53}));  // 2 * 16 + 3 * 7
+    } else if (mode == 1) {
+      F::sum(F::mul(uv[1], 7.0)).backward();
+      EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{21, 21}));
+    } else {
+      uv[1].backward(Tensor::from_vector<double>({1, 10}, {2}));
+      EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{3, 30}));
+    }
+    EXPECT_EQ(runs, 1) << mode;
+    EXPECT_EQ(u_defined, mode == 0) << mode;
+  }
+}
+
+TEST(Autograd, AMultiOutputOpWithoutGradRecordsNothing) {
+  Variable x(Tensor::from_vector<double>({1}, {1}), false);
+  const std::vector<Variable> uv =
+      record_op_multi("two_outputs", {x.data(), x.data()}, {x},
+                      [](const std::vector<Tensor>&) { return std::vector<Tensor>{}; });
+  ASSERT_EQ(uv.size(), 2u);
+  EXPECT_FALSE(uv[0].requires_grad());
+  EXPECT_FALSE(uv[1].requires_grad());
+}
+
 // ---- finite-difference checks of the elementwise, reduction, shape and matmul ops
 
 Variable leaf(const Shape& s, Generator& g, double lo = -1, double hi = 1) {

@@ -267,6 +267,21 @@ LayerNormGrads RecordingBackend::layer_norm_backward(const Tensor& grad_y, const
   return inner_.layer_norm_backward(grad_y, x, mean, rstd, gamma);
 }
 
+std::optional<AddLayerNormForward> RecordingBackend::add_layer_norm(const Tensor& x, const Tensor& branch,
+                                                                    int64_t normalized_size,
+                                                                    const Tensor& gamma, const Tensor& beta,
+                                                                    double eps, DType y_dtype) {
+  called_.insert("add_layer_norm");
+  return inner_.add_layer_norm(x, branch, normalized_size, gamma, beta, eps, y_dtype);
+}
+
+std::optional<AddLayerNormGrads> RecordingBackend::add_layer_norm_backward(
+    const Tensor& grad_y, const Tensor& grad_h_in, const Tensor& h, const Tensor& mean, const Tensor& rstd,
+    const Tensor& gamma, DType branch_dtype) {
+  called_.insert("add_layer_norm_backward");
+  return inner_.add_layer_norm_backward(grad_y, grad_h_in, h, mean, rstd, gamma, branch_dtype);
+}
+
 Tensor RecordingBackend::softmax(const Tensor& x) {
   called_.insert("softmax");
   return inner_.softmax(x);

@@ -218,6 +218,65 @@ OpCase scaled_residual_case(bool with_keep, bool f32_scale = false) {
   return c;
 }
 
+struct AddLayerNormSetup {
+  Shape x;  // [..., C]
+  // The branch is bf16 beside an f32 x, and y is stored as bf16 (autocast's residual stream): the
+  // device runs in f32 only, and the f64 reference widens the same bf16 values.
+  bool half_branch = false;
+  // Whether h has another consumer whose gradient the backward adds (a block's join, not the last).
+  bool grad_h_in = true;
+};
+
+// Inputs: x, branch, gamma, beta, dy[, dh]. Outputs: y, h, mean, rstd, then the gradients of x, branch,
+// gamma and beta for dy (and dh). The finite differences differentiate y (the first output) alone.
+OpCase add_layer_norm_case(const std::string& what, const AddLayerNormSetup& s) {
+  OpCase c;
+  c.name = "add_layer_norm and its backward " + what;
+  const int64_t C = s.x.back();
+  c.inputs = {uniform(s.x, -2.0, 3.0),
+              s.half_branch ? fixed(s.x, DType::bf16, InputSpec::Values::uniform) : uniform(s.x),
+              uniform({C}, 0.5, 1.5), uniform({C}), uniform(s.x)};
+  if (s.grad_h_in) c.inputs.push_back(uniform(s.x));
+  auto branch_of = [](const Tensors& in) {
+    return in[0].dtype() == DType::f32 || in[1].dtype() == in[0].dtype() ? in[1] : in[1].to(in[0].dtype());
+  };
+  auto forward = [C, branch_of](Backend& b, Tensors& in) {
+    const Tensor branch = branch_of(in);
+    const DType y_dtype = branch.dtype();
+    if (auto f = b.add_layer_norm(in[0], branch, C, in[2], in[3], kEps, y_dtype)) return *f;
+    const Tensor h = b.binary(BinaryOp::add, in[0], branch);
+    const LayerNormForward l = b.layer_norm(h, C, in[2], in[3], kEps, y_dtype);
+    return AddLayerNormForward{h, l.y, l.mean, l.rstd};
+  };
+  auto backward = [branch_of](Backend& b, Tensors& in, const AddLayerNormForward& f, const Tensor& dy,
+                              const Tensor& dh) {
+    const DType branch_dtype = branch_of(in).dtype();
+    const Tensor grad_y = dy.to(f.y.dtype());
+    if (auto g = b.add_layer_norm_backward(grad_y, dh, f.h, f.mean, f.rstd, in[2], branch_dtype))
+      return Tensors{g->grad_x, g->grad_branch, g->grad_gamma, g->grad_beta};
+    const LayerNormGrads l = b.layer_norm_backward(grad_y, f.h, f.mean, f.rstd, in[2]);
+    const Tensor grad_h = dh.defined() ? b.binary(BinaryOp::add, dh, l.grad_x) : l.grad_x;
+    return Tensors{grad_h, grad_h.to(branch_dtype), l.grad_gamma, l.grad_beta};
+  };
+  const bool has_dh = s.grad_h_in;
+  c.run = [forward, backward, has_dh](Backend& b, Tensors& in) {
+    const AddLayerNormForward f = forward(b, in);
+    Tensors out{f.y, f.h, f.mean, f.rstd};
+    for (const Tensor& g : backward(b, in, f, in[4], has_dh ? in[5] : Tensor())) out.push_back(g);
+    return out;
+  };
+  c.gradient = [forward, backward, half = s.half_branch](Backend& b, Tensors& in, const Tensor& g) {
+    Tensors grads = backward(b, in, forward(b, in), g, Tensor());
+    if (half) grads.erase(grads.begin() + 1);  // a fixed-dtype input is not differentiated in f64
+    return grads;
+  };
+  c.differentiable = s.half_branch ? std::vector<int>{0, 2, 3} : std::vector<int>{0, 1, 2, 3};
+  c.device_dtypes =
+      s.half_branch ? std::vector<DType>{DType::f32} : std::vector<DType>{DType::f32, DType::bf16};
+  c.rtol_f32 = s.half_branch ? 8e-3 : 2e-5;  // y, dy and the branch's gradient are bf16 on the device
+  return c;
+}
+
 }  // namespace
 
 std::vector<OpCase> transformer_cases() {
@@ -245,6 +304,15 @@ std::vector<OpCase> transformer_cases() {
     c.rtol_f32 = 1e-4;
     cases.push_back(c);
   }
+  // Rows that are no multiple of a block's 4 warps nor of 32 values; ViT-S's and ViT-B's widths with
+  // autocast's bf16 branch; the encoder's last join (nothing else reads h); rows longer than the fused
+  // kernels take (the CUDA backend composes them).
+  cases.push_back(add_layer_norm_case("over 3x7x37, gradient from h's other consumer", {.x = {3, 7, 37}}));
+  cases.push_back(
+      add_layer_norm_case("over 2x5x384, a bf16 branch beside f32", {.x = {2, 5, 384}, .half_branch = true}));
+  cases.push_back(add_layer_norm_case("over 3x768, a bf16 branch, h read by nothing else",
+                                      {.x = {3, 768}, .half_branch = true, .grad_h_in = false}));
+  cases.push_back(add_layer_norm_case("over 2x1100, rows longer than the fused kernels", {.x = {2, 1100}}));
   cases.push_back(scaled_residual_case(false));
   cases.push_back(scaled_residual_case(true));
   cases.push_back(scaled_residual_case(true, true));
