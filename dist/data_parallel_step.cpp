@@ -12,13 +12,16 @@ namespace {
 // flag), update the scale. Nothing waits for the device, so it can be captured.
 void update_with_device_scaler(const StepParts& parts) {
   parts.scaler.unscale_on_device(parts.params, parts.agree_found_inf);
+  // After unscaling, as torch's recipe: a non-finite gradient makes the norm non-finite too, and the
+  // optimizer skips the step on the scaler's flag anyway.
+  if (parts.clip_grad_norm > 0 && !parts.zero) clip_grad_norm_on_device(parts.params, parts.clip_grad_norm);
   parts.optimizer.step();
   if (parts.ema) parts.ema->after_optimizer_step(false, parts.scaler.found_inf_flag());
   parts.scaler.update_on_device();
 }
 
-// Without a scaler, or with one deciding on the host: unscale and check (one host read), then clip, set
-// the learning rate and step -- or skip. Returns whether the update ran.
+// Without a scaler, or with one deciding on the host: unscale and check (one host read with a scaler),
+// then clip (on the device), set the learning rate and step -- or skip. Returns whether the update ran.
 bool update_with_host_scaler(const StepParts& parts, std::optional<double> lr) {
   LossScaler& scaler = parts.scaler;
   const bool finite =
@@ -26,7 +29,7 @@ bool update_with_host_scaler(const StepParts& parts, std::optional<double> lr) {
       (parts.zero ? scaler.unscale_and_check(parts.zero->gradients_to_unscale(), parts.all_ranks_finite)
                   : scaler.unscale_and_check(parts.params, parts.all_ranks_finite));
   if (finite) {
-    if (parts.clip_grad_norm > 0 && !parts.zero) clip_grad_norm(parts.params, parts.clip_grad_norm);
+    if (parts.clip_grad_norm > 0 && !parts.zero) clip_grad_norm_on_device(parts.params, parts.clip_grad_norm);
     if (lr) set_step_lr(parts.optimizer, *lr);
     parts.optimizer.step();
   }

@@ -541,6 +541,13 @@ class Backend {
   // out[0] += sum of the squares of every element of every tensor, in f64 (out: f64 [1] on this
   // backend's device): LAMB's global gradient norm, left on the device.
   virtual void add_squared_norms(const std::vector<const Tensor*>& tensors, Tensor& out) = 0;
+  // Gradient-norm clipping left on the device (torch.nn.utils.clip_grad_norm_ without its host read, so
+  // a captured step can clip): norm = the L2 norm over every element of every tensor, its squares summed
+  // in f64 in an order fixed by the shapes (the same bits on every run); each tensor is then multiplied
+  // in place by min(max_norm / (norm + 1e-6), 1) in its dtype, and left as it is where that is 1 (a NaN
+  // norm makes every value NaN, as torch's does). Tensors: dense (contiguous in their memory format), f32
+  // or f64, on this backend's device; norm_out (f64 [1] there) gets the norm.
+  virtual void clip_by_total_norm(const std::vector<Tensor*>& tensors, double max_norm, Tensor& norm_out) = 0;
   virtual void lamb_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
                          const LambParams& p) = 0;
   // momentum_buffer starts as the first (adapted) gradient, as sgd_step's.

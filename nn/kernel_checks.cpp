@@ -80,6 +80,21 @@ void check_squared_norms(const std::vector<const Tensor*>& tensors, const Tensor
                                   device.str());
 }
 
+void check_clip_by_total_norm(const std::vector<Tensor*>& tensors, double max_norm, const Tensor& norm_out,
+                              Device device) {
+  if (!std::isfinite(max_norm) || max_norm < 0.0)
+    throw std::invalid_argument("clip_by_total_norm: max_norm must be finite and >= 0, got " +
+                                std::to_string(max_norm));
+  if (norm_out.dtype() != DType::f64 || norm_out.numel() != 1 || norm_out.device() != device)
+    throw std::invalid_argument("clip_by_total_norm: norm_out must be f64 [1] on " + device.str() + ", got " +
+                                norm_out.str());
+  for (const Tensor* t : tensors)
+    if (t->device() != device || (t->dtype() != DType::f32 && t->dtype() != DType::f64) ||
+        !t->is_contiguous(t->suggest_memory_format()))
+      throw std::invalid_argument("clip_by_total_norm: " + t->str() +
+                                  " must be a dense f32 or f64 tensor on " + device.str());
+}
+
 void check_flag(const Tensor& flag, Device device, const char* op) {
   if (flag.dtype() != DType::i64 || flag.numel() != 1 || flag.device() != device)
     throw std::invalid_argument(std::string(op) + ": the flag must be i64 [1] on " + device.str() + ", got " +

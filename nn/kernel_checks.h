@@ -47,6 +47,10 @@ LambScalars lamb_scalars(const LambParams& p, int64_t step);  // throws unless s
 void check_ema_update(const std::vector<Backend::EmaPair>& pairs, const Tensor& updates, Device device);
 // add_squared_norms' arguments: floating tensors on `device`, out f64 [1] there.
 void check_squared_norms(const std::vector<const Tensor*>& tensors, const Tensor& out, Device device);
+// clip_by_total_norm's: max_norm finite and >= 0, dense f32 or f64 tensors on `device`, norm_out f64 [1]
+// there.
+void check_clip_by_total_norm(const std::vector<Tensor*>& tensors, double max_norm, const Tensor& norm_out,
+                              Device device);
 
 // sync_bn_global_stats' arguments: packed sums of 2C + 1 values, f32 or f64 statistics, running
 // statistics both defined or neither. Returns C.

@@ -17,14 +17,12 @@ std::string step_graph_blocker(const Config& config, int world_size) {
     return "train.precision = \"fp16\" with " + loss_scaler_host_reason(config) +
            ": the loss scaler decides on the host whether a step is skipped";
   if (config.train.grad_accum_steps > 1) return "train.grad_accum_steps > 1: micro-batches are not captured";
-  if (config.optim.clip_grad_norm > 0) return "optim.clip_grad_norm: the gradient norm is read on the host";
   if (config.model.dropout > 0) return "model.dropout: its random masks are drawn with a host-side generator";
   if (config.dist.zero_stage > 0) return "dist.zero_stage: the sharded optimizer is not captured";
   return "";
 }
 
 std::string loss_scaler_host_reason(const Config& config) {
-  if (config.optim.clip_grad_norm > 0) return "optim.clip_grad_norm";
   if (config.dist.zero_stage > 0) return "dist.zero_stage";
   return "";
 }

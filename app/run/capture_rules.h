@@ -14,9 +14,9 @@ namespace trainer {
 std::string step_graph_blocker(const Config& config, int world_size);
 
 // Why fp16's loss scaler must decide on the host whether a step is skipped ("" when it can keep its
-// state and decision on the device, LossScaler::keep_on_device): clipping (the gradient norm is a host
-// value) or the sharded optimizer (it unscales its own shard). SGD and AdamW both skip on the device
-// flag exactly (Optimizer::skips_exactly_on_device).
+// state and decision on the device, LossScaler::keep_on_device): the sharded optimizer (it unscales its
+// own shard). SGD and AdamW both skip on the device flag exactly (Optimizer::skips_exactly_on_device);
+// gradient clipping stays on the device too (clip_grad_norm_on_device).
 std::string loss_scaler_host_reason(const Config& config);
 
 }  // namespace trainer

@@ -13,7 +13,8 @@
 // convolution algorithms, which a capture must not do), and any batch of another shape (an epoch's
 // smaller last batch). fp16's loss scaler decides on the device where it can (see
 // loss_scaler_host_reason), and is captured with the step. Runs whose step needs the host in the
-// middle (a host-side loss scaler, accumulation, clipping, dropout, ZeRO) are not captured at all:
+// middle (a host-side loss scaler, accumulation, dropout, ZeRO) are not captured at all (clipping is
+// captured: its norm and coefficient stay on the device, clip_grad_norm_on_device):
 // step_graph_blocker() says why, and the log says so.
 //
 // Several ranks (dist.cuda_graph): the gradient all-reduce is captured with the step. The reducer's

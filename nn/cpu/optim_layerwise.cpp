@@ -1,6 +1,7 @@
 // The weight average's update (timm's ModelEmaV3) and the layer-wise adaptive optimizers (timm's Lamb
 // and Lars) on the CPU: plain loops in the parameter's dtype, norms summed in double in element order
-// (the same sums on every run), scalar rules from nn/optim/update_rules.h.
+// (the same sums on every run), scalar rules from nn/optim/update_rules.h; gradient-norm clipping on
+// the same sums.
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -86,6 +87,24 @@ void CpuBackend::add_squared_norms(const std::vector<const Tensor*>& tensors, Te
                            [&] { sum += squared_norm(dense.data<scalar_t>(), dense.numel()); });
   }
   *out.data<double>() += sum;
+}
+
+void CpuBackend::clip_by_total_norm(const std::vector<Tensor*>& tensors, double max_norm, Tensor& norm_out) {
+  check_clip_by_total_norm(tensors, max_norm, norm_out, Device::cpu());
+  double sum = 0.0;
+  for (const Tensor* t : tensors)
+    TRAINER_DISPATCH_FLOAT(t->dtype(), "clip_by_total_norm",
+                           [&] { sum += squared_norm(t->data<scalar_t>(), t->numel()); });
+  const double norm = std::sqrt(sum);
+  *norm_out.data<double>() = norm;
+  const double coef = max_norm / (norm + 1e-6);
+  if (coef >= 1.0) return;  // NaN falls through and propagates, as torch's clamp(coef, max=1) does
+  for (Tensor* t : tensors)
+    TRAINER_DISPATCH_FLOAT(t->dtype(), "clip_by_total_norm", [&] {
+      scalar_t* x = t->data<scalar_t>();
+      const scalar_t c = static_cast<scalar_t>(coef);
+      for (int64_t i = 0, n = t->numel(); i < n; ++i) x[i] *= c;
+    });
 }
 
 void CpuBackend::lamb_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,

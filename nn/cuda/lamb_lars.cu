@@ -1,8 +1,9 @@
 // timm's Lamb and Lars on the GPU, one parameter per call like AdamW's kernel (optim.cu): a first
 // kernel sums the norms the trust ratio needs (f64, block sums then one atomic add per block), a second
 // applies the update with the ratio it reads from the device. The global gradient norm of Lamb's
-// clipping is add_squared_norms' device sum; the step's scalars come from the host, the device scalars
-// of a captured step or the device count of applied updates, as AdamW's. f32 and f64, like the CPU.
+// clipping is add_squared_norms' device sum (grad_norm.cu); the step's scalars come from the host, the
+// device scalars of a captured step or the device count of applied updates, as AdamW's. f32 and f64,
+// like the CPU.
 #include "nn/cuda/kernels.cuh"
 #include "nn/kernel_checks.h"
 #include "nn/optim/update_rules.h"
@@ -37,15 +38,6 @@ void check_slot(const Tensor& param, const Tensor& state, const char* op, const 
 __device__ __forceinline__ void block_add(double v, double* out) {
   v = block_sum(v);
   if (threadIdx.x == 0) atomicAdd(out, v);
-}
-
-template <class T>
-__global__ void squared_norm_kernel(const T* x, int64_t n, double* out) {
-  double s = 0.0;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    s += static_cast<double>(x[i]) * static_cast<double>(x[i]);
-  block_add(s, out);
 }
 
 // A Lamb step's scalars, worked out by one thread per block (see adamw_kernel).
@@ -171,22 +163,6 @@ __global__ void lars_apply_kernel(T* w, const T* gp, T* buf, int64_t n, bool fir
 
 }  // namespace
 }  // namespace cuda
-
-void CudaBackend::add_squared_norms(const std::vector<const Tensor*>& tensors, Tensor& out) {
-  using namespace cuda;
-  check_squared_norms(tensors, out, out.device());
-  check_device(out, "add_squared_norms", "out");
-  for (const Tensor* t : tensors) {
-    const Tensor dense = is_dense(*t) ? *t : t->contiguous();
-    const int64_t n = dense.numel();
-    if (n == 0) continue;
-    CUDA_DISPATCH_F32_F64(dense.dtype(), "add_squared_norms", [&] {
-      squared_norm_kernel<scalar_t><<<grid_size(n, kThreads), kThreads, 0, cuda_stream()>>>(
-          static_cast<const scalar_t*>(dense.raw_data()), n, static_cast<double*>(out.raw_data()));
-      CUDA_CHECK_LAUNCH();
-    });
-  }
-}
 
 void CudaBackend::lamb_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
                             const LambParams& p) {

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "nn/cuda/kernels.cuh"
+#include "nn/cuda/multi_tensor.cuh"
 #include "nn/kernel_checks.h"
 
 namespace trainer {
@@ -55,20 +56,6 @@ struct SgdLaunch {
   int chunk_start[kSgdTensors + 1];
   bool aligned = true;  // every pointer 16-byte aligned
 };
-
-// The elements [begin, end) of tensor `tensor` that this block of a multi-tensor launch updates: block
-// b is chunk b - chunk_start[t] of the tensor t whose chunks hold it.
-struct BlockChunk {
-  int tensor;
-  int64_t begin, end;
-};
-template <class Launch>
-__device__ __forceinline__ BlockChunk block_chunk(const Launch& l, int64_t chunk_size) {
-  int t = 0;
-  while (t + 1 < l.tensors && l.chunk_start[t + 1] <= static_cast<int>(blockIdx.x)) ++t;
-  const int64_t begin = (blockIdx.x - l.chunk_start[t]) * chunk_size;
-  return {t, begin, begin + chunk_size < l.numel[t] ? begin + chunk_size : l.numel[t]};
-}
 
 // torch.optim.SGD's update of one element, in its order of operations.
 template <class T>

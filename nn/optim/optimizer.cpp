@@ -289,33 +289,29 @@ void Optimizer::load_state(const std::vector<std::pair<std::string, Tensor>>& st
   if (applied_steps_.defined()) applied_steps_.copy_(host_step_counts());
 }
 
-double clip_grad_norm(const std::vector<Variable>& params, double max_norm) {
+Tensor clip_grad_norm_on_device(const std::vector<Variable>& params, double max_norm) {
   if (!std::isfinite(max_norm) || max_norm < 0.0)
     throw std::invalid_argument("clip_grad_norm: max_norm must be finite and >= 0, got " +
                                 std::to_string(max_norm));
-  std::vector<Variable> with_grad;
-  double sum_sq = 0.0;
+  std::vector<Tensor*> grads;
   for (const Variable& v : params) {
     if (!v.defined()) throw std::invalid_argument("clip_grad_norm: undefined variable");
     if (!v.grad().defined()) continue;
-    Backend& be = backend_for(v.grad());
-    sum_sq += be.sum(be.unary(UnaryOp::square, v.grad()), {}, false).item();
-    with_grad.push_back(v);
+    Tensor& g = v.impl()->grad;  // the parameter's own gradient, scaled in place
+    if (!g.is_contiguous(g.suggest_memory_format())) g = g.contiguous(g.suggest_memory_format());
+    if (!grads.empty() && g.device() != grads.front()->device())
+      throw std::invalid_argument("clip_grad_norm: gradients on " + grads.front()->device().str() + " and " +
+                                  g.device().str() + "; clip each device's parameters apart");
+    grads.push_back(&g);
   }
-  const double total_norm = std::sqrt(sum_sq);
-  const double coef = max_norm / (total_norm + 1e-6);
-  // As torch: clamp(coef, max=1); a NaN norm propagates into the gradients.
-  if (!(coef >= 1.0)) {
-    for (Variable& v : with_grad) {
-      Tensor& g = v.grad();
-      Backend& be = backend_for(g);
-      if (g.is_contiguous(g.suggest_memory_format()))  // dense in any layout: scaled in place
-        be.scale(g, coef);
-      else
-        g = be.binary_scalar(BinaryOp::mul, g, coef, false);
-    }
-  }
-  return total_norm;
+  if (grads.empty()) return Tensor::zeros({1}, DType::f64);
+  Tensor norm = Tensor::empty({1}, DType::f64, grads.front()->device());
+  backend_for(norm).clip_by_total_norm(grads, max_norm, norm);
+  return norm;
+}
+
+double clip_grad_norm(const std::vector<Variable>& params, double max_norm) {
+  return clip_grad_norm_on_device(params, max_norm).item();
 }
 
 void Optimizer::skip_if(const int64_t* device_flag) {

@@ -156,9 +156,13 @@ class Optimizer {
   std::vector<std::vector<char>> updated_;  // parallel to groups_[g].params: stepped by the last step()
 };
 
-// Scales all defined gradients in place so that their joint L2 norm is at most max_norm and returns
-// the norm before clipping (torch.nn.utils.clip_grad_norm_: coefficient max_norm / (norm + 1e-6),
-// applied only when below 1). Variables without a gradient are skipped.
+// Scales all defined gradients in place so that their joint L2 norm is at most max_norm
+// (torch.nn.utils.clip_grad_norm_: coefficient max_norm / (norm + 1e-6), applied only when below 1), on
+// their device with nothing read on the host (Backend::clip_by_total_norm), so a captured step clips
+// too. Returns the norm before clipping, f64 [1] on that device (on the CPU without gradients).
+// Variables without a gradient are skipped; gradients must be f32 or f64, all on one device.
+Tensor clip_grad_norm_on_device(const std::vector<Variable>& params, double max_norm);
+// The same, with the norm read on the host.
 double clip_grad_norm(const std::vector<Variable>& params, double max_norm);
 
 }  // namespace trainer

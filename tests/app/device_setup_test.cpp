@@ -75,9 +75,12 @@ TEST(PrecisionPolicyForARun, LossScalerPlacementAndFusedPathsComeFromTheConfigAn
 
   Config clip = c;
   clip.optim.clip_grad_norm = 1;
-  const PrecisionPolicy host = precision_policy(clip, Device::cuda(0));
+  EXPECT_TRUE(precision_policy(clip, Device::cuda(0)).loss_scale_on_device);
+  Config zero = c;
+  zero.dist.zero_stage = 1;
+  const PrecisionPolicy host = precision_policy(zero, Device::cuda(0));
   EXPECT_FALSE(host.loss_scale_on_device);
-  EXPECT_EQ(host.loss_scale_host_reason, "optim.clip_grad_norm");
+  EXPECT_EQ(host.loss_scale_host_reason, "dist.zero_stage");
 
   const PrecisionPolicy cpu = precision_policy(c, Device::cpu());
   EXPECT_FALSE(cpu.loss_scale_on_device);

@@ -57,9 +57,16 @@ TEST(StepGraphBlocker, EachFeatureThatNeedsTheHostInAStepNamesItsKey) {
   EXPECT_EQ(blocker_with([](Config& c) { c.train.cuda_graph = false; }), "train.cuda_graph = false");
   EXPECT_NE(blocker_with([](Config& c) {
               c.train.precision = Precision::fp16;
-              c.optim.clip_grad_norm = 1.0;
-            }).find("train.precision = \"fp16\" with optim.clip_grad_norm"),
+              c.dist.zero_stage = 1;
+            }).find("dist.zero_stage"),
             std::string::npos);
+  // Clipping is captured, fp16 or not: the norm and the coefficient stay on the device.
+  EXPECT_EQ(blocker_with([](Config& c) {
+              c.train.precision = Precision::fp16;
+              c.optim.clip_grad_norm = 1.0;
+            }),
+            "");
+  EXPECT_EQ(blocker_with([](Config& c) { c.optim.clip_grad_norm = 1.0; }), "");
   // fp16 with AdamW or SGD is captured: both skip on the device scaler's flag exactly.
   EXPECT_EQ(blocker_with([](Config& c) {
               c.train.precision = Precision::fp16;
@@ -68,8 +75,6 @@ TEST(StepGraphBlocker, EachFeatureThatNeedsTheHostInAStepNamesItsKey) {
             "");
   EXPECT_EQ(blocker_with([](Config& c) { c.train.precision = Precision::fp16; }), "");
   EXPECT_NE(blocker_with([](Config& c) { c.train.grad_accum_steps = 2; }).find("train.grad_accum_steps"),
-            std::string::npos);
-  EXPECT_NE(blocker_with([](Config& c) { c.optim.clip_grad_norm = 1.0; }).find("optim.clip_grad_norm"),
             std::string::npos);
   EXPECT_NE(blocker_with([](Config& c) { c.model.dropout = 0.1; }).find("model.dropout"), std::string::npos);
   EXPECT_NE(blocker_with([](Config& c) { c.dist.zero_stage = 1; }).find("dist.zero_stage"),
@@ -95,16 +100,16 @@ TEST(StepGraphBatches, TheWarmUpShapeIsCapturedAndOtherShapesRunEagerly) {
   EXPECT_FALSE(graph.captured());
 }
 
-// fp16's loss scaler stays on the host only where the step reads gradients on the host anyway (both
-// optimizers skip on a device flag exactly).
-TEST(LossScalerHostReason, OnlyClippingAndZeroKeepTheScalerOnTheHost) {
+// fp16's loss scaler stays on the host only where the sharded optimizer unscales its own shard (both
+// optimizers skip on a device flag exactly, and clipping stays on the device).
+TEST(LossScalerHostReason, OnlyZeroKeepsTheScalerOnTheHost) {
   EXPECT_EQ(loss_scaler_host_reason(Config{}), "");
   Config adamw;
   adamw.optim.name = OptimizerKind::adamw;
   EXPECT_EQ(loss_scaler_host_reason(adamw), "");
   Config clip;
   clip.optim.clip_grad_norm = 1.0;
-  EXPECT_EQ(loss_scaler_host_reason(clip), "optim.clip_grad_norm");
+  EXPECT_EQ(loss_scaler_host_reason(clip), "");
   Config zero;
   zero.dist.zero_stage = 2;
   EXPECT_EQ(loss_scaler_host_reason(zero), "dist.zero_stage");

@@ -1,5 +1,6 @@
 // The weight average's multi-tensor update (with its warm-up, copies, integer buffers, a skip flag and a
-// closed gate), the squared-norm sum and timm's Lamb and Lars steps (clipping, trust ratios, momentum).
+// closed gate), the squared-norm sum, gradient-norm clipping and timm's Lamb and Lars steps (clipping,
+// trust ratios, momentum).
 #include "op_case.h"
 
 namespace trainer::op_cases {
@@ -91,6 +92,33 @@ std::vector<OpCase> layerwise_optim_cases() {
       b.add_squared_norms({&in[0], &in[1]}, in[2]);
       b.add_squared_norms({&in[1]}, in[2]);
       return Tensors{in[2]};
+    };
+    cases.push_back(c);
+  }
+  // Clipping: several chunks of one tensor (16384 elements a block on the GPU), a channels-last image
+  // tensor, a norm below the limit, and more tensors than one GPU launch takes (48).
+  struct ClipSetup {
+    const char* what;
+    std::vector<Shape> shapes;
+    double max_norm;
+    bool image = false;
+  };
+  for (const ClipSetup& setup :
+       {ClipSetup{"over three tensors, one of three chunks, clipped", {{7, 5}, {13}, {40000}}, 1.0},
+        ClipSetup{"of a norm below the limit", {{7, 5}, {13}}, 100.0},
+        ClipSetup{"of a channels-last [2, 3, 4, 5] tensor", {{2, 3, 4, 5}, {6}}, 0.5, true},
+        ClipSetup{"over 50 tensors", std::vector<Shape>(50, Shape{9}), 2.0}}) {
+    OpCase c;
+    c.name = std::string("clip_by_total_norm ") + setup.what;
+    for (const Shape& shape : setup.shapes)
+      c.inputs.push_back(shape.size() == 4 ? image(shape) : uniform(shape));
+    c.inputs.push_back(fixed({1}, DType::f64));  // the norm
+    c.channels_last = setup.image;
+    c.run = [max_norm = setup.max_norm](Backend& b, Tensors& in) {
+      std::vector<Tensor*> grads;
+      for (size_t i = 0; i + 1 < in.size(); ++i) grads.push_back(&in[i]);
+      b.clip_by_total_norm(grads, max_norm, in.back());
+      return in;
     };
     cases.push_back(c);
   }

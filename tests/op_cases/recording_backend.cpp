@@ -390,6 +390,12 @@ void RecordingBackend::add_squared_norms(const std::vector<const Tensor*>& tenso
   inner_.add_squared_norms(tensors, out);
 }
 
+void RecordingBackend::clip_by_total_norm(const std::vector<Tensor*>& tensors, double max_norm,
+                                          Tensor& norm_out) {
+  called_.insert("clip_by_total_norm");
+  inner_.clip_by_total_norm(tensors, max_norm, norm_out);
+}
+
 void RecordingBackend::lamb_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
                                  const LambParams& p) {
   called_.insert("lamb_step");

@@ -122,6 +122,7 @@ class RecordingBackend final : public Backend {
   void count_updates(Tensor& counts, const std::vector<int64_t>& rows, const int64_t* skip_if) override;
   void ema_update(const std::vector<EmaPair>& pairs, Tensor& updates, const EmaParams& p) override;
   void add_squared_norms(const std::vector<const Tensor*>& tensors, Tensor& out) override;
+  void clip_by_total_norm(const std::vector<Tensor*>& tensors, double max_norm, Tensor& norm_out) override;
   void lamb_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
                  const LambParams& p) override;
   void lars_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, bool first_step,
