@@ -129,6 +129,9 @@ Variable softmax(const Variable& x);
 // half h cast to h's dtype first, as the linears' weights are).
 Variable scaled_residual_add(const Variable& x, const Variable& h, const Variable& scale, double p,
                              bool training, Generator* gen);
+// The same with drop path's mask given ([N, 1, ..., 1] in h's dtype, as drop_path_mask draws it; undefined:
+// no drop path).
+Variable scaled_residual_add(const Variable& x, const Variable& h, const Variable& scale, const Tensor& mask);
 
 // ---- attention (nn/functional/attention.cpp): torch.nn.functional.scaled_dot_product_attention
 // without mask or dropout: softmax(q k^T / sqrt(d)) v per batch entry and head. q [B, H, T, d],

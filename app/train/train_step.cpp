@@ -47,11 +47,13 @@ bool fetch_micro_batch(TrainingRun& run, DevicePrefetcher& input, MicroBatch& mb
   return true;
 }
 
-// Mixup/CutMix: the draws of (step, micro-batch) staged on the device ahead of the micro-batch's forward,
-// which reads them there (eagerly or replayed). A function of the step alone: every rank stages the same.
-void stage_mix_draws(TrainingRun& run, int micro, const Tensor& images) {
+// The micro-batch's random draws, staged on the device ahead of its forward, which reads them there
+// (eagerly or replayed): Mixup/CutMix's, a function of the step alone (every rank stages the same), and
+// stochastic depth's masks, the next of its generator's draws (nn/modules/stochastic_depth.h).
+void stage_step_draws(TrainingRun& run, int micro, const Tensor& images) {
   if (run.step.mixer && run.step.soft_loss.mix_images)
     run.step.mixer->stage(run.state.step, micro, images.size(2), images.size(3));
+  if (run.step.drop_path) run.step.drop_path->stage(images.size(0), run.context.device);
 }
 
 // What a step's micro-batch adds to the counters.
@@ -127,7 +129,7 @@ std::optional<StepResult> eager_step(TrainingRun& run, DevicePrefetcher& input, 
       if (!fetch_micro_batch(run, input, current)) return std::nullopt;
     }
     count_micro_batch(run, current, result);
-    stage_mix_draws(run, micro, current.images);
+    stage_step_draws(run, micro, current.images);
     return StepInput{current.images, current.labels};
   };
   result.lr = step_lr(run.experiment, run.state);
@@ -169,7 +171,7 @@ StepResult graphed_step(TrainingRun& run, MicroBatch mb) {
   StepResult result;
   run.reporter.timer->begin(Phase::graph);
   graph.load(mb.images, mb.labels);
-  stage_mix_draws(run, 0, mb.images);
+  stage_step_draws(run, 0, mb.images);
   result.lr = step_lr(run.experiment, run.state);
   set_step_lr(optimizer, result.lr);  // the graph reads it from the device (use_device_scalars)
   ModelEma* ema = run.experiment.ema.get();

@@ -37,6 +37,7 @@
 #include "nn/amp/loss_scaler.h"
 #include "nn/amp/precision_policy.h"
 #include "nn/batch_mix.h"
+#include "nn/modules/stochastic_depth.h"
 #include "nn/training_loss.h"
 
 namespace trainer {
@@ -126,6 +127,8 @@ struct StepMachinery {
   // from them (parts->soft_loss points here); null / unused otherwise.
   std::unique_ptr<BatchMixer> mixer;
   TrainingLoss soft_loss;
+  // Stochastic depth (ConvNeXt's drop path): its masks staged before each forward; null without.
+  std::unique_ptr<DropPathStager> drop_path;
 };
 
 // The loop's decisions between steps and epochs.

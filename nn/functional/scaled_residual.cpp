@@ -18,15 +18,26 @@ Variable scaled_residual_add(const Variable& x, const Variable& h, const Variabl
                              bool training, Generator* gen) {
   if (!(p >= 0.0 && p < 1.0))
     throw std::invalid_argument("scaled_residual_add: p must be in [0, 1), got " + std::to_string(p));
+  Tensor mask;  // [N, 1, ..., 1]
+  if (training && p > 0.0) {
+    if (!gen) throw std::invalid_argument("scaled_residual_add: drop path needs a Generator");
+    if (h.dim() < 1) throw std::invalid_argument("scaled_residual_add: h must have a batch dimension");
+    mask = drop_path_mask(h, p, *gen);
+  }
+  return scaled_residual_add(x, h, scale, mask);
+}
+
+Variable scaled_residual_add(const Variable& x, const Variable& h, const Variable& scale,
+                             const Tensor& mask) {
   if (x.shape() != h.shape() || h.dim() < 1 || scale.dim() != 1 || scale.size(0) != h.size(-1))
     throw std::invalid_argument("scaled_residual_add: x " + shape_str(x.shape()) + " and h " +
                                 shape_str(h.shape()) + " must share a shape [N, ..., C] and scale " +
                                 shape_str(scale.shape()) + " be [C]");
-  Tensor mask;  // [N, 1, ..., 1]
-  if (training && p > 0.0) {
-    if (!gen) throw std::invalid_argument("scaled_residual_add: drop path needs a Generator");
-    mask = drop_path_mask(h, p, *gen);
-  }
+  Shape mask_shape(h.dim(), 1);
+  mask_shape[0] = h.size(0);
+  if (mask.defined() && (mask.shape() != mask_shape || mask.dtype() != h.dtype()))
+    throw std::invalid_argument("scaled_residual_add: the mask must be " + shape_str(mask_shape) +
+                                " in h's dtype, got " + shape_str(mask.shape()));
   const Tensor hd = h.data(), sd = scale.data();
   const Tensor keep = mask.defined() ? mask.reshape({h.size(0)}) : Tensor();
   // The backend says whether its kernel takes these operands (dtypes, layouts).

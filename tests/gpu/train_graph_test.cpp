@@ -174,6 +174,17 @@ TEST_F(TrainGraph, ClippedStepsReplayEqualEagerStepsBitwise) {
                             " --set train.precision=bf16");
 }
 
+// Stochastic depth inside the captured step: ConvNeXt's drop-path masks are drawn on the host and staged
+// at one device address before each step (DropPathStager), so each replay drops the samples its eager
+// twin drops (a mask drawn inside the capture would be replayed, or read from reused host memory).
+TEST_F(TrainGraph, DropPathReplaysEqualEagerStepsBitwise) {
+  REQUIRE_GPU();
+  expect_graph_equals_eager(
+      config("[optim]\nname = \"adamw\"\nlr = 0.002\n"),
+      " --set model.name=convnext --set 'model.depths=[1,2]' --set 'model.widths=[8,16]'"
+      " --set model.stem_patch=2 --set model.drop_path=0.5 --set train.precision=bf16");
+}
+
 // model.freeze_epochs: the graph captured while conv1 and bn1 are frozen is dropped when they start to
 // train (epoch 3, step 21); that step runs eagerly (allocating their momentum) and step 22 is captured
 // anew. Losses, weights and optimizer state equal the eager run's bit for bit.

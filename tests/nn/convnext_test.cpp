@@ -12,6 +12,7 @@
 #include "gradcheck.h"
 #include "nn/functional.h"
 #include "nn/models/registry.h"
+#include "nn/modules/stochastic_depth.h"
 #include "state_dict_lookup.h"
 
 namespace trainer {
@@ -224,6 +225,53 @@ TEST(ConvNeXt, TrainingDropsBlocksEvalIsDeterministic) {
   bool differs = false;
   for (int i = 0; i < 4 && !differs; ++i) differs = m->forward(x).data().to_vector<float>() != e1;
   EXPECT_TRUE(differs);
+}
+
+// The trainer stages each step's drop-path masks before the forward (a CUDA graph cannot draw on the
+// host): staged masks are the draws the forward would make, in the same order, so a run gives the same
+// numbers staged or not; each staged mask is read once, and a forward with nothing staged (or another
+// batch size) draws as before.
+TEST(ConvNeXt, StagedDropPathMasksAreTheDrawsTheForwardWouldMake) {
+  ModelOptions o;
+  o.name = "convnext";
+  o.depths = {2, 2};
+  o.widths = {8, 16};
+  o.drop_path = 0.5;
+  o.layer_scale = 1.0;
+  o.seed = 7;
+  auto model_with = [&o] {
+    ModelOptions with_gen = o;
+    with_gen.dropout_generator = std::make_shared<Generator>(99);
+    return create_model(with_gen);
+  };
+  auto drawn = model_with(), staged = model_with();
+  DropPathStager stager(*staged);
+  ASSERT_FALSE(stager.empty());
+  Generator gen(57);
+  const Tensor x4 = random_tensor({4, 3, 16, 16}, gen).to(DType::f32);
+  const Tensor x3 = random_tensor({3, 3, 16, 16}, gen).to(DType::f32);
+  for (int step = 0; step < 3; ++step) {
+    stager.stage(4, Device::cpu());
+    EXPECT_EQ(staged->forward(Variable(x4)).data().to_vector<float>(),
+              drawn->forward(Variable(x4)).data().to_vector<float>())
+        << step;
+  }
+  // Consumed: the next forward draws from the generator, as the unstaged model's does.
+  EXPECT_EQ(staged->forward(Variable(x4)).data().to_vector<float>(),
+            drawn->forward(Variable(x4)).data().to_vector<float>());
+  // An epoch's smaller last batch is staged at its own size, in the same buffer.
+  stager.stage(3, Device::cpu());
+  EXPECT_EQ(staged->forward(Variable(x3)).data().to_vector<float>(),
+            drawn->forward(Variable(x3)).data().to_vector<float>());
+  staged->eval();
+  stager.stage(4, Device::cpu());  // nothing staged in evaluation
+  drawn->eval();
+  EXPECT_EQ(staged->forward(Variable(x4)).data().to_vector<float>(),
+            drawn->forward(Variable(x4)).data().to_vector<float>());
+  EXPECT_FALSE(DropPathStager(*convnext("convnext_tiny")).empty());
+  ModelOptions no_drop = o;
+  no_drop.drop_path = 0.0;
+  EXPECT_TRUE(DropPathStager(*create_model(no_drop)).empty());
 }
 
 TEST(ConvNeXt, F32ChannelsLastPathMatchesF64) {
