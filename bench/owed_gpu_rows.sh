@@ -15,6 +15,10 @@
 #      gpu_tests.
 #   2  issue 39's data_wait table alone (bench/imagefolder_bench.sh PARTS=augment), then issue 38's
 #      ViT accuracy at 60 epochs (VIT_EPOCHS), seeds 0-2 side by side.
+#   s  (not in the default) the most of 1 and 2 that fits one 10-minute call: the new-kernel gpu_tests
+#      beside our recipe seeds 0-2 (accuracy only), then the step times alone (ours and eager for
+#      vit_s_16, vit_b_16, convnext_tiny, resnet50), then the ViT at VIT_EPOCHS, seeds 0-2 side by side,
+#      until the call's time is up (the per-epoch log lines show how far each got).
 #   3  (not in the default) the same ViT recipe in PyTorch (bench/torch_fashion_mnist_recipe.py), seeds
 #      0-2 side by side: issue 38's "within 0.3 points, in more time" once part 2 reaches 92.5%; time
 #      one seed alone (SEEDS=0) for the "more time" figure.
@@ -34,6 +38,36 @@ ours() {  # seed, timeout
     --set train.run_dir=/tmp/owed_recipe_$1 > "$O/recipe_ours_s$1.log" 2>&1
   cp /tmp/owed_recipe_$1/summary.json "$O/recipe_ours_s$1.json" 2>/dev/null
 }
+COMMON="--batch 128 --image 224 --channels 3 --classes 1000 --optim adamw"
+speed_rows() {  # model...: ours then PyTorch eager, each alone on the GPU
+  for m in "$@"; do
+    timeout 60 "$B/nn_bench" --model $m $COMMON --device cuda --math bf16 --iters 20 --graph 1 --layout cl 2>/dev/null | tail -1
+    timeout 90 python3 bench/torch_reference.py --model $m $COMMON --device cuda --dtype bf16 --channels-last \
+      --iters 20 --sgd fused 2>/dev/null | tail -1
+  done
+}
+vit_seeds() {  # timeout: ViT at VIT_EPOCHS, seeds 0-2 side by side
+  for s in 0 1 2; do
+    timeout "$1" "$B/trainer" train configs/fashion_mnist_vit.toml --set train.device=cuda --set train.seed=$s \
+      --set train.epochs=${VIT_EPOCHS:-60} --set data.root="$FM" --set train.run_dir=/tmp/owed_vit_$s \
+      > "$O/vit_s$s.log" 2>&1 &
+  done
+  wait
+  for s in 0 1 2; do echo "vit s$s: $(grep -E '^done|^epoch|rror' "$O/vit_s$s.log" | tail -1)"; done | tee "$O/vit.txt"
+}
+if has s; then
+  stamp "new-kernel gpu_tests beside our recipe seeds 0-2"
+  for s in 0 1 2; do ours $s 150 & done
+  timeout 150 "$B/gpu_tests" --gtest_brief=1 --gtest_filter="$NEW" > "$O/gpu_tests_new.txt" 2>&1
+  tail -3 "$O/gpu_tests_new.txt"; grep -E "^\[  FAILED  \]" "$O/gpu_tests_new.txt" | sort -u | head -20
+  wait
+  for s in 0 1 2; do echo "ours s$s: $(grep -E '^done|rror' "$O/recipe_ours_s$s.log" | tail -1)"; done | tee "$O/recipe.txt"
+  stamp "step times alone: model batch input impl math layout img/s peak-MiB (ours, then PyTorch eager)"
+  speed_rows vit_s_16 vit_b_16 convnext_tiny resnet50 | tee "$O/speed.txt"
+  left=$((585 - (SECONDS - T0))); [ $left -lt 30 ] && left=30
+  stamp "ViT at ${VIT_EPOCHS:-60} epochs, seeds 0-2 side by side, ${left}s"
+  vit_seeds $left
+fi
 if has 1; then
   stamp "gpu_tests of the kernels no GPU has run yet"
   timeout 120 "$B/gpu_tests" --gtest_brief=1 --gtest_filter="$NEW" > "$O/gpu_tests_new.txt" 2>&1
@@ -41,17 +75,14 @@ if has 1; then
   stamp "one AdamW step of the small ViT and ConvNeXt in f32 against PyTorch"
   timeout 120 bash scripts/torch_parity_adamw.sh "$B" cuda f32 2>&1 | grep -E "worst|PARITY|loss" | tee "$O/parity_adamw.txt"
   stamp "step times alone: model batch input impl math layout img/s peak-MiB (ours, then PyTorch eager)"
-  common="--batch 128 --image 224 --channels 3 --classes 1000 --optim adamw"
-  for m in vit_s_16 convnext_tiny vit_b_16 resnet50; do
-    timeout 60 "$B/nn_bench" --model $m $common --device cuda --math bf16 --iters 20 --graph 1 --layout cl 2>/dev/null | tail -1
-    [ $m = vit_s_16 ] && timeout 60 "$B/nn_bench" --model $m $common --device cuda --math bf16 --iters 20 --graph 1 \
+  {
+    speed_rows vit_s_16 convnext_tiny vit_b_16 resnet50
+    timeout 60 "$B/nn_bench" --model vit_s_16 $COMMON --device cuda --math bf16 --iters 20 --graph 1 \
       --layout cl --fused-attention 0 2>/dev/null | tail -1 | sed 's/$/  (fused attention off)/'
-    timeout 90 python3 bench/torch_reference.py --model $m $common --device cuda --dtype bf16 --channels-last \
-      --iters 20 --sgd fused 2>/dev/null | tail -1
-  done | tee "$O/speed.txt"
+  } | tee "$O/speed.txt"
   stamp "CUPTI traces (nn_bench --trace 3)"
   for m in vit_b_16 vit_s_16 convnext_tiny; do
-    timeout 60 "$B/nn_bench" --model $m $common --device cuda --math bf16 --iters 5 --graph 1 --layout cl --trace 3 \
+    timeout 60 "$B/nn_bench" --model $m $COMMON --device cuda --math bf16 --iters 5 --graph 1 --layout cl --trace 3 \
       > "$O/trace_$m.txt" 2>&1
     grep -A2 "^trace" "$O/trace_$m.txt" | head -3
   done
@@ -79,13 +110,7 @@ if has 2; then
     > "$O/data_wait.txt" 2>&1
   tail -8 "$O/data_wait.txt"
   stamp "ViT at ${VIT_EPOCHS:-60} epochs, seeds 0-2 side by side"
-  for s in 0 1 2; do
-    timeout 400 "$B/trainer" train configs/fashion_mnist_vit.toml --set train.device=cuda --set train.seed=$s \
-      --set train.epochs=${VIT_EPOCHS:-60} --set data.root="$FM" --set train.run_dir=/tmp/owed_vit_$s \
-      > "$O/vit_s$s.log" 2>&1 &
-  done
-  wait
-  for s in 0 1 2; do echo "vit s$s: $(grep -E '^done|rror' "$O/vit_s$s.log" | tail -1)"; done | tee "$O/vit.txt"
+  vit_seeds 400
 fi
 if has 3; then
   stamp "the ViT recipe in PyTorch at ${VIT_EPOCHS:-60} epochs, seeds ${SEEDS:-0 1 2} side by side"
