@@ -18,7 +18,8 @@
 #   s  (not in the default) the most of 1 and 2 that fits one 10-minute call: the new-kernel gpu_tests
 #      beside our recipe seeds 0-2 (accuracy only), then the step times alone (ours and eager for
 #      vit_s_16, vit_b_16, convnext_tiny, resnet50), then the ViT at VIT_EPOCHS, seeds 0-2 side by side,
-#      until the call's time is up (the per-epoch log lines show how far each got).
+#      until the call's time is up (CALL_SECONDS, default 600; the per-epoch log lines show how far
+#      each got).
 #   3  (not in the default) the same ViT recipe in PyTorch (bench/torch_fashion_mnist_recipe.py), seeds
 #      0-2 side by side: issue 38's "within 0.3 points, in more time" once part 2 reaches 92.5%; time
 #      one seed alone (SEEDS=0) for the "more time" figure.
@@ -64,7 +65,7 @@ if has s; then
   for s in 0 1 2; do echo "ours s$s: $(grep -E '^done|rror' "$O/recipe_ours_s$s.log" | tail -1)"; done | tee "$O/recipe.txt"
   stamp "step times alone: model batch input impl math layout img/s peak-MiB (ours, then PyTorch eager)"
   speed_rows vit_s_16 vit_b_16 convnext_tiny resnet50 | tee "$O/speed.txt"
-  left=$((585 - (SECONDS - T0))); [ $left -lt 30 ] && left=30
+  left=$((${CALL_SECONDS:-600} - 15 - (SECONDS - T0))); [ $left -lt 30 ] && left=30
   stamp "ViT at ${VIT_EPOCHS:-60} epochs, seeds 0-2 side by side, ${left}s"
   vit_seeds $left
 fi
