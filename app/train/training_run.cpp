@@ -410,7 +410,8 @@ void set_up_step(TrainingRun& run) {
     reporter.log.line("cuDNN batch norm: " + cudnn_batchnorm_state(config, context.device));
   step.params = run.experiment.model->parameters();
   set_up_soft_targets(run);
-  if (auto drop_path = std::make_unique<DropPathStager>(*run.experiment.model); !drop_path->empty())
+  if (auto drop_path = std::make_unique<DropPathStager>(*run.experiment.model, config.data.batch_size);
+      !drop_path->empty())
     step.drop_path = std::move(drop_path);
   step.parts.emplace(StepParts{
       .model = *run.experiment.model,

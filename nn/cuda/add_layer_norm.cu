@@ -58,6 +58,9 @@ __global__ void add_layer_norm_kernel(const T* x, const B* branch, const A* gamm
   }
 }
 
+__device__ __forceinline__ float mul_rn(float a, float b) { return __fmul_rn(a, b); }
+__device__ __forceinline__ double mul_rn(double a, double b) { return __dmul_rn(a, b); }
+
 // grad_x = round_T(the norm's gradient) + grad_h_in (null: none), and grad_branch = grad_x in B (null:
 // B is T and grad_x serves both). D: grad_y's dtype.
 template <class D, class T, class B, class A, int kPerLane>
@@ -86,18 +89,21 @@ __global__ void add_layer_norm_backward_kernel(const D* dy, const T* grad_h_in, 
   for (int j = 0; j < kPerLane; ++j) {
     const int64_t c = lane + 32 * j;
     if (c >= C) continue;
-    A g = to_acc(store<T>(s * (dxhat[j] - mean_dxhat - xhat[j] * mean_dxhat_xhat)));
+    // The product rounded on its own (an explicit _rn multiply, which the compiler never contracts into
+    // a fused multiply-add with the sum below), as layer_norm's kernel stores it before the engine adds.
+    A g = to_acc(store<T>(mul_rn(s, dxhat[j] - mean_dxhat - xhat[j] * mean_dxhat_xhat)));
     if (grad_h_in) g = to_acc(store<T>(g + to_acc(grad_h_in[row + c])));
     grad_x[row + c] = store<T>(g);
     if (grad_branch) grad_branch[row + c] = store<B>(g);
   }
 }
 
-// Whether the fused kernels take these rows: dense and contiguous, at most 1024 values each (the warp
-// kernels), and few enough for one grid.
+// Whether the fused kernels take these rows: some, dense and contiguous, at most 1024 values each (the
+// warp kernels), and few enough for one grid. (No rows: the composed ops, whose backward knows the row
+// length without statistics.)
 bool rows_fusable(const Tensor& x, int64_t C) {
-  return x.dim() >= 1 && x.size(-1) == C && x.is_contiguous() && per_lane_for(C) != 0 &&
-         x.numel() / C <= 0x7fffffff;
+  return C > 0 && x.numel() > 0 && x.dim() >= 1 && x.size(-1) == C && x.is_contiguous() &&
+         per_lane_for(C) != 0 && x.numel() / C <= 0x7fffffff;
 }
 
 // And these dtypes: branch in x's or a half one beside f32, y stored in branch's (the two pairs a
@@ -159,7 +165,6 @@ std::optional<AddLayerNormForward> CudaBackend::add_layer_norm(const Tensor& x, 
   const DType stats = accumulate_dtype(x.dtype());
   AddLayerNormForward out{empty(x.shape(), x.dtype()), empty(x.shape(), y_dtype), empty({rows}, stats),
                           empty({rows}, stats)};
-  if (rows == 0) return out;
   const Tensor g = as_compute_dtype(gamma, x.dtype()), b = as_compute_dtype(beta, x.dtype());
   CUDA_DISPATCH_FLOAT(x.dtype(), "add_layer_norm", [&] {
     with_half_or_same<scalar_t>(branch.dtype(), [&](auto half_or_same) {
@@ -195,10 +200,6 @@ std::optional<AddLayerNormGrads> CudaBackend::add_layer_norm_backward(const Tens
   out.grad_x = empty(h.shape(), h.dtype());
   out.grad_branch = branch_dtype == h.dtype() ? out.grad_x : empty(h.shape(), branch_dtype);
   if (gamma.defined()) out.grad_gamma = empty({C}, stats), out.grad_beta = empty({C}, stats);
-  if (rows == 0) {
-    if (gamma.defined()) out.grad_gamma.fill_(0.0), out.grad_beta.fill_(0.0);
-    return out;
-  }
   CUDA_DISPATCH_FLOAT(h.dtype(), "add_layer_norm_backward", [&] {
     with_half_or_same<scalar_t>(dy.dtype(), [&](auto d) {
       with_half_or_same<scalar_t>(branch_dtype, [&](auto branch_type) {

@@ -25,14 +25,18 @@ Variable StochasticDepth::add_scaled_branch(const Variable& x, const Variable& b
   return F::scaled_residual_add(x, branch, scale, drops ? mask_for(branch) : Tensor());
 }
 
-void StochasticDepth::stage_mask(int64_t batch, DType dtype, Device device) {
-  if (batch < 1) throw std::invalid_argument("StochasticDepth::stage_mask: batch must be positive");
+void StochasticDepth::stage_mask(int64_t batch, int64_t capacity, DType dtype, Device device) {
+  if (batch < 1 || batch > capacity)
+    throw std::invalid_argument("StochasticDepth::stage_mask: a batch of " + std::to_string(batch) +
+                                " for a staging buffer of " + std::to_string(capacity));
   if (dtype != DType::f32 && dtype != DType::f64)
     throw std::invalid_argument("StochasticDepth::stage_mask: stages f32 or f64 masks");
   if (!gen_) throw std::logic_error("StochasticDepth::stage_mask: no Generator (p = 0 draws nothing)");
   const Tensor drawn = cpu_backend().dropout_mask({batch}, p_, dtype, *gen_);
-  if (!staged_.defined() || staged_.numel() < batch || staged_.dtype() != dtype || staged_.device() != device)
-    staged_ = Tensor::empty({batch}, dtype, device);
+  if (!staged_.defined() || staged_.numel() != capacity || staged_.dtype() != dtype ||
+      staged_.device() != device)
+    staged_ =
+        Tensor::empty({capacity}, dtype, device);  // once per run: the trainer's arguments do not change
   Tensor slot = staged_.slice(0, 0, batch);
   slot.copy_(drawn);  // queued on the device's stream ahead of the step that reads it
   staged_batch_ = batch;
@@ -48,7 +52,8 @@ Tensor StochasticDepth::mask_for(const Variable& x) {
   return mask.dtype() == x.dtype() ? mask : mask.to(x.dtype());
 }
 
-DropPathStager::DropPathStager(Module& model) {
+DropPathStager::DropPathStager(Module& model, int64_t max_batch) : max_batch_(max_batch) {
+  if (max_batch < 1) throw std::invalid_argument("DropPathStager: max_batch must be positive");
   for (const auto& [name, module] : model.named_modules())
     if (auto* depth = dynamic_cast<StochasticDepth*>(module); depth && depth->p() > 0.0)
       modules_.push_back(depth);
@@ -58,7 +63,7 @@ DropPathStager::DropPathStager(Module& model) {
 
 void DropPathStager::stage(int64_t batch, Device device) {
   for (StochasticDepth* depth : modules_)
-    if (depth->is_training()) depth->stage_mask(batch, dtype_, device);
+    if (depth->is_training()) depth->stage_mask(batch, max_batch_, dtype_, device);
 }
 
 }  // namespace trainer

@@ -27,8 +27,9 @@ class StochasticDepth : public Module {
   Variable add_scaled_branch(const Variable& x, const Variable& branch, const Variable& scale);
   // Draws the mask of the next forward, for a batch of `batch`, and copies it into the staging buffer
   // on `device` (in `dtype`: f32, or f64 for an f64 model; converted to the branch's dtype when read).
-  // The buffer keeps its address while batches are no larger than the first staged.
-  void stage_mask(int64_t batch, DType dtype, Device device);
+  // The buffer is allocated once, for `capacity` samples, and keeps its address (a captured graph reads
+  // it); a larger batch throws.
+  void stage_mask(int64_t batch, int64_t capacity, DType dtype, Device device);
 
  private:
   // The mask for x: the staged one when it is x's batch (then consumed), else drawn now.
@@ -44,7 +45,8 @@ class StochasticDepth : public Module {
 // each step's masks ahead of its forward (the trainer's, for its CUDA graph).
 class DropPathStager {
  public:
-  explicit DropPathStager(Module& model);
+  // max_batch: the largest batch a forward will see (the per-rank data.batch_size).
+  DropPathStager(Module& model, int64_t max_batch);
   bool empty() const { return modules_.empty(); }
   // Stages the next forward's mask of each of them in training mode (stage_mask), for a batch of
   // `batch` on `device`, in the model's precision (f64 for an f64 model, else f32).
@@ -52,6 +54,7 @@ class DropPathStager {
 
  private:
   std::vector<StochasticDepth*> modules_;
+  int64_t max_batch_;
   DType dtype_ = DType::f32;
 };
 

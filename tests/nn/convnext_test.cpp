@@ -245,8 +245,10 @@ TEST(ConvNeXt, StagedDropPathMasksAreTheDrawsTheForwardWouldMake) {
     return create_model(with_gen);
   };
   auto drawn = model_with(), staged = model_with();
-  DropPathStager stager(*staged);
+  DropPathStager stager(*staged, 4);
   ASSERT_FALSE(stager.empty());
+  // The buffer is sized once (a captured graph reads its address): a larger batch throws before drawing.
+  EXPECT_THROW(stager.stage(5, Device::cpu()), std::invalid_argument);
   Generator gen(57);
   const Tensor x4 = random_tensor({4, 3, 16, 16}, gen).to(DType::f32);
   const Tensor x3 = random_tensor({3, 3, 16, 16}, gen).to(DType::f32);
@@ -268,10 +270,10 @@ TEST(ConvNeXt, StagedDropPathMasksAreTheDrawsTheForwardWouldMake) {
   drawn->eval();
   EXPECT_EQ(staged->forward(Variable(x4)).data().to_vector<float>(),
             drawn->forward(Variable(x4)).data().to_vector<float>());
-  EXPECT_FALSE(DropPathStager(*convnext("convnext_tiny")).empty());
+  EXPECT_FALSE(DropPathStager(*convnext("convnext_tiny"), 8).empty());
   ModelOptions no_drop = o;
   no_drop.drop_path = 0.0;
-  EXPECT_TRUE(DropPathStager(*create_model(no_drop)).empty());
+  EXPECT_TRUE(DropPathStager(*create_model(no_drop), 8).empty());
 }
 
 TEST(ConvNeXt, F32ChannelsLastPathMatchesF64) {
