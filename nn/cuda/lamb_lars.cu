@@ -1,9 +1,11 @@
 // timm's Lamb and Lars on the GPU, one parameter per call like AdamW's kernel (optim.cu): a first
-// kernel sums the norms the trust ratio needs (f64, block sums then one atomic add per block), a second
-// applies the update with the ratio it reads from the device. The global gradient norm of Lamb's
-// clipping is add_squared_norms' device sum (grad_norm.cu); the step's scalars come from the host, the
-// device scalars of a captured step or the device count of applied updates, as AdamW's. f32 and f64,
-// like the CPU.
+// kernel sums the norms the trust ratio needs (f64, one partial per block, added in a fixed order by a
+// one-block kernel), a second applies the update with the ratio it reads from the device. The global
+// gradient norm of Lamb's clipping is add_squared_norms' device sum (grad_norm.cu); the step's scalars
+// come from the host, the device scalars of a captured step or the device count of applied updates, as
+// AdamW's. f32 and f64, like the CPU.
+#include <optional>
+
 #include "nn/cuda/kernels.cuh"
 #include "nn/kernel_checks.h"
 #include "nn/optim/update_rules.h"
@@ -34,11 +36,40 @@ void check_slot(const Tensor& param, const Tensor& state, const char* op, const 
                                 " must have the parameter's shape, dtype, device and layout " + param.str());
 }
 
-// Adds this thread's value into *out, one atomic per block.
-__device__ __forceinline__ void block_add(double v, double* out) {
-  v = block_sum(v);
-  if (threadIdx.x == 0) atomicAdd(out, v);
+// This block's sums of v0 and v1 into partials[blockIdx.x] and partials[gridDim.x + blockIdx.x]; one
+// block then adds them in index order (finish_norms_kernel), so the norms are the same bits on every
+// run (an atomic add per block would depend on which block finished first).
+__device__ __forceinline__ void block_partials(double v0, double v1, double* partials) {
+  v0 = block_sum(v0);
+  v1 = block_sum(v1);
+  if (threadIdx.x == 0) partials[blockIdx.x] = v0, partials[gridDim.x + blockIdx.x] = v1;
 }
+
+// norms[k] = the sum of partials[k * blocks, (k + 1) * blocks), for k = 0, 1.
+__global__ void finish_norms_kernel(const double* partials, int blocks, double* norms) {
+  for (int k = 0; k < 2; ++k) {
+    double s = 0.0;
+    for (int i = threadIdx.x; i < blocks; i += blockDim.x) s += partials[k * blocks + i];
+    s = block_sum(s);
+    if (threadIdx.x == 0) norms[k] = s;
+  }
+}
+
+// Scratch for a step's two norms: 2 partials per block of pass 1, then the two norms.
+struct NormScratch {
+  Tensor buffer;
+  double *partials, *norms;
+  int blocks;
+  explicit NormScratch(int pass_blocks)
+      : buffer(empty({2 * static_cast<int64_t>(pass_blocks) + 2}, DType::f64)),
+        partials(static_cast<double*>(buffer.raw_data())),
+        norms(partials + 2 * static_cast<int64_t>(pass_blocks)),
+        blocks(pass_blocks) {}
+  void finish() const {
+    finish_norms_kernel<<<1, kThreads, 0, cuda_stream()>>>(partials, blocks, norms);
+    CUDA_CHECK_LAUNCH();
+  }
+};
 
 // A Lamb step's scalars, worked out by one thread per block (see adamw_kernel).
 struct LambArgs {
@@ -73,10 +104,10 @@ __device__ __forceinline__ T lamb_direction(T m, T v, T w, T bc1, T bc2, T eps, 
   return u;
 }
 
-// Pass 1: the moments, and the squared norms of w and of the update direction into norms[0], norms[1].
+// Pass 1: the moments, and the squared norms of w and of the update direction as block partials.
 template <class T>
 __global__ void lamb_moments_kernel(const T* w, const T* gp, T* m, T* v, int64_t n, LambArgs a,
-                                    double* norms) {
+                                    double* partials) {
   __shared__ LambScalarsT<T> s;
   if (threadIdx.x == 0) lamb_block_scalars(a, s);
   __syncthreads();
@@ -95,8 +126,7 @@ __global__ void lamb_moments_kernel(const T* w, const T* gp, T* m, T* v, int64_t
     w_sq += static_cast<double>(w[i]) * static_cast<double>(w[i]);
     u_sq += static_cast<double>(u) * static_cast<double>(u);
   }
-  block_add(w_sq, &norms[0]);
-  block_add(u_sq, &norms[1]);
+  block_partials(w_sq, u_sq, partials);
 }
 
 // Pass 2: w -= lr * trust * u, the trust ratio from pass 1's norms.
@@ -120,7 +150,7 @@ __global__ void lamb_apply_kernel(T* w, const T* m, const T* v, int64_t n, LambA
 }
 
 template <class T>
-__global__ void lars_norms_kernel(const T* w, const T* g, int64_t n, const int64_t* skip, double* norms) {
+__global__ void lars_norms_kernel(const T* w, const T* g, int64_t n, const int64_t* skip, double* partials) {
   if (skip && *skip != 0) return;
   double w_sq = 0.0, g_sq = 0.0;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
@@ -128,8 +158,7 @@ __global__ void lars_norms_kernel(const T* w, const T* g, int64_t n, const int64
     w_sq += static_cast<double>(w[i]) * static_cast<double>(w[i]);
     g_sq += static_cast<double>(g[i]) * static_cast<double>(g[i]);
   }
-  block_add(w_sq, &norms[0]);
-  block_add(g_sq, &norms[1]);
+  block_partials(w_sq, g_sq, partials);
 }
 
 // timm's Lars after the norms: the adapted gradient (g + wd * w) * trust, then SGD's momentum.
@@ -174,18 +203,18 @@ void CudaBackend::lamb_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, 
   const int64_t n = param.numel();
   if (n == 0) return;
   LambArgs a{p, scalars.bias_correction1, scalars.bias_correction2_sqrt};
-  Tensor norms = Tensor::zeros({2}, DType::f64, param.device());
-  double* nd = static_cast<double*>(norms.raw_data());
+  const int blocks = static_cast<int>(grid_size(n, kThreads));
+  const NormScratch scratch(blocks);
   CUDA_DISPATCH_F32_F64(param.dtype(), "lamb_step", [&] {
     using T = scalar_t;
     T* w = static_cast<T*>(param.raw_data());
     T* m = static_cast<T*>(exp_avg.raw_data());
     T* v = static_cast<T*>(exp_avg_sq.raw_data());
-    const int blocks = grid_size(n, kThreads);
-    lamb_moments_kernel<T>
-        <<<blocks, kThreads, 0, cuda_stream()>>>(w, static_cast<const T*>(g_in.raw_data()), m, v, n, a, nd);
+    lamb_moments_kernel<T><<<blocks, kThreads, 0, cuda_stream()>>>(w, static_cast<const T*>(g_in.raw_data()),
+                                                                   m, v, n, a, scratch.partials);
     CUDA_CHECK_LAUNCH();
-    lamb_apply_kernel<T><<<blocks, kThreads, 0, cuda_stream()>>>(w, m, v, n, a, nd);
+    scratch.finish();
+    lamb_apply_kernel<T><<<blocks, kThreads, 0, cuda_stream()>>>(w, m, v, n, a, scratch.norms);
     CUDA_CHECK_LAUNCH();
   });
 }
@@ -199,16 +228,17 @@ void CudaBackend::lars_step(Tensor& param, const Tensor& grad, Tensor& momentum_
   const int64_t n = param.numel();
   if (n == 0) return;
   const bool adapt = p.weight_decay != 0.0 || p.always_adapt;
-  Tensor norms = adapt ? Tensor::zeros({2}, DType::f64, param.device()) : Tensor();
-  double* nd = adapt ? static_cast<double*>(norms.raw_data()) : nullptr;
+  const int blocks = static_cast<int>(grid_size(n, kThreads));
+  const std::optional<NormScratch> scratch = adapt ? std::optional<NormScratch>(blocks) : std::nullopt;
+  const double* nd = adapt ? scratch->norms : nullptr;
   CUDA_DISPATCH_F32_F64(param.dtype(), "lars_step", [&] {
     using T = scalar_t;
     T* w = static_cast<T*>(param.raw_data());
     const T* g = static_cast<const T*>(g_in.raw_data());
-    const int blocks = grid_size(n, kThreads);
     if (adapt) {
-      lars_norms_kernel<T><<<blocks, kThreads, 0, cuda_stream()>>>(w, g, n, p.skip_if, nd);
+      lars_norms_kernel<T><<<blocks, kThreads, 0, cuda_stream()>>>(w, g, n, p.skip_if, scratch->partials);
       CUDA_CHECK_LAUNCH();
+      scratch->finish();
     }
     T* buf = use_momentum ? static_cast<T*>(momentum_buffer.raw_data()) : nullptr;
     lars_apply_kernel<T><<<blocks, kThreads, 0, cuda_stream()>>>(w, g, buf, n, first_step, p, nd);
