@@ -32,7 +32,7 @@ stamp() { echo "[$(date +%T) +$((SECONDS - T0))s] $*"; }
 has() { [[ " $PARTS " == *" $1 "* ]]; }
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$O/gpu.txt"
 python3 -c "import torch; print('torch', torch.__version__)" 2>&1 | tail -1 | tee -a "$O/gpu.txt"
-NEW='FusedAttention.*:DepthwiseConv.*:ViTGpu.*:Table/OpCaseOnCuda.*:TrainGraph.TheAverage*:TrainGraph.AFreeze*:TrainGraph.Clipped*:TrainGraph.DropPath*:TrainGraph.RunsTheGraph*:CudaOptim.*:*ConvNeXt*'
+NEW='FusedAttention.*:DepthwiseConv.*:ViTGpu.*:Table/OpCaseOnCuda.*:TrainGraph.TheAverage*:TrainGraph.AFreeze*:TrainGraph.Clipped*:TrainGraph.DropPath*:TrainGraph.LambAndLars*:TrainGraph.RunsTheGraph*:CudaOptim.*:*ConvNeXt*'
 RECIPE=configs/fashion_mnist_resnet18_recipe.toml
 ours() {  # seed, timeout
   timeout "$2" "$B/trainer" train $RECIPE --set train.device=cuda --set train.seed=$1 --set data.root="$FM" \
