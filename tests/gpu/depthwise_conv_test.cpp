@@ -135,25 +135,29 @@ TEST(DepthwiseConv, ReplaysInsideACudaGraph) {
   Tensor dy = on_gpu(random(shape, gen).to(DType::bf16), kChannelsLast);
   const Tensor w = on_gpu(random({96, 1, 7, 7}, gen).to(DType::bf16));
   const Tensor b = on_gpu(random({96}, gen).to(DType::bf16));
-  Tensor y, dx, dw;
-  const auto step = [&] {
-    y = dev().conv2d(x, w, b, p);
-    dx = dev().conv2d_backward_input(dy, w, shape, p);
-    dw = dev().conv2d_backward_weight(dy, x, {96, 1, 7, 7}, p);
+  // The graph writes the outputs it allocated while capturing; the eager steps write their own (a
+  // replay writes the captured addresses, not whatever tensor a variable names since).
+  struct Outputs {
+    Tensor y, dx, dw;
   };
-  step();  // eager once first, as a training step is
+  const auto step = [&](Outputs& out) {
+    out.y = dev().conv2d(x, w, b, p);
+    out.dx = dev().conv2d_backward_input(dy, w, shape, p);
+    out.dw = dev().conv2d_backward_weight(dy, x, {96, 1, 7, 7}, p);
+  };
+  Outputs graphed, eager;
+  step(eager);  // eager once first, as a training step is
   cuda::CudaGraph graph;
-  graph.capture(step);
+  graph.capture([&] { step(graphed); });
   for (int replay = 0; replay < 2; ++replay) {
     x.copy_(on_gpu(random(shape, gen).to(DType::bf16), kChannelsLast));
     dy.copy_(on_gpu(random(shape, gen).to(DType::bf16), kChannelsLast));
     graph.replay();
-    const Tensor y_graph = as_f32(y), dx_graph = as_f32(dx), dw_graph = as_f32(dw);
-    step();
+    step(eager);
     const std::string what = "replay " + std::to_string(replay);
-    expect_equal(as_f32(y), y_graph, what + " forward");
-    expect_equal(as_f32(dx), dx_graph, what + " input gradient");
-    expect_equal(as_f32(dw), dw_graph, what + " weight gradient");
+    expect_equal(as_f32(eager.y), as_f32(graphed.y), what + " forward");
+    expect_equal(as_f32(eager.dx), as_f32(graphed.dx), what + " input gradient");
+    expect_equal(as_f32(eager.dw), as_f32(graphed.dw), what + " weight gradient");
   }
 }
 
