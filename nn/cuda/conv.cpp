@@ -72,6 +72,21 @@ Tensor with_layout_fallback(bool nhwc, DType dtype, Body&& body) {
   }
 }
 
+// conv2d_backward_weight's arguments (grad_y and x on this device, one dtype, grad_y of the
+// convolution's output shape); returns that shape.
+Shape check_backward_weight_args(const Tensor& grad_y, const Tensor& x, const Shape& w_shape,
+                                 const Conv2dParams& p) {
+  using namespace cuda;
+  check_device(grad_y, "conv2d_backward_weight", "grad_y");
+  check_device(x, "conv2d_backward_weight", "input");
+  check_same_dtype(grad_y, x, "conv2d_backward_weight");
+  const Shape ys = check_geometry("conv2d_backward_weight", x.shape(), w_shape, p);
+  if (grad_y.shape() != ys)
+    throw std::invalid_argument("conv2d_backward_weight: grad_y has shape " + shape_str(grad_y.shape()) +
+                                ", the convolution's output shape is " + shape_str(ys));
+  return ys;
+}
+
 }  // namespace
 
 Tensor CudaBackend::conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& bias,
@@ -149,13 +164,7 @@ Tensor CudaBackend::conv2d_backward_input(const Tensor& grad_y, const Tensor& w_
 Tensor CudaBackend::conv2d_backward_weight(const Tensor& grad_y, const Tensor& x_in, const Shape& w_shape,
                                            const Conv2dParams& p) {
   using namespace cuda;
-  check_device(grad_y, "conv2d_backward_weight", "grad_y");
-  check_device(x_in, "conv2d_backward_weight", "input");
-  check_same_dtype(grad_y, x_in, "conv2d_backward_weight");
-  const Shape ys = check_geometry("conv2d_backward_weight", x_in.shape(), w_shape, p);
-  if (grad_y.shape() != ys)
-    throw std::invalid_argument("conv2d_backward_weight: grad_y has shape " + shape_str(grad_y.shape()) +
-                                ", the convolution's output shape is " + shape_str(ys));
+  const Shape ys = check_backward_weight_args(grad_y, x_in, w_shape, p);
   const DType dtype = grad_y.dtype();
   const bool nhwc = x_in.suggest_memory_format() == MemoryFormat::channels_last;
   if (depthwise_conv_applies(x_in, x_in.shape(), w_shape, p))
@@ -182,12 +191,7 @@ std::optional<std::pair<Tensor, Tensor>> CudaBackend::conv2d_weight_and_bias_gra
     const Tensor& grad_y, const Tensor& x, const Shape& w_shape, const Conv2dParams& p) {
   using namespace cuda;
   if (!depthwise_conv_applies(x, x.shape(), w_shape, p)) return std::nullopt;
-  check_device(grad_y, "conv2d_backward_weight", "grad_y");
-  check_same_dtype(grad_y, x, "conv2d_backward_weight");
-  const Shape ys = check_geometry("conv2d_backward_weight", x.shape(), w_shape, p);
-  if (grad_y.shape() != ys)
-    throw std::invalid_argument("conv2d_backward_weight: grad_y has shape " + shape_str(grad_y.shape()) +
-                                ", the convolution's output shape is " + shape_str(ys));
+  check_backward_weight_args(grad_y, x, w_shape, p);
   Tensor grad_bias;
   const bool nhwc = x.suggest_memory_format() == MemoryFormat::channels_last;
   Tensor grad_w = depthwise_conv_backward_weight(grad_y, x, w_shape, p, format_for(nhwc), &grad_bias);

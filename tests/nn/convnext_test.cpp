@@ -33,6 +33,15 @@ std::shared_ptr<Module> convnext(const std::string& name, int64_t classes = 1000
   return create_model(o);
 }
 
+// The configurable "convnext" at these depths and widths, the rest its defaults.
+ModelOptions small_convnext(std::vector<int64_t> depths, std::vector<int64_t> widths) {
+  ModelOptions o;
+  o.name = "convnext";
+  o.depths = std::move(depths);
+  o.widths = std::move(widths);
+  return o;
+}
+
 std::vector<CNBlock*> blocks_of(Module& m) {
   std::vector<CNBlock*> out;
   for (auto& [name, child] : m.named_modules())
@@ -113,11 +122,8 @@ TEST(ConvNeXt, OutputShapesForSmallAndImagenetSizedModels) {
   EXPECT_EQ(small->forward(Variable(random_tensor({2, 3, 32, 32}, gen).to(DType::f32))).shape(),
             (Shape{2, 10}));
   // 28x28 grey images: 14, 7, 3, 1 pixels a side per stage.
-  ModelOptions o;
-  o.name = "convnext";
+  ModelOptions o = small_convnext({1, 1, 1, 1}, {8, 16, 24, 32});
   o.in_channels = 1;
-  o.depths = {1, 1, 1, 1};
-  o.widths = {8, 16, 24, 32};
   EXPECT_EQ(create_model(o)->forward(Variable(random_tensor({2, 1, 28, 28}, gen).to(DType::f32))).shape(),
             (Shape{2, 10}));
 }
@@ -208,10 +214,7 @@ TEST(ConvNeXt, LayerScaleIsCastToTheActivationsDtype) {
 }
 
 TEST(ConvNeXt, TrainingDropsBlocksEvalIsDeterministic) {
-  ModelOptions o;
-  o.name = "convnext";
-  o.depths = {2, 2};
-  o.widths = {8, 16};
+  ModelOptions o = small_convnext({2, 2}, {8, 16});
   o.drop_path = 0.5;
   o.layer_scale = 1.0;  // blocks that change the output visibly
   auto m = create_model(o);
@@ -232,10 +235,7 @@ TEST(ConvNeXt, TrainingDropsBlocksEvalIsDeterministic) {
 // numbers staged or not; each staged mask is read once, and a forward with nothing staged (or another
 // batch size) draws as before.
 TEST(ConvNeXt, StagedDropPathMasksAreTheDrawsTheForwardWouldMake) {
-  ModelOptions o;
-  o.name = "convnext";
-  o.depths = {2, 2};
-  o.widths = {8, 16};
+  ModelOptions o = small_convnext({2, 2}, {8, 16});
   o.drop_path = 0.5;
   o.layer_scale = 1.0;
   o.seed = 7;
@@ -270,6 +270,11 @@ TEST(ConvNeXt, StagedDropPathMasksAreTheDrawsTheForwardWouldMake) {
   drawn->eval();
   EXPECT_EQ(staged->forward(Variable(x4)).data().to_vector<float>(),
             drawn->forward(Variable(x4)).data().to_vector<float>());
+  // Nor drawn: back in training, both generators are where they were.
+  staged->train();
+  drawn->train();
+  EXPECT_EQ(staged->forward(Variable(x4)).data().to_vector<float>(),
+            drawn->forward(Variable(x4)).data().to_vector<float>());
   EXPECT_FALSE(DropPathStager(*convnext("convnext_tiny"), 8).empty());
   ModelOptions no_drop = o;
   no_drop.drop_path = 0.0;
@@ -278,10 +283,7 @@ TEST(ConvNeXt, StagedDropPathMasksAreTheDrawsTheForwardWouldMake) {
 
 TEST(ConvNeXt, F32ChannelsLastPathMatchesF64) {
   // f32 runs oneDNN's channels-last convolutions (when built with it), f64 the im2col path in NCHW.
-  ModelOptions o;
-  o.name = "convnext";
-  o.depths = {1, 2};
-  o.widths = {8, 16};
+  ModelOptions o = small_convnext({1, 2}, {8, 16});
   o.layer_scale = 0.5;
   o.seed = 5;
   auto f32 = create_model(o), f64 = create_model(o);
@@ -296,10 +298,7 @@ TEST(ConvNeXt, F32ChannelsLastPathMatchesF64) {
 }
 
 TEST(ConvNeXt, LossGradientMatchesFiniteDifferencesInF64) {
-  ModelOptions o;
-  o.name = "convnext";
-  o.depths = {1, 1};
-  o.widths = {4, 8};
+  ModelOptions o = small_convnext({1, 1}, {4, 8});
   o.num_classes = 3;
   o.drop_path = 0.0;
   o.seed = 9;
